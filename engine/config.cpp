@@ -1,0 +1,192 @@
+// Config parsing: a table of known keys per section drives type, range and choice checks, so a typo,
+// a wrong type or an out-of-range value is reported with the key, the value and what is allowed.
+#include "engine/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+namespace ferry::engine {
+namespace {
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// One known key: how to read it into the Config.
+struct Field {
+  std::string key;
+  std::function<void(const YAML::Node&, const std::string& where)> read;
+};
+
+std::string scalar_text(const YAML::Node& n) {
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  std::ostringstream os;
+  os << YAML::Dump(n);
+  return os.str();
+}
+
+template <class T>
+Field number(const std::string& key, T& dst, double lo, double hi, const std::string& allowed) {
+  return {key, [&dst, lo, hi, allowed, key](const YAML::Node& n, const std::string& where) {
+            T v{};
+            if (!n.IsScalar() || !YAML::convert<T>::decode(n, v))
+              throw ConfigError(where + ": " + scalar_text(n) + " is not " +
+                                (std::is_integral_v<T> ? "an integer" : "a number") + "; expected " + allowed);
+            if (static_cast<double>(v) < lo || static_cast<double>(v) > hi)
+              throw ConfigError(where + ": " + n.Scalar() + " is out of range; expected " + allowed);
+            dst = v;
+          }};
+}
+
+Field choice(const std::string& key, std::string& dst, std::vector<std::string> options) {
+  return {key, [&dst, options, key](const YAML::Node& n, const std::string& where) {
+            std::string list;
+            for (const auto& o : options) list += (list.empty() ? "" : " | ") + o;
+            if (!n.IsScalar() || std::find(options.begin(), options.end(), n.Scalar()) == options.end())
+              throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected one of " + list);
+            dst = n.Scalar();
+          }};
+}
+
+void read_section(const YAML::Node& node, const std::string& section, const std::vector<Field>& fields) {
+  if (!node) return;
+  if (!node.IsMap()) throw ConfigError(section + ": expected a mapping of keys, got " + scalar_text(node));
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string where = section + "." + key;
+    auto it = std::find_if(fields.begin(), fields.end(), [&](const Field& f) { return f.key == key; });
+    if (it == fields.end()) {
+      std::string known;
+      for (const auto& f : fields) known += (known.empty() ? "" : ", ") + f.key;
+      throw ConfigError(where + ": unknown key; " + section + " takes " + known);
+    }
+    it->read(kv.second, where);
+  }
+}
+
+void apply_override(YAML::Node& root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("--set " + assignment + ": expected key=value, e.g. train.steps=10");
+  const std::string key = assignment.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("--set " + assignment + ": the value is not valid YAML (" + e.msg + ")");
+  }
+  const auto dot = key.find('.');
+  if (dot == std::string::npos) {
+    root[key] = value;
+  } else {
+    const std::string section = key.substr(0, dot), leaf = key.substr(dot + 1);
+    if (root[section] && !root[section].IsMap())
+      throw ConfigError("--set " + assignment + ": '" + section + "' is not a section");
+    root[section][leaf] = value;
+  }
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml, const std::string& origin, const std::filesystem::path& base_dir,
+                    const std::vector<std::string>& overrides) {
+  Config c;
+  try {
+    YAML::Node root;
+    try {
+      root = YAML::Load(yaml);
+    } catch (const YAML::Exception& e) {
+      throw ConfigError("invalid YAML at line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+    }
+    if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+    if (!root.IsMap()) throw ConfigError("the top level must be a mapping with sections model, data, optim, train, device");
+    for (const auto& o : overrides) apply_override(root, o);
+
+    const double imax = std::numeric_limits<int>::max();
+    std::string data_path;
+    std::string device = c.device;
+    const std::vector<std::string> sections{"model", "data", "optim", "train", "device"};
+    for (const auto& kv : root) {
+      const std::string key = kv.first.as<std::string>();
+      if (std::find(sections.begin(), sections.end(), key) == sections.end())
+        throw ConfigError(key + ": unknown section; expected model, data, optim, train or device");
+    }
+    read_section(root["model"], "model",
+                 {choice("kind", c.model.kind, {"gpt2"}),
+                  number("n_layer", c.model.n_layer, 1, 1024, "an integer in [1, 1024]"),
+                  number("n_head", c.model.n_head, 1, 1024, "an integer in [1, 1024]"),
+                  number("n_embd", c.model.n_embd, 1, 65536, "an integer in [1, 65536]"),
+                  number("vocab_size", c.model.vocab_size, 1, 1 << 22, "an integer in [1, 4194304]"),
+                  number("seq_len", c.model.seq_len, 1, 1 << 20, "an integer in [1, 1048576]")});
+    read_section(root["data"], "data",
+                 {{"path", [&](const YAML::Node& n, const std::string& where) {
+                     if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a file path");
+                     data_path = n.Scalar();
+                   }},
+                  choice("tokenizer", c.data.tokenizer, {"byte"}),
+                  number("val_fraction", c.data.val_fraction, 0.0, 0.5, "a fraction in [0, 0.5]")});
+    read_section(root["optim"], "optim",
+                 {number("lr", c.optim.lr, 0.0, 10.0, "a learning rate in [0, 10]"),
+                  {"betas",
+                   [&](const YAML::Node& n, const std::string& where) {
+                     double b1 = 0, b2 = 0;
+                     if (!n.IsSequence() || n.size() != 2 || !YAML::convert<double>::decode(n[0], b1) ||
+                         !YAML::convert<double>::decode(n[1], b2) || b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1)
+                       throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected [beta1, beta2] with each in [0, 1)");
+                     c.optim.beta1 = b1, c.optim.beta2 = b2;
+                   }},
+                  number("eps", c.optim.eps, 0.0, 1.0, "a number in [0, 1]"),
+                  number("weight_decay", c.optim.weight_decay, 0.0, 10.0, "a number in [0, 10]"),
+                  number("grad_clip", c.optim.grad_clip, 0.0, 1e9, "a max global norm >= 0 (0 disables)"),
+                  number("warmup_steps", c.optim.warmup_steps, 0, imax, "an integer >= 0"),
+                  choice("schedule", c.optim.schedule, {"cosine", "constant"}),
+                  number("min_lr", c.optim.min_lr, 0.0, 10.0, "a learning rate in [0, 10]")});
+    read_section(root["train"], "train",
+                 {number("batch_size", c.train.batch_size, 1, 1 << 20, "an integer >= 1"),
+                  number("grad_accum", c.train.grad_accum, 1, 1 << 20, "an integer >= 1"),
+                  number("steps", c.train.steps, 1, imax, "an integer >= 1"),
+                  number("seed", c.train.seed, 0, 1.8e19, "an integer >= 0"),
+                  number("log_every", c.train.log_every, 1, imax, "an integer >= 1"),
+                  number("eval_every", c.train.eval_every, 0, imax, "an integer >= 0 (0: start and end only)"),
+                  number("eval_batches", c.train.eval_batches, 1, 1 << 20, "an integer >= 1"),
+                  number("threads", c.train.threads, 0, 4096, "an integer >= 0 (0: all cores)")});
+    if (root["device"]) choice("device", c.device, {"auto", "cpu", "cuda"}).read(root["device"], "device");
+
+    // Checks across keys.
+    if (c.model.n_embd % c.model.n_head != 0)
+      throw ConfigError("model.n_embd: " + std::to_string(c.model.n_embd) + " is not a multiple of model.n_head (" +
+                        std::to_string(c.model.n_head) + ")");
+    if (c.data.tokenizer == "byte" && c.model.vocab_size < 256)
+      throw ConfigError("model.vocab_size: " + std::to_string(c.model.vocab_size) +
+                        " is smaller than the byte tokenizer's 256 symbols; use at least 256");
+    if (data_path.empty()) throw ConfigError("data.path: missing; name the training text file");
+    c.data.path = std::filesystem::path(data_path).is_absolute() ? std::filesystem::path(data_path)
+                                                                  : base_dir / data_path;
+    if (!std::filesystem::is_regular_file(c.data.path))
+      throw ConfigError("data.path: '" + c.data.path.string() + "' does not exist or is not a file");
+    if (c.optim.min_lr > c.optim.lr)
+      throw ConfigError("optim.min_lr: " + std::to_string(c.optim.min_lr) + " is above optim.lr");
+    if (c.optim.min_lr < 0) c.optim.min_lr = c.optim.lr / 10;
+  } catch (const ConfigError& e) {
+    throw std::runtime_error(origin + ": " + e.what());
+  }
+  return c;
+}
+
+Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path.string() + ": cannot open the config file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Config c = parse_config(ss.str(), path.string(), path.parent_path(), overrides);
+  c.source = path;
+  return c;
+}
+
+}  // namespace ferry::engine

@@ -1,0 +1,63 @@
+// engine::Config: a YAML experiment file, validated. Every error names the key, the value and what is allowed.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace ferry::engine {
+
+struct ModelConfig {
+  std::string kind = "gpt2";
+  int n_layer = 2;
+  int n_head = 4;
+  int n_embd = 64;
+  int vocab_size = 256;
+  int seq_len = 64;
+};
+
+struct DataConfig {
+  std::filesystem::path path;  // resolved against the config file's folder
+  std::string tokenizer = "byte";
+  double val_fraction = 0.1;
+};
+
+struct OptimConfig {
+  double lr = 3e-4;
+  double beta1 = 0.9, beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // 0 disables clipping
+  int warmup_steps = 0;
+  std::string schedule = "cosine";  // cosine | constant
+  double min_lr = -1;               // cosine floor; unset (-1) means lr / 10
+};
+
+struct TrainConfig {
+  int batch_size = 8;
+  int grad_accum = 1;
+  int steps = 100;
+  uint64_t seed = 1337;
+  int log_every = 10;
+  int eval_every = 0;  // 0: evaluate only at the start and the end
+  int eval_batches = 8;
+  int threads = 0;     // 0: all cores
+};
+
+struct Config {
+  std::filesystem::path source;  // the YAML file
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  TrainConfig train;
+  std::string device = "auto";  // auto | cpu | cuda
+};
+
+// Loads `path`, applies `key=value` overrides (dotted keys, YAML values: "train.steps=10"), validates.
+Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
+// The same from YAML text; `origin` names it in errors, relative data paths resolve against `base_dir`.
+Config parse_config(const std::string& yaml, const std::string& origin, const std::filesystem::path& base_dir,
+                    const std::vector<std::string>& overrides = {});
+
+}  // namespace ferry::engine

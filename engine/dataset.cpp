@@ -1,0 +1,60 @@
+// TextDataset: byte tokens, split, and window sampling.
+#include "engine/dataset.h"
+
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+
+#include "models/rng.h"
+
+namespace ferry::engine {
+namespace {
+
+void copy_window(const std::vector<int32_t>& src, int64_t start, int64_t T, Batch& out) {
+  out.tokens.insert(out.tokens.end(), src.begin() + start, src.begin() + start + T);
+  out.targets.insert(out.targets.end(), src.begin() + start + 1, src.begin() + start + T + 1);
+}
+
+}  // namespace
+
+TextDataset::TextDataset(const std::filesystem::path& path, double val_fraction, int64_t seq_len) : T_(seq_len) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("data.path: cannot open '" + path.string() + "'");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<int32_t> all(text.size());
+  for (size_t i = 0; i < text.size(); ++i) all[i] = static_cast<uint8_t>(text[i]);
+  const auto n_val = static_cast<int64_t>(static_cast<double>(all.size()) * val_fraction);
+  const auto n_train = static_cast<int64_t>(all.size()) - n_val;
+  if (n_train < T_ + 1)
+    throw std::runtime_error("data.path: '" + path.string() + "' has " + std::to_string(n_train) +
+                             " training tokens, fewer than one sequence of " + std::to_string(T_ + 1));
+  if (n_val > 0 && n_val < T_ + 1)
+    throw std::runtime_error("data.val_fraction: the validation split of '" + path.string() + "' has " +
+                             std::to_string(n_val) + " tokens, fewer than one sequence of " + std::to_string(T_ + 1) +
+                             "; raise val_fraction or set it to 0");
+  train_.assign(all.begin(), all.begin() + n_train);
+  val_.assign(all.begin() + n_train, all.end());
+}
+
+Batch TextDataset::train_batch(uint64_t seed, int64_t index, int64_t B) const {
+  models::Rng rng(seed ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(index + 1)));
+  Batch b;
+  const auto windows = static_cast<uint64_t>(train_tokens() - T_);
+  for (int64_t i = 0; i < B; ++i) copy_window(train_, static_cast<int64_t>(rng.below(windows)), T_, b);
+  return b;
+}
+
+Batch TextDataset::val_batch(int64_t index, int64_t count, int64_t B) const {
+  if (val_.empty()) throw std::logic_error("val_batch: no validation split");
+  Batch b;
+  const int64_t windows = val_tokens() - T_;
+  const int64_t total = count * B;
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t k = index * B + i;
+    copy_window(val_, total > 1 ? k * (windows - 1) / (total - 1) : 0, T_, b);
+  }
+  return b;
+}
+
+}  // namespace ferry::engine

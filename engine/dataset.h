@@ -1,0 +1,34 @@
+// TextDataset: a text file as byte tokens, split into train and validation, sampled into batches.
+// Batches are a pure function of (seed, split, index), so a run is reproducible and resumable.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+namespace ferry::engine {
+
+struct Batch {
+  std::vector<int32_t> tokens;   // (B, T)
+  std::vector<int32_t> targets;  // (B, T): tokens shifted by one
+};
+
+class TextDataset {
+ public:
+  // Reads `path` (byte tokenizer); the last val_fraction of it is the validation split.
+  TextDataset(const std::filesystem::path& path, double val_fraction, int64_t seq_len);
+
+  int64_t train_tokens() const { return static_cast<int64_t>(train_.size()); }
+  int64_t val_tokens() const { return static_cast<int64_t>(val_.size()); }
+
+  // Training batch number `index`: B windows at offsets drawn from (seed, index).
+  Batch train_batch(uint64_t seed, int64_t index, int64_t B) const;
+  // Validation batch number `index`: B windows at fixed, evenly spread offsets.
+  Batch val_batch(int64_t index, int64_t count, int64_t B) const;
+
+ private:
+  std::vector<int32_t> train_, val_;
+  int64_t T_;
+};
+
+}  // namespace ferry::engine

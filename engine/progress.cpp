@@ -1,0 +1,50 @@
+// Progress line formatting (fmt) and terminal detection.
+#include "engine/progress.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+
+namespace ferry::engine {
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<long>(std::llround(std::max(0.0, seconds)));
+  if (s >= 3600) return fmt::format("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60);
+  return fmt::format("{}:{:02}", s / 60, s % 60);
+}
+
+Progress::Progress(std::FILE* out) : out_(out), tty_(out && isatty(fileno(out)) != 0) {}
+
+Progress::~Progress() { finish(); }
+
+void Progress::update(int step, int total, float loss, double tokens_per_s, double elapsed_s) {
+  if (!out_) return;
+  const double eta = step > 0 ? elapsed_s / step * (total - step) : 0.0;
+  const std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | {:.0f} tok/s | {} elapsed | ETA {}", step,
+                                       std::to_string(total).size(), total, loss, tokens_per_s,
+                                       format_duration(elapsed_s), format_duration(eta));
+  if (tty_) {
+    fmt::print(out_, "\r\033[2K{}", line);
+    dirty_ = true;
+  } else {
+    fmt::print(out_, "{}\n", line);
+  }
+  std::fflush(out_);
+}
+
+void Progress::message(const std::string& line) {
+  if (!out_) return;
+  finish();
+  fmt::print(out_, "{}\n", line);
+  std::fflush(out_);
+}
+
+void Progress::finish() {
+  if (!out_) return;
+  if (dirty_) fmt::print(out_, "\n");
+  dirty_ = false;
+  std::fflush(out_);
+}
+
+}  // namespace ferry::engine

@@ -1,0 +1,28 @@
+// Progress: the one-line training status. On a terminal it rewrites itself in place; otherwise
+// (a log file, CI) it prints one plain line per update.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+namespace ferry::engine {
+
+class Progress {
+ public:
+  explicit Progress(std::FILE* out);  // null: silent
+  ~Progress();
+  // step counts from 1; elapsed in seconds since training started.
+  void update(int step, int total, float loss, double tokens_per_s, double elapsed_s);
+  // Prints a line that must stay (an evaluation, a warning) without garbling the status line.
+  void message(const std::string& line);
+  void finish();
+
+ private:
+  std::FILE* out_;
+  bool tty_;
+  bool dirty_ = false;  // a status line is on screen without a newline
+};
+
+std::string format_duration(double seconds);  // "1:02:03" or "2:03"
+
+}  // namespace ferry::engine

@@ -1,0 +1,142 @@
+// train(): one model on the host (CPU) path. Each step: zero grads, forward+backward per micro-batch,
+// global-norm clip, AdamW over the flat parameter buffer, metrics.
+#include "engine/trainer.h"
+
+#include <fmt/format.h>
+#include <tbb/global_control.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <thread>
+
+#include "cpu_optim/adamw.h"
+#include "cpu_optim/lr_schedule.h"
+#include "engine/dataset.h"
+#include "engine/progress.h"
+#include "memory/host_buffer.h"
+#include "models/cpu_runner.h"
+#include "models/gpt2.h"
+#include "models/ops/matmul.h"
+
+namespace ferry::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+float evaluate(models::CpuRunner& runner, const TextDataset& data, int batches, int64_t B) {
+  double sum = 0;
+  for (int i = 0; i < batches; ++i) {
+    Batch b = data.val_batch(i, batches, B);
+    runner.set_batch(b.tokens, b.targets);
+    sum += runner.forward();
+  }
+  return static_cast<float>(sum / batches);
+}
+
+}  // namespace
+
+TrainSummary train(const Config& cfg, const TrainOptions& opt) {
+  Progress progress(opt.progress);
+
+  if (cfg.device == "cuda")
+    throw std::runtime_error("device: cuda is not available in this build yet (the CUDA backend is a later "
+                             "milestone); use device: cpu or auto");
+  const int threads = cfg.train.threads > 0 ? cfg.train.threads : static_cast<int>(std::thread::hardware_concurrency());
+  tbb::global_control tbb_threads(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
+  models::ops::set_matmul_threads(threads);
+
+  const int64_t B = cfg.train.batch_size, T = cfg.model.seq_len;
+  const models::GptConfig gpt{cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
+                              cfg.model.seq_len};
+  const models::ModelSpec spec = models::build_gpt2(gpt, B, T);
+  models::ParameterStore params(spec.params);
+  models::init_gpt2(spec, gpt, params, cfg.train.seed);
+  memory::HostBuffer adam_m(params.values().size_bytes()), adam_v(params.values().size_bytes());
+  models::CpuRunner runner(spec, params);
+  const TextDataset data(cfg.data.path, cfg.data.val_fraction, T);
+
+  progress.message(fmt::format(
+      "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "
+      "{} train / {} val tokens",
+      spec.kind, gpt.n_layer, gpt.n_head, gpt.n_embd, spec.param_count() / 1e6, cfg.device == "auto" ? "auto -> cpu" : "cpu",
+      threads, B, T, cfg.train.grad_accum, data.train_tokens(), data.val_tokens()));
+
+  std::ofstream metrics;
+  if (!opt.metrics.empty()) {
+    metrics.open(opt.metrics, std::ios::trunc);
+    if (!metrics) throw std::runtime_error("--metrics: cannot write '" + opt.metrics.string() + "'");
+  }
+
+  const cpu_optim::LrSchedule schedule{
+      cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,
+      static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps};
+  cpu_optim::AdamWHyper hyper{static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.beta1),
+                              static_cast<float>(cfg.optim.beta2), static_cast<float>(cfg.optim.eps),
+                              static_cast<float>(cfg.optim.weight_decay)};
+
+  TrainSummary sum;
+  const bool has_val = data.val_tokens() > 0;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto t_start = Clock::now();
+  sum.val_loss_start = has_val ? evaluate(runner, data, cfg.train.eval_batches, B) : nan;
+  sum.val_loss = sum.val_loss_start;
+  if (has_val) progress.message(fmt::format("step 0: val_loss {:.4f}", sum.val_loss_start));
+
+  double train_s = 0;
+  const int64_t tokens_per_step = B * T * cfg.train.grad_accum;
+  for (int step = 1; step <= cfg.train.steps; ++step) {
+    const auto t0 = Clock::now();
+    params.zero_grads();
+    double loss = 0;
+    for (int micro = 0; micro < cfg.train.grad_accum; ++micro) {
+      Batch b = data.train_batch(cfg.train.seed, int64_t(step - 1) * cfg.train.grad_accum + micro, B);
+      runner.set_batch(b.tokens, b.targets);
+      loss += runner.forward_backward(1.0f / static_cast<float>(cfg.train.grad_accum));
+    }
+    loss /= cfg.train.grad_accum;
+    const double norm = std::sqrt(cpu_optim::grad_sum_squares(params.grads()));
+    hyper.lr = schedule.at(step - 1);
+    cpu_optim::adamw_step(params.values(), params.grads(), adam_m.as<float>(), adam_v.as<float>(), hyper, step,
+                          cpu_optim::clip_scale(norm, static_cast<float>(cfg.optim.grad_clip)));
+    const double step_s = seconds_since(t0);
+    train_s += step_s;
+    sum.losses.push_back(static_cast<float>(loss));
+    if (!std::isfinite(loss))
+      throw std::runtime_error(fmt::format("step {}: the loss is {}; lower optim.lr or raise optim.warmup_steps", step, loss));
+
+    std::optional<float> val;
+    const bool last = step == cfg.train.steps;
+    if (has_val && (last || (cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0))) {
+      val = evaluate(runner, data, cfg.train.eval_batches, B);
+      sum.val_loss = *val;
+    }
+    const double elapsed = seconds_since(t_start);
+    if (step % cfg.train.log_every == 0 || last || step == 1)
+      progress.update(step, cfg.train.steps, static_cast<float>(loss), tokens_per_step / step_s, elapsed);
+    if (val) progress.message(fmt::format("step {}: val_loss {:.4f}", step, *val));
+    if (metrics.is_open()) {
+      nlohmann::json j{{"step", step}, {"loss", loss}, {"lr", hyper.lr}, {"grad_norm", norm},
+                       {"tokens_per_s", tokens_per_step / step_s}, {"elapsed_s", elapsed}};
+      if (val) j["val_loss"] = *val;
+      metrics << j.dump() << '\n' << std::flush;
+    }
+  }
+  progress.finish();
+  sum.steps = cfg.train.steps;
+  sum.wall_s = seconds_since(t_start);
+  sum.tokens_per_s = static_cast<double>(tokens_per_step) * cfg.train.steps / train_s;
+  const size_t tail = std::min<size_t>(10, sum.losses.size());
+  double tail_sum = 0;
+  for (size_t i = sum.losses.size() - tail; i < sum.losses.size(); ++i) tail_sum += sum.losses[i];
+  sum.train_loss = static_cast<float>(tail_sum / static_cast<double>(tail));
+  return sum;
+}
+
+}  // namespace ferry::engine

@@ -1,0 +1,46 @@
+// CpuRunner: runs a ModelSpec's op list on the CPU, one op at a time, against a ParameterStore.
+// Tensors live at fixed offsets in one host buffer for now; the memory Planner will lay them out instead.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "memory/host_buffer.h"
+#include "models/model_spec.h"
+#include "models/parameter_store.h"
+
+namespace ferry::models {
+
+class CpuRunner {
+ public:
+  CpuRunner(const ModelSpec& spec, ParameterStore& params);
+
+  // Copies a batch (B*T tokens and next-token targets) into the spec's input tensors.
+  void set_batch(std::span<const int32_t> tokens, std::span<const int32_t> targets);
+  // Runs the forward ops (loss included); returns the mean loss over the batch.
+  float forward();
+  // Runs every op. Parameter grads accumulate d(loss_weight * mean loss)/dparam into the store.
+  float forward_backward(float loss_weight = 1.0f);
+  // Runs one op: the unit the Executor will interleave transfers between.
+  void run_op(const OpSpec& op);
+
+  std::span<const float> tensor(const std::string& name) const;
+  float last_loss() const { return last_loss_; }
+
+ private:
+  float* f32(int t) { return reinterpret_cast<float*>(storage_.data() + offset_[t]); }
+  const int32_t* i32(int t) { return reinterpret_cast<const int32_t*>(storage_.data() + offset_[t]); }
+  float* value(int p) { return params_.value(p).data(); }
+  float* grad(int p) { return params_.grad(p).data(); }
+
+  const ModelSpec& spec_;
+  ParameterStore& params_;
+  std::vector<int64_t> offset_;  // bytes into storage_
+  memory::HostBuffer storage_;
+  float loss_weight_ = 1.0f;
+  float last_loss_ = 0.0f;
+};
+
+}  // namespace ferry::models

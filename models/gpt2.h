@@ -1,0 +1,27 @@
+// GPT-2 as a ModelSpec: pre-LayerNorm blocks, causal self-attention, GELU (tanh), learned positions,
+// final LayerNorm, LM head tied to the token embedding. Parameter names and shapes follow GPT2LMHeadModel.
+#pragma once
+
+#include <cstdint>
+
+#include "models/model_spec.h"
+#include "models/parameter_store.h"
+
+namespace ferry::models {
+
+struct GptConfig {
+  int n_layer = 2;
+  int n_head = 4;
+  int n_embd = 64;
+  int vocab_size = 256;
+  int seq_len = 64;  // context length: rows of the position embedding
+};
+
+// The spec of one training step on a batch of B sequences of T <= seq_len tokens.
+ModelSpec build_gpt2(const GptConfig& config, int64_t B, int64_t T);
+
+// GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2 n_layer), zero
+// biases, unit LayerNorm gains. Deterministic in `seed` on every platform.
+void init_gpt2(const ModelSpec& spec, const GptConfig& config, ParameterStore& store, uint64_t seed);
+
+}  // namespace ferry::models

@@ -1,0 +1,89 @@
+// ModelSpec lookups, FLOP totals, and lifetime derivation + validation of the op list.
+#include "models/model_spec.h"
+
+#include <stdexcept>
+
+namespace ferry::models {
+
+int64_t numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+const char* to_string(OpKind kind) {
+  switch (kind) {
+    case OpKind::Embedding: return "embedding";
+    case OpKind::LayerNorm: return "layernorm";
+    case OpKind::Linear: return "linear";
+    case OpKind::Attention: return "attention";
+    case OpKind::Gelu: return "gelu";
+    case OpKind::Residual: return "residual";
+    case OpKind::CrossEntropy: return "cross_entropy";
+  }
+  return "?";
+}
+
+int ModelSpec::param_index(const std::string& name) const {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].name == name) return static_cast<int>(i);
+  throw std::out_of_range("model has no parameter named '" + name + "'");
+}
+
+int ModelSpec::tensor_index(const std::string& name) const {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].name == name) return static_cast<int>(i);
+  throw std::out_of_range("model has no tensor named '" + name + "'");
+}
+
+int64_t ModelSpec::param_count() const {
+  int64_t n = 0;
+  for (const auto& p : params) n += numel(p.shape);
+  return n;
+}
+
+double ModelSpec::step_flops() const {
+  double f = 0;
+  for (const auto& op : ops) f += op.flops;
+  return f;
+}
+
+double ModelSpec::forward_flops() const {
+  double f = 0;
+  for (const auto& op : ops)
+    if (op.pass == Pass::Forward) f += op.flops;
+  return f;
+}
+
+void ModelSpec::finalize() {
+  const int n_tensors = static_cast<int>(tensors.size());
+  std::vector<int> first(n_tensors, -1), last(n_tensors, -1);
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    OpSpec& op = ops[i];
+    op.creates.clear();
+    op.frees.clear();
+    for (int p : op.params)
+      if (p < 0 || p >= static_cast<int>(params.size()))
+        throw std::logic_error("op " + op.name + ": parameter index out of range");
+    for (int t : op.inputs) {
+      if (t < 0 || t >= n_tensors) throw std::logic_error("op " + op.name + ": input index out of range");
+      if (first[t] < 0 && !tensors[t].is_input)
+        throw std::logic_error("op " + op.name + " reads " + tensors[t].name + " before any op writes it");
+      if (first[t] < 0) first[t] = i;
+      last[t] = i;
+    }
+    for (int t : op.outputs) {
+      if (t < 0 || t >= n_tensors) throw std::logic_error("op " + op.name + ": output index out of range");
+      if (tensors[t].is_input) throw std::logic_error("op " + op.name + " writes batch input " + tensors[t].name);
+      if (first[t] < 0) first[t] = i;
+      last[t] = i;
+    }
+  }
+  for (int t = 0; t < n_tensors; ++t) {
+    if (first[t] < 0) throw std::logic_error("tensor " + tensors[t].name + " is never used");
+    ops[first[t]].creates.push_back(t);
+    ops[last[t]].frees.push_back(t);
+  }
+}
+
+}  // namespace ferry::models

@@ -1,0 +1,76 @@
+// ModelSpec: a model as data. Its parameters (Hugging Face names and shapes) and the ordered op list of
+// one training step, with each op's parameter uses, the tensors it reads and writes, lifetimes and FLOPs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ferry::models {
+
+using Shape = std::vector<int64_t>;
+int64_t numel(const Shape& shape);
+
+struct ParamSpec {
+  std::string name;  // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
+  Shape shape;
+};
+
+enum class DType { F32, I32 };
+
+// A tensor that is not a parameter: batch data, an activation, or an activation's gradient.
+struct TensorSpec {
+  std::string name;  // e.g. "h.0.ln_1.out", "h.0.ln_1.out.grad"
+  Shape shape;
+  DType dtype = DType::F32;
+  bool is_grad = false;  // gradients start at zero when created: backward ops accumulate into them
+  bool is_input = false; // filled from the batch before the step, not by an op
+  int64_t bytes() const { return numel(shape) * 4; }
+};
+
+enum class OpKind { Embedding, LayerNorm, Linear, Attention, Gelu, Residual, CrossEntropy };
+enum class Pass { Forward, Backward };
+const char* to_string(OpKind kind);
+
+// Shape attributes of an op; which fields matter depends on the kind (see models/ops/ops.h).
+struct OpAttrs {
+  int64_t rows = 0;       // tokens: B*T
+  int64_t in = 0, out = 0; // Linear: in/out features. LayerNorm/Gelu/Residual: channels in `in`
+  bool weight_out_in = false; // Linear: weight stored [out, in] (nn.Linear, tied LM head) vs [in, out] (HF Conv1D)
+  int64_t batch = 0, seq = 0, heads = 0; // Attention, Embedding
+};
+
+// One op of the step. The tensor slots per kind and pass are fixed (documented in ops.h); an op reaches
+// only for the parameters in `params` and the tensors in `inputs`/`outputs`.
+struct OpSpec {
+  std::string name;  // e.g. "h.0.attn.c_attn.fwd"
+  OpKind kind;
+  Pass pass;
+  std::vector<int> params;   // forward: read; backward: read, and their grads accumulated
+  std::vector<int> inputs;   // tensors read
+  std::vector<int> outputs;  // tensors written (overwritten in forward, accumulated in backward)
+  OpAttrs attrs;
+  double flops = 0;
+  // Lifetimes, derived by ModelSpec::finalize(): tensors that begin life here, and whose last use is here.
+  std::vector<int> creates;
+  std::vector<int> frees;
+};
+
+struct ModelSpec {
+  std::string kind;  // "gpt2"
+  std::vector<ParamSpec> params;
+  std::vector<TensorSpec> tensors;
+  std::vector<OpSpec> ops;  // forward ops, the loss, then backward ops in reverse
+
+  int param_index(const std::string& name) const;   // throws when absent
+  int tensor_index(const std::string& name) const;  // throws when absent
+  int64_t param_count() const;
+  double step_flops() const;  // forward + backward
+  double forward_flops() const;
+
+  // Derives each op's `creates`/`frees` from first and last use, and checks the op list: every tensor
+  // read is live (written earlier or a batch input), parameter and tensor indices are in range.
+  void finalize();
+};
+
+}  // namespace ferry::models

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Writes the GPT-2 reference data the C++ tests compare against (run once; outputs are committed).
+
+A tiny GPT2LMHeadModel from Hugging Face transformers (PyTorch, CPU, fp32) with a fixed seed:
+  gpt2_tiny.safetensors            the weights, with Hugging Face names (what save_pretrained writes)
+  gpt2_tiny_reference.safetensors  a batch (input_ids, targets), the logits, the loss, every parameter's
+                                   gradient (grad.<name>), and the loss before each of 5 torch.optim.AdamW
+                                   steps with weight decay and global-norm clipping, plus the loss after them.
+Hyper-parameters are stored in the reference file's __metadata__.
+
+    pip install torch transformers safetensors && python3 tests/data/make_gpt2_reference.py
+"""
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from transformers import GPT2Config, GPT2LMHeadModel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SEED = 1234
+B, T = 2, 32
+CONFIG = dict(vocab_size=101, n_positions=32, n_embd=64, n_layer=2, n_head=4)
+ADAMW = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
+GRAD_CLIP = 0.5
+STEPS = 5
+
+
+def main():
+    torch.manual_seed(SEED)
+    config = GPT2Config(**CONFIG, activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True,
+                        bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(config).float()
+    # GPT-2 starts with zero biases and unit LayerNorm gains; perturb them so their gradients are tested.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias") or ".ln_" in name:
+                p.add_(0.05 * torch.randn_like(p))
+    model.train()
+
+    params = dict(model.named_parameters())  # the tied lm_head.weight is listed once, as transformer.wte.weight
+    weights = {name: p.detach().clone().contiguous() for name, p in params.items()}
+    save_file(weights, os.path.join(HERE, "gpt2_tiny.safetensors"), metadata={"format": "pt"})
+
+    gen = torch.Generator().manual_seed(SEED + 1)
+    input_ids = torch.randint(0, CONFIG["vocab_size"], (B, T), generator=gen)
+    targets = torch.randint(0, CONFIG["vocab_size"], (B, T), generator=gen)
+
+    def loss_of(m):
+        logits = m(input_ids).logits
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    logits, loss = loss_of(model)
+    loss.backward()
+    ref = {
+        "input_ids": input_ids.to(torch.int32),
+        "targets": targets.to(torch.int32),
+        "logits": logits.detach().contiguous(),
+        "loss": loss.detach().reshape(1),
+    }
+    for name, p in params.items():
+        ref["grad." + name] = p.grad.detach().clone().contiguous()
+
+    opt = torch.optim.AdamW(model.parameters(), lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]),
+                            eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"])
+    losses, norms = [], []
+    for _ in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        _, loss = loss_of(model)
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)))
+        opt.step()
+        losses.append(float(loss.detach()))
+    with torch.no_grad():
+        losses.append(float(loss_of(model)[1]))
+    ref["adamw_losses"] = torch.tensor(losses, dtype=torch.float32)
+    ref["adamw_grad_norms"] = torch.tensor(norms, dtype=torch.float32)
+
+    meta = {"config": json.dumps(CONFIG), "adamw": json.dumps(ADAMW), "grad_clip": str(GRAD_CLIP),
+            "steps": str(STEPS), "torch": torch.__version__, "seed": str(SEED)}
+    save_file(ref, os.path.join(HERE, "gpt2_tiny_reference.safetensors"), metadata=meta)
+    print("loss", float(ref["loss"]), "adamw losses", losses, "grad norms", norms)
+
+
+if __name__ == "__main__":
+    main()

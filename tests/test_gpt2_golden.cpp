@@ -1,0 +1,78 @@
+// GPT-2 against Hugging Face transformers: logits, loss, every gradient, and 5 AdamW steps with clipping,
+// from the committed reference (tests/data/make_gpt2_reference.py).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "cpu_optim/adamw.h"
+#include "engine/safetensors.h"
+#include "engine/weights.h"
+#include "memory/host_buffer.h"
+#include "models/cpu_runner.h"
+#include "models/gpt2.h"
+#include "test_helpers.h"
+
+namespace ferry {
+namespace {
+
+struct Golden : ::testing::Test {
+  engine::SafetensorsFile ref = engine::SafetensorsFile::open(testing::data_path("gpt2_tiny_reference.safetensors"));
+  engine::SafetensorsFile weights = engine::SafetensorsFile::open(testing::data_path("gpt2_tiny.safetensors"));
+  nlohmann::json cfg = nlohmann::json::parse(ref.metadata().at("config"));
+  models::GptConfig gpt{cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"]};
+  std::vector<int32_t> tokens = ref.read_i32("input_ids");
+  std::vector<int32_t> targets = ref.read_i32("targets");
+  int64_t B = ref.find("input_ids")->shape[0], T = ref.find("input_ids")->shape[1];
+  models::ModelSpec spec = models::build_gpt2(gpt, B, T);
+  models::ParameterStore params{spec.params};
+
+  void SetUp() override { engine::load_weights(weights, spec, params); }
+};
+
+TEST_F(Golden, LogitsAndLossMatchTransformers) {
+  models::CpuRunner runner(spec, params);
+  runner.set_batch(tokens, targets);
+  const float loss = runner.forward();
+  const auto logits = ref.read_f32("logits");
+  EXPECT_LT(testing::max_rel_error(runner.tensor("lm_head.out"), logits, 1e-2), 1e-4);
+  EXPECT_NEAR(loss, ref.read_f32("loss")[0], 1e-4 * ref.read_f32("loss")[0]);
+}
+
+TEST_F(Golden, EveryGradientMatchesTransformers) {
+  models::CpuRunner runner(spec, params);
+  runner.set_batch(tokens, targets);
+  params.zero_grads();
+  runner.forward_backward();
+  for (int i = 0; i < params.count(); ++i) {
+    const auto expected = ref.read_f32("grad." + spec.params[i].name);
+    // Relative to the tensor's largest gradient: tiny entries carry fp32 rounding noise of the big ones.
+    double scale = 0;
+    for (float g : expected) scale = std::max(scale, double(std::abs(g)));
+    EXPECT_LT(testing::max_rel_error(params.grad(i), expected, scale), 1e-3) << spec.params[i].name;
+  }
+}
+
+TEST_F(Golden, FiveAdamWStepsWithClippingMatchTorch) {
+  const nlohmann::json adamw = nlohmann::json::parse(ref.metadata().at("adamw"));
+  const float clip = std::stof(ref.metadata().at("grad_clip"));
+  const cpu_optim::AdamWHyper hyper{adamw["lr"], adamw["beta1"], adamw["beta2"], adamw["eps"], adamw["weight_decay"]};
+  const auto losses = ref.read_f32("adamw_losses");
+  const auto norms = ref.read_f32("adamw_grad_norms");
+  memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
+  models::CpuRunner runner(spec, params);
+  runner.set_batch(tokens, targets);
+  for (int step = 1; step <= static_cast<int>(norms.size()); ++step) {
+    params.zero_grads();
+    const float loss = runner.forward_backward();
+    EXPECT_NEAR(loss, losses[step - 1], 1e-4 * losses[step - 1]) << "before step " << step;
+    const double norm = std::sqrt(cpu_optim::grad_sum_squares(params.grads()));
+    EXPECT_NEAR(norm, norms[step - 1], 1e-3 * norms[step - 1]) << "grad norm at step " << step;
+    cpu_optim::adamw_step(params.values(), params.grads(), m.as<float>(), v.as<float>(), hyper, step,
+                          cpu_optim::clip_scale(norm, clip));
+  }
+  EXPECT_NEAR(runner.forward(), losses.back(), 1e-4 * losses.back()) << "after the last step";
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,24 @@
+// Shared helpers for the tests: paths to committed data and tolerance checks with useful messages.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <span>
+#include <string>
+
+namespace ferry::testing {
+
+inline std::filesystem::path data_path(const std::string& name) { return std::filesystem::path(FERRY_TEST_DATA) / name; }
+inline std::filesystem::path source_path(const std::string& name) { return std::filesystem::path(FERRY_SOURCE_DIR) / name; }
+
+// Largest |a-b| / max(|b|, floor) over two arrays; `floor` keeps near-zero references from dominating.
+inline double max_rel_error(std::span<const float> a, std::span<const float> b, double floor) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::max(std::abs(double(b[i])), floor));
+  return worst;
+}
+
+}  // namespace ferry::testing
