@@ -57,9 +57,12 @@ Field choice(const std::string& key, std::string& dst, std::vector<std::string> 
 void read_section(const YAML::Node& node, const std::string& section, const std::vector<Field>& fields) {
   if (!node) return;
   if (!node.IsMap()) throw ConfigError(section + ": expected a mapping of keys, got " + scalar_text(node));
+  std::vector<std::string> seen;
   for (const auto& kv : node) {
     const std::string key = kv.first.as<std::string>();
     const std::string where = section + "." + key;
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) throw ConfigError(where + ": given twice");
+    seen.push_back(key);
     auto it = std::find_if(fields.begin(), fields.end(), [&](const Field& f) { return f.key == key; });
     if (it == fields.end()) {
       std::string known;
@@ -112,10 +115,14 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
     std::string data_path;
     std::string device = c.device;
     const std::vector<std::string> sections{"model", "data", "optim", "train", "device"};
+    std::vector<std::string> seen;
     for (const auto& kv : root) {
       const std::string key = kv.first.as<std::string>();
       if (std::find(sections.begin(), sections.end(), key) == sections.end())
         throw ConfigError(key + ": unknown section; expected model, data, optim, train or device");
+      if (std::find(seen.begin(), seen.end(), key) != seen.end())
+        throw ConfigError(key + ": section given twice; merge them into one");
+      seen.push_back(key);
     }
     read_section(root["model"], "model",
                  {choice("kind", c.model.kind, {"gpt2"}),

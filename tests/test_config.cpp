@@ -1,0 +1,92 @@
+// Config parsing and validation: defaults, overrides, and an error that names the key, the value and what
+// is allowed for every kind of bad input. The shipped configs must all load.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "engine/config.h"
+#include "test_helpers.h"
+
+namespace ferry::engine {
+namespace {
+
+const std::filesystem::path kConfigs = testing::source_path("configs");
+
+Config parse(const std::string& yaml, std::vector<std::string> overrides = {}) {
+  return parse_config(yaml, "test.yaml", kConfigs, overrides);
+}
+
+std::string error_of(const std::string& yaml, std::vector<std::string> overrides = {}) {
+  try {
+    parse(yaml, overrides);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const std::string kMinimal = "data: {path: data/fortunes.txt}\n";
+
+TEST(Config, MinimalFileGetsDefaultsAndResolvesTheDataPath) {
+  const Config c = parse(kMinimal);
+  EXPECT_EQ(c.model.kind, "gpt2");
+  EXPECT_EQ(c.device, "auto");
+  EXPECT_EQ(c.data.path, kConfigs / "data/fortunes.txt");
+  EXPECT_FLOAT_EQ(c.optim.min_lr, c.optim.lr / 10);
+}
+
+TEST(Config, OverridesApplyBeforeValidation) {
+  const Config c = parse(kMinimal, {"train.steps=7", "optim.betas=[0.8, 0.99]", "device=cpu", "model.n_layer=3"});
+  EXPECT_EQ(c.train.steps, 7);
+  EXPECT_DOUBLE_EQ(c.optim.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c.optim.beta2, 0.99);
+  EXPECT_EQ(c.device, "cpu");
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_NE(error_of(kMinimal, {"train.steps"}).find("expected key=value"), std::string::npos);
+}
+
+TEST(Config, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
+  struct Case {
+    std::string yaml, needle;
+  };
+  const std::vector<Case> cases{
+      {kMinimal + "model: {n_layers: 2}\n", "model.n_layers: unknown key; model takes kind, n_layer"},
+      {kMinimal + "modle: {}\n", "modle: unknown section"},
+      {kMinimal + "train: {steps: ten}\n", "train.steps: 'ten' is not an integer; expected an integer >= 1"},
+      {kMinimal + "train: {steps: 0}\n", "train.steps: 0 is out of range; expected an integer >= 1"},
+      {kMinimal + "train: {batch_size: 2.5}\n", "train.batch_size: '2.5' is not an integer"},
+      {kMinimal + "optim: {lr: -1}\n", "optim.lr: -1 is out of range; expected a learning rate in [0, 10]"},
+      {kMinimal + "optim: {betas: [0.9]}\n", "optim.betas:"},
+      {kMinimal + "optim: {schedule: linear}\n", "optim.schedule: 'linear' is not allowed; expected one of cosine | constant"},
+      {kMinimal + "device: tpu\n", "device: 'tpu' is not allowed; expected one of auto | cpu | cuda"},
+      {kMinimal + "model: {n_embd: 65, n_head: 4}\n", "model.n_embd: 65 is not a multiple of model.n_head (4)"},
+      {kMinimal + "model: {vocab_size: 100}\n", "model.vocab_size: 100 is smaller than the byte tokenizer's 256"},
+      {"data: {path: data/fortunes.txt, val_fraction: 0.9}\n", "data.val_fraction: 0.9 is out of range"},
+      {kMinimal + "data: {val_fraction: 0.1}\n", "data: section given twice"},
+      {"data: {path: data/fortunes.txt, path: x}\n", "data.path: given twice"},
+      {"data: {path: nowhere.txt}\n", "data.path: '" + (kConfigs / "nowhere.txt").string() + "' does not exist"},
+      {"model: {}\n", "data.path: missing"},
+      {"model: [1, 2\n", "invalid YAML at line"},
+      {"- a\n- b\n", "the top level must be a mapping"},
+  };
+  for (const auto& c : cases) {
+    const std::string err = error_of(c.yaml);
+    EXPECT_NE(err.find(c.needle), std::string::npos) << "yaml: " << c.yaml << "\nerror: " << err;
+    EXPECT_EQ(err.rfind("test.yaml: ", 0), 0u) << err;
+  }
+}
+
+TEST(Config, EveryShippedConfigLoads) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kConfigs)) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    EXPECT_NO_THROW(load_config(entry.path()));
+    ++n;
+  }
+  EXPECT_GE(n, 2);
+  EXPECT_THROW(load_config(kConfigs / "does-not-exist.yaml"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace ferry::engine
