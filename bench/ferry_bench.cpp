@@ -10,6 +10,7 @@
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -73,14 +74,24 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
 
   cpu_optim::AdamWHyper hyper;
   std::vector<double> times;
+  // Where the time goes, summed over timed steps: "<kind>.<fwd|bwd>" per op, plus the optimizer.
+  std::map<std::string, double> breakdown;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   for (int s = 1; s <= warmup + steps; ++s) {
     const auto t0 = Clock::now();
     params.zero_grads();
-    runner.forward_backward();
+    for (const auto& op : spec.ops) {
+      const auto t_op = Clock::now();
+      runner.run_op(op);
+      if (s > warmup)
+        breakdown[fmt::format("{}.{}", models::to_string(op.kind), op.pass == models::Pass::Forward ? "fwd" : "bwd")] += since(t_op);
+    }
+    const auto t_opt = Clock::now();
     const double norm = std::sqrt(cpu_optim::grad_sum_squares(params.grads()));
     cpu_optim::adamw_step(params.values(), params.grads(), m.as<float>(), v.as<float>(), hyper, s,
                           cpu_optim::clip_scale(norm, 1.0f));
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (s > warmup) breakdown["optimizer (norm + adamw)"] += since(t_opt);
+    const double dt = since(t0);
     if (s > warmup) times.push_back(dt);
     fmt::print(stderr, "  step {}/{}: {:.1f} ms{}\n", s, warmup + steps, dt * 1e3, s <= warmup ? " (warm-up)" : "");
   }
@@ -116,6 +127,12 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
   fmt::print("  matmul: {} ({}x{} @ {}x{}): {:.1f} GFLOP/s (median of {})\n", biggest->name, a.rows, a.in, a.in, a.out,
              matmul_gflops, mm_times.size());
   fmt::print("  ratio:  {:.2f} of the matmul rate\n", ratio);
+  fmt::print("  time per step by op:\n");
+  nlohmann::json breakdown_ms;
+  for (const auto& [name, total] : breakdown) {
+    fmt::print("    {:<26} {:8.1f} ms\n", name, total / steps * 1e3);
+    breakdown_ms[name] = total / steps * 1e3;
+  }
 
   if (!json_path.empty()) {
     utsname u{};
@@ -129,6 +146,7 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
                      {"matmul_op", biggest->name},
                      {"matmul_shape", {a.rows, a.in, a.out}},
                      {"step_ms_all", times},
+                     {"ms_per_step_by_op", breakdown_ms},
                      {"config", config_path},
                      {"batch", B},
                      {"seq", T},

@@ -89,3 +89,19 @@ TEST(Trainer, CudaDeviceIsAClearErrorOnTheCpuBuild) {
 
 }  // namespace
 }  // namespace ferry::engine
+
+namespace ferry::engine {
+namespace {
+
+TEST(DefaultExperiment, ValidationLossEndsAtLeast40PercentBelowItsStart) {
+  // The README's first command: configs/gpt-tiny.yaml as shipped (about two minutes on 2 cores).
+  TrainOptions opt;
+  opt.progress = nullptr;
+  const TrainSummary s = train(load_config(testing::source_path("configs/gpt-tiny.yaml")), opt);
+  std::printf("gpt-tiny: val loss %.4f -> %.4f in %.1f s, %.0f tokens/s\n", s.val_loss_start, s.val_loss, s.wall_s,
+              s.tokens_per_s);
+  EXPECT_LE(s.val_loss, 0.6f * s.val_loss_start);
+}
+
+}  // namespace
+}  // namespace ferry::engine
