@@ -38,18 +38,19 @@ void adamw_step(std::span<float> param, std::span<const float> grad, std::span<f
   const float step_size = h.lr / bc1;
   const float bc2_sqrt = std::sqrt(bc2);
   const float decay = 1.0f - h.lr * h.weight_decay;
-  float* p = param.data();
-  const float* g = grad.data();
-  float* mm = m.data();
-  float* vv = v.data();
-  for_tiles(n, [&](size_t, size_t i0, size_t i1) {
+  float* __restrict p = param.data();
+  const float* __restrict g = grad.data();
+  float* __restrict mm = m.data();
+  float* __restrict vv = v.data();
+  const float b1 = h.beta1, b2 = h.beta2, eps = h.eps;
+  for_tiles(n, [=](size_t, size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; ++i) {
       const float gi = g[i] * grad_scale;
-      const float mi = h.beta1 * mm[i] + (1.0f - h.beta1) * gi;
-      const float vi = h.beta2 * vv[i] + (1.0f - h.beta2) * gi * gi;
+      const float mi = b1 * mm[i] + (1.0f - b1) * gi;
+      const float vi = b2 * vv[i] + (1.0f - b2) * gi * gi;
       mm[i] = mi;
       vv[i] = vi;
-      p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + h.eps);
+      p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
     }
   });
 }
@@ -58,8 +59,10 @@ double grad_sum_squares(std::span<const float> grad) {
   const size_t n = grad.size();
   std::vector<double> partial((n + kTile - 1) / kTile, 0.0);
   for_tiles(n, [&](size_t t, size_t i0, size_t i1) {
+    const float* g = grad.data();
     double s = 0;
-    for (size_t i = i0; i < i1; ++i) s += static_cast<double>(grad[i]) * grad[i];
+#pragma omp simd reduction(+ : s)
+    for (size_t i = i0; i < i1; ++i) s += static_cast<double>(g[i]) * g[i];
     partial[t] = s;
   });
   double total = 0;

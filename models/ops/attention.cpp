@@ -23,6 +23,7 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
         for (int64_t t2 = 0; t2 <= t; ++t2) {
           const float* k = base + t2 * 3 * C + C + h * hs;
           float s = 0;
+#pragma omp simd reduction(+ : s)
           for (int64_t i = 0; i < hs; ++i) s += q[i] * k[i];
           a[t2] = s * scale;
           maxv = std::max(maxv, a[t2]);
@@ -65,6 +66,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           const float* v = base + t2 * 3 * C + 2 * C + h * hs;
           float* dv = dbase + t2 * 3 * C + 2 * C + h * hs;
           float s = 0;
+#pragma omp simd reduction(+ : s)
           for (int64_t i = 0; i < hs; ++i) {
             s += d[i] * v[i];
             dv[i] += a[t2] * d[i];

@@ -14,9 +14,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * C;
       float m = 0;
+#pragma omp simd reduction(+ : m)
       for (int64_t c = 0; c < C; ++c) m += xr[c];
       m /= static_cast<float>(C);
       float var = 0;
+#pragma omp simd reduction(+ : var)
       for (int64_t c = 0; c < C; ++c) var += (xr[c] - m) * (xr[c] - m);
       var /= static_cast<float>(C);
       const float s = 1.0f / std::sqrt(var + kLayerNormEps);
@@ -37,6 +39,7 @@ void layernorm_backward(float* dx, float* dw, float* db, const float* dout, cons
       const float* d = dout + r * C;
       const float m = mean[r], s = rstd[r];
       float g_mean = 0, gx_mean = 0;
+#pragma omp simd reduction(+ : g_mean, gx_mean)
       for (int64_t c = 0; c < C; ++c) {
         const float g = d[c] * w[c];
         g_mean += g;
