@@ -1,94 +1,89 @@
 // Causal multi-head self-attention on packed qkv (GPT-2's c_attn output), forward and backward.
-// The CPU path keeps the (T,T) probabilities per head for backward; the CUDA path will use a fused kernel.
+// Per head, with q, k, v (T,hs) slices of qkv (B,T,3C) and scale = 1/sqrt(hs):
+//   forward:  S = q k^T * scale, causal mask;  P = softmax(S) (saved);  out = P v
+//   backward: dP = dout v^T;  dv += P^T dout;  dS = P * (dP - rowsum(P * dP)) * scale;
+//             dq += dS k;  dk += dS^T q
+// The products are oneDNN batched matmuls over (batch, head) reading q, k, v in place through strides;
+// the masked softmax and its backward are plain loops. The CUDA path will use a fused kernel.
 #include <cmath>
 #include <vector>
 
+#include "models/ops/matmul.h"
 #include "models/ops/ops.h"
 #include "models/ops/parallel.h"
 
 namespace ferry::models::ops {
+namespace {
+
+// Strides of the views attention takes of its tensors.
+struct Views {
+  StridedBatch head_of_qkv;    // q, k or v (T,hs) inside qkv (B,T,3C); add 0, C or 2C to the pointer
+  StridedBatch head_of_qkv_t;  // the same, transposed: (hs,T)
+  StridedBatch head_of_out;    // (T,hs) inside out (B,T,C)
+  StridedBatch probs;          // (T,T) inside probs (B,NH,T,T)
+  StridedBatch probs_t;        // the same, transposed
+};
+
+Views views(int64_t T, int64_t C, int64_t NH) {
+  const int64_t hs = C / NH;
+  return {{T * 3 * C, hs, 3 * C, 1}, {T * 3 * C, hs, 1, 3 * C}, {T * C, hs, C, 1},
+          {NH * T * T, T * T, T, 1}, {NH * T * T, T * T, 1, T}};
+}
+
+}  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH) {
   const int64_t hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  parallel_chunks(B * NH, 1, [&](int64_t bh0, int64_t bh1) {
-    for (int64_t bh = bh0; bh < bh1; ++bh) {
-      const int64_t b = bh / NH, h = bh % NH;
-      const float* base = qkv + b * T * 3 * C;
-      for (int64_t t = 0; t < T; ++t) {
-        const float* q = base + t * 3 * C + h * hs;
-        float* a = att + (bh * T + t) * T;
-        float maxv = -INFINITY;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const float* k = base + t2 * 3 * C + C + h * hs;
-          float s = 0;
-#pragma omp simd reduction(+ : s)
-          for (int64_t i = 0; i < hs; ++i) s += q[i] * k[i];
-          a[t2] = s * scale;
-          maxv = std::max(maxv, a[t2]);
-        }
-        float sum = 0;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          a[t2] = std::exp(a[t2] - maxv);
-          sum += a[t2];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t t2 = 0; t2 < T; ++t2) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
-        float* o = out + (b * T + t) * C + h * hs;
-        for (int64_t i = 0; i < hs; ++i) o[i] = 0;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const float* v = base + t2 * 3 * C + 2 * C + h * hs;
-          for (int64_t i = 0; i < hs; ++i) o[i] += a[t2] * v[i];
-        }
+  const Views v = views(T, C, NH);
+  // S = q k^T (full T x T; the mask is applied in the softmax)
+  batched_matmul(att, v.probs, qkv, v.head_of_qkv, qkv + C, v.head_of_qkv_t, B, NH, T, T, hs, false);
+  parallel_chunks(B * NH * T, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = r % T;  // query position: keys 0..t are visible
+      float* a = att + r * T;
+      float maxv = -INFINITY;
+      for (int64_t t2 = 0; t2 <= t; ++t2) maxv = std::max(maxv, a[t2] * scale);
+      float sum = 0;
+      for (int64_t t2 = 0; t2 <= t; ++t2) {
+        a[t2] = std::exp(a[t2] * scale - maxv);
+        sum += a[t2];
       }
+      const float inv = 1.0f / sum;
+      for (int64_t t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
+      for (int64_t t2 = t + 1; t2 < T; ++t2) a[t2] = 0.0f;
     }
   });
+  // out = P v
+  batched_matmul(out, v.head_of_out, att, v.probs, qkv + 2 * C, v.head_of_qkv, B, NH, T, hs, T, false);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
                         int64_t T, int64_t C, int64_t NH) {
   const int64_t hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  // One (batch, head) per task: its dq, dk, dv slices are written by that task alone.
-  parallel_chunks(B * NH, 1, [&](int64_t bh0, int64_t bh1) {
-    std::vector<float> datt(T);
-    for (int64_t bh = bh0; bh < bh1; ++bh) {
-      const int64_t b = bh / NH, h = bh % NH;
-      const float* base = qkv + b * T * 3 * C;
-      float* dbase = dqkv + b * T * 3 * C;
-      for (int64_t t = 0; t < T; ++t) {
-        const float* a = att + (bh * T + t) * T;
-        const float* d = dout + (b * T + t) * C + h * hs;
-        // out = sum_t2 a[t2] v[t2]  =>  datt[t2] = d . v[t2],  dv[t2] += a[t2] d
-        float dot_sum = 0;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const float* v = base + t2 * 3 * C + 2 * C + h * hs;
-          float* dv = dbase + t2 * 3 * C + 2 * C + h * hs;
-          float s = 0;
-#pragma omp simd reduction(+ : s)
-          for (int64_t i = 0; i < hs; ++i) {
-            s += d[i] * v[i];
-            dv[i] += a[t2] * d[i];
-          }
-          datt[t2] = s;
-          dot_sum += a[t2] * s;
-        }
-        // softmax backward: dpre[t2] = a[t2] (datt[t2] - sum_j a[j] datt[j]); pre = scale q.k
-        const float* q = base + t * 3 * C + h * hs;
-        float* dq = dbase + t * 3 * C + h * hs;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const float dpre = a[t2] * (datt[t2] - dot_sum) * scale;
-          const float* k = base + t2 * 3 * C + C + h * hs;
-          float* dk = dbase + t2 * 3 * C + C + h * hs;
-          for (int64_t i = 0; i < hs; ++i) {
-            dq[i] += dpre * k[i];
-            dk[i] += dpre * q[i];
-          }
-        }
-      }
+  const Views v = views(T, C, NH);
+  thread_local std::vector<float> scratch;
+  if (static_cast<int64_t>(scratch.size()) < B * NH * T * T) scratch.resize(B * NH * T * T);
+  float* ds = scratch.data();
+  // dP = dout v^T;  dv += P^T dout
+  batched_matmul(ds, v.probs, dout, v.head_of_out, qkv + 2 * C, v.head_of_qkv_t, B, NH, T, T, hs, false);
+  batched_matmul(dqkv + 2 * C, v.head_of_qkv, att, v.probs_t, dout, v.head_of_out, B, NH, T, hs, T, true);
+  // Softmax backward, in place: dS = P * (dP - sum_j P_j dP_j) * scale (zero where masked, as P is)
+  parallel_chunks(B * NH * T, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* p = att + r * T;
+      float* d = ds + r * T;
+      float dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t t2 = 0; t2 < T; ++t2) dot += p[t2] * d[t2];
+      for (int64_t t2 = 0; t2 < T; ++t2) d[t2] = p[t2] * (d[t2] - dot) * scale;
     }
   });
+  // dq += dS k;  dk += dS^T q
+  batched_matmul(dqkv, v.head_of_qkv, ds, v.probs, qkv + C, v.head_of_qkv, B, NH, T, hs, T, true);
+  batched_matmul(dqkv + C, v.head_of_qkv, ds, v.probs_t, qkv, v.head_of_qkv, B, NH, T, hs, T, true);
 }
 
 }  // namespace ferry::models::ops

@@ -48,6 +48,31 @@ void matmul(float* C, const float* A, const float* B, const float* bias, int64_t
   onednn::stream().wait();
 }
 
+void batched_matmul(float* C, StridedBatch c, const float* A, StridedBatch a, const float* B_, StridedBatch b,
+                    int64_t B, int64_t H, int64_t M, int64_t N, int64_t K, bool accumulate) {
+  auto key = std::tuple(B, H, M, N, K, accumulate, std::tuple(a.batch, a.head, a.row, a.col),
+                        std::tuple(b.batch, b.head, b.row, b.col), std::tuple(c.batch, c.head, c.row, c.col));
+  const auto& p = onednn::cached<Matmul>(key, [&] {
+    const auto f32 = dnnl::memory::data_type::f32;
+    Matmul m;
+    m.a = dnnl::memory::desc({B, H, M, K}, f32, {a.batch, a.head, a.row, a.col});
+    m.b = dnnl::memory::desc({B, H, K, N}, f32, {b.batch, b.head, b.row, b.col});
+    m.c = dnnl::memory::desc({B, H, M, N}, f32, {c.batch, c.head, c.row, c.col});
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    m.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(m.a, m.b, m.c), attr, onednn::engine()));
+    return m;
+  });
+  p.prim.execute(onednn::stream(), {{DNNL_ARG_SRC, onednn::wrap(p.a, A)},
+                                    {DNNL_ARG_WEIGHTS, onednn::wrap(p.b, B_)},
+                                    {DNNL_ARG_DST, onednn::wrap(p.c, C)}});
+  onednn::stream().wait();
+}
+
 void set_matmul_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }
