@@ -49,7 +49,7 @@ double median(std::vector<double> v) {
 }
 
 int run_step_bench(const std::string& config_path, int B, int T, int steps, int warmup, int threads,
-                   const std::string& json_path, const std::string& command) {
+                   const std::string& json_path, const std::string& markdown_path, const std::string& command) {
   using namespace ferry;
   const engine::Config cfg = engine::load_config(config_path);
   if (T <= 0) T = cfg.model.seq_len;
@@ -159,6 +159,19 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
     if (!out) throw std::runtime_error("--json: cannot write '" + json_path + "'");
     out << j.dump(2) << '\n';
   }
+  if (!markdown_path.empty()) {
+    std::ofstream md(markdown_path);
+    if (!md) throw std::runtime_error("--markdown: cannot write '" + markdown_path + "'");
+    md << fmt::format("# CPU training step vs oneDNN matmul\n\n"
+                      "Machine: {} ({} cores), {} threads. Date: {}.\n\nCommand: `{}`\n\n",
+                      cpu_model(), std::thread::hardware_concurrency(), threads, today(), command);
+    md << "| model | batch x seq | ms/step (median of " << steps << ") | step GFLOP/s | matmul GFLOP/s (" << biggest->name
+       << ") | ratio |\n|---|---|---|---|---|---|\n";
+    md << fmt::format("| {} ({:.1f}M) | {}x{} | {:.1f} | {:.1f} | {:.1f} | {:.2f} |\n\n", config_path,
+                      spec.param_count() / 1e6, B, T, step_s * 1e3, step_gflops, matmul_gflops, ratio);
+    md << "Time per step by op (ms):\n\n| op | ms |\n|---|---|\n";
+    for (const auto& [name, total] : breakdown) md << fmt::format("| {} | {:.1f} |\n", name, total / steps * 1e3);
+  }
   return 0;
 }
 
@@ -167,7 +180,7 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
 int main(int argc, char** argv) {
   CLI::App app{"ferry-bench: Ferry's benchmarks. Results go to stdout and, with --json, to a file.", "ferry-bench"};
   app.require_subcommand(1);
-  std::string config, json;
+  std::string config, json, markdown;
   int batch = 4, seq = 0, steps = 5, warmup = 2, threads = 0;
   auto* step = app.add_subcommand("step", "Time CPU training steps of a model shape against oneDNN's matmul rate");
   step->add_option("-c,--config", config, "Experiment file whose model shape to use")->required()->check(CLI::ExistingFile);
@@ -177,12 +190,13 @@ int main(int argc, char** argv) {
   step->add_option("--warmup", warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
   step->add_option("--threads", threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
   step->add_option("--json", json, "Also write the results as JSON to this file");
+  step->add_option("--markdown", markdown, "Also write the results as a Markdown table to this file");
   CLI11_PARSE(app, argc, argv);
 
   std::string command = "ferry-bench";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   try {
-    return run_step_bench(config, batch, seq, steps, warmup, threads, json, command);
+    return run_step_bench(config, batch, seq, steps, warmup, threads, json, markdown, command);
   } catch (const std::exception& e) {
     fmt::print(stderr, "ferry-bench: error: {}\n", e.what());
     return 1;
