@@ -2,6 +2,7 @@
 // and offsets are all checked before any tensor is touched, so a malformed file is an error, not a crash.
 #include "engine/safetensors.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <fstream>

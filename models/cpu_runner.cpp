@@ -49,6 +49,7 @@ float CpuRunner::forward_backward(float loss_weight) {
 
 std::span<const float> CpuRunner::tensor(const std::string& name) const {
   const int t = spec_.tensor_index(name);
+  if (spec_.tensors[t].dtype != DType::F32) throw std::invalid_argument("tensor '" + name + "' is not fp32");
   const auto* p = reinterpret_cast<const float*>(storage_.data() + offset_[t]);
   return {p, static_cast<size_t>(numel(spec_.tensors[t].shape))};
 }

@@ -1,4 +1,5 @@
-// Dense fp32 matmul on the CPU through oneDNN's matmul primitive, created once per shape and cached.
+// fp32 matmuls on the CPU through oneDNN's matmul primitive (plain and batched-strided), each primitive
+// created once per shape and cached.
 #pragma once
 
 #include <cstdint>
