@@ -16,6 +16,7 @@
 
 #include "cpu_optim/adamw.h"
 #include "cpu_optim/lr_schedule.h"
+#include "engine/cuda_devices.h"
 #include "engine/dataset.h"
 #include "engine/progress.h"
 #include "memory/host_buffer.h"
@@ -45,9 +46,16 @@ float evaluate(models::CpuRunner& runner, const TextDataset& data, int batches, 
 TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   Progress progress(opt.progress);
 
+  // The CUDA backend (compute, streams, the offload executor) is not built yet: every run is on the CPU.
+  const int gpus = cuda_device_count();
   if (cfg.device == "cuda")
-    throw std::runtime_error("device: cuda is not available in this build yet (the CUDA backend is a later "
-                             "milestone); use device: cpu or auto");
+    throw std::runtime_error(fmt::format("device: cuda is not available yet ({}; Ferry's CUDA backend is a later "
+                                         "milestone); use device: cpu or auto",
+                                         gpus > 0 ? fmt::format("{} CUDA device(s) visible", gpus) : "no CUDA device visible"));
+  const std::string device_note =
+      cfg.device == "cpu" ? "cpu"
+      : gpus > 0          ? fmt::format("auto -> cpu ({} CUDA device(s) found; the CUDA backend is not built yet)", gpus)
+                          : "auto -> cpu (no CUDA device)";
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : static_cast<int>(std::thread::hardware_concurrency());
   tbb::global_control tbb_threads(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
   models::ops::set_matmul_threads(threads);
@@ -65,7 +73,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   progress.message(fmt::format(
       "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "
       "{} train / {} val tokens",
-      spec.kind, gpt.n_layer, gpt.n_head, gpt.n_embd, spec.param_count() / 1e6, cfg.device == "auto" ? "auto -> cpu" : "cpu",
+      spec.kind, gpt.n_layer, gpt.n_head, gpt.n_embd, spec.param_count() / 1e6, device_note,
       threads, B, T, cfg.train.grad_accum, data.train_tokens(), data.val_tokens()));
 
   std::ofstream metrics;
