@@ -72,7 +72,8 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
   fmt::print(stderr, "step: {} ({:.1f}M params), batch {}x{}, {} threads, {} warm-up + {} timed steps\n", spec.kind,
              spec.param_count() / 1e6, B, T, threads, warmup, steps);
 
-  cpu_optim::AdamWHyper hyper;
+  const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
+  const cpu_optim::Bucket bucket{params.values(), m.as<float>(), v.as<float>(), params.grads().data(), cpu_optim::DType::F32};
   std::vector<double> times;
   // Where the time goes, summed over timed steps: "<kind>.<fwd|bwd>" per op, plus the optimizer.
   std::map<std::string, double> breakdown;
@@ -87,9 +88,7 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
         breakdown[fmt::format("{}.{}", models::to_string(op.kind), op.pass == models::Pass::Forward ? "fwd" : "bwd")] += since(t_op);
     }
     const auto t_opt = Clock::now();
-    const double norm = std::sqrt(cpu_optim::grad_sum_squares(params.grads()));
-    cpu_optim::adamw_step(params.values(), params.grads(), m.as<float>(), v.as<float>(), hyper, s,
-                          cpu_optim::clip_scale(norm, 1.0f));
+    adamw.apply({&bucket, 1}, s, 3e-4, 1.0f);
     if (s > warmup) breakdown["optimizer (norm + adamw)"] += since(t_opt);
     const double dt = since(t0);
     if (s > warmup) times.push_back(dt);

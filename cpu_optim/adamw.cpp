@@ -1,4 +1,4 @@
-// AdamW update and the gradient norm, parallel with oneTBB over fixed-size tiles.
+// CpuAdamW: per-step coefficients, the tile loop on a oneTBB arena, ISA dispatch, and the whole-model apply().
 #include "cpu_optim/adamw.h"
 
 #include <tbb/blocked_range.h>
@@ -8,66 +8,109 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <thread>
 #include <vector>
+
+#include "cpu_optim/half.h"
+#include "cpu_optim/kernels.h"
 
 namespace ferry::cpu_optim {
 namespace {
 
-constexpr size_t kTile = 1 << 14;  // 64 KiB of each stream: stays in L2 while the tile is updated
+// 16Ki elements: 64 KiB of each fp32 stream, so a tile's four streams stay in L2 while it is updated.
+constexpr size_t kTile = 1 << 14;
 
 template <class Body>
-void for_tiles(size_t n, Body&& body) {
+void for_tiles(tbb::task_arena& arena, size_t n, Body&& body) {
   const size_t tiles = (n + kTile - 1) / kTile;
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, tiles, 1), [&](const tbb::blocked_range<size_t>& r) {
-    for (size_t t = r.begin(); t != r.end(); ++t) body(t, t * kTile, std::min(n, (t + 1) * kTile));
-  }, tbb::simple_partitioner());
+  arena.execute([&] {
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, tiles, 1), [&](const tbb::blocked_range<size_t>& r) {
+      for (size_t t = r.begin(); t != r.end(); ++t) body(t, t * kTile, std::min(n, (t + 1) * kTile));
+    }, tbb::simple_partitioner());
+  });
+}
+
+void check_bucket(const Bucket& b) {
+  const size_t n = b.param.size();
+  if (b.m.size() != n || b.v.size() != n)
+    throw std::invalid_argument("adamw: param, m and v of a bucket must have the same length");
+  if (n > 0 && !b.grad) throw std::invalid_argument("adamw: bucket without gradients");
+  if (b.upload && b.upload_type == DType::F32)
+    throw std::invalid_argument("adamw: the upload copy is bf16 or fp16 (the fp32 master is the param itself)");
 }
 
 }  // namespace
 
-void adamw_step(std::span<float> param, std::span<const float> grad, std::span<float> m, std::span<float> v,
-                const AdamWHyper& h, int64_t step, float grad_scale) {
-  const size_t n = param.size();
-  if (grad.size() != n || m.size() != n || v.size() != n)
-    throw std::invalid_argument("adamw_step: param, grad, m and v must have the same length");
-  if (step < 1) throw std::invalid_argument("adamw_step: step counts from 1");
-  // torch.optim.AdamW: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-  //                    p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
-  const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta1), static_cast<double>(step)));
-  const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(h.beta2), static_cast<double>(step)));
-  const float step_size = h.lr / bc1;
-  const float bc2_sqrt = std::sqrt(bc2);
-  const float decay = 1.0f - h.lr * h.weight_decay;
-  float* __restrict p = param.data();
-  const float* __restrict g = grad.data();
-  float* __restrict mm = m.data();
-  float* __restrict vv = v.data();
-  const float b1 = h.beta1, b2 = h.beta2, eps = h.eps;
-  for_tiles(n, [=](size_t, size_t i0, size_t i1) {
-    for (size_t i = i0; i < i1; ++i) {
-      const float gi = g[i] * grad_scale;
-      const float mi = b1 * mm[i] + (1.0f - b1) * gi;
-      const float vi = b2 * vv[i] + (1.0f - b2) * gi * gi;
-      mm[i] = mi;
-      vv[i] = vi;
-      p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+CpuAdamW::CpuAdamW(const AdamWOptions& options)
+    : options_(options),
+      isa_(resolve_isa(options.isa)),
+      threads_(options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency())),
+      arena_(std::make_unique<tbb::task_arena>(threads_)) {
+  const auto& h = options.hyper;
+  if (!(h.beta1 >= 0 && h.beta1 < 1 && h.beta2 >= 0 && h.beta2 < 1 && h.eps >= 0 && h.weight_decay >= 0))
+    throw std::invalid_argument("adamw: betas must lie in [0, 1), eps and weight_decay must be >= 0");
+}
+
+CpuAdamW::~CpuAdamW() = default;
+
+GradStats CpuAdamW::grad_stats(const void* grad, DType type, size_t n) const {
+  std::vector<double> partial((n + kTile - 1) / kTile, 0.0);
+  for_tiles(*arena_, n, [&](size_t t, size_t i0, size_t i1) {
+    switch (isa_) {
+      case Isa::Avx512: partial[t] = detail::sum_squares_avx512(grad, type, i0, i1); break;
+      case Isa::Avx2: partial[t] = detail::sum_squares_avx2(grad, type, i0, i1); break;
+      case Isa::Scalar: partial[t] = detail::sum_squares_scalar(grad, type, i0, i1); break;
+    }
+  });
+  GradStats s;
+  for (double p : partial) s.sum_squares += p;  // fixed order: bitwise reproducible
+  s.finite = std::isfinite(s.sum_squares);      // an inf or nan anywhere makes the sum inf or nan
+  return s;
+}
+
+void CpuAdamW::step(const Bucket& b, int64_t step, double lr, float grad_scale) const {
+  check_bucket(b);
+  if (step < 1) throw std::invalid_argument("adamw: step counts from 1");
+  if (b.upload && b.upload_type == DType::F16 && options_.rounding == Rounding::Stochastic)
+    throw std::invalid_argument("adamw: stochastic rounding is implemented for bf16 uploads, not fp16");
+  const AdamWHyper& h = options_.hyper;
+  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
+  const uint32_t seed_key = random_bits(static_cast<uint32_t>(options_.seed >> 32), static_cast<uint32_t>(options_.seed));
+  detail::KernelArgs a{b.param.data(), b.m.data(), b.v.data(), b.grad, b.grad_type, b.upload, b.upload_type,
+                       options_.rounding,
+                       {static_cast<float>(h.beta1), static_cast<float>(1.0 - h.beta1), static_cast<float>(h.beta2),
+                        static_cast<float>(1.0 - h.beta2), static_cast<float>(1.0 - lr * h.weight_decay),
+                        static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)), static_cast<float>(h.eps),
+                        grad_scale, random_bits(seed_key, static_cast<uint32_t>(step))}};
+  for_tiles(*arena_, b.param.size(), [&](size_t, size_t i0, size_t i1) {
+    switch (isa_) {
+      case Isa::Avx512: detail::adamw_avx512(a, i0, i1); break;
+      case Isa::Avx2: detail::adamw_avx2(a, i0, i1); break;
+      case Isa::Scalar: detail::adamw_scalar(a, i0, i1); break;
     }
   });
 }
 
-double grad_sum_squares(std::span<const float> grad) {
-  const size_t n = grad.size();
-  std::vector<double> partial((n + kTile - 1) / kTile, 0.0);
-  for_tiles(n, [&](size_t t, size_t i0, size_t i1) {
-    const float* g = grad.data();
-    double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (size_t i = i0; i < i1; ++i) s += static_cast<double>(g[i]) * g[i];
-    partial[t] = s;
-  });
-  double total = 0;
-  for (double s : partial) total += s;
-  return total;
+StepReport CpuAdamW::apply(std::span<const Bucket> buckets, int64_t step_no, double lr, float max_norm,
+                           float loss_scale) const {
+  double sum = 0;
+  bool finite = true;
+  for (const Bucket& b : buckets) {
+    check_bucket(b);
+    const GradStats s = grad_stats(b.grad, b.grad_type, b.param.size());
+    sum += s.sum_squares;
+    finite = finite && s.finite;
+  }
+  StepReport r;
+  r.grad_norm = std::sqrt(sum) / loss_scale;
+  if (!finite) {
+    r.skipped = true;
+    return r;
+  }
+  const float scale = clip_scale(r.grad_norm, max_norm) / loss_scale;
+  for (const Bucket& b : buckets) step(b, step_no, lr, scale);
+  return r;
 }
 
 float clip_scale(double global_norm, float max_norm) {

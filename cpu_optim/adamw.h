@@ -1,32 +1,92 @@
-// AdamW on host memory with PyTorch's semantics (decoupled weight decay, bias correction), fp32 states.
-// This is the plain, portable version; the cpu_optim issue replaces its inner loop with fused
-// AVX-512/AVX2 kernels behind the same interface.
+// CpuAdamW: AdamW on host memory at the speed of memory, with PyTorch's semantics (decoupled weight
+// decay, bias correction). One fused pass per element over a bucket: unscale the gradient (fp32, bf16 or
+// fp16), update m, v and the fp32 master weight, and optionally write the new weight as bf16/fp16 into an
+// upload buffer. A second, read-only pass gives the gradients' sum of squares and whether any is inf/nan.
+// AVX-512 / AVX2 / scalar kernels chosen at run time (isa.h), parallel with oneTBB over cache-sized tiles.
 #pragma once
+
+#include <tbb/task_arena.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
+
+#include "cpu_optim/isa.h"
 
 namespace ferry::cpu_optim {
 
+enum class DType { F32, BF16, F16 };
+enum class Rounding { NearestEven, Stochastic };  // of the half-precision copy-out
+
+// Kept in double, as PyTorch keeps its Python-float hyper-parameters: the per-step coefficients are
+// computed in double and rounded to fp32 once.
 struct AdamWHyper {
-  float lr = 3e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;
+  double lr = 3e-4;  // peak; each step passes its own lr
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
 };
 
-// One step over n elements. `step` counts from 1 (bias correction). Each gradient is multiplied by
-// grad_scale first (global-norm clipping, 1/loss_scale); m and v are the first and second moments.
-void adamw_step(std::span<float> param, std::span<const float> grad, std::span<float> m, std::span<float> v,
-                const AdamWHyper& hyper, int64_t step, float grad_scale = 1.0f);
+struct AdamWOptions {
+  AdamWHyper hyper;
+  std::string isa = "auto";   // auto | scalar | avx2 | avx512 (FERRY_CPU_ISA overrides)
+  int threads = 0;            // 0: all cores
+  Rounding rounding = Rounding::NearestEven;
+  uint64_t seed = 0;          // of stochastic rounding
+};
 
-// Sum of squares of the gradients, in double, with a fixed reduction order (bitwise reproducible).
-double grad_sum_squares(std::span<const float> grad);
+// One bucket: fp32 master weights and moments, its gradients, and an optional upload copy.
+struct Bucket {
+  std::span<float> param, m, v;
+  const void* grad = nullptr;
+  DType grad_type = DType::F32;
+  void* upload = nullptr;           // null: no copy-out
+  DType upload_type = DType::BF16;  // BF16 or F16
+};
 
-// The scale that clips the global norm to max_norm (torch.nn.utils.clip_grad_norm_): 1 when
-// max_norm <= 0 or the norm is already below it.
+struct GradStats {
+  double sum_squares = 0;  // of the gradients as stored (before any scaling)
+  bool finite = true;      // false when any gradient is inf or nan
+};
+
+struct StepReport {
+  double grad_norm = 0;  // global L2 norm of the unscaled gradients (grads / loss_scale)
+  bool skipped = false;  // an inf/nan gradient: nothing was changed
+};
+
+class CpuAdamW {
+ public:
+  explicit CpuAdamW(const AdamWOptions& options);
+  ~CpuAdamW();
+
+  Isa isa() const { return isa_; }
+  int threads() const { return threads_; }
+  const AdamWHyper& hyper() const { return options_.hyper; }
+
+  // Fused read-only pass over n gradients.
+  GradStats grad_stats(const void* grad, DType type, size_t n) const;
+
+  // One AdamW step on one bucket: step counts from 1, lr is this step's learning rate, and every gradient
+  // is multiplied by grad_scale first (clip coefficient / loss scale).
+  void step(const Bucket& bucket, int64_t step, double lr, float grad_scale) const;
+
+  // The whole optimizer step over every bucket of a model: the stats pass, a skip (nothing changes) when
+  // any gradient is inf/nan, otherwise global-norm clipping to max_norm (<= 0: off) and the update.
+  StepReport apply(std::span<const Bucket> buckets, int64_t step, double lr, float max_norm,
+                   float loss_scale = 1.0f) const;
+
+ private:
+  AdamWOptions options_;
+  Isa isa_;
+  int threads_;
+  std::unique_ptr<tbb::task_arena> arena_;
+};
+
+// The scale that clips a global norm to max_norm, as torch.nn.utils.clip_grad_norm_ (max_norm / (norm +
+// 1e-6), at most 1); 1 when max_norm <= 0.
 float clip_scale(double global_norm, float max_norm);
 
 }  // namespace ferry::cpu_optim

@@ -153,7 +153,9 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                   number("grad_clip", c.optim.grad_clip, 0.0, 1e9, "a max global norm >= 0 (0 disables)"),
                   number("warmup_steps", c.optim.warmup_steps, 0, imax, "an integer >= 0"),
                   choice("schedule", c.optim.schedule, {"cosine", "constant"}),
-                  number("min_lr", c.optim.min_lr, 0.0, 10.0, "a learning rate in [0, 10]")});
+                  number("min_lr", c.optim.min_lr, 0.0, 10.0, "a learning rate in [0, 10]"),
+                  number("cpu_threads", c.optim.cpu_threads, 0, 4096, "an integer >= 0 (0: all cores)"),
+                  choice("isa", c.optim.isa, {"auto", "scalar", "avx2", "avx512"})});
     read_section(root["train"], "train",
                  {number("batch_size", c.train.batch_size, 1, 1 << 20, "an integer >= 1"),
                   number("grad_accum", c.train.grad_accum, 1, 1 << 20, "an integer >= 1"),

@@ -32,6 +32,8 @@ struct OptimConfig {
   int warmup_steps = 0;
   std::string schedule = "cosine";  // cosine | constant
   double min_lr = -1;               // cosine floor; unset (-1) means lr / 10
+  int cpu_threads = 0;              // threads of the CPU AdamW; 0: all cores
+  std::string isa = "auto";         // CPU AdamW kernels: auto | scalar | avx2 | avx512
 };
 
 struct TrainConfig {

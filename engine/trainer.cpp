@@ -67,14 +67,21 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   models::ParameterStore params(spec.params);
   models::init_gpt2(spec, gpt, params, cfg.train.seed);
   memory::HostBuffer adam_m(params.values().size_bytes()), adam_v(params.values().size_bytes());
+  const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay},
+                                   cfg.optim.isa, cfg.optim.cpu_threads, cpu_optim::Rounding::NearestEven,
+                                                           cfg.train.seed});
+  // The CPU path keeps fp32 weights and grads in one flat store: one bucket, no upload copy.
+  const cpu_optim::Bucket bucket{params.values(), adam_m.as<float>(), adam_v.as<float>(), params.grads().data(),
+                                 cpu_optim::DType::F32};
   models::CpuRunner runner(spec, params);
   const TextDataset data(cfg.data.path, cfg.data.val_fraction, T);
 
   progress.message(fmt::format(
       "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "
-      "{} train / {} val tokens",
+      "{} train / {} val tokens, AdamW on the CPU: {} x{}",
       spec.kind, gpt.n_layer, gpt.n_head, gpt.n_embd, spec.param_count() / 1e6, device_note,
-      threads, B, T, cfg.train.grad_accum, data.train_tokens(), data.val_tokens()));
+      threads, B, T, cfg.train.grad_accum, data.train_tokens(), data.val_tokens(), cpu_optim::to_string(adamw.isa()),
+      adamw.threads()));
 
   std::ofstream metrics;
   if (!opt.metrics.empty()) {
@@ -85,9 +92,6 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   const cpu_optim::LrSchedule schedule{
       cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,
       static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps};
-  cpu_optim::AdamWHyper hyper{static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.beta1),
-                              static_cast<float>(cfg.optim.beta2), static_cast<float>(cfg.optim.eps),
-                              static_cast<float>(cfg.optim.weight_decay)};
 
   TrainSummary sum;
   const bool has_val = data.val_tokens() > 0;
@@ -98,6 +102,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   if (has_val) progress.message(fmt::format("step 0: val_loss {:.4f}", sum.val_loss_start));
 
   double train_s = 0;
+  int64_t optimizer_steps = 0;  // updates applied: Adam's bias correction counts these
   const int64_t tokens_per_step = B * T * cfg.train.grad_accum;
   for (int step = 1; step <= cfg.train.steps; ++step) {
     const auto t0 = Clock::now();
@@ -109,10 +114,15 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
       loss += runner.forward_backward(1.0f / static_cast<float>(cfg.train.grad_accum));
     }
     loss /= cfg.train.grad_accum;
-    const double norm = std::sqrt(cpu_optim::grad_sum_squares(params.grads()));
-    hyper.lr = schedule.at(step - 1);
-    cpu_optim::adamw_step(params.values(), params.grads(), adam_m.as<float>(), adam_v.as<float>(), hyper, step,
-                          cpu_optim::clip_scale(norm, static_cast<float>(cfg.optim.grad_clip)));
+    const float lr = schedule.at(step - 1);
+    const cpu_optim::StepReport report = adamw.apply({&bucket, 1}, ++optimizer_steps, lr,
+                                                     static_cast<float>(cfg.optim.grad_clip));
+    if (report.skipped) {
+      --optimizer_steps;
+      ++sum.skipped_steps;
+      progress.message(fmt::format("step {}: an inf/nan gradient; the update was skipped", step));
+    }
+    const double norm = report.grad_norm;
     const double step_s = seconds_since(t0);
     train_s += step_s;
     sum.losses.push_back(static_cast<float>(loss));
@@ -130,7 +140,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
       progress.update(step, cfg.train.steps, static_cast<float>(loss), tokens_per_step / step_s, elapsed);
     if (val) progress.message(fmt::format("step {}: val_loss {:.4f}", step, *val));
     if (metrics.is_open()) {
-      nlohmann::json j{{"step", step}, {"loss", loss}, {"lr", hyper.lr}, {"grad_norm", norm},
+      nlohmann::json j{{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
                        {"tokens_per_s", tokens_per_step / step_s}, {"elapsed_s", elapsed}};
       if (val) j["val_loss"] = *val;
       metrics << j.dump() << '\n' << std::flush;

@@ -23,6 +23,7 @@ struct TrainSummary {
   double tokens_per_s = 0;    // training tokens over training time (evaluation excluded)
   double wall_s = 0;
   std::vector<float> losses;  // per step
+  int skipped_steps = 0;      // updates skipped for an inf/nan gradient
 };
 
 TrainSummary train(const Config& config, const TrainOptions& options);

@@ -6,7 +6,9 @@ A tiny GPT2LMHeadModel from Hugging Face transformers (PyTorch, CPU, fp32) with 
   gpt2_tiny_reference.safetensors  a batch (input_ids, targets), the logits, the loss, every parameter's
                                    gradient (grad.<name>), and the loss before each of 5 torch.optim.AdamW
                                    steps with weight decay and global-norm clipping, plus the loss after them.
-Hyper-parameters are stored in the reference file's __metadata__.
+  adamw_reference.safetensors      torch.optim.AdamW alone on fixed random tensors: the initial weights, the
+                                   gradients of 5 steps, and the weights, exp_avg and exp_avg_sq after each.
+Hyper-parameters are stored in each file's __metadata__.
 
     pip install torch transformers safetensors && python3 tests/data/make_gpt2_reference.py
 """
@@ -84,5 +86,29 @@ def main():
     print("loss", float(ref["loss"]), "adamw losses", losses, "grad norms", norms)
 
 
+def adamw_reference():
+    """torch.optim.AdamW on one fixed random tensor (an odd size), with weight decay, 5 steps."""
+    gen = torch.Generator().manual_seed(SEED + 2)
+    n, steps = 1037, 5
+    hyper = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)
+    p = torch.nn.Parameter(torch.randn(n, generator=gen))
+    grads = torch.randn(steps, n, generator=gen) * 0.1
+    opt = torch.optim.AdamW([p], lr=hyper["lr"], betas=(hyper["beta1"], hyper["beta2"]), eps=hyper["eps"],
+                            weight_decay=hyper["weight_decay"], foreach=False)
+    out = {"param0": p.detach().clone(), "grads": grads.clone()}
+    params, ms, vs = [], [], []
+    for k in range(steps):
+        p.grad = grads[k].clone()
+        opt.step()
+        state = opt.state[p]
+        params.append(p.detach().clone())
+        ms.append(state["exp_avg"].clone())
+        vs.append(state["exp_avg_sq"].clone())
+    out.update(param=torch.stack(params), exp_avg=torch.stack(ms), exp_avg_sq=torch.stack(vs))
+    save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(HERE, "adamw_reference.safetensors"),
+              metadata={"adamw": json.dumps(hyper), "torch": torch.__version__})
+
+
 if __name__ == "__main__":
     main()
+    adamw_reference()

@@ -1,0 +1,102 @@
+// The AVX2 + FMA + F16C path (compiled with those flags for this file only; chosen at run time):
+// 8 elements per iteration, the tail through the scalar code. Same arithmetic as the scalar path,
+// operation for operation (the same explicit FMAs), so the results are bitwise the same.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "cpu_optim/kernels.h"
+
+namespace ferry::cpu_optim::detail {
+namespace {
+
+__m256 load_grad8(const void* grad, DType type, size_t i) {
+  switch (type) {
+    case DType::F32: return _mm256_loadu_ps(static_cast<const float*>(grad) + i);
+    case DType::BF16: {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(grad) + i));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    case DType::F16:
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(grad) + i)));
+  }
+  return _mm256_setzero_ps();
+}
+
+__m256i random8(uint32_t key, size_t i) {
+  __m256i x = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(i))),
+                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  x = _mm256_xor_si256(x, _mm256_set1_epi32(static_cast<int>(key)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(0x846ca68bu)));
+  return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+}
+
+__m128i to_bf16(__m256 p, const KernelArgs& a, size_t i) {
+  const __m256i bits = _mm256_castps_si256(p);
+  const __m256i hi = _mm256_srli_epi32(bits, 16);
+  __m256i add;
+  if (a.rounding == Rounding::Stochastic) {
+    const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+    const __m256i inf = _mm256_cmpeq_epi32(abs, _mm256_set1_epi32(0x7f800000));
+    add = _mm256_andnot_si256(inf, _mm256_and_si256(random8(a.c.random_key, i), _mm256_set1_epi32(0xffff)));
+  } else {
+    add = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1)));
+  }
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, add), 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+  // 8 x u32 (each <= 0xffff) -> 8 x u16: pack within 128-bit lanes, then gather the two halves.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0b1000);
+  return _mm256_castsi256_si128(packed);
+}
+
+}  // namespace
+
+void adamw_avx2(const KernelArgs& a, size_t begin, size_t end) {
+  const __m256 beta1 = _mm256_set1_ps(a.c.beta1), omb1 = _mm256_set1_ps(a.c.one_minus_beta1);
+  const __m256 beta2 = _mm256_set1_ps(a.c.beta2), omb2 = _mm256_set1_ps(a.c.one_minus_beta2);
+  const __m256 decay = _mm256_set1_ps(a.c.decay), step_size = _mm256_set1_ps(a.c.step_size);
+  const __m256 bc2_sqrt = _mm256_set1_ps(a.c.bc2_sqrt), eps = _mm256_set1_ps(a.c.eps);
+  const __m256 scale = _mm256_set1_ps(a.c.grad_scale);
+  auto* upload = static_cast<uint16_t*>(a.upload);
+  size_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const __m256 g = _mm256_mul_ps(load_grad8(a.grad, a.grad_type, i), scale);
+    __m256 m = _mm256_loadu_ps(a.m + i);
+    __m256 v = _mm256_loadu_ps(a.v + i);
+    __m256 p = _mm256_loadu_ps(a.param + i);
+    m = _mm256_fmadd_ps(beta1, m, _mm256_mul_ps(omb1, g));
+    v = _mm256_fmadd_ps(beta2, v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), bc2_sqrt), eps);
+    p = _mm256_fnmadd_ps(step_size, _mm256_div_ps(m, denom), _mm256_mul_ps(p, decay));
+    _mm256_storeu_ps(a.m + i, m);
+    _mm256_storeu_ps(a.v + i, v);
+    _mm256_storeu_ps(a.param + i, p);
+    if (!upload) continue;
+    const __m128i h = a.upload_type == DType::F16 ? _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                                                  : to_bf16(p, a, i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(upload + i), h);
+  }
+  adamw_scalar(a, i, end);
+}
+
+double sum_squares_avx2(const void* grad, DType type, size_t begin, size_t end) {
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  size_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const __m256 g = load_grad8(grad, type, i);
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(g));
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(g, 1));
+    acc0 = _mm256_fmadd_pd(lo, lo, acc0);
+    acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+  }
+  const __m256d acc = _mm256_add_pd(acc0, acc1);
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, acc);
+  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + sum_squares_scalar(grad, type, i, end);
+}
+
+}  // namespace ferry::cpu_optim::detail

@@ -1,0 +1,120 @@
+// The AVX-512 path (compiled with AVX-512 flags for this file only; chosen at run time): 16 elements per
+// iteration, masked loads and stores for the tail and for unaligned or odd sizes. The arithmetic is the
+// scalar path's, operation for operation (the same explicit FMAs, nothing contracted), so every path gives bitwise the
+// same result.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "cpu_optim/isa.h"
+#include "cpu_optim/kernels.h"
+
+namespace ferry::cpu_optim::detail {
+namespace {
+
+__m512 load_grad16(const void* grad, DType type, size_t i, __mmask16 k) {
+  switch (type) {
+    case DType::F32: return _mm512_maskz_loadu_ps(k, static_cast<const float*>(grad) + i);
+    case DType::BF16: {
+      const __m256i h = _mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(grad) + i);
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    case DType::F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(grad) + i));
+  }
+  return _mm512_setzero_ps();
+}
+
+// lowbias32 of (index ^ key) for the 16 lanes i .. i+15 (see random_bits in half.h).
+__m512i random16(uint32_t key, size_t i) {
+  __m512i x = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(i))),
+                               _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  x = _mm512_xor_si512(x, _mm512_set1_epi32(static_cast<int>(key)));
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(0x7feb352d));
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x846ca68bu)));
+  return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+}
+
+// bf16 by integer rounding (nearest-even or stochastic), NaN kept quiet: the rules of half.h.
+__m256i to_bf16(__m512 p, const KernelArgs& a, size_t i) {
+  const __m512i bits = _mm512_castps_si512(p);
+  const __m512i hi = _mm512_srli_epi32(bits, 16);
+  __m512i add;
+  if (a.rounding == Rounding::Stochastic) {
+    const __m512i abs = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 inf = _mm512_cmpeq_epi32_mask(abs, _mm512_set1_epi32(0x7f800000));
+    add = _mm512_maskz_and_epi32(static_cast<__mmask16>(~inf), random16(a.c.random_key, i), _mm512_set1_epi32(0xffff));
+  } else {
+    add = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+  }
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, add), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q);
+  r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+// The same with the AVX512-BF16 instruction (round to nearest even). It treats fp32 subnormal inputs
+// (|x| < 2^-126) as zero, the one difference from to_bf16.
+__attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl"))) __m256i to_bf16_native(__m512 p) {
+  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p));
+}
+
+template <bool kNativeBf16>
+void adamw_avx512_impl(const KernelArgs& a, size_t begin, size_t end) {
+  const __m512 beta1 = _mm512_set1_ps(a.c.beta1), omb1 = _mm512_set1_ps(a.c.one_minus_beta1);
+  const __m512 beta2 = _mm512_set1_ps(a.c.beta2), omb2 = _mm512_set1_ps(a.c.one_minus_beta2);
+  const __m512 decay = _mm512_set1_ps(a.c.decay), step_size = _mm512_set1_ps(a.c.step_size);
+  const __m512 bc2_sqrt = _mm512_set1_ps(a.c.bc2_sqrt), eps = _mm512_set1_ps(a.c.eps);
+  const __m512 scale = _mm512_set1_ps(a.c.grad_scale);
+  auto* upload = static_cast<uint16_t*>(a.upload);
+  for (size_t i = begin; i < end; i += 16) {
+    const __mmask16 k = end - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (end - i)) - 1);
+    const __m512 g = _mm512_mul_ps(load_grad16(a.grad, a.grad_type, i, k), scale);
+    __m512 m = _mm512_maskz_loadu_ps(k, a.m + i);
+    __m512 v = _mm512_maskz_loadu_ps(k, a.v + i);
+    __m512 p = _mm512_maskz_loadu_ps(k, a.param + i);
+    m = _mm512_fmadd_ps(beta1, m, _mm512_mul_ps(omb1, g));
+    v = _mm512_fmadd_ps(beta2, v, _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), bc2_sqrt), eps);
+    p = _mm512_fnmadd_ps(step_size, _mm512_div_ps(m, denom), _mm512_mul_ps(p, decay));
+    _mm512_mask_storeu_ps(a.m + i, k, m);
+    _mm512_mask_storeu_ps(a.v + i, k, v);
+    _mm512_mask_storeu_ps(a.param + i, k, p);
+    if (!upload) continue;
+    __m256i h;
+    if (a.upload_type == DType::F16)
+      h = _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    else if (kNativeBf16)
+      h = to_bf16_native(p);
+    else
+      h = to_bf16(p, a, i);
+    _mm256_mask_storeu_epi16(upload + i, k, h);
+  }
+}
+
+}  // namespace
+
+void adamw_avx512(const KernelArgs& a, size_t begin, size_t end) {
+  // The native bf16 conversion only rounds to nearest; stochastic rounding takes the integer route.
+  static const bool native_bf16 = cpu_has_avx512_bf16();
+  if (native_bf16 && a.rounding == Rounding::NearestEven)
+    adamw_avx512_impl<true>(a, begin, end);
+  else
+    adamw_avx512_impl<false>(a, begin, end);
+}
+
+double sum_squares_avx512(const void* grad, DType type, size_t begin, size_t end) {
+  __m512d acc0 = _mm512_setzero_pd(), acc1 = _mm512_setzero_pd();
+  for (size_t i = begin; i < end; i += 16) {
+    const __mmask16 k = end - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (end - i)) - 1);
+    const __m512 g = load_grad16(grad, type, i, k);
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(g));
+    const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(g), 1)));
+    acc0 = _mm512_fmadd_pd(lo, lo, acc0);
+    acc1 = _mm512_fmadd_pd(hi, hi, acc1);
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(acc0, acc1));
+}
+
+}  // namespace ferry::cpu_optim::detail

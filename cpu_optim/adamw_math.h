@@ -1,0 +1,35 @@
+// The AdamW update of one element, as torch.optim.AdamW computes it (decoupled weight decay, bias
+// correction), with the per-step coefficients. Internal to cpu_optim: every ISA path follows this.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace ferry::cpu_optim::detail {
+
+struct AdamWCoefficients {
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float decay;         // 1 - lr * weight_decay
+  float step_size;     // lr / (1 - beta1^t)
+  float bc2_sqrt;      // sqrt(1 - beta2^t)
+  float eps;
+  float grad_scale;    // clip coefficient / loss scale
+  uint32_t random_key; // stochastic rounding: hash of (seed, step)
+};
+
+//   g <- g * grad_scale
+//   m <- beta1 m + (1 - beta1) g
+//   v <- beta2 v + (1 - beta2) g^2
+//   p <- p (1 - lr wd) - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// Each sum is one fused multiply-add, so m, v and p stay within 2 ulp of exact arithmetic on the same fp32
+// inputs. The vector paths do the same operations in the same order: all paths agree bitwise.
+inline void adamw_element(float& p, float& m, float& v, float g, const AdamWCoefficients& c) {
+  g *= c.grad_scale;
+  m = std::fma(c.beta1, m, c.one_minus_beta1 * g);
+  v = std::fma(c.beta2, v, (c.one_minus_beta2 * g) * g);
+  const float denom = std::sqrt(v) / c.bc2_sqrt + c.eps;
+  p = std::fma(-c.step_size, m / denom, p * c.decay);
+}
+
+}  // namespace ferry::cpu_optim::detail

@@ -1,0 +1,46 @@
+// The portable path: one element at a time, by the rules of adamw_math.h and half.h. Also the tail of
+// the AVX2 path, and the reference the wide paths are tested against.
+#include <cstring>
+
+#include "cpu_optim/half.h"
+#include "cpu_optim/kernels.h"
+
+namespace ferry::cpu_optim::detail {
+
+float load_grad(const void* grad, DType type, size_t i) {
+  switch (type) {
+    case DType::F32: return static_cast<const float*>(grad)[i];
+    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(grad)[i]);
+    case DType::F16: return half_to_float(static_cast<const uint16_t*>(grad)[i]);
+  }
+  return 0;
+}
+
+void store_upload(const KernelArgs& a, size_t i, float p) {
+  auto* out = static_cast<uint16_t*>(a.upload);
+  if (a.upload_type == DType::F16) {
+    out[i] = float_to_half(p);
+  } else if (a.rounding == Rounding::Stochastic) {
+    out[i] = float_to_bf16_stochastic(p, random_bits(a.c.random_key, static_cast<uint32_t>(i)));
+  } else {
+    out[i] = float_to_bf16(p);
+  }
+}
+
+void adamw_scalar(const KernelArgs& a, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) {
+    adamw_element(a.param[i], a.m[i], a.v[i], load_grad(a.grad, a.grad_type, i), a.c);
+    if (a.upload) store_upload(a, i, a.param[i]);
+  }
+}
+
+double sum_squares_scalar(const void* grad, DType type, size_t begin, size_t end) {
+  double s = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const double g = load_grad(grad, type, i);
+    s += g * g;
+  }
+  return s;
+}
+
+}  // namespace ferry::cpu_optim::detail
