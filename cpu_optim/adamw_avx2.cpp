@@ -78,8 +78,12 @@ void adamw_avx2(const KernelArgs& a, size_t begin, size_t end) {
     if (!upload) continue;
     const __m128i h = a.upload_type == DType::F16 ? _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
                                                   : to_bf16(p, a, i);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(upload + i), h);
+    if ((reinterpret_cast<uintptr_t>(upload + i) & 15) == 0)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(upload + i), h);  // only the DMA engine reads it again
+    else
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(upload + i), h);
   }
+  if (upload) _mm_sfence();
   adamw_scalar(a, i, end);
 }
 

@@ -60,37 +60,62 @@ __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl"))) __m256i to_bf16_
   return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p));
 }
 
-template <bool kNativeBf16>
-void adamw_avx512_impl(const KernelArgs& a, size_t begin, size_t end) {
-  const __m512 beta1 = _mm512_set1_ps(a.c.beta1), omb1 = _mm512_set1_ps(a.c.one_minus_beta1);
-  const __m512 beta2 = _mm512_set1_ps(a.c.beta2), omb2 = _mm512_set1_ps(a.c.one_minus_beta2);
-  const __m512 decay = _mm512_set1_ps(a.c.decay), step_size = _mm512_set1_ps(a.c.step_size);
-  const __m512 bc2_sqrt = _mm512_set1_ps(a.c.bc2_sqrt), eps = _mm512_set1_ps(a.c.eps);
-  const __m512 scale = _mm512_set1_ps(a.c.grad_scale);
-  auto* upload = static_cast<uint16_t*>(a.upload);
-  for (size_t i = begin; i < end; i += 16) {
-    const __mmask16 k = end - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (end - i)) - 1);
-    const __m512 g = _mm512_mul_ps(load_grad16(a.grad, a.grad_type, i, k), scale);
-    __m512 m = _mm512_maskz_loadu_ps(k, a.m + i);
-    __m512 v = _mm512_maskz_loadu_ps(k, a.v + i);
-    __m512 p = _mm512_maskz_loadu_ps(k, a.param + i);
-    m = _mm512_fmadd_ps(beta1, m, _mm512_mul_ps(omb1, g));
-    v = _mm512_fmadd_ps(beta2, v, _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), bc2_sqrt), eps);
-    p = _mm512_fnmadd_ps(step_size, _mm512_div_ps(m, denom), _mm512_mul_ps(p, decay));
+// The step's coefficients, broadcast once per call (loading them inside the loop would repeat the loads
+// after every store, as a float store may alias them).
+struct Coefficients16 {
+  __m512 beta1, omb1, beta2, omb2, decay, step_size, bc2_sqrt, eps, scale;
+  explicit Coefficients16(const AdamWCoefficients& c)
+      : beta1(_mm512_set1_ps(c.beta1)), omb1(_mm512_set1_ps(c.one_minus_beta1)), beta2(_mm512_set1_ps(c.beta2)),
+        omb2(_mm512_set1_ps(c.one_minus_beta2)), decay(_mm512_set1_ps(c.decay)), step_size(_mm512_set1_ps(c.step_size)),
+        bc2_sqrt(_mm512_set1_ps(c.bc2_sqrt)), eps(_mm512_set1_ps(c.eps)), scale(_mm512_set1_ps(c.grad_scale)) {}
+};
+
+// One vector of 16 elements (fewer under the tail mask k).
+template <bool kNativeBf16, bool kMasked>
+inline void adamw16(const KernelArgs& a, const Coefficients16& c, size_t i, __mmask16 k) {
+  const __m512 g = _mm512_mul_ps(load_grad16(a.grad, a.grad_type, i, k), c.scale);
+  __m512 m = kMasked ? _mm512_maskz_loadu_ps(k, a.m + i) : _mm512_loadu_ps(a.m + i);
+  __m512 v = kMasked ? _mm512_maskz_loadu_ps(k, a.v + i) : _mm512_loadu_ps(a.v + i);
+  __m512 p = kMasked ? _mm512_maskz_loadu_ps(k, a.param + i) : _mm512_loadu_ps(a.param + i);
+  m = _mm512_fmadd_ps(c.beta1, m, _mm512_mul_ps(c.omb1, g));
+  v = _mm512_fmadd_ps(c.beta2, v, _mm512_mul_ps(_mm512_mul_ps(c.omb2, g), g));
+  const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), c.bc2_sqrt), c.eps);
+  p = _mm512_fnmadd_ps(c.step_size, _mm512_div_ps(m, denom), _mm512_mul_ps(p, c.decay));
+  if (kMasked) {
     _mm512_mask_storeu_ps(a.m + i, k, m);
     _mm512_mask_storeu_ps(a.v + i, k, v);
     _mm512_mask_storeu_ps(a.param + i, k, p);
-    if (!upload) continue;
-    __m256i h;
-    if (a.upload_type == DType::F16)
-      h = _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    else if (kNativeBf16)
-      h = to_bf16_native(p);
-    else
-      h = to_bf16(p, a, i);
-    _mm256_mask_storeu_epi16(upload + i, k, h);
+  } else {
+    _mm512_storeu_ps(a.m + i, m);
+    _mm512_storeu_ps(a.v + i, v);
+    _mm512_storeu_ps(a.param + i, p);
   }
+  if (!a.upload) return;
+  __m256i h;
+  if (a.upload_type == DType::F16)
+    h = _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  else if (kNativeBf16)
+    h = to_bf16_native(p);
+  else
+    h = to_bf16(p, a, i);
+  auto* upload = static_cast<uint16_t*>(a.upload) + i;
+  if (kMasked)
+    _mm256_mask_storeu_epi16(upload, k, h);
+  else if ((reinterpret_cast<uintptr_t>(upload) & 31) == 0)
+    // The upload copy is only read again by the DMA engine: stream it past the caches, which also saves
+    // reading each line before writing it.
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(upload), h);
+  else
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(upload), h);
+}
+
+template <bool kNativeBf16>
+void adamw_avx512_impl(const KernelArgs& a, size_t begin, size_t end) {
+  const Coefficients16 c(a.c);
+  size_t i = begin;
+  for (; i + 16 <= end; i += 16) adamw16<kNativeBf16, false>(a, c, i, 0xffff);
+  if (i < end) adamw16<kNativeBf16, true>(a, c, i, static_cast<__mmask16>((1u << (end - i)) - 1));
+  if (a.upload) _mm_sfence();  // streaming stores are visible to other threads once the tile returns
 }
 
 }  // namespace

@@ -1,0 +1,49 @@
+// Helpers shared by Ferry's benchmarks: timing, medians, and the machine/date/command stamp of results.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ferry::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+inline std::string today() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
+  return buf;
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+inline double best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
+inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// `ferry-bench step`: CPU training steps of a model shape against oneDNN's matmul rate.
+int run_step_bench(const std::string& config_path, int B, int T, int steps, int warmup, int threads,
+                   const std::string& json_path, const std::string& markdown_path, const std::string& command);
+
+// `ferry-bench adam`: CPU AdamW in each mode against the memory bandwidth of the same access pattern.
+int run_adam_bench(int64_t params, int threads, int reps, const std::string& json_path,
+                   const std::string& markdown_path, const std::string& command);
+
+}  // namespace ferry::bench
