@@ -81,7 +81,7 @@ void CpuAdamW::step(const Bucket& b, int64_t step, double lr, float grad_scale) 
                        options_.rounding,
                        {static_cast<float>(h.beta1), static_cast<float>(1.0 - h.beta1), static_cast<float>(h.beta2),
                         static_cast<float>(1.0 - h.beta2), static_cast<float>(1.0 - lr * h.weight_decay),
-                        static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)), static_cast<float>(h.eps),
+                        static_cast<float>(lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)), static_cast<float>(h.eps),
                         grad_scale, random_bits(seed_key, static_cast<uint32_t>(step))}};
   for_tiles(*arena_, b.param.size(), [&](size_t, size_t i0, size_t i1) {
     switch (isa_) {

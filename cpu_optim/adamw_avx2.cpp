@@ -59,7 +59,7 @@ void adamw_avx2(const KernelArgs& a, size_t begin, size_t end) {
   const __m256 beta1 = _mm256_set1_ps(a.c.beta1), omb1 = _mm256_set1_ps(a.c.one_minus_beta1);
   const __m256 beta2 = _mm256_set1_ps(a.c.beta2), omb2 = _mm256_set1_ps(a.c.one_minus_beta2);
   const __m256 decay = _mm256_set1_ps(a.c.decay), step_size = _mm256_set1_ps(a.c.step_size);
-  const __m256 bc2_sqrt = _mm256_set1_ps(a.c.bc2_sqrt), eps = _mm256_set1_ps(a.c.eps);
+  const __m256 inv_bc2_sqrt = _mm256_set1_ps(a.c.inv_bc2_sqrt), eps = _mm256_set1_ps(a.c.eps);
   const __m256 scale = _mm256_set1_ps(a.c.grad_scale);
   auto* upload = static_cast<uint16_t*>(a.upload);
   size_t i = begin;
@@ -70,7 +70,7 @@ void adamw_avx2(const KernelArgs& a, size_t begin, size_t end) {
     __m256 p = _mm256_loadu_ps(a.param + i);
     m = _mm256_fmadd_ps(beta1, m, _mm256_mul_ps(omb1, g));
     v = _mm256_fmadd_ps(beta2, v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
-    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), bc2_sqrt), eps);
+    const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(v), inv_bc2_sqrt, eps);
     p = _mm256_fnmadd_ps(step_size, _mm256_div_ps(m, denom), _mm256_mul_ps(p, decay));
     _mm256_storeu_ps(a.m + i, m);
     _mm256_storeu_ps(a.v + i, v);

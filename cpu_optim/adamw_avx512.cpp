@@ -63,11 +63,11 @@ __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl"))) __m256i to_bf16_
 // The step's coefficients, broadcast once per call (loading them inside the loop would repeat the loads
 // after every store, as a float store may alias them).
 struct Coefficients16 {
-  __m512 beta1, omb1, beta2, omb2, decay, step_size, bc2_sqrt, eps, scale;
+  __m512 beta1, omb1, beta2, omb2, decay, step_size, inv_bc2_sqrt, eps, scale;
   explicit Coefficients16(const AdamWCoefficients& c)
       : beta1(_mm512_set1_ps(c.beta1)), omb1(_mm512_set1_ps(c.one_minus_beta1)), beta2(_mm512_set1_ps(c.beta2)),
         omb2(_mm512_set1_ps(c.one_minus_beta2)), decay(_mm512_set1_ps(c.decay)), step_size(_mm512_set1_ps(c.step_size)),
-        bc2_sqrt(_mm512_set1_ps(c.bc2_sqrt)), eps(_mm512_set1_ps(c.eps)), scale(_mm512_set1_ps(c.grad_scale)) {}
+        inv_bc2_sqrt(_mm512_set1_ps(c.inv_bc2_sqrt)), eps(_mm512_set1_ps(c.eps)), scale(_mm512_set1_ps(c.grad_scale)) {}
 };
 
 // One vector of 16 elements (fewer under the tail mask k).
@@ -79,7 +79,7 @@ inline void adamw16(const KernelArgs& a, const Coefficients16& c, size_t i, __mm
   __m512 p = kMasked ? _mm512_maskz_loadu_ps(k, a.param + i) : _mm512_loadu_ps(a.param + i);
   m = _mm512_fmadd_ps(c.beta1, m, _mm512_mul_ps(c.omb1, g));
   v = _mm512_fmadd_ps(c.beta2, v, _mm512_mul_ps(_mm512_mul_ps(c.omb2, g), g));
-  const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), c.bc2_sqrt), c.eps);
+  const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(v), c.inv_bc2_sqrt, c.eps);
   p = _mm512_fnmadd_ps(c.step_size, _mm512_div_ps(m, denom), _mm512_mul_ps(p, c.decay));
   if (kMasked) {
     _mm512_mask_storeu_ps(a.m + i, k, m);

@@ -12,7 +12,7 @@ struct AdamWCoefficients {
   float beta2, one_minus_beta2;
   float decay;         // 1 - lr * weight_decay
   float step_size;     // lr / (1 - beta1^t)
-  float bc2_sqrt;      // sqrt(1 - beta2^t)
+  float inv_bc2_sqrt;  // 1 / sqrt(1 - beta2^t)
   float eps;
   float grad_scale;    // clip coefficient / loss scale
   uint32_t random_key; // stochastic rounding: hash of (seed, step)
@@ -23,12 +23,14 @@ struct AdamWCoefficients {
 //   v <- beta2 v + (1 - beta2) g^2
 //   p <- p (1 - lr wd) - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 // Each sum is one fused multiply-add, so m, v and p stay within 2 ulp of exact arithmetic on the same fp32
-// inputs. The vector paths do the same operations in the same order: all paths agree bitwise.
+// inputs. The vector paths do the same operations in the same order: all paths agree bitwise. One
+// division per element (m / denom) is all the divider does: a second one (sqrt(v) / sqrt(bc2), as torch
+// writes it) made the kernel divider-bound with two threads on one core.
 inline void adamw_element(float& p, float& m, float& v, float g, const AdamWCoefficients& c) {
   g *= c.grad_scale;
   m = std::fma(c.beta1, m, c.one_minus_beta1 * g);
   v = std::fma(c.beta2, v, (c.one_minus_beta2 * g) * g);
-  const float denom = std::sqrt(v) / c.bc2_sqrt + c.eps;
+  const float denom = std::fma(std::sqrt(v), c.inv_bc2_sqrt, c.eps);  // a multiply, not a divide: see below
   p = std::fma(-c.step_size, m / denom, p * c.decay);
 }
 

@@ -119,7 +119,7 @@ TEST(AdamW, EveryPathDtypeAndUploadMatchesDoubleReferenceAndTheScalarPathBitwise
           const double b1 = float(kHyper.beta1), omb1 = float(1 - kHyper.beta1);
           const double b2 = float(kHyper.beta2), omb2 = float(1 - kHyper.beta2);
           const double step_size = float(kHyper.lr / (1 - std::pow(kHyper.beta1, step)));
-          const double bc2_sqrt = float(std::sqrt(1 - std::pow(kHyper.beta2, step)));
+          const double inv_bc2_sqrt = float(1 / std::sqrt(1 - std::pow(kHyper.beta2, step)));
           const double decay = float(1 - kHyper.lr * kHyper.weight_decay), eps = float(kHyper.eps);
           int bad = 0;
           for (size_t i = 0; i < n && bad < 5; ++i) {
@@ -128,15 +128,15 @@ TEST(AdamW, EveryPathDtypeAndUploadMatchesDoubleReferenceAndTheScalarPathBitwise
             const double m = b1 * before.m[i] + omb1 * gi;
             const double m_terms = std::max({std::abs(b1 * before.m[i]), std::abs(omb1 * gi), std::abs(m)});
             const double v = b2 * before.v[i] + omb2 * gi * gi;
-            const double update = step_size * s.m[i] / (std::sqrt(double(s.v[i])) / bc2_sqrt + eps);
+            const double update = step_size * s.m[i] / (std::sqrt(double(s.v[i])) * inv_bc2_sqrt + eps);
             const double decayed = before.p[i] * decay;
             const double p = decayed - update;
             const double p_terms = std::max({std::abs(decayed), std::abs(update), std::abs(p)});
             worst_m = std::max(worst_m, std::abs(s.m[i] - m) / ulp(m_terms));
             worst_v = std::max(worst_v, std::abs(s.v[i] - v) / ulp(v));
             worst_p = std::max(worst_p, std::abs(s.p[i] - p) / (2 * ulp(p_terms) + ulp(update)));
-            // p: 2 ulp of its larger term, plus 1 ulp of the update for the three roundings of its denominator
-            // (sqrt, / sqrt(bc2), + eps), which show when the update and the decayed weight cancel.
+            // p: 2 ulp of its larger term, plus 1 ulp of the update for the roundings of its denominator (sqrt,
+            // then one fma), which show when the update and the decayed weight cancel.
             if (std::abs(s.m[i] - m) > 2 * ulp(m_terms) || std::abs(s.v[i] - v) > 2 * ulp(v) ||
                 std::abs(s.p[i] - p) > 2 * ulp(p_terms) + ulp(update)) {
               ADD_FAILURE() << "element " << i << " step " << step << ": p " << s.p[i] << " vs " << p << " ("
