@@ -21,9 +21,11 @@ constexpr const char* kTrainFooter =
     "  model:  kind (gpt2), n_layer, n_head, n_embd, vocab_size, seq_len\n"
     "  data:   path (relative to the config file), tokenizer (byte), val_fraction\n"
     "  optim:  lr, betas [b1, b2], eps, weight_decay, grad_clip (0: off), warmup_steps,\n"
-    "          schedule (cosine | constant), min_lr (cosine floor, default lr/10)\n"
+    "          schedule (cosine | constant), min_lr (cosine floor, default lr/10),\n"
+    "          cpu_threads (AdamW threads, 0: all cores), isa (auto | avx512 | avx2 | scalar;\n"
+    "          the environment variable FERRY_CPU_ISA overrides it)\n"
     "  train:  batch_size, grad_accum, steps, seed, log_every, eval_every (0: start and end),\n"
-    "          eval_batches, threads (0: all cores)\n"
+    "          eval_batches, threads (the model's ops, 0: all cores)\n"
     "  device: auto | cpu | cuda\n"
     "Example: ferry train --config configs/gpt-tiny.yaml --steps 50 --set optim.lr=1e-3";
 

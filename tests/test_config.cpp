@@ -58,6 +58,8 @@ TEST(Config, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
       {kMinimal + "optim: {lr: -1}\n", "optim.lr: -1 is out of range; expected a learning rate in [0, 10]"},
       {kMinimal + "optim: {betas: [0.9]}\n", "optim.betas:"},
       {kMinimal + "optim: {schedule: linear}\n", "optim.schedule: 'linear' is not allowed; expected one of cosine | constant"},
+      {kMinimal + "optim: {isa: avx1024}\n", "optim.isa: 'avx1024' is not allowed; expected one of auto | scalar | avx2 | avx512"},
+      {kMinimal + "optim: {cpu_threads: -2}\n", "optim.cpu_threads: -2 is out of range"},
       {kMinimal + "device: tpu\n", "device: 'tpu' is not allowed; expected one of auto | cpu | cuda"},
       {kMinimal + "model: {n_embd: 65, n_head: 4}\n", "model.n_embd: 65 is not a multiple of model.n_head (4)"},
       {kMinimal + "model: {vocab_size: 100}\n", "model.vocab_size: 100 is smaller than the byte tokenizer's 256"},

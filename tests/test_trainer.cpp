@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -72,6 +73,23 @@ TEST(Trainer, SameSeedSameLossesBitwise) {
   const TrainSummary c = train(tiny_config(6, 8), opt);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_NE(a.losses, c.losses);
+}
+
+TEST(Trainer, EveryAdamWPathTrainsBitwiseAlike) {
+  unsetenv("FERRY_CPU_ISA");
+  TrainOptions opt;
+  opt.progress = nullptr;
+  Config cfg = tiny_config(4, 3);
+  cfg.optim.isa = "scalar";
+  const TrainSummary scalar = train(cfg, opt);
+  for (const char* isa : {"avx2", "avx512"}) {
+    cfg.optim.isa = isa;
+    try {
+      EXPECT_EQ(train(cfg, opt).losses, scalar.losses) << isa;
+    } catch (const std::runtime_error& e) {
+      std::printf("%s: not run (%s)\n", isa, e.what());  // the CPU lacks it
+    }
+  }
 }
 
 TEST(Trainer, CudaDeviceIsAClearErrorOnTheCpuBuild) {
