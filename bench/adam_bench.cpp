@@ -135,18 +135,15 @@ int run_adam_bench(int64_t n, int threads_opt, int reps, const std::string& json
   if (!json_path.empty()) {
     nlohmann::json j{{"benchmark", "adam"}, {"params", n}, {"reps", reps}, {"results", results},
                      {"machine", {{"cpu", cpu_model()}, {"cores", all}}}, {"date", today()}, {"command", command}};
-    std::ofstream f(json_path);
-    if (!f) throw std::runtime_error("--json: cannot write '" + json_path + "'");
-    f << j.dump(2) << '\n';
+    write_result(json_path, "--json", j.dump(2) + "\n");
   }
   if (!markdown_path.empty()) {
-    std::ofstream f(markdown_path);
-    if (!f) throw std::runtime_error("--markdown: cannot write '" + markdown_path + "'");
-    f << "# CPU AdamW vs memory bandwidth\n\n" << stamp << "\n"
-      << "GB/s count the bytes each mode must move (fp32 p, m, v read and written; the gradient read; the upload "
-         "written). Bandwidth: a plain kernel reading 4 fp32 streams and writing 3 in place, same tiles and threads, "
-         "timed right before each AdamW repetition.\n\n"
-      << table.str();
+    write_result(markdown_path, "--markdown",
+                 "# CPU AdamW vs memory bandwidth\n\n" + stamp + "\n" +
+                     "GB/s count the bytes each mode must move (fp32 p, m, v read and written; the gradient read; the "
+                     "upload written). Bandwidth: a plain kernel reading 4 fp32 streams and writing 3 in place, same "
+                     "tiles and threads, timed right before each AdamW repetition.\n\n" +
+                     table.str());
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,13 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Writes a result file whole; `option` (e.g. "--json") names it in the error.
+inline void write_result(const std::string& path, const std::string& option, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error(option + ": cannot write '" + path + "'");
+  out << text;
 }
 
 inline double best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "bench/bench_common.h"
 #include "cpu_optim/adamw.h"
@@ -125,13 +126,10 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
                      {"machine", {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}, {"kernel", u.release}}},
                      {"date", today()},
                      {"command", command}};
-    std::ofstream out(json_path);
-    if (!out) throw std::runtime_error("--json: cannot write '" + json_path + "'");
-    out << j.dump(2) << '\n';
+    write_result(json_path, "--json", j.dump(2) + "\n");
   }
   if (!markdown_path.empty()) {
-    std::ofstream md(markdown_path);
-    if (!md) throw std::runtime_error("--markdown: cannot write '" + markdown_path + "'");
+    std::ostringstream md;
     md << fmt::format("# CPU training step vs oneDNN matmul\n\n"
                       "Machine: {} ({} cores), {} threads. Date: {}.\n\nCommand: `{}`\n\n",
                       cpu_model(), std::thread::hardware_concurrency(), threads, today(), command);
@@ -141,6 +139,7 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
                       spec.param_count() / 1e6, B, T, step_s * 1e3, step_gflops, matmul_gflops, ratio);
     md << "Time per step by op (ms):\n\n| op | ms |\n|---|---|\n";
     for (const auto& [name, total] : breakdown) md << fmt::format("| {} | {:.1f} |\n", name, total / steps * 1e3);
+    write_result(markdown_path, "--markdown", md.str());
   }
   return 0;
 }
