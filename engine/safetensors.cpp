@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "cpu_optim/half.h"
+
 namespace ferry::engine {
 namespace {
 
@@ -20,26 +22,6 @@ size_t dtype_size(const std::string& dtype) {
                                                    {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1}};
   auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
-}
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: renormalise
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400)) mant <<= 1, --exp;
-      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  return std::bit_cast<float>(bits);
 }
 
 [[noreturn]] void fail(const std::string& origin, const std::string& what) {
@@ -148,7 +130,7 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
     for (size_t i = 0; i < n; ++i) {
       uint16_t h;
       std::memcpy(&h, p + 2 * i, 2);
-      out[i] = e.dtype == "BF16" ? std::bit_cast<float>(static_cast<uint32_t>(h) << 16) : half_to_float(h);
+      out[i] = e.dtype == "BF16" ? cpu_optim::bf16_to_float(h) : cpu_optim::half_to_float(h);
     }
   } else {
     throw std::runtime_error(origin_ + ": tensor '" + name + "' is " + e.dtype + ", expected F32, F16 or BF16");
