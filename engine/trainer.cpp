@@ -115,10 +115,11 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     }
     loss /= cfg.train.grad_accum;
     const float lr = schedule.at(step - 1);
-    const cpu_optim::StepReport report = adamw.apply({&bucket, 1}, ++optimizer_steps, lr,
-                                                     static_cast<float>(cfg.optim.grad_clip));
-    if (report.skipped) {
-      --optimizer_steps;
+    const cpu_optim::StepReport report =
+        adamw.apply({&bucket, 1}, optimizer_steps + 1, lr, static_cast<float>(cfg.optim.grad_clip));
+    if (!report.skipped) {
+      ++optimizer_steps;
+    } else {
       ++sum.skipped_steps;
       progress.message(fmt::format("step {}: an inf/nan gradient; the update was skipped", step));
     }
