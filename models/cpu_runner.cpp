@@ -17,12 +17,19 @@
 namespace ferry::models {
 
 CpuRunner::CpuRunner(const ModelSpec& spec, ParameterStore& params) : spec_(spec), params_(params) {
-  int64_t total = 0;
-  for (const auto& t : spec.tensors) {
-    offset_.push_back(total);
-    total += static_cast<int64_t>(memory::align_up(static_cast<size_t>(t.bytes()), 256));
+  // Tensors whose lifetimes do not meet share memory: the Planner lays them out in one buffer.
+  std::vector<memory::TensorLifetime> lifetimes(spec.tensors.size());
+  for (size_t t = 0; t < spec.tensors.size(); ++t) lifetimes[t].bytes = spec.tensors[t].bytes();
+  for (int i = 0; i < static_cast<int>(spec.ops.size()); ++i) {
+    for (int t : spec.ops[i].creates) lifetimes[t].first = i;
+    for (int t : spec.ops[i].frees) lifetimes[t].last = i;
   }
-  storage_ = memory::HostBuffer(static_cast<size_t>(total));
+  // The batch stays intact for the whole step, so a caller may run several steps on one set_batch().
+  for (size_t t = 0; t < spec.tensors.size(); ++t)
+    if (spec.tensors[t].is_input) lifetimes[t].first = 0, lifetimes[t].last = static_cast<int>(spec.ops.size()) - 1;
+  plan_ = memory::Planner::plan(lifetimes);
+  offset_ = plan_.offsets;
+  storage_ = memory::HostBuffer(static_cast<size_t>(plan_.peak));
 }
 
 void CpuRunner::set_batch(std::span<const int32_t> tokens, std::span<const int32_t> targets) {

@@ -1,5 +1,6 @@
 // CpuRunner: runs a ModelSpec's op list on the CPU, one op at a time, against a ParameterStore.
-// Tensors live at fixed offsets in one host buffer for now; the memory Planner will lay them out instead.
+// Activations live in one host buffer laid out by the memory Planner from their lifetimes, so tensors
+// that are never alive together share memory.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "memory/host_buffer.h"
+#include "memory/planner.h"
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
 
@@ -26,8 +28,10 @@ class CpuRunner {
   // Runs one op: the unit the Executor will interleave transfers between.
   void run_op(const OpSpec& op);
 
+  // A tensor's current contents; meaningful only while it is alive (its memory is reused after).
   std::span<const float> tensor(const std::string& name) const;
   float last_loss() const { return last_loss_; }
+  const memory::Plan& activation_plan() const { return plan_; }
 
  private:
   float* f32(int t) { return reinterpret_cast<float*>(storage_.data() + offset_[t]); }
@@ -37,6 +41,7 @@ class CpuRunner {
 
   const ModelSpec& spec_;
   ParameterStore& params_;
+  memory::Plan plan_;
   std::vector<int64_t> offset_;  // bytes into storage_
   memory::HostBuffer storage_;
   float loss_weight_ = 1.0f;

@@ -1,0 +1,135 @@
+// Planner: greedy-by-size placement into the best-fitting gap among time-overlapping tensors.
+#include "memory/planner.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+
+namespace ferry::memory {
+namespace {
+
+bool overlap_in_time(const TensorLifetime& a, const TensorLifetime& b) {
+  return a.first <= b.last && b.first <= a.last;
+}
+
+int64_t align(int64_t v, int64_t alignment) { return (v + alignment - 1) & ~(alignment - 1); }
+
+// Places tensors in the given order; each goes into the smallest gap between time-overlapping tensors
+// already placed that holds it, or above them all.
+Plan place(std::span<const TensorLifetime> tensors, const std::vector<int>& order) {
+  Plan plan;
+  plan.offsets.assign(tensors.size(), 0);
+  struct Placed {
+    int64_t offset, end;
+    int index;
+  };
+  std::vector<Placed> placed;  // sorted by offset
+  placed.reserve(tensors.size());
+  for (int i : order) {
+    const TensorLifetime& t = tensors[i];
+    if (t.bytes == 0) continue;
+    int64_t best_offset = -1, best_gap = INT64_MAX, cursor = 0;
+    for (const Placed& p : placed) {
+      if (!overlap_in_time(t, tensors[p.index])) continue;
+      const int64_t start = align(cursor, t.alignment);
+      const int64_t gap = p.offset - start;
+      if (gap >= t.bytes && gap < best_gap) best_gap = gap, best_offset = start;
+      cursor = std::max(cursor, p.end);
+    }
+    if (best_offset < 0) best_offset = align(cursor, t.alignment);
+    plan.offsets[i] = best_offset;
+    const Placed entry{best_offset, best_offset + t.bytes, i};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), entry,
+                                   [](const Placed& a, const Placed& b) { return a.offset < b.offset; }),
+                  entry);
+    plan.peak = std::max(plan.peak, entry.end);
+  }
+  return plan;
+}
+
+}  // namespace
+
+int64_t Planner::lower_bound(std::span<const TensorLifetime> tensors) {
+  int last_op = 0;
+  for (const auto& t : tensors) last_op = std::max(last_op, t.last);
+  std::vector<int64_t> delta(static_cast<size_t>(last_op) + 2, 0);
+  for (const auto& t : tensors) {
+    if (t.bytes == 0) continue;
+    delta[t.first] += t.bytes;
+    delta[t.last + 1] -= t.bytes;
+  }
+  int64_t live = 0, most = 0;
+  for (int64_t d : delta) most = std::max(most, live += d);
+  return most;
+}
+
+Plan Planner::plan(std::span<const TensorLifetime> tensors) {
+  for (const auto& t : tensors) {
+    if (t.bytes < 0 || t.first < 0 || t.last < t.first || t.alignment <= 0 || (t.alignment & (t.alignment - 1)))
+      throw std::invalid_argument("planner: each tensor needs bytes >= 0, 0 <= first <= last, a power-of-two alignment");
+  }
+  const int n = static_cast<int>(tensors.size());
+  auto ordered = [&](auto&& before) {
+    std::vector<int> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), before);
+    return order;
+  };
+  auto length = [&](int i) { return int64_t(tensors[i].last) - tensors[i].first + 1; };
+  // Largest first, then: longest-lived first / earliest first / largest area (bytes x lifetime) first.
+  std::vector<std::vector<int>> orders;
+  orders.push_back(ordered([&](int a, int b) {
+    return tensors[a].bytes != tensors[b].bytes ? tensors[a].bytes > tensors[b].bytes : length(a) > length(b);
+  }));
+  if (n <= 4000) {  // the alternatives cost a full placement each: only where that stays cheap
+    orders.push_back(ordered([&](int a, int b) {
+      return tensors[a].bytes != tensors[b].bytes ? tensors[a].bytes > tensors[b].bytes
+                                                  : tensors[a].first < tensors[b].first;
+    }));
+    orders.push_back(ordered([&](int a, int b) {
+      return double(tensors[a].bytes) * length(a) > double(tensors[b].bytes) * length(b);
+    }));
+    orders.push_back(ordered([&](int a, int b) { return length(a) > length(b); }));
+  }
+  Plan best;
+  for (const auto& order : orders) {
+    Plan p = place(tensors, order);
+    if (best.offsets.empty() || p.peak < best.peak) best = std::move(p);
+  }
+  if (best.offsets.empty()) best.offsets.assign(tensors.size(), 0);
+  best.lower_bound = lower_bound(tensors);
+  return best;
+}
+
+std::string Planner::check(std::span<const TensorLifetime> tensors, const Plan& plan) {
+  if (plan.offsets.size() != tensors.size()) return "plan has " + std::to_string(plan.offsets.size()) + " offsets for " +
+                                                    std::to_string(tensors.size()) + " tensors";
+  // Sweep ops in order, keeping the live tensors sorted by offset; check each new one against its neighbours.
+  std::vector<int> by_first(tensors.size());
+  std::iota(by_first.begin(), by_first.end(), 0);
+  std::sort(by_first.begin(), by_first.end(), [&](int a, int b) { return tensors[a].first < tensors[b].first; });
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    if (plan.offsets[i] < 0 || plan.offsets[i] % t.alignment != 0)
+      return "tensor " + std::to_string(i) + " at offset " + std::to_string(plan.offsets[i]) + " breaks its alignment";
+    if (plan.offsets[i] + t.bytes > plan.peak) return "tensor " + std::to_string(i) + " ends beyond the peak";
+  }
+  // O(n log n + overlaps): compare each tensor with the earlier-starting tensors still alive.
+  std::vector<int> live;
+  for (int i : by_first) {
+    const auto& t = tensors[i];
+    if (t.bytes == 0) continue;
+    live.erase(std::remove_if(live.begin(), live.end(), [&](int j) { return tensors[j].last < t.first; }), live.end());
+    for (int j : live) {
+      const int64_t a0 = plan.offsets[i], a1 = a0 + t.bytes, b0 = plan.offsets[j], b1 = b0 + tensors[j].bytes;
+      if (a0 < b1 && b0 < a1)
+        return "tensors " + std::to_string(j) + " and " + std::to_string(i) + " are alive together and overlap in memory";
+    }
+    live.push_back(i);
+  }
+  return "";
+}
+
+}  // namespace ferry::memory

@@ -1,0 +1,40 @@
+// Planner: lays out every tensor that will ever live in the device arena, once, before the first step,
+// from the tensors' sizes and live intervals over the step's op list. Tensors whose intervals overlap
+// never overlap in memory; everything else may share, so memory is reused and nothing fragments.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ferry::memory {
+
+struct TensorLifetime {
+  int64_t bytes = 0;
+  int64_t alignment = 256;  // a power of two
+  int first = 0;            // first op that uses it
+  int last = 0;             // last op that uses it (inclusive)
+};
+
+struct Plan {
+  std::vector<int64_t> offsets;  // one per tensor, aligned; zero-size tensors get 0
+  int64_t peak = 0;              // bytes of arena the plan needs
+  int64_t lower_bound = 0;       // the most bytes alive at any one op: no plan can need less
+};
+
+struct Planner {
+  // Greedy by size with best-fit gaps (TFLite's arena planner, Pisarchyk & Lee 2020), tried with several
+  // orderings of the tensors, keeping the plan with the lowest peak. Deterministic for the same input.
+  // Orderings beyond the first are only tried while the instance is small enough to stay fast.
+  static Plan plan(std::span<const TensorLifetime> tensors);
+
+  // Checks a plan: alignment, and no two tensors alive at the same op overlapping in memory. Returns an
+  // empty string when valid, else what is wrong (for tests and debug builds).
+  static std::string check(std::span<const TensorLifetime> tensors, const Plan& plan);
+
+  // The most bytes alive at one op.
+  static int64_t lower_bound(std::span<const TensorLifetime> tensors);
+};
+
+}  // namespace ferry::memory

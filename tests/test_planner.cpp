@@ -1,0 +1,84 @@
+// The pre-allocation Planner: properties on thousands of random instances (no two live tensors overlap,
+// alignment kept, peak >= lower bound, deterministic), edge cases, and the checker itself.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "memory/planner.h"
+#include "models/rng.h"
+
+namespace ferry::memory {
+namespace {
+
+std::vector<TensorLifetime> random_instance(models::Rng& rng, int n, int ops) {
+  std::vector<TensorLifetime> t(n);
+  for (auto& x : t) {
+    const int kind = static_cast<int>(rng.below(10));
+    x.bytes = kind == 0 ? 0 : static_cast<int64_t>(1 + rng.below(kind < 8 ? 4096 : 1 << 20));
+    x.alignment = int64_t(1) << rng.below(9);  // 1 .. 256
+    x.first = static_cast<int>(rng.below(ops));
+    x.last = x.first + static_cast<int>(rng.below(std::max(1, ops / (kind < 5 ? 20 : 2))));
+  }
+  return t;
+}
+
+TEST(Planner, RandomInstancesGiveValidPlansAboveTheLowerBound) {
+  models::Rng rng(2024);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = 1 + static_cast<int>(rng.below(trial < 2900 ? 40 : 600));
+    const auto tensors = random_instance(rng, n, 1 + static_cast<int>(rng.below(60)));
+    const Plan p = Planner::plan(tensors);
+    ASSERT_EQ(Planner::check(tensors, p), "") << "trial " << trial;
+    ASSERT_GE(p.peak, p.lower_bound) << "trial " << trial;
+    ASSERT_EQ(p.lower_bound, Planner::lower_bound(tensors));
+    int64_t sum = 0;
+    for (const auto& t : tensors) sum += t.bytes + t.alignment;
+    ASSERT_LE(p.peak, sum);
+    const Plan again = Planner::plan(tensors);
+    ASSERT_EQ(again.offsets, p.offsets) << "not deterministic, trial " << trial;
+  }
+}
+
+TEST(Planner, TensorsThatNeverMeetShareMemory) {
+  // A chain: each tensor dies before the next is born, so all fit in the largest one.
+  std::vector<TensorLifetime> chain;
+  for (int i = 0; i < 50; ++i) chain.push_back({int64_t(1000 + i * 10), 256, i, i});
+  const Plan p = Planner::plan(chain);
+  EXPECT_EQ(p.peak, 1490);
+  EXPECT_EQ(p.lower_bound, 1490);
+}
+
+TEST(Planner, EdgeCases) {
+  EXPECT_EQ(Planner::plan({}).peak, 0);
+  const std::vector<TensorLifetime> one{{100, 64, 3, 7}};
+  EXPECT_EQ(Planner::plan(one).peak, 100);
+  EXPECT_EQ(Planner::plan(one).offsets, std::vector<int64_t>{0});
+  // All alive at once (sizes already aligned): the peak is their sum, exactly the lower bound.
+  std::vector<TensorLifetime> all;
+  for (int i = 0; i < 20; ++i) all.push_back({256 * (i + 1), 256, 0, 5});
+  const Plan p = Planner::plan(all);
+  EXPECT_EQ(p.peak, p.lower_bound);
+  EXPECT_EQ(Planner::check(all, p), "");
+  // Zero-size tensors take no room.
+  const std::vector<TensorLifetime> zeros{{0, 256, 0, 9}, {0, 1, 2, 3}};
+  EXPECT_EQ(Planner::plan(zeros).peak, 0);
+  EXPECT_THROW(Planner::plan(std::vector<TensorLifetime>{{8, 3, 0, 1}}), std::invalid_argument);  // alignment
+  EXPECT_THROW(Planner::plan(std::vector<TensorLifetime>{{8, 4, 5, 1}}), std::invalid_argument);  // last < first
+}
+
+TEST(Planner, CheckerCatchesOverlapAndMisalignment) {
+  const std::vector<TensorLifetime> t{{512, 256, 0, 4}, {512, 256, 2, 6}};
+  Plan p = Planner::plan(t);
+  ASSERT_EQ(Planner::check(t, p), "");
+  Plan bad = p;
+  bad.offsets[1] = bad.offsets[0] + 256;
+  bad.peak = std::max(bad.peak, bad.offsets[1] + 512);
+  EXPECT_NE(Planner::check(t, bad).find("overlap"), std::string::npos);
+  bad = p;
+  bad.offsets[1] += 8;
+  bad.peak += 8;
+  EXPECT_NE(Planner::check(t, bad).find("alignment"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry::memory
