@@ -54,4 +54,7 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
 int run_adam_bench(int64_t params, int threads, int reps, const std::string& json_path,
                    const std::string& markdown_path, const std::string& command);
 
+// `ferry-bench planner`: the memory Planner on GPT-2 step schedules and random instances.
+int run_planner_bench(const std::string& json_path, const std::string& markdown_path, const std::string& command);
+
 }  // namespace ferry::bench

@@ -28,11 +28,15 @@ int main(int argc, char** argv) {
   adam->add_option("--reps", reps, "Repetitions (median and best are reported)")->check(CLI::PositiveNumber);
   adam->add_option("--json", json, "Also write the results as JSON to this file (bench/results/cpu_adam.json)");
   adam->add_option("--markdown", markdown, "Also write the Markdown table to this file");
+  auto* planner = app.add_subcommand("planner", "The memory Planner against its lower bound and a first-fit allocator");
+  planner->add_option("--json", json, "Also write the results as JSON to this file (bench/results/planner.json)");
+  planner->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   CLI11_PARSE(app, argc, argv);
 
   std::string command = "ferry-bench";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   try {
+    if (*planner) return ferry::bench::run_planner_bench(json, markdown, command);
     if (*adam) return ferry::bench::run_adam_bench(params, threads, reps, json, markdown, command);
     return ferry::bench::run_step_bench(config, batch, seq, steps, warmup, threads, json, markdown, command);
   } catch (const std::exception& e) {

@@ -10,10 +10,6 @@
 namespace ferry::memory {
 namespace {
 
-bool overlap_in_time(const TensorLifetime& a, const TensorLifetime& b) {
-  return a.first <= b.last && b.first <= a.last;
-}
-
 int64_t align(int64_t v, int64_t alignment) { return (v + alignment - 1) & ~(alignment - 1); }
 
 // Places tensors in the given order; each goes into the smallest gap between time-overlapping tensors
@@ -21,30 +17,38 @@ int64_t align(int64_t v, int64_t alignment) { return (v + alignment - 1) & ~(ali
 Plan place(std::span<const TensorLifetime> tensors, const std::vector<int>& order) {
   Plan plan;
   plan.offsets.assign(tensors.size(), 0);
-  struct Placed {
-    int64_t offset, end;
-    int index;
-  };
-  std::vector<Placed> placed;  // sorted by offset
-  placed.reserve(tensors.size());
+  // Placed tensors in offset order, as parallel arrays. Each placement first picks out, without branches,
+  // the placed tensors alive together with the new one (a few hundred of thousands, typically), then
+  // walks only those for the best gap: the pick is the planner's inner loop and runs at about a cycle
+  // per placed tensor.
+  std::vector<int64_t> offset, end;
+  std::vector<int> first, last;
+  std::vector<uint32_t> meets(tensors.size());
   for (int i : order) {
     const TensorLifetime& t = tensors[i];
     if (t.bytes == 0) continue;
+    const size_t n = offset.size();
+    size_t k = 0;
+    for (size_t j = 0; j < n; ++j) {
+      meets[k] = static_cast<uint32_t>(j);
+      k += (first[j] <= t.last) & (t.first <= last[j]);
+    }
     int64_t best_offset = -1, best_gap = INT64_MAX, cursor = 0;
-    for (const Placed& p : placed) {
-      if (!overlap_in_time(t, tensors[p.index])) continue;
+    for (size_t q = 0; q < k; ++q) {
+      const size_t j = meets[q];
       const int64_t start = align(cursor, t.alignment);
-      const int64_t gap = p.offset - start;
+      const int64_t gap = offset[j] - start;
       if (gap >= t.bytes && gap < best_gap) best_gap = gap, best_offset = start;
-      cursor = std::max(cursor, p.end);
+      cursor = std::max(cursor, end[j]);
     }
     if (best_offset < 0) best_offset = align(cursor, t.alignment);
     plan.offsets[i] = best_offset;
-    const Placed entry{best_offset, best_offset + t.bytes, i};
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), entry,
-                                   [](const Placed& a, const Placed& b) { return a.offset < b.offset; }),
-                  entry);
-    plan.peak = std::max(plan.peak, entry.end);
+    plan.peak = std::max(plan.peak, best_offset + t.bytes);
+    const auto at = std::upper_bound(offset.begin(), offset.end(), best_offset) - offset.begin();
+    offset.insert(offset.begin() + at, best_offset);
+    end.insert(end.begin() + at, best_offset + t.bytes);
+    first.insert(first.begin() + at, t.first);
+    last.insert(last.begin() + at, t.last);
   }
   return plan;
 }
