@@ -108,18 +108,19 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
       throw ConfigError("invalid YAML at line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
     }
     if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-    if (!root.IsMap()) throw ConfigError("the top level must be a mapping with sections model, data, optim, train, device");
+    if (!root.IsMap())
+      throw ConfigError("the top level must be a mapping with sections model, data, optim, train, offload, device");
     for (const auto& o : overrides) apply_override(root, o);
 
     const double imax = std::numeric_limits<int>::max();
     std::string data_path;
     std::string device = c.device;
-    const std::vector<std::string> sections{"model", "data", "optim", "train", "device"};
+    const std::vector<std::string> sections{"model", "data", "optim", "train", "offload", "device"};
     std::vector<std::string> seen;
     for (const auto& kv : root) {
       const std::string key = kv.first.as<std::string>();
       if (std::find(sections.begin(), sections.end(), key) == sections.end())
-        throw ConfigError(key + ": unknown section; expected model, data, optim, train or device");
+        throw ConfigError(key + ": unknown section; expected model, data, optim, train, offload or device");
       if (std::find(seen.begin(), seen.end(), key) != seen.end())
         throw ConfigError(key + ": section given twice; merge them into one");
       seen.push_back(key);
@@ -165,6 +166,14 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                   number("eval_every", c.train.eval_every, 0, imax, "an integer >= 0 (0: start and end only)"),
                   number("eval_batches", c.train.eval_batches, 1, 1 << 20, "an integer >= 1"),
                   number("threads", c.train.threads, 0, 4096, "an integer >= 0 (0: all cores)")});
+    read_section(root["offload"], "offload",
+                 {{"bucket_mb", [&](const YAML::Node& n, const std::string& where) {
+                     double mb = 0;
+                     if (n.IsScalar() && n.Scalar() == "auto") return;
+                     if (!n.IsScalar() || !YAML::convert<double>::decode(n, mb) || mb < 0.25 || mb > 65536)
+                       throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected auto or MiB in [0.25, 65536]");
+                     c.offload.bucket_bytes = static_cast<int64_t>(mb * (1 << 20));
+                   }}});
     if (root["device"]) choice("device", c.device, {"auto", "cpu", "cuda"}).read(root["device"], "device");
 
     // Checks across keys.

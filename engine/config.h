@@ -47,12 +47,17 @@ struct TrainConfig {
   int threads = 0;     // 0: all cores
 };
 
+struct OffloadConfig {
+  int64_t bucket_bytes = 0;  // offload.bucket_mb; 0: auto (the default until the cost model measures the link)
+};
+
 struct Config {
   std::filesystem::path source;  // the YAML file
   ModelConfig model;
   DataConfig data;
   OptimConfig optim;
   TrainConfig train;
+  OffloadConfig offload;
   std::string device = "auto";  // auto | cpu | cuda
 };
 

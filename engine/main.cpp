@@ -26,6 +26,7 @@ constexpr const char* kTrainFooter =
     "          the environment variable FERRY_CPU_ISA overrides it)\n"
     "  train:  batch_size, grad_accum, steps, seed, log_every, eval_every (0: start and end),\n"
     "          eval_batches, threads (the model's ops, 0: all cores)\n"
+    "  offload: bucket_mb (auto | MiB per parameter bucket)\n"
     "  device: auto | cpu | cuda\n"
     "Example: ferry train --config configs/gpt-tiny.yaml --steps 50 --set optim.lr=1e-3";
 

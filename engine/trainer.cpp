@@ -19,6 +19,7 @@
 #include "engine/cuda_devices.h"
 #include "engine/dataset.h"
 #include "engine/progress.h"
+#include "memory/bucket_layout.h"
 #include "memory/host_buffer.h"
 #include "models/cpu_runner.h"
 #include "models/gpt2.h"
@@ -82,6 +83,21 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
       spec.kind, gpt.n_layer, gpt.n_head, gpt.n_embd, spec.param_count() / 1e6, device_note,
       threads, B, T, cfg.train.grad_accum, data.train_tokens(), data.val_tokens(), cpu_optim::to_string(adamw.isa()),
       adamw.threads()));
+
+  {
+    // How the parameters would travel: the bucket layout the offload executor will move (printed now so a
+    // user can see and tune offload.bucket_mb).
+    std::vector<memory::BucketLayout::Param> order;
+    for (int id : spec.params_in_first_use_order()) order.push_back({id, spec.params[id].shape});
+    const int64_t bucket_bytes =
+        cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
+    const memory::BucketLayout layout(order, bucket_bytes, memory::DType::BF16);
+    const memory::Plan& acts = runner.activation_plan();
+    progress.message(fmt::format("memory: {} parameter buckets of up to {:.1f} MiB (bf16); activations {:.1f} MiB "
+                                 "planned (lower bound {:.1f} MiB)",
+                                 layout.buckets().size(), bucket_bytes / double(1 << 20), acts.peak / double(1 << 20),
+                                 acts.lower_bound / double(1 << 20)));
+  }
 
   std::ofstream metrics;
   if (!opt.metrics.empty()) {

@@ -55,6 +55,17 @@ double ModelSpec::forward_flops() const {
   return f;
 }
 
+std::vector<int> ModelSpec::params_in_first_use_order() const {
+  std::vector<int> order;
+  std::vector<bool> seen(params.size(), false);
+  for (const auto& op : ops)
+    for (int p : op.params)
+      if (!seen[p]) seen[p] = true, order.push_back(p);
+  for (size_t p = 0; p < params.size(); ++p)  // parameters no op uses still get a place, last
+    if (!seen[p]) order.push_back(static_cast<int>(p));
+  return order;
+}
+
 void ModelSpec::finalize() {
   const int n_tensors = static_cast<int>(tensors.size());
   std::vector<int> first(n_tensors, -1), last(n_tensors, -1);

@@ -67,6 +67,8 @@ struct ModelSpec {
   int64_t param_count() const;
   double step_flops() const;  // forward + backward
   double forward_flops() const;
+  // Parameter indices in the order the op list first uses them (the order buckets travel in).
+  std::vector<int> params_in_first_use_order() const;
 
   // Derives each op's `creates`/`frees` from first and last use, and checks the op list: every tensor
   // read is live (written earlier or a batch input), parameter and tensor indices are in range.

@@ -42,6 +42,8 @@ TEST(Config, OverridesApplyBeforeValidation) {
   EXPECT_DOUBLE_EQ(c.optim.beta2, 0.99);
   EXPECT_EQ(c.device, "cpu");
   EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(parse(kMinimal, {"offload.bucket_mb=8"}).offload.bucket_bytes, 8 << 20);
+  EXPECT_EQ(parse(kMinimal, {"offload.bucket_mb=auto"}).offload.bucket_bytes, 0);
   EXPECT_NE(error_of(kMinimal, {"train.steps"}).find("expected key=value"), std::string::npos);
 }
 
@@ -60,6 +62,7 @@ TEST(Config, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
       {kMinimal + "optim: {schedule: linear}\n", "optim.schedule: 'linear' is not allowed; expected one of cosine | constant"},
       {kMinimal + "optim: {isa: avx1024}\n", "optim.isa: 'avx1024' is not allowed; expected one of auto | scalar | avx2 | avx512"},
       {kMinimal + "optim: {cpu_threads: -2}\n", "optim.cpu_threads: -2 is out of range"},
+      {kMinimal + "offload: {bucket_mb: lots}\n", "offload.bucket_mb: 'lots' is not allowed; expected auto or MiB"},
       {kMinimal + "device: tpu\n", "device: 'tpu' is not allowed; expected one of auto | cpu | cuda"},
       {kMinimal + "model: {n_embd: 65, n_head: 4}\n", "model.n_embd: 65 is not a multiple of model.n_head (4)"},
       {kMinimal + "model: {vocab_size: 100}\n", "model.vocab_size: 100 is smaller than the byte tokenizer's 256"},

@@ -1,0 +1,42 @@
+// HostBuckets: the host side of every bucket, carved from a pinned pool. Per bucket, contiguous regions:
+// the fp32 master weights, Adam's m and v, the working copy that travels to the device, and the landing
+// region of its gradients; views give each parameter's slice of each region.
+#pragma once
+
+#include <array>
+#include <span>
+#include <vector>
+
+#include "memory/bucket_layout.h"
+#include "memory/pinned_pool.h"
+#include "memory/tensor_view.h"
+
+namespace ferry::memory {
+
+class HostBuckets {
+ public:
+  enum class Region { Master, M, V, Working, Grad };
+
+  // The pool bytes HostBuckets will carve for this layout (to size the pool before creating it).
+  static int64_t bytes_needed(const BucketLayout& layout, DType working, DType grad);
+
+  HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType working, DType grad);
+
+  const BucketLayout& layout() const { return layout_; }
+  // The whole region of one bucket, and one parameter's slice of it.
+  TensorView region(int bucket, Region r) const;
+  TensorView view(int param, Region r) const;
+  std::span<float> master(int bucket) const { return fp32(bucket, Region::Master); }
+  std::span<float> m(int bucket) const { return fp32(bucket, Region::M); }
+  std::span<float> v(int bucket) const { return fp32(bucket, Region::V); }
+
+ private:
+  std::span<float> fp32(int bucket, Region r) const;
+  DType dtype(Region r) const;
+
+  const BucketLayout& layout_;
+  DType working_, grad_;
+  std::vector<std::array<std::byte*, 5>> base_;  // per bucket, per region
+};
+
+}  // namespace ferry::memory
