@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <tuple>
 
 #include "memory/planner.h"
+#include "models/gpt2.h"
 #include "models/rng.h"
 
 namespace ferry::memory {
@@ -78,6 +80,32 @@ TEST(Planner, CheckerCatchesOverlapAndMisalignment) {
   bad.offsets[1] += 8;
   bad.peak += 8;
   EXPECT_NE(Planner::check(t, bad).find("alignment"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry::memory
+
+namespace ferry::memory {
+namespace {
+
+TEST(Planner, Gpt2StepActivationsPlanValidlyNearTheLowerBound) {
+  for (const auto& [cfg, B, T] : {std::tuple(models::GptConfig{12, 12, 768, 50257, 1024}, 4, 1024),
+                                  std::tuple(models::GptConfig{4, 4, 128, 256, 128}, 16, 128),
+                                  std::tuple(models::GptConfig{2, 4, 64, 101, 32}, 2, 32)}) {
+    const models::ModelSpec spec = models::build_gpt2(cfg, B, T);
+    std::vector<TensorLifetime> t(spec.tensors.size());
+    for (size_t i = 0; i < t.size(); ++i) t[i].bytes = spec.tensors[i].bytes();
+    for (int i = 0; i < static_cast<int>(spec.ops.size()); ++i) {
+      for (int x : spec.ops[i].creates) t[x].first = i;
+      for (int x : spec.ops[i].frees) t[x].last = i;
+    }
+    const Plan p = Planner::plan(t);
+    EXPECT_EQ(Planner::check(t, p), "");
+    EXPECT_LE(double(p.peak) / double(p.lower_bound), 1.03) << cfg.n_layer << " layers";
+    int64_t sum = 0;
+    for (const auto& x : t) sum += x.bytes;
+    EXPECT_LT(p.peak, 0.8 * double(sum)) << "activations that never meet should share memory";
+  }
 }
 
 }  // namespace
