@@ -16,8 +16,10 @@
 
 namespace ferry::models {
 
-CpuRunner::CpuRunner(const ModelSpec& spec, ParameterStore& params) : spec_(spec), params_(params) {
-  // Tensors whose lifetimes do not meet share memory: the Planner lays them out in one buffer.
+namespace {
+
+// Tensors whose lifetimes do not meet share memory: the Planner lays them out in one arena.
+memory::Plan plan_activations(const ModelSpec& spec) {
   std::vector<memory::TensorLifetime> lifetimes(spec.tensors.size());
   for (size_t t = 0; t < spec.tensors.size(); ++t) lifetimes[t].bytes = spec.tensors[t].bytes();
   for (int i = 0; i < static_cast<int>(spec.ops.size()); ++i) {
@@ -27,10 +29,13 @@ CpuRunner::CpuRunner(const ModelSpec& spec, ParameterStore& params) : spec_(spec
   // The batch stays intact for the whole step, so a caller may run several steps on one set_batch().
   for (size_t t = 0; t < spec.tensors.size(); ++t)
     if (spec.tensors[t].is_input) lifetimes[t].first = 0, lifetimes[t].last = static_cast<int>(spec.ops.size()) - 1;
-  plan_ = memory::Planner::plan(lifetimes);
-  offset_ = plan_.offsets;
-  storage_ = memory::HostBuffer(static_cast<size_t>(plan_.peak));
+  return memory::Planner::plan(lifetimes);
 }
+
+}  // namespace
+
+CpuRunner::CpuRunner(const ModelSpec& spec, ParameterStore& params)
+    : spec_(spec), params_(params), plan_(plan_activations(spec)), arena_(memory::Arena::Backing::Host, plan_.peak) {}
 
 void CpuRunner::set_batch(std::span<const int32_t> tokens, std::span<const int32_t> targets) {
   const int tok = spec_.tensor_index("tokens"), tgt = spec_.tensor_index("targets");
@@ -38,8 +43,8 @@ void CpuRunner::set_batch(std::span<const int32_t> tokens, std::span<const int32
   if (tokens.size() != n || targets.size() != n)
     throw std::invalid_argument("batch has " + std::to_string(tokens.size()) + " tokens; the model step takes " +
                                 std::to_string(n));
-  std::memcpy(storage_.data() + offset_[tok], tokens.data(), n * sizeof(int32_t));
-  std::memcpy(storage_.data() + offset_[tgt], targets.data(), n * sizeof(int32_t));
+  std::memcpy(arena_.data() + plan_.offsets[tok], tokens.data(), n * sizeof(int32_t));
+  std::memcpy(arena_.data() + plan_.offsets[tgt], targets.data(), n * sizeof(int32_t));
 }
 
 float CpuRunner::forward() {
@@ -57,7 +62,7 @@ float CpuRunner::forward_backward(float loss_weight) {
 std::span<const float> CpuRunner::tensor(const std::string& name) const {
   const int t = spec_.tensor_index(name);
   if (spec_.tensors[t].dtype != DType::F32) throw std::invalid_argument("tensor '" + name + "' is not fp32");
-  const auto* p = reinterpret_cast<const float*>(storage_.data() + offset_[t]);
+  const auto* p = reinterpret_cast<const float*>(arena_.data() + plan_.offsets[t]);
   return {p, static_cast<size_t>(numel(spec_.tensors[t].shape))};
 }
 

@@ -1,6 +1,6 @@
 // CpuRunner: runs a ModelSpec's op list on the CPU, one op at a time, against a ParameterStore.
-// Activations live in one host buffer laid out by the memory Planner from their lifetimes, so tensors
-// that are never alive together share memory.
+// Activations live in one arena (the host device's: a capped host allocation) laid out by the memory
+// Planner from their lifetimes, so tensors that are never alive together share memory.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/host_buffer.h"
+#include "memory/arena.h"
 #include "memory/planner.h"
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
@@ -34,16 +34,15 @@ class CpuRunner {
   const memory::Plan& activation_plan() const { return plan_; }
 
  private:
-  float* f32(int t) { return reinterpret_cast<float*>(storage_.data() + offset_[t]); }
-  const int32_t* i32(int t) { return reinterpret_cast<const int32_t*>(storage_.data() + offset_[t]); }
+  float* f32(int t) { return reinterpret_cast<float*>(arena_.data() + plan_.offsets[t]); }
+  const int32_t* i32(int t) { return reinterpret_cast<const int32_t*>(arena_.data() + plan_.offsets[t]); }
   float* value(int p) { return params_.value(p).data(); }
   float* grad(int p) { return params_.grad(p).data(); }
 
   const ModelSpec& spec_;
   ParameterStore& params_;
-  memory::Plan plan_;
-  std::vector<int64_t> offset_;  // bytes into storage_
-  memory::HostBuffer storage_;
+  memory::Plan plan_;     // offset of every tensor in arena_
+  memory::Arena arena_;   // the host device's arena: allocated once, here
   float loss_weight_ = 1.0f;
   float last_loss_ = 0.0f;
 };

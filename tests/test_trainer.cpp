@@ -10,6 +10,9 @@
 #include "engine/config.h"
 #include "engine/dataset.h"
 #include "engine/trainer.h"
+#include "memory/arena.h"
+#include "models/cpu_runner.h"
+#include "models/gpt2.h"
 #include "test_helpers.h"
 
 namespace ferry::engine {
@@ -90,6 +93,20 @@ TEST(Trainer, EveryAdamWPathTrainsBitwiseAlike) {
       std::printf("%s: not run (%s)\n", isa, e.what());  // the CPU lacks it
     }
   }
+}
+
+TEST(CpuRunner, NothingIsAllocatedInTheArenaAfterStartUp) {
+  const models::ModelSpec spec = models::build_gpt2({2, 2, 32, 256, 16}, 2, 16);
+  models::ParameterStore params(spec.params);
+  models::init_gpt2(spec, {2, 2, 32, 256, 16}, params, 1);
+  const int64_t before = memory::Arena::allocation_count();
+  models::CpuRunner runner(spec, params);
+  EXPECT_EQ(memory::Arena::allocation_count(), before + 1);  // the one arena, at start-up
+  std::vector<int32_t> tokens(32, 7), targets(32, 9);
+  runner.set_batch(tokens, targets);
+  const float first = runner.forward_backward();
+  for (int step = 0; step < 3; ++step) EXPECT_EQ(runner.forward_backward(), first);  // the batch survives each step
+  EXPECT_EQ(memory::Arena::allocation_count(), before + 1);
 }
 
 TEST(Trainer, CudaDeviceIsAClearErrorOnTheCpuBuild) {
