@@ -1,0 +1,42 @@
+// CostModel: how long the parts of a step take on one machine. Each op's compute time (a roofline of its
+// FLOPs and the bytes it touches), the link per direction as a function of transfer size, and the AdamW
+// rate on the CPU and on the device. Loaded from JSON (measured, or shipped and marked assumed).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "models/model_spec.h"
+
+namespace ferry::offload {
+
+struct LinkCost {
+  double gbps = 25;          // sustained bandwidth, GB/s (1e9 bytes)
+  double latency_s = 10e-6;  // per transfer
+  double seconds(int64_t bytes) const { return bytes > 0 ? latency_s + double(bytes) / (gbps * 1e9) : 0.0; }
+};
+
+struct CostModel {
+  std::string name;
+  bool assumed = true;                // figures not yet measured on the machine
+  double flops_per_s = 1e12;          // dense math actually achieved
+  double memory_bytes_per_s = 1e11;   // device memory traffic achieved by elementwise ops
+  double op_overhead_s = 5e-6;        // launch / dispatch cost per op
+  int activation_bytes = 2;           // bytes per activation element on the device (bf16: 2; host fp32: 4)
+  int weight_bytes = 2;               // bytes per parameter of the working copy that travels
+  LinkCost h2d, d2h;
+  double cpu_adam_params_per_s = 1e9;
+  double device_adam_params_per_s = 5e10;
+
+  // Roofline time of one op: the larger of its FLOPs at flops_per_s and the bytes it touches (its tensors
+  // and parameters at the device's element sizes) at memory_bytes_per_s, plus the per-op overhead.
+  double op_seconds(const models::ModelSpec& spec, const models::OpSpec& op) const;
+
+  static CostModel from_json(const nlohmann::json& j, const std::string& origin);
+  static CostModel load(const std::filesystem::path& path);
+  nlohmann::json to_json() const;
+};
+
+}  // namespace ferry::offload

@@ -1,0 +1,311 @@
+// The policies. Shared by all that run AdamW on the CPU: each bucket's gradients leave for the host right
+// after the last op writing them; their device buffer is released once the copy has had time to finish
+// (by the cost model), and AdamW runs on the bucket as soon as they land.
+#include "offload/policies.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace ferry::offload {
+namespace {
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(int64_t(1) << 30));
+  return buf;
+}
+
+Schedule empty_schedule(const OffloadProblem& p, Policy policy) {
+  Schedule s;
+  s.policy = to_string(policy);
+  s.before.resize(p.n_ops + 1);
+  s.resident.assign(p.n_buckets, false);
+  return s;
+}
+
+// Ideal compute timeline: when op i would start with no stalls.
+std::vector<double> timeline(const OffloadProblem& p) {
+  std::vector<double> t(p.n_ops + 1, 0.0);
+  for (int i = 0; i < p.n_ops; ++i) t[i + 1] = t[i] + p.op_seconds[i];
+  return t;
+}
+
+// Gradients to the host, AdamW on the CPU, uploads of resident buckets at the end. Returns the bytes of
+// gradient buffers alive at each op.
+std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& p, Schedule& s) {
+  const auto t = timeline(p);
+  std::vector<int64_t> grads_live(p.n_ops, 0);
+  for (int b = 0; b < p.n_buckets; ++b) {
+    if (p.first_grad_op[b] < 0) continue;
+    const int out = p.last_grad_op[b] + 1;
+    s.before[out].push_back({Action::Kind::OffloadGrads, b});
+    s.before[out].push_back({Action::Kind::CpuAdam, b});
+    int release = out;
+    while (release < p.n_ops && t[release] - t[out] < p.cost.d2h.seconds(p.bucket_bytes[b])) ++release;
+    release = std::min(p.n_ops, release + 1);
+    s.before[release].push_back({Action::Kind::ReleaseGrads, b});
+    for (int i = p.first_grad_op[b]; i < release && i < p.n_ops; ++i) grads_live[i] += p.bucket_bytes[b];
+    if (s.resident[b]) s.before[p.n_ops].push_back({Action::Kind::Upload, b});
+  }
+  return grads_live;
+}
+
+void check_fits(const OffloadProblem& p, const Schedule& s, const SimResult& r) {
+  if (!r.error.empty()) throw std::logic_error(s.policy + ": invalid schedule: " + r.error);
+  if (!r.fits)
+    throw BudgetError(s.policy + ": needs " + gib(r.peak_device_bytes) + " of device memory; the budget is " +
+                      gib(p.budget_bytes));
+}
+
+Schedule resident(const OffloadProblem& p) {
+  Schedule s = empty_schedule(p, Policy::Resident);
+  s.resident.assign(p.n_buckets, true);
+  s.optimizer_on_device = true;
+  s.before[p.n_ops].push_back({Action::Kind::DeviceAdam, -1});
+  return s;
+}
+
+Schedule zero_offload(const OffloadProblem& p) {
+  Schedule s = empty_schedule(p, Policy::ZeroOffload);
+  s.resident.assign(p.n_buckets, true);
+  add_cpu_optimizer(p, s);
+  return s;
+}
+
+// Gemini-like: nothing resident; each op fetches what it lacks right before it runs (no lookahead) and
+// evicts the least recently used buckets while the budget is short.
+Schedule chunk_lru(const OffloadProblem& p, int64_t budget) {
+  Schedule s = empty_schedule(p, Policy::ChunkLru);
+  const std::vector<int64_t> grads_live = add_cpu_optimizer(p, s);
+  std::vector<int> last_used(p.n_buckets, -1);
+  std::vector<bool> on(p.n_buckets, false);
+  int64_t held = 0;
+  for (int i = 0; i < p.n_ops; ++i) {
+    for (int b : p.op_buckets[i]) {
+      last_used[b] = i;
+      if (on[b]) continue;
+      while (p.activation_live[i] + grads_live[i] + held + p.bucket_bytes[b] > budget) {
+        int victim = -1;
+        for (int c = 0; c < p.n_buckets; ++c) {
+          const bool needed = std::find(p.op_buckets[i].begin(), p.op_buckets[i].end(), c) != p.op_buckets[i].end();
+          if (on[c] && !needed && (victim < 0 || last_used[c] < last_used[victim])) victim = c;
+        }
+        if (victim < 0) break;  // nothing left to evict: the Simulator's budget check reports it
+        s.before[i].push_back({Action::Kind::Release, victim});
+        on[victim] = false;
+        held -= p.bucket_bytes[victim];
+      }
+      s.before[i].push_back({Action::Kind::Prefetch, b});
+      s.before[i].push_back({Action::Kind::Wait, b});
+      on[b] = true;
+      held += p.bucket_bytes[b];
+    }
+  }
+  return s;
+}
+
+// Ferry's schedule for a given resident set: every other bucket travels once per window of uses (uses
+// at most kWindowGap ops apart), prefetched just in time on the ideal timeline (its copy, queued behind
+// the ones before it, lands when the window's first op would start), earlier only if memory forbids the
+// just-in-time point, and released right after the window's last use.
+Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, int64_t budget) {
+  constexpr int kWindowGap = 4;
+  Schedule s = empty_schedule(p, Policy::Greedy);
+  s.resident = resident;
+  const std::vector<int64_t> grads_live = add_cpu_optimizer(p, s);
+  const auto t = timeline(p);
+  int64_t resident_bytes = 0;
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (resident[b]) resident_bytes += p.bucket_bytes[b];
+  std::vector<int64_t> used(p.n_ops);
+  for (int i = 0; i < p.n_ops; ++i) used[i] = p.activation_live[i] + grads_live[i] + resident_bytes;
+
+  struct Window {
+    int bucket, first, last;
+  };
+  std::vector<Window> windows;
+  std::vector<int> open(p.n_buckets, -1);
+  for (int i = 0; i < p.n_ops; ++i)
+    for (int b : p.op_buckets[i]) {
+      if (resident[b]) continue;
+      if (open[b] >= 0 && i - windows[open[b]].last <= kWindowGap) {
+        windows[open[b]].last = i;
+      } else {
+        open[b] = static_cast<int>(windows.size());
+        windows.push_back({b, i, i});
+      }
+    }
+  std::vector<int> released_at(p.n_buckets, 0);  // a bucket's next window may not start before this point
+  double h2d_free = 0;
+  for (const Window& w : windows) {  // in order of first use
+    const int64_t bytes = p.bucket_bytes[w.bucket];
+    const double copy = p.cost.h2d.seconds(bytes);
+    auto fits_from = [&](int point) {
+      for (int i = point; i <= w.last; ++i)
+        if (used[i] + bytes > budget) return false;
+      return true;
+    };
+    // Latest point whose copy still lands in time, then back off to memory, then forward to the earliest
+    // point memory allows.
+    int point = w.first;
+    while (point > released_at[w.bucket] && std::max(t[point], h2d_free) + copy > t[w.first]) --point;
+    while (point < w.first && !fits_from(point)) ++point;
+    h2d_free = std::max(t[point], h2d_free) + copy;
+    s.before[point].push_back({Action::Kind::Prefetch, w.bucket});
+    s.before[w.first].push_back({Action::Kind::Wait, w.bucket});
+    s.before[w.last + 1].push_back({Action::Kind::Release, w.bucket});
+    released_at[w.bucket] = w.last + 1;
+    for (int i = point; i <= w.last; ++i) used[i] += bytes;
+  }
+  // Within a point: weight releases first (they free room), then everything else in the order it was
+  // added (a bucket's gradient release follows its offload), then waits.
+  for (auto& actions : s.before)
+    std::stable_sort(actions.begin(), actions.end(), [](const Action& a, const Action& b) {
+      auto rank = [](Action::Kind k) { return k == Action::Kind::Release ? 0 : k == Action::Kind::Wait ? 2 : 1; };
+      return rank(a.kind) < rank(b.kind);
+    });
+  return s;
+}
+
+// Tries a policy's construction at budgets a little below the real one, so that the Planner's layout
+// (which may need a little more than the sum of what is alive) still fits.
+template <class Build>
+Schedule fitting(const OffloadProblem& p, Build&& build) {
+  std::string last_error;
+  for (double margin : {0.0, 0.02, 0.05, 0.1, 0.2}) {
+    Schedule s = build(static_cast<int64_t>(p.budget_bytes * (1 - margin)));
+    const SimResult r = simulate(p, s);
+    if (!r.error.empty()) throw std::logic_error(s.policy + ": invalid schedule: " + r.error);
+    if (r.fits) return s;
+    last_error = s.policy + ": needs " + gib(r.peak_device_bytes) + " of device memory; the budget is " + gib(p.budget_bytes);
+  }
+  throw BudgetError(last_error);
+}
+
+// Ferry's policy. What it optimises: the Simulator's predicted step time under the budget.
+// The greedy criterion: start with every bucket offloaded and scheduled just in time (greedy_for); then,
+// round after round, make resident the candidate bucket whose residency lowers the predicted step time
+// most per byte it occupies, while one still fits and still helps. Candidates per round: every bucket
+// when there are at most 48, else the 24 whose windows stall most plus the 24 smallest. The plans of
+// resident and zero-offload are candidates too, so greedy is never predicted slower than those where they
+// fit (chunk-lru's too, at the full budget). Complexity: O(rounds x candidates x (ops + actions)) for the simulations, plus one Planner run
+// each; rounds <= buckets.
+Schedule greedy(const OffloadProblem& p) {
+  Schedule best;
+  double best_time = INFINITY;
+  auto consider = [&](Schedule s) {
+    const SimResult r = simulate(p, s);
+    if (r.error.empty() && r.fits && r.step_s < best_time) best_time = r.step_s, best = std::move(s);
+    return r;
+  };
+  for (Policy baseline : {Policy::Resident, Policy::ZeroOffload, Policy::ChunkLru}) {
+    Schedule s = baseline == Policy::Resident      ? resident(p)
+                 : baseline == Policy::ZeroOffload ? zero_offload(p)
+                                                   : chunk_lru(p, p.budget_bytes);
+    s.policy = to_string(Policy::Greedy);
+    consider(std::move(s));
+  }
+  std::vector<bool> resident_set(p.n_buckets, false);
+  SimResult current;
+  for (double margin : {0.0, 0.02, 0.05, 0.1, 0.2}) {
+    const int64_t budget = static_cast<int64_t>(p.budget_bytes * (1 - margin));
+    current = consider(greedy_for(p, resident_set, budget));
+    if (current.fits) {
+      for (int round = 0; round < p.n_buckets; ++round) {
+        std::vector<int> candidates;
+        for (int b = 0; b < p.n_buckets; ++b)
+          if (!resident_set[b]) candidates.push_back(b);
+        if (candidates.size() > 48) {
+          std::vector<double> stall(p.n_buckets, 0.0);
+          for (int i = 0; i < p.n_ops; ++i)
+            for (int b : p.op_buckets[i]) stall[b] += current.stall_before_op[i];
+          std::vector<int> by_stall = candidates, by_size = candidates;
+          std::stable_sort(by_stall.begin(), by_stall.end(), [&](int a, int b) { return stall[a] > stall[b]; });
+          std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) { return p.bucket_bytes[a] < p.bucket_bytes[b]; });
+          candidates.assign(by_stall.begin(), by_stall.begin() + 24);
+          for (int i = 0; i < 24; ++i)
+            if (std::find(candidates.begin(), candidates.end(), by_size[i]) == candidates.end()) candidates.push_back(by_size[i]);
+        }
+        int pick = -1;
+        double pick_gain = 0;
+        SimResult pick_result;
+        for (int b : candidates) {
+          std::vector<bool> trial = resident_set;
+          trial[b] = true;
+          const SimResult r = simulate(p, greedy_for(p, trial, budget));
+          if (!r.error.empty() || !r.fits) continue;
+          const double gain = (current.step_s - r.step_s) / double(p.bucket_bytes[b]);
+          if (gain > pick_gain) pick = b, pick_gain = gain, pick_result = r;
+        }
+        if (pick < 0 || current.step_s - pick_result.step_s < 1e-4 * current.step_s) break;
+        resident_set[pick] = true;
+        current = pick_result;
+        consider(greedy_for(p, resident_set, budget));
+      }
+      break;
+    }
+  }
+  if (best_time == INFINITY)
+    throw BudgetError("greedy: needs at least " + gib(minimum_device_bytes(p)) +
+                      " with every bucket offloaded (activation checkpointing is not implemented yet); the budget is " +
+                      gib(p.budget_bytes));
+  return best;
+}
+
+}  // namespace
+
+const char* to_string(Policy policy) {
+  switch (policy) {
+    case Policy::Resident: return "resident";
+    case Policy::ZeroOffload: return "zero-offload";
+    case Policy::ChunkLru: return "chunk-lru";
+    case Policy::Greedy: return "greedy";
+  }
+  return "?";
+}
+
+Policy parse_policy(const std::string& name) {
+  for (Policy p : all_policies())
+    if (name == to_string(p)) return p;
+  throw std::invalid_argument("offload.policy: '" + name + "' is not a policy; expected resident, zero-offload, chunk-lru or greedy");
+}
+
+const std::vector<Policy>& all_policies() {
+  static const std::vector<Policy> all{Policy::Resident, Policy::ZeroOffload, Policy::ChunkLru, Policy::Greedy};
+  return all;
+}
+
+int64_t minimum_device_bytes(const OffloadProblem& p) {
+  int64_t need = 0;
+  for (int i = 0; i < p.n_ops; ++i) {
+    int64_t at = p.activation_live[i];
+    for (int b : p.op_buckets[i]) at += p.bucket_bytes[b] * (p.first_grad_op[b] >= 0 && i >= p.first_grad_op[b] ? 2 : 1);
+    need = std::max(need, at);
+  }
+  return need;
+}
+
+Schedule make_schedule(const OffloadProblem& p, Policy policy) {
+  if (minimum_device_bytes(p) > p.budget_bytes)
+    throw BudgetError(std::string(to_string(policy)) + ": the model needs at least " + gib(minimum_device_bytes(p)) +
+                      " with every bucket offloaded (activation checkpointing is not implemented yet); the budget is " +
+                      gib(p.budget_bytes));
+  switch (policy) {
+    case Policy::Resident: {
+      Schedule s = resident(p);
+      check_fits(p, s, simulate(p, s));
+      return s;
+    }
+    case Policy::ZeroOffload: {
+      Schedule s = zero_offload(p);
+      check_fits(p, s, simulate(p, s));
+      return s;
+    }
+    case Policy::ChunkLru: return fitting(p, [&](int64_t budget) { return chunk_lru(p, budget); });
+    case Policy::Greedy: return greedy(p);
+  }
+  throw std::logic_error("unknown policy");
+}
+
+}  // namespace ferry::offload

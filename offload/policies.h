@@ -1,0 +1,33 @@
+// The placement policies: resident (no offload), zero-offload (ZeRO-Offload's placement), chunk-lru
+// (Gemini-like on-demand fetch with LRU eviction) and greedy (Ferry's). Each turns an OffloadProblem into
+// a Schedule that fits the budget, or fails saying how much memory the model needs at least.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "offload/problem.h"
+#include "offload/schedule.h"
+#include "offload/simulator.h"
+
+namespace ferry::offload {
+
+enum class Policy { Resident, ZeroOffload, ChunkLru, Greedy };
+const char* to_string(Policy policy);
+Policy parse_policy(const std::string& name);  // resident | zero-offload | chunk-lru | greedy
+const std::vector<Policy>& all_policies();
+
+// The budget cannot hold what the policy must keep on the device.
+struct BudgetError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The least device memory any policy can run in: at every op, its activations, the buckets it uses and
+// the gradient buffers it writes.
+int64_t minimum_device_bytes(const OffloadProblem& problem);
+
+// A schedule for the policy that the Simulator accepts and that fits the budget; BudgetError otherwise.
+Schedule make_schedule(const OffloadProblem& problem, Policy policy);
+
+}  // namespace ferry::offload

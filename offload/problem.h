@@ -1,0 +1,36 @@
+// OffloadProblem: what every policy plans over: the step's ops with their compute times, the parameter
+// buckets each op uses, when backward finishes each bucket's gradients, the activations' lifetimes, and
+// the device memory budget.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "memory/bucket_layout.h"
+#include "memory/planner.h"
+#include "models/model_spec.h"
+#include "offload/cost_model.h"
+
+namespace ferry::offload {
+
+struct OffloadProblem {
+  OffloadProblem(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget_bytes);
+
+  int n_ops = 0;
+  int n_buckets = 0;
+  CostModel cost;
+  int64_t budget_bytes = 0;
+  std::vector<double> op_seconds;                 // per op
+  std::vector<std::vector<int>> op_buckets;       // buckets each op reads (forward) or reads and writes grads of
+  std::vector<int64_t> bucket_params;             // parameters per bucket
+  std::vector<int64_t> bucket_bytes;              // bytes of a bucket's working copy (and of its gradients)
+  std::vector<int> last_grad_op;                  // last backward op that writes the bucket's gradients
+  std::vector<int> first_grad_op;                 // first backward op that writes them
+  std::vector<memory::TensorLifetime> activations;  // at the device's element size
+  std::vector<int64_t> activation_live;           // activation bytes alive at each op
+
+  int64_t total_params() const;
+  int64_t total_weight_bytes() const;
+};
+
+}  // namespace ferry::offload

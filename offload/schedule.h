@@ -1,0 +1,35 @@
+// Schedule: the step's op list with actions between the ops, for one policy. before[i] runs before op i
+// (before[n_ops] after the last op). Copies go to the h2d or d2h stream, AdamW to the CPU pool; Wait and
+// ReleaseGrads make the compute stream wait for a copy.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ferry::offload {
+
+struct Action {
+  enum class Kind {
+    Prefetch,      // h2d: bucket b's working copy into a device slot
+    Wait,          // compute waits until b has arrived
+    Release,       // b's device slot is free from here on
+    OffloadGrads,  // d2h: b's gradients to the host (after the last op writing them)
+    ReleaseGrads,  // compute waits until b's gradients have left; their device buffer is free from here on
+    CpuAdam,       // CPU pool: AdamW on b once its gradients have landed
+    Upload,        // h2d: b's updated working copy back into its resident slot
+    DeviceAdam,    // compute stream: AdamW on every bucket on the device
+  };
+  Kind kind;
+  int bucket = -1;
+};
+
+const char* to_string(Action::Kind kind);
+
+struct Schedule {
+  std::string policy;
+  std::vector<std::vector<Action>> before;  // n_ops + 1 entries
+  std::vector<bool> resident;               // per bucket: its working copy stays on the device all step
+  bool optimizer_on_device = false;         // fp32 master, m and v on the device too (policy resident)
+};
+
+}  // namespace ferry::offload
