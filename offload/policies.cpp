@@ -183,68 +183,69 @@ Schedule fitting(const OffloadProblem& p, Build&& build) {
   throw BudgetError(last_error);
 }
 
-// Ferry's policy. What it optimises: the Simulator's predicted step time under the budget.
-// The greedy criterion: start with every bucket offloaded and scheduled just in time (greedy_for); then,
-// round after round, make resident the candidate bucket whose residency lowers the predicted step time
-// most per byte it occupies, while one still fits and still helps. Candidates per round: every bucket
-// when there are at most 48, else the 24 whose windows stall most plus the 24 smallest. The plans of
-// resident and zero-offload are candidates too, so greedy is never predicted slower than those where they
-// fit (chunk-lru's too, at the full budget). Complexity: O(rounds x candidates x (ops + actions)) for the simulations, plus one Planner run
-// each; rounds <= buckets.
+// Ferry's policy.
+// What it optimises: the Simulator's predicted step time, under the budget.
+// The greedy criterion: every bucket starts offloaded and scheduled just in time (greedy_for). Buckets are
+// ranked once by what residency saves per byte they would occupy: the copy time of all their trips plus
+// the compute stalls charged to their windows in the all-offloaded schedule. The resident set is then a
+// prefix of that ranking (most valuable first); greedy builds the plan of each prefix (at most
+// kPrefixes of them, evenly spaced) for unlimited memory and for each budget of a fixed ladder (the
+// minimum the model needs times 1.25^j), and keeps the fastest plan whose Planner peak fits the budget.
+// The plans of resident, zero-offload and chunk-lru are candidates too, so greedy is never predicted
+// slower than those where they fit.
+// Every other candidate is built without looking at the budget (ladder budgets above it are simply not built:
+// their plans could not be used anyway), so a larger budget only adds candidates: more budget never gives
+// a slower plan.
+// Complexity: (prefixes x ladder rungs up to the budget) simulations, each O(ops + actions) plus one
+// Planner run; at most 24 x log_1.25(budget / minimum) of them.
 Schedule greedy(const OffloadProblem& p) {
+  constexpr int kPrefixes = 24;
+  constexpr double kRung = 1.25;
   Schedule best;
   double best_time = INFINITY;
   auto consider = [&](Schedule s) {
     const SimResult r = simulate(p, s);
     if (r.error.empty() && r.fits && r.step_s < best_time) best_time = r.step_s, best = std::move(s);
-    return r;
   };
-  for (Policy baseline : {Policy::Resident, Policy::ZeroOffload, Policy::ChunkLru}) {
-    Schedule s = baseline == Policy::Resident      ? resident(p)
-                 : baseline == Policy::ZeroOffload ? zero_offload(p)
-                                                   : chunk_lru(p, p.budget_bytes);
+  std::vector<int64_t> ladder{INT64_MAX / 4};  // unlimited memory first
+  for (double rung = double(minimum_device_bytes(p)); rung <= double(p.budget_bytes); rung *= kRung)
+    ladder.push_back(static_cast<int64_t>(rung));
+  for (Policy baseline : {Policy::Resident, Policy::ZeroOffload}) {
+    Schedule s = baseline == Policy::Resident ? resident(p) : zero_offload(p);
     s.policy = to_string(Policy::Greedy);
     consider(std::move(s));
   }
-  std::vector<bool> resident_set(p.n_buckets, false);
-  SimResult current;
-  for (double margin : {0.0, 0.02, 0.05, 0.1, 0.2}) {
-    const int64_t budget = static_cast<int64_t>(p.budget_bytes * (1 - margin));
-    current = consider(greedy_for(p, resident_set, budget));
-    if (current.fits) {
-      for (int round = 0; round < p.n_buckets; ++round) {
-        std::vector<int> candidates;
-        for (int b = 0; b < p.n_buckets; ++b)
-          if (!resident_set[b]) candidates.push_back(b);
-        if (candidates.size() > 48) {
-          std::vector<double> stall(p.n_buckets, 0.0);
-          for (int i = 0; i < p.n_ops; ++i)
-            for (int b : p.op_buckets[i]) stall[b] += current.stall_before_op[i];
-          std::vector<int> by_stall = candidates, by_size = candidates;
-          std::stable_sort(by_stall.begin(), by_stall.end(), [&](int a, int b) { return stall[a] > stall[b]; });
-          std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) { return p.bucket_bytes[a] < p.bucket_bytes[b]; });
-          candidates.assign(by_stall.begin(), by_stall.begin() + 24);
-          for (int i = 0; i < 24; ++i)
-            if (std::find(candidates.begin(), candidates.end(), by_size[i]) == candidates.end()) candidates.push_back(by_size[i]);
-        }
-        int pick = -1;
-        double pick_gain = 0;
-        SimResult pick_result;
-        for (int b : candidates) {
-          std::vector<bool> trial = resident_set;
-          trial[b] = true;
-          const SimResult r = simulate(p, greedy_for(p, trial, budget));
-          if (!r.error.empty() || !r.fits) continue;
-          const double gain = (current.step_s - r.step_s) / double(p.bucket_bytes[b]);
-          if (gain > pick_gain) pick = b, pick_gain = gain, pick_result = r;
-        }
-        if (pick < 0 || current.step_s - pick_result.step_s < 1e-4 * current.step_s) break;
-        resident_set[pick] = true;
-        current = pick_result;
-        consider(greedy_for(p, resident_set, budget));
-      }
-      break;
-    }
+  // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
+  // this candidate keeps the monotonicity.
+  for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)}) {
+    Schedule s = chunk_lru(p, budget);
+    s.policy = to_string(Policy::Greedy);
+    consider(std::move(s));
+  }
+  // Rank the buckets on the all-offloaded plan with unlimited memory.
+  const Schedule offloaded = greedy_for(p, std::vector<bool>(p.n_buckets, false), ladder[0]);
+  const SimResult base = simulate(p, offloaded);
+  std::vector<double> value(p.n_buckets, 0.0);
+  for (int point = 0; point < p.n_ops; ++point) {
+    for (const Action& a : offloaded.before[point])
+      if (a.kind == Action::Kind::Prefetch) value[a.bucket] += p.cost.h2d.seconds(p.bucket_bytes[a.bucket]);
+    for (int b : p.op_buckets[point]) value[b] += base.stall_before_op[point];
+  }
+  std::vector<int> ranking(p.n_buckets);
+  std::iota(ranking.begin(), ranking.end(), 0);
+  std::stable_sort(ranking.begin(), ranking.end(), [&](int a, int b) {
+    return value[a] / double(p.bucket_bytes[a]) > value[b] / double(p.bucket_bytes[b]);
+  });
+  int64_t most_activations = 0;
+  for (int64_t a : p.activation_live) most_activations = std::max(most_activations, a);
+  const int prefixes = std::min(p.n_buckets, kPrefixes);
+  for (int k = 0; k <= prefixes; ++k) {
+    const int size = static_cast<int>(int64_t(k) * p.n_buckets / std::max(1, prefixes));
+    std::vector<bool> resident_set(p.n_buckets, false);
+    int64_t resident_bytes = 0;
+    for (int i = 0; i < size; ++i) resident_set[ranking[i]] = true, resident_bytes += p.bucket_bytes[ranking[i]];
+    if (resident_bytes + most_activations > p.budget_bytes) break;  // neither this prefix nor a larger one fits
+    for (int64_t rung : ladder) consider(greedy_for(p, resident_set, rung));
   }
   if (best_time == INFINITY)
     throw BudgetError("greedy: needs at least " + gib(minimum_device_bytes(p)) +

@@ -138,6 +138,25 @@ TEST(Policies, RandomModelsBudgetsAndCostModels) {
   EXPECT_GT(offloading_runs, 5);
 }
 
+TEST(Policies, MoreBudgetNeverMakesGreedySlower) {
+  models::Rng rng(8);
+  for (int trial = 0; trial < 25; ++trial) {
+    const OffloadProblem tight = small_problem(rng, 50);
+    double previous = INFINITY;
+    for (int64_t extra = 0; extra <= 24; extra += 2) {
+      OffloadProblem p = tight;
+      p.budget_bytes = tight.budget_bytes + extra * (tight.budget_bytes / 32);
+      try {
+        const double t = simulate(p, make_schedule(p, Policy::Greedy)).step_s;
+        EXPECT_LE(t, previous * (1 + 1e-12)) << "trial " << trial << " budget +" << extra << "/32";
+        previous = t;
+      } catch (const BudgetError&) {
+        EXPECT_EQ(previous, INFINITY) << "greedy fit a smaller budget but not this one";
+      }
+    }
+  }
+}
+
 TEST(Policies, GreedyIsResidentWhenEverythingFitsOnAnH100) {
   // On the shipped H100-class model, AdamW on the device beats any trip over PCIe: with a budget that
   // holds everything, greedy keeps everything resident.
