@@ -57,4 +57,8 @@ int run_adam_bench(int64_t params, int threads, int reps, const std::string& jso
 // `ferry-bench planner`: the memory Planner on GPT-2 step schedules and random instances.
 int run_planner_bench(const std::string& json_path, const std::string& markdown_path, const std::string& command);
 
+// `ferry-bench policies`: every placement policy on a cost model for GPT shapes and budgets.
+int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_t seq, const std::string& json_path,
+                       const std::string& markdown_path, const std::string& command);
+
 }  // namespace ferry::bench

@@ -31,11 +31,20 @@ int main(int argc, char** argv) {
   auto* planner = app.add_subcommand("planner", "The memory Planner against its lower bound and a first-fit allocator");
   planner->add_option("--json", json, "Also write the results as JSON to this file (bench/results/planner.json)");
   planner->add_option("--markdown", markdown, "Also write the Markdown table to this file");
+  std::string cost_model = "configs/cost_models/h100-assumed.json";
+  int64_t policy_batch = 1, policy_seq = 1024;
+  auto* policies = app.add_subcommand("policies", "Every placement policy on a cost model, GPT 350M to 7B at 4/8/16 GiB");
+  policies->add_option("--cost-model", cost_model, "Cost model file (default: the shipped H100-class one)")->check(CLI::ExistingFile);
+  policies->add_option("--batch", policy_batch, "Sequences per step (default 1)")->check(CLI::PositiveNumber);
+  policies->add_option("--seq", policy_seq, "Tokens per sequence (default 1024)")->check(CLI::PositiveNumber);
+  policies->add_option("--json", json, "Also write the results as JSON to this file (bench/results/policies.json)");
+  policies->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   CLI11_PARSE(app, argc, argv);
 
   std::string command = "ferry-bench";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   try {
+    if (*policies) return ferry::bench::run_policies_bench(cost_model, policy_batch, policy_seq, json, markdown, command);
     if (*planner) return ferry::bench::run_planner_bench(json, markdown, command);
     if (*adam) return ferry::bench::run_adam_bench(params, threads, reps, json, markdown, command);
     return ferry::bench::run_step_bench(config, batch, seq, steps, warmup, threads, json, markdown, command);

@@ -11,8 +11,15 @@ double CostModel::op_seconds(const models::ModelSpec& spec, const models::OpSpec
   double bytes = 0;
   for (int p : op.params) bytes += double(models::numel(spec.params[p].shape)) * weight_bytes;
   for (const auto* list : {&op.inputs, &op.outputs})
-    for (int t : *list) bytes += double(models::numel(spec.tensors[t].shape)) * activation_bytes;
+    for (int t : *list) bytes += double(tensor_bytes(spec, t));
   return op_overhead_s + std::max(op.flops / flops_per_s, bytes / memory_bytes_per_s);
+}
+
+int64_t CostModel::tensor_bytes(const models::ModelSpec& spec, int tensor) const {
+  const auto& shape = spec.tensors[tensor].shape;
+  const bool probabilities = spec.tensors[tensor].name.ends_with("attn.probs");  // (B, heads, T, T)
+  if (fused_attention && probabilities) return models::numel(shape) / shape.back() * 4;
+  return models::numel(shape) * activation_bytes;
 }
 
 CostModel CostModel::from_json(const nlohmann::json& j, const std::string& origin) {
@@ -43,6 +50,10 @@ CostModel CostModel::from_json(const nlohmann::json& j, const std::string& origi
   number("activation_bytes", ab, 1);
   number("weight_bytes", wb, 1);
   c.activation_bytes = static_cast<int>(ab), c.weight_bytes = static_cast<int>(wb);
+  if (j.contains("fused_attention")) {
+    if (!j["fused_attention"].is_boolean()) throw std::runtime_error(origin + ": 'fused_attention' must be true or false");
+    c.fused_attention = j["fused_attention"].get<bool>();
+  }
   link("h2d", c.h2d);
   link("d2h", c.d2h);
   return c;
@@ -64,6 +75,7 @@ nlohmann::json CostModel::to_json() const {
           {"op_overhead_s", op_overhead_s},
           {"activation_bytes", activation_bytes},
           {"weight_bytes", weight_bytes},
+          {"fused_attention", fused_attention},
           {"h2d", {{"gbps", h2d.gbps}, {"latency_s", h2d.latency_s}}},
           {"d2h", {{"gbps", d2h.gbps}, {"latency_s", d2h.latency_s}}},
           {"cpu_adam_params_per_s", cpu_adam_params_per_s},

@@ -287,6 +287,16 @@ int64_t minimum_device_bytes(const OffloadProblem& p) {
   return need;
 }
 
+double lower_bound_step_s(const OffloadProblem& p) {
+  const Schedule all = resident(p);
+  const SimResult r = simulate(p, all);
+  if (r.fits) return r.step_s;
+  const double compute = std::accumulate(p.op_seconds.begin(), p.op_seconds.end(), 0.0);
+  double h2d = 0, d2h = 0;
+  for (int64_t bytes : p.bucket_bytes) h2d += p.cost.h2d.seconds(bytes), d2h += p.cost.d2h.seconds(bytes);
+  return std::max({compute, h2d, d2h, double(p.total_params()) / p.cost.cpu_adam_params_per_s});
+}
+
 Schedule make_schedule(const OffloadProblem& p, Policy policy) {
   if (minimum_device_bytes(p) > p.budget_bytes)
     throw BudgetError(std::string(to_string(policy)) + ": the model needs at least " + gib(minimum_device_bytes(p)) +

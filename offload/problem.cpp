@@ -35,7 +35,7 @@ OffloadProblem::OffloadProblem(const models::ModelSpec& spec, const CostModel& c
     }
   }
   activations.resize(spec.tensors.size());
-  for (size_t t = 0; t < spec.tensors.size(); ++t) activations[t].bytes = models::numel(spec.tensors[t].shape) * c.activation_bytes;
+  for (size_t t = 0; t < spec.tensors.size(); ++t) activations[t].bytes = c.tensor_bytes(spec, static_cast<int>(t));
   for (int i = 0; i < n_ops; ++i) {
     for (int t : spec.ops[i].creates) activations[t].first = i;
     for (int t : spec.ops[i].frees) activations[t].last = i;

@@ -113,6 +113,7 @@ TEST(Policies, RandomModelsBudgetsAndCostModels) {
         ASSERT_TRUE(r.fits) << to_string(policy);
         ASSERT_LE(r.peak_device_bytes, p.budget_bytes) << to_string(policy);
         ASSERT_GE(r.step_s, r.lower_bound_s * (1 - 1e-9)) << to_string(policy);
+        ASSERT_GE(r.step_s, lower_bound_step_s(p) * (1 - 1e-9)) << to_string(policy);
         results[policy] = r;
       } catch (const BudgetError& e) {
         EXPECT_NE(std::string(e.what()).find("GiB"), std::string::npos) << e.what();
