@@ -173,6 +173,22 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                      if (!n.IsScalar() || !YAML::convert<double>::decode(n, mb) || mb < 0.25 || mb > 65536)
                        throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected auto or MiB in [0.25, 65536]");
                      c.offload.bucket_bytes = static_cast<int64_t>(mb * (1 << 20));
+                   }},
+                  choice("policy", c.offload.policy, {"resident", "zero-offload", "chunk-lru", "greedy"}),
+                  {"gpu_budget", [&](const YAML::Node& n, const std::string& where) {
+                     try {
+                       if (!n.IsScalar()) throw std::invalid_argument("");
+                       c.offload.gpu_budget = parse_bytes(n.Scalar());
+                     } catch (const std::invalid_argument&) {
+                       throw ConfigError(where + ": " + scalar_text(n) + " is not a size; expected e.g. 8GiB, 512MiB or 1.5GB");
+                     }
+                   }},
+                  {"cost_model", [&](const YAML::Node& n, const std::string& where) {
+                     if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a JSON file path");
+                     const std::filesystem::path path = n.Scalar();
+                     c.offload.cost_model = path.is_absolute() ? path : base_dir / path;
+                     if (!std::filesystem::is_regular_file(c.offload.cost_model))
+                       throw ConfigError(where + ": '" + c.offload.cost_model.string() + "' does not exist or is not a file");
                    }}});
     if (root["device"]) choice("device", c.device, {"auto", "cpu", "cuda"}).read(root["device"], "device");
 
@@ -195,6 +211,24 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
     throw std::runtime_error(origin + ": " + e.what());
   }
   return c;
+}
+
+int64_t parse_bytes(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("'" + text + "' is not a size");
+  }
+  std::string unit = text.substr(used);
+  unit.erase(0, unit.find_first_not_of(' '));
+  static const std::vector<std::pair<std::string, double>> units{
+      {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+  for (const auto& [name, scale] : units)
+    if (unit == name && value >= 0) return static_cast<int64_t>(value * scale);
+  throw std::invalid_argument("'" + text + "' is not a size; expected e.g. 8GiB, 512MiB or 1.5GB");
 }
 
 Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {

@@ -48,8 +48,14 @@ struct TrainConfig {
 };
 
 struct OffloadConfig {
-  int64_t bucket_bytes = 0;  // offload.bucket_mb; 0: auto (the default until the cost model measures the link)
+  int64_t bucket_bytes = 0;          // offload.bucket_mb; 0: auto (the default until the cost model measures the link)
+  std::string policy = "greedy";     // resident | zero-offload | chunk-lru | greedy
+  int64_t gpu_budget = 0;            // bytes; 0: not given
+  std::filesystem::path cost_model;  // empty: measure the host device at start-up
 };
+
+// "8GiB", "48MiB", "1.5GB", "4096" (bytes): the sizes offload.gpu_budget and --budget take.
+int64_t parse_bytes(const std::string& text);
 
 struct Config {
   std::filesystem::path source;  // the YAML file

@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "engine/config.h"
+#include "engine/plan.h"
 #include "engine/progress.h"
 #include "engine/trainer.h"
 
@@ -26,7 +27,8 @@ constexpr const char* kTrainFooter =
     "          the environment variable FERRY_CPU_ISA overrides it)\n"
     "  train:  batch_size, grad_accum, steps, seed, log_every, eval_every (0: start and end),\n"
     "          eval_batches, threads (the model's ops, 0: all cores)\n"
-    "  offload: bucket_mb (auto | MiB per parameter bucket)\n"
+    "  offload: bucket_mb (auto | MiB per parameter bucket), policy, gpu_budget (e.g. 8GiB),\n"
+    "          cost_model (JSON file; used by `ferry plan`)\n"
     "  device: auto | cpu | cuda\n"
     "Example: ferry train --config configs/gpt-tiny.yaml --steps 50 --set optim.lr=1e-3";
 
@@ -49,9 +51,31 @@ int main(int argc, char** argv) {
   train->add_option("--set", overrides, "Override any config key, e.g. --set optim.lr=1e-3 (repeatable)");
   train->footer(kTrainFooter);
 
+  std::string plan_config, plan_policy, plan_budget, plan_json;
+  std::vector<std::string> plan_overrides;
+  auto* plan = app.add_subcommand("plan", "Plan the offload of an experiment without training: fit, placement, "
+                                          "predicted step time, all policies side by side");
+  plan->add_option("-c,--config", plan_config, "Experiment file (YAML)")->required()->check(CLI::ExistingFile);
+  plan->add_option("--budget", plan_budget, "Device memory budget, e.g. 8GiB or 512MiB (default: offload.gpu_budget)");
+  plan->add_option("--policy", plan_policy, "resident | zero-offload | chunk-lru | greedy (default: offload.policy)");
+  plan->add_option("--json", plan_json, "Also write the plan as JSON (policy, fits, budget_bytes, peak_device_bytes, "
+                                        "predicted_step_s, lower_bound_step_s, h2d_bytes, d2h_bytes, resident_bytes, "
+                                        "offloaded_bytes, and every policy under policies)");
+  plan->add_option("--set", plan_overrides, "Override any config key, e.g. --set offload.bucket_mb=64 (repeatable)");
+  plan->footer("Exit status: 0 when the plan fits the budget, 3 when it does not.\n"
+               "offload.cost_model: a JSON cost model (configs/cost_models/h100-assumed.json plans for an H100 on\n"
+               "any machine); without one, the host device is measured at start-up (about a second).");
+
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (*plan) {
+      ferry::engine::PlanOptions opt;
+      opt.policy = plan_policy;
+      opt.json = plan_json;
+      if (!plan_budget.empty()) opt.budget = ferry::engine::parse_bytes(plan_budget);
+      return ferry::engine::run_plan(ferry::engine::load_config(plan_config, plan_overrides), opt);
+    }
     if (steps > 0) overrides.push_back("train.steps=" + std::to_string(steps));
     if (seed >= 0) overrides.push_back("train.seed=" + std::to_string(seed));
     const ferry::engine::Config cfg = ferry::engine::load_config(config_path, overrides);

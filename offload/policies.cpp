@@ -12,7 +12,10 @@ namespace {
 
 std::string gib(int64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(int64_t(1) << 30));
+  if (bytes < (int64_t(1) << 30))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / double(1 << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(int64_t(1) << 30));
   return buf;
 }
 

@@ -44,6 +44,10 @@ TEST(Config, OverridesApplyBeforeValidation) {
   EXPECT_EQ(c.model.n_layer, 3);
   EXPECT_EQ(parse(kMinimal, {"offload.bucket_mb=8"}).offload.bucket_bytes, 8 << 20);
   EXPECT_EQ(parse(kMinimal, {"offload.bucket_mb=auto"}).offload.bucket_bytes, 0);
+  EXPECT_EQ(parse(kMinimal, {"offload.gpu_budget=6GiB"}).offload.gpu_budget, int64_t(6) << 30);
+  EXPECT_EQ(parse(kMinimal, {"offload.gpu_budget=48MiB"}).offload.gpu_budget, 48 << 20);
+  EXPECT_EQ(parse_bytes("1.5GB"), 1500000000);
+  EXPECT_THROW(parse_bytes("8 gigs"), std::invalid_argument);
   EXPECT_NE(error_of(kMinimal, {"train.steps"}).find("expected key=value"), std::string::npos);
 }
 
@@ -63,6 +67,9 @@ TEST(Config, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
       {kMinimal + "optim: {isa: avx1024}\n", "optim.isa: 'avx1024' is not allowed; expected one of auto | scalar | avx2 | avx512"},
       {kMinimal + "optim: {cpu_threads: -2}\n", "optim.cpu_threads: -2 is out of range"},
       {kMinimal + "offload: {bucket_mb: lots}\n", "offload.bucket_mb: 'lots' is not allowed; expected auto or MiB"},
+      {kMinimal + "offload: {gpu_budget: lots}\n", "offload.gpu_budget: 'lots' is not a size; expected e.g. 8GiB"},
+      {kMinimal + "offload: {policy: magic}\n", "offload.policy: 'magic' is not allowed; expected one of resident | zero-offload | chunk-lru | greedy"},
+      {kMinimal + "offload: {cost_model: nowhere.json}\n", "offload.cost_model: '"},
       {kMinimal + "device: tpu\n", "device: 'tpu' is not allowed; expected one of auto | cpu | cuda"},
       {kMinimal + "model: {n_embd: 65, n_head: 4}\n", "model.n_embd: 65 is not a multiple of model.n_head (4)"},
       {kMinimal + "model: {vocab_size: 100}\n", "model.vocab_size: 100 is smaller than the byte tokenizer's 256"},

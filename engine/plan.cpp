@@ -1,0 +1,102 @@
+// run_plan: builds the offload problem of the config's model, plans it with every policy, reports.
+#include "engine/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/host_cost_model.h"
+#include "memory/bucket_layout.h"
+#include "models/gpt2.h"
+#include "offload/policies.h"
+
+namespace ferry::engine {
+namespace {
+
+std::string gib(int64_t bytes) {
+  if (bytes < (int64_t(1) << 30)) return fmt::format("{:.1f} MiB", bytes / double(1 << 20));
+  return fmt::format("{:.2f} GiB", bytes / double(int64_t(1) << 30));
+}
+
+}  // namespace
+
+int run_plan(const Config& cfg, const PlanOptions& opt) {
+  const int64_t budget = opt.budget > 0 ? opt.budget : cfg.offload.gpu_budget;
+  if (budget <= 0)
+    throw std::runtime_error("offload.gpu_budget: missing; give --budget 8GiB or set offload.gpu_budget in the config");
+  const offload::Policy chosen = offload::parse_policy(opt.policy.empty() ? cfg.offload.policy : opt.policy);
+  const int threads = cfg.train.threads > 0 ? cfg.train.threads : static_cast<int>(std::thread::hardware_concurrency());
+  const offload::CostModel cost =
+      cfg.offload.cost_model.empty() ? measure_host_cost_model(threads) : offload::CostModel::load(cfg.offload.cost_model);
+  const models::GptConfig gpt{cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
+                              cfg.model.seq_len};
+  const models::ModelSpec spec = models::build_gpt2(gpt, cfg.train.batch_size, cfg.model.seq_len);
+  const int64_t bucket_bytes =
+      cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
+  const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);
+  const double bound = offload::lower_bound_step_s(problem);
+
+  fmt::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}\n",
+             spec.kind, gpt.n_layer, gpt.n_embd, spec.param_count() / 1e6, cfg.train.batch_size, cfg.model.seq_len,
+             offload::to_string(chosen), gib(budget));
+  fmt::print("cost model: {}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "");
+  fmt::print("parameters: {} bucket(s) of up to {:.0f} MiB, {} of working copies\n", problem.n_buckets,
+             bucket_bytes / double(1 << 20), gib(problem.total_weight_bytes()));
+  fmt::print("activations: {} alive at the busiest op\n",
+             gib(*std::max_element(problem.activation_live.begin(), problem.activation_live.end())));
+
+  nlohmann::json all = nlohmann::json::array();
+  nlohmann::json main;
+  std::string line = "policies:";
+  int status = 3;
+  for (offload::Policy policy : offload::all_policies()) {
+    nlohmann::json j{{"policy", offload::to_string(policy)}, {"budget_bytes", budget}, {"lower_bound_step_s", bound}};
+    try {
+      const offload::Schedule s = offload::make_schedule(problem, policy);
+      const offload::SimResult r = offload::simulate(problem, s);
+      j.update({{"fits", true}, {"peak_device_bytes", r.peak_device_bytes}, {"predicted_step_s", r.step_s},
+                {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"resident_bytes", r.resident_bytes},
+                {"offloaded_bytes", r.offloaded_bytes}, {"stall_s", r.stall_s}});
+      line += fmt::format(" {} {:.4f} s |", offload::to_string(policy), r.step_s);
+      if (policy == chosen) {
+        status = 0;
+        fmt::print("fits: yes, peak device memory {} of {}\n", gib(r.peak_device_bytes), gib(budget));
+        fmt::print("placement: {} resident, {} offloaded; {} host-to-device and {} device-to-host per step\n",
+                   gib(r.resident_bytes), gib(r.offloaded_bytes), gib(r.h2d_bytes), gib(r.d2h_bytes));
+        fmt::print("predicted step: {:.4f} s (lower bound {:.4f} s, {:.2f}x); compute {:.4f} s, stalls {:.4f} s, "
+                   "CPU AdamW {:.4f} s\n",
+                   r.step_s, bound, r.step_s / bound, r.compute_busy_s, r.stall_s, r.cpu_busy_s);
+        std::vector<int> ops(problem.n_ops);
+        for (int i = 0; i < problem.n_ops; ++i) ops[i] = i;
+        std::stable_sort(ops.begin(), ops.end(), [&](int a, int b) { return r.stall_before_op[a] > r.stall_before_op[b]; });
+        for (int k = 0; k < 5 && r.stall_before_op[ops[k]] > 0; ++k)
+          fmt::print("  stall {:.2f} ms before {}\n", r.stall_before_op[ops[k]] * 1e3, spec.ops[ops[k]].name);
+      }
+    } catch (const offload::BudgetError& e) {
+      j.update({{"fits", false}, {"error", e.what()}, {"peak_device_bytes", nullptr}, {"predicted_step_s", nullptr},
+                {"h2d_bytes", nullptr}, {"d2h_bytes", nullptr}, {"resident_bytes", nullptr},
+                {"offloaded_bytes", nullptr}, {"minimum_device_bytes", offload::minimum_device_bytes(problem)}});
+      line += fmt::format(" {} does not fit |", offload::to_string(policy));
+      if (policy == chosen) fmt::print("fits: no: {}\n", e.what());
+    }
+    if (policy == chosen) main = j;
+    all.push_back(j);
+  }
+  line.resize(line.size() - 2);  // the last " |"
+  fmt::print("{}\n", line);
+  if (!opt.json.empty()) {
+    main["policies"] = all;
+    main["cost_model"] = cost.to_json();
+    main["buckets"] = problem.n_buckets;
+    main["bucket_bytes"] = bucket_bytes;
+    std::ofstream out(opt.json);
+    if (!out) throw std::runtime_error("--json: cannot write '" + opt.json.string() + "'");
+    out << main.dump(2) << '\n';
+  }
+  return status;
+}
+
+}  // namespace ferry::engine
