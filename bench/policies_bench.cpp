@@ -41,14 +41,19 @@ int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_
         nlohmann::json c{{"model", m.name}, {"params", spec.param_count()}, {"budget_bytes", p.budget_bytes},
                          {"policy", offload::to_string(policy)}, {"lower_bound_step_s", bound}};
         try {
-          const offload::SimResult r = offload::simulate(p, offload::make_schedule(p, policy));
+          const offload::StepPlan plan = offload::plan_step(spec, cost, memory::BucketLayout::kDefaultBucketBytes,
+                                                            p.budget_bytes, policy, offload::Checkpointing::Auto);
+          const offload::SimResult r = offload::simulate(plan.problem, plan.schedule);
           c["fits"] = true;
+          c["checkpointed_blocks"] = plan.problem.checkpointed_layers;
           c["predicted_step_s"] = r.step_s;
           c["peak_device_bytes"] = r.peak_device_bytes;
           c["h2d_bytes"] = r.h2d_bytes;
           c["d2h_bytes"] = r.d2h_bytes;
           c["stall_s"] = r.stall_s;
-          row += fmt::format(" {:.3f} |", r.step_s);
+          row += plan.problem.checkpointed_layers
+                     ? fmt::format(" {:.3f} ({} ckpt) |", r.step_s, plan.problem.checkpointed_layers)
+                     : fmt::format(" {:.3f} |", r.step_s);
           if (policy == offload::Policy::Greedy) greedy_s = r.step_s;
         } catch (const offload::BudgetError&) {
           c["fits"] = false;
@@ -71,7 +76,8 @@ int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_
   if (!markdown_path.empty()) {
     write_result(markdown_path, "--markdown",
                  fmt::format("# Placement policies on the simulator\n\nCost model: {} ({}). Batch {} x {} tokens; "
-                             "buckets of 32 MiB. Predicted step times in seconds. Date: {}.\n\nCommand: `{}`\n\n",
+                             "buckets of 32 MiB; activation checkpointing auto (\"k ckpt\": k blocks recomputed). "
+                             "Predicted step times in seconds. Date: {}.\n\nCommand: `{}`\n\n",
                              cost.name, cost.assumed ? "assumed figures, not measured" : "measured", batch, seq,
                              today(), command) +
                      table.str());

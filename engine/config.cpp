@@ -165,7 +165,14 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                   number("log_every", c.train.log_every, 1, imax, "an integer >= 1"),
                   number("eval_every", c.train.eval_every, 0, imax, "an integer >= 0 (0: start and end only)"),
                   number("eval_batches", c.train.eval_batches, 1, 1 << 20, "an integer >= 1"),
-                  number("threads", c.train.threads, 0, 4096, "an integer >= 0 (0: all cores)")});
+                  number("threads", c.train.threads, 0, 4096, "an integer >= 0 (0: all cores)"),
+                  {"activation_checkpointing", [&](const YAML::Node& n, const std::string& where) {
+                     // YAML reads true/false as booleans; keep their spelling
+                     const std::string v = n.IsScalar() ? n.Scalar() : "";
+                     if (v != "auto" && v != "true" && v != "false")
+                       throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected auto, true or false");
+                     c.train.activation_checkpointing = v;
+                   }}});
     read_section(root["offload"], "offload",
                  {{"bucket_mb", [&](const YAML::Node& n, const std::string& where) {
                      double mb = 0;

@@ -45,6 +45,7 @@ struct TrainConfig {
   int eval_every = 0;  // 0: evaluate only at the start and the end
   int eval_batches = 8;
   int threads = 0;     // 0: all cores
+  std::string activation_checkpointing = "auto";  // auto | true | false (planned by `ferry plan` today)
 };
 
 struct OffloadConfig {

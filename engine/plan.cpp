@@ -36,7 +36,8 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
   const models::ModelSpec spec = models::build_gpt2(gpt, cfg.train.batch_size, cfg.model.seq_len);
   const int64_t bucket_bytes =
       cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
-  const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);
+  const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
+  const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
   const double bound = offload::lower_bound_step_s(problem);
 
   fmt::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}\n",
@@ -45,7 +46,7 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
   fmt::print("cost model: {}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "");
   fmt::print("parameters: {} bucket(s) of up to {:.0f} MiB, {} of working copies\n", problem.n_buckets,
              bucket_bytes / double(1 << 20), gib(problem.total_weight_bytes()));
-  fmt::print("activations: {} alive at the busiest op\n",
+  fmt::print("activations: {} alive at the busiest op without checkpointing\n",
              gib(*std::max_element(problem.activation_live.begin(), problem.activation_live.end())));
 
   nlohmann::json all = nlohmann::json::array();
@@ -55,25 +56,28 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
   for (offload::Policy policy : offload::all_policies()) {
     nlohmann::json j{{"policy", offload::to_string(policy)}, {"budget_bytes", budget}, {"lower_bound_step_s", bound}};
     try {
-      const offload::Schedule s = offload::make_schedule(problem, policy);
-      const offload::SimResult r = offload::simulate(problem, s);
-      j.update({{"fits", true}, {"peak_device_bytes", r.peak_device_bytes}, {"predicted_step_s", r.step_s},
+      const offload::StepPlan plan = offload::plan_step(spec, cost, bucket_bytes, budget, policy, checkpointing);
+      const offload::SimResult r = offload::simulate(plan.problem, plan.schedule);
+      j.update({{"fits", true}, {"checkpointed_blocks", plan.problem.checkpointed_layers}, {"peak_device_bytes", r.peak_device_bytes}, {"predicted_step_s", r.step_s},
                 {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"resident_bytes", r.resident_bytes},
                 {"offloaded_bytes", r.offloaded_bytes}, {"stall_s", r.stall_s}});
       line += fmt::format(" {} {:.4f} s |", offload::to_string(policy), r.step_s);
       if (policy == chosen) {
         status = 0;
         fmt::print("fits: yes, peak device memory {} of {}\n", gib(r.peak_device_bytes), gib(budget));
+        fmt::print("activation checkpointing ({}): {} of {} blocks\n", cfg.train.activation_checkpointing,
+                   plan.problem.checkpointed_layers, gpt.n_layer);
         fmt::print("placement: {} resident, {} offloaded; {} host-to-device and {} device-to-host per step\n",
                    gib(r.resident_bytes), gib(r.offloaded_bytes), gib(r.h2d_bytes), gib(r.d2h_bytes));
         fmt::print("predicted step: {:.4f} s (lower bound {:.4f} s, {:.2f}x); compute {:.4f} s, stalls {:.4f} s, "
                    "CPU AdamW {:.4f} s\n",
                    r.step_s, bound, r.step_s / bound, r.compute_busy_s, r.stall_s, r.cpu_busy_s);
-        std::vector<int> ops(problem.n_ops);
-        for (int i = 0; i < problem.n_ops; ++i) ops[i] = i;
+        std::vector<int> ops(plan.problem.n_ops);
+        for (int i = 0; i < plan.problem.n_ops; ++i) ops[i] = i;
         std::stable_sort(ops.begin(), ops.end(), [&](int a, int b) { return r.stall_before_op[a] > r.stall_before_op[b]; });
-        for (int k = 0; k < 5 && r.stall_before_op[ops[k]] > 0; ++k)
-          fmt::print("  stall {:.2f} ms before {}\n", r.stall_before_op[ops[k]] * 1e3, spec.ops[ops[k]].name);
+        for (int k = 0; k < 5 && k < plan.problem.n_ops && r.stall_before_op[ops[k]] > 0; ++k)
+          fmt::print("  stall {:.2f} ms before {}{}\n", r.stall_before_op[ops[k]] * 1e3,
+                     spec.ops[plan.problem.op_source[ops[k]]].name, plan.problem.op_recompute[ops[k]] ? " (recompute)" : "");
       }
     } catch (const offload::BudgetError& e) {
       j.update({{"fits", false}, {"error", e.what()}, {"peak_device_bytes", nullptr}, {"predicted_step_s", nullptr},

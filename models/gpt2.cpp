@@ -26,9 +26,10 @@ struct Builder {
     const TensorSpec& s = spec.tensors[t];
     return tensor(s.name + ".grad", s.shape, true);
   }
+  int layer = -1;  // the block the next ops belong to
   void op(const std::string& name, OpKind kind, Pass pass, std::vector<int> params, std::vector<int> in,
           std::vector<int> out, OpAttrs attrs, double flops) {
-    spec.ops.push_back({name, kind, pass, std::move(params), std::move(in), std::move(out), attrs, flops, {}, {}});
+    spec.ops.push_back({name, kind, pass, std::move(params), std::move(in), std::move(out), attrs, flops, layer, {}, {}});
   }
 };
 
@@ -101,6 +102,7 @@ ModelSpec build_gpt2(const GptConfig& cfg, int64_t B, int64_t T) {
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     Block& k = blocks[l];
+    bld.layer = static_cast<int>(l);
     k.x = x;
     k.ln1 = bld.tensor(p + "ln_1.out", {B, T, C});
     k.ln1_mean = bld.tensor(p + "ln_1.mean", {B, T});
@@ -137,6 +139,7 @@ ModelSpec build_gpt2(const GptConfig& cfg, int64_t B, int64_t T) {
            1.0 * N * C);
     x = k.y;
   }
+  bld.layer = -1;
   const int lnf = bld.tensor("ln_f.out", {B, T, C});
   const int lnf_mean = bld.tensor("ln_f.mean", {B, T});
   const int lnf_rstd = bld.tensor("ln_f.rstd", {B, T});
@@ -161,6 +164,7 @@ ModelSpec build_gpt2(const GptConfig& cfg, int64_t B, int64_t T) {
   for (int64_t l = L - 1; l >= 0; --l) {
     const std::string p = "h." + std::to_string(l) + ".";
     const Block& k = blocks[l];
+    bld.layer = static_cast<int>(l);
     const int dres = bld.grad_of(k.res), dfcproj = bld.grad_of(k.fcproj);
     bld.op(p + "res_2.bwd", OpKind::Residual, Pass::Backward, {}, {dx}, {dres, dfcproj}, chan_attrs(C), 2.0 * N * C);
     const int dgelu = bld.grad_of(k.fch_gelu);
@@ -190,6 +194,7 @@ ModelSpec build_gpt2(const GptConfig& cfg, int64_t B, int64_t T) {
            {dln1, k.x, k.ln1_mean, k.ln1_rstd}, {dxin}, chan_attrs(C), 12.0 * N * C);
     dx = dxin;
   }
+  bld.layer = -1;
   bld.op("embed.bwd", OpKind::Embedding, Pass::Backward, {wte, wpe}, {dx, tokens}, {}, seq_attrs, 2.0 * N * C);
 
   spec.finalize();

@@ -51,6 +51,8 @@ struct OpSpec {
   std::vector<int> outputs;  // tensors written (overwritten in forward, accumulated in backward)
   OpAttrs attrs;
   double flops = 0;
+  int layer = -1;  // the transformer block this op belongs to (-1: embeddings, head, loss): the unit of
+                   // activation checkpointing
   // Lifetimes, derived by ModelSpec::finalize(): tensors that begin life here, and whose last use is here.
   std::vector<int> creates;
   std::vector<int> frees;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 namespace ferry::offload {
 namespace {
@@ -251,8 +252,8 @@ Schedule greedy(const OffloadProblem& p) {
     for (int64_t rung : ladder) consider(greedy_for(p, resident_set, rung));
   }
   if (best_time == INFINITY)
-    throw BudgetError("greedy: needs at least " + gib(minimum_device_bytes(p)) +
-                      " with every bucket offloaded (activation checkpointing is not implemented yet); the budget is " +
+    throw BudgetError("greedy: needs at least " + gib(minimum_device_bytes(p)) + " with every bucket offloaded and " +
+                      std::to_string(p.checkpointed_layers) + " block(s) checkpointed; the budget is " +
                       gib(p.budget_bytes));
   return best;
 }
@@ -290,6 +291,48 @@ int64_t minimum_device_bytes(const OffloadProblem& p) {
   return need;
 }
 
+Checkpointing parse_checkpointing(const std::string& name) {
+  if (name == "false") return Checkpointing::Off;
+  if (name == "true") return Checkpointing::On;
+  if (name == "auto") return Checkpointing::Auto;
+  throw std::invalid_argument("train.activation_checkpointing: '" + name + "'; expected auto, true or false");
+}
+
+StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget,
+                   Policy policy, Checkpointing checkpointing) {
+  int layers = 0;
+  for (const auto& op : spec.ops) layers = std::max(layers, op.layer + 1);
+  auto first_k = [&](int k) {
+    std::vector<bool> c(layers, false);
+    std::fill(c.begin(), c.begin() + k, true);
+    return c;
+  };
+  auto attempt = [&](int k) {
+    OffloadProblem p(spec, cost, bucket_bytes, budget, first_k(k));
+    Schedule s = make_schedule(p, policy);
+    return StepPlan{std::move(p), std::move(s)};
+  };
+  if (checkpointing != Checkpointing::Auto) return attempt(checkpointing == Checkpointing::On ? layers : 0);
+  try {
+    return attempt(0);
+  } catch (const BudgetError&) {
+  }
+  // Binary search for the fewest blocks: checkpointing more never needs more memory.
+  int lo = 1, hi = layers;
+  std::optional<StepPlan> found;
+  while (lo <= hi) {
+    const int mid = (lo + hi) / 2;
+    try {
+      found.emplace(attempt(mid));
+      hi = mid - 1;
+    } catch (const BudgetError&) {
+      lo = mid + 1;
+    }
+  }
+  if (found) return std::move(*found);
+  return attempt(layers);  // throws, saying what the model needs with every block checkpointed
+}
+
 double lower_bound_step_s(const OffloadProblem& p) {
   const Schedule all = resident(p);
   const SimResult r = simulate(p, all);
@@ -303,8 +346,8 @@ double lower_bound_step_s(const OffloadProblem& p) {
 Schedule make_schedule(const OffloadProblem& p, Policy policy) {
   if (minimum_device_bytes(p) > p.budget_bytes)
     throw BudgetError(std::string(to_string(policy)) + ": the model needs at least " + gib(minimum_device_bytes(p)) +
-                      " with every bucket offloaded (activation checkpointing is not implemented yet); the budget is " +
-                      gib(p.budget_bytes));
+                      " with every bucket offloaded and " + std::to_string(p.checkpointed_layers) +
+                      " block(s) checkpointed; the budget is " + gib(p.budget_bytes));
   switch (policy) {
     case Policy::Resident: {
       Schedule s = resident(p);

@@ -35,4 +35,19 @@ double lower_bound_step_s(const OffloadProblem& problem);
 // A schedule for the policy that the Simulator accepts and that fits the budget; BudgetError otherwise.
 Schedule make_schedule(const OffloadProblem& problem, Policy policy);
 
+// train.activation_checkpointing: off, on (every block), or auto (only when activations would break the
+// budget, then the fewest blocks that make the policy fit, earliest first: theirs live longest).
+enum class Checkpointing { Off, On, Auto };
+Checkpointing parse_checkpointing(const std::string& name);  // false | true | auto
+
+struct StepPlan {
+  OffloadProblem problem;  // with the chosen blocks checkpointed
+  Schedule schedule;
+};
+
+// The whole decision for one step: which blocks to checkpoint and the policy's schedule. BudgetError,
+// saying what the model needs at least, when nothing fits.
+StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget,
+                   Policy policy, Checkpointing checkpointing);
+
 }  // namespace ferry::offload

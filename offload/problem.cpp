@@ -7,8 +7,31 @@
 namespace ferry::offload {
 
 OffloadProblem::OffloadProblem(const models::ModelSpec& spec, const CostModel& c, int64_t bucket_size,
-                               int64_t budget)
-    : n_ops(static_cast<int>(spec.ops.size())), cost(c), budget_bytes(budget) {
+                               int64_t budget, const std::vector<bool>& checkpointed)
+    : cost(c), budget_bytes(budget) {
+  auto ckpt = [&](int layer) { return layer >= 0 && layer < static_cast<int>(checkpointed.size()) && checkpointed[layer]; };
+  for (size_t l = 0; l < checkpointed.size(); ++l) checkpointed_layers += checkpointed[l];
+
+  // The timeline: before the first backward op of a checkpointed block, its forward ops run again.
+  std::vector<std::vector<int>> forward_of_layer;
+  for (int i = 0; i < static_cast<int>(spec.ops.size()); ++i) {
+    const auto& op = spec.ops[i];
+    if (op.pass != models::Pass::Forward || op.layer < 0) continue;
+    if (op.layer >= static_cast<int>(forward_of_layer.size())) forward_of_layer.resize(op.layer + 1);
+    forward_of_layer[op.layer].push_back(i);
+  }
+  std::vector<bool> recomputed(forward_of_layer.size(), false);
+  for (int i = 0; i < static_cast<int>(spec.ops.size()); ++i) {
+    const auto& op = spec.ops[i];
+    if (op.pass == models::Pass::Backward && ckpt(op.layer) && !recomputed[op.layer]) {
+      recomputed[op.layer] = true;
+      for (int f : forward_of_layer[op.layer]) op_source.push_back(f), op_recompute.push_back(true);
+    }
+    op_source.push_back(i);
+    op_recompute.push_back(false);
+  }
+  n_ops = static_cast<int>(op_source.size());
+
   std::vector<memory::BucketLayout::Param> order;
   for (int id : spec.params_in_first_use_order()) order.push_back({id, spec.params[id].shape});
   const memory::BucketLayout layout(order, bucket_size, c.weight_bytes == 4 ? memory::DType::F32 : memory::DType::BF16);
@@ -22,26 +45,61 @@ OffloadProblem::OffloadProblem(const models::ModelSpec& spec, const CostModel& c
   first_grad_op.assign(n_buckets, -1);
   last_grad_op.assign(n_buckets, -1);
   op_buckets.resize(n_ops);
-  for (int i = 0; i < n_ops; ++i) {
-    const auto& op = spec.ops[i];
+  for (int t = 0; t < n_ops; ++t) {
+    const auto& op = spec.ops[op_source[t]];
     op_seconds.push_back(c.op_seconds(spec, op));
     for (int p : op.params) {
       const int b = layout.slot(p).bucket;
-      if (std::find(op_buckets[i].begin(), op_buckets[i].end(), b) == op_buckets[i].end()) op_buckets[i].push_back(b);
+      if (std::find(op_buckets[t].begin(), op_buckets[t].end(), b) == op_buckets[t].end()) op_buckets[t].push_back(b);
       if (op.pass == models::Pass::Backward) {
-        if (first_grad_op[b] < 0) first_grad_op[b] = i;
-        last_grad_op[b] = i;
+        if (first_grad_op[b] < 0) first_grad_op[b] = t;
+        last_grad_op[b] = t;
       }
     }
   }
-  activations.resize(spec.tensors.size());
-  for (size_t t = 0; t < spec.tensors.size(); ++t) activations[t].bytes = c.tensor_bytes(spec, static_cast<int>(t));
-  for (int i = 0; i < n_ops; ++i) {
-    for (int t : spec.ops[i].creates) activations[t].first = i;
-    for (int t : spec.ops[i].frees) activations[t].last = i;
+
+  // Activation lifetimes over the timeline. A tensor made inside a checkpointed block and used in forward
+  // only by that block lives twice: from its forward birth to its last forward use, and from its
+  // recomputation to its last use in backward.
+  const int n_tensors = static_cast<int>(spec.tensors.size());
+  constexpr int kNone = -1;
+  struct Uses {
+    int fwd_first = kNone, fwd_last = kNone, late_first = kNone, late_last = kNone, all_first = kNone, all_last = kNone;
+    bool internal = true;  // every original forward use is inside the creating block
+    int layer = -2;        // the block whose forward op first writes it
+  };
+  std::vector<Uses> uses(n_tensors);
+  auto widen = [](int& first, int& last, int t) {
+    if (first == kNone || t < first) first = t;
+    if (last == kNone || t > last) last = t;
+  };
+  for (int t = 0; t < n_ops; ++t) {
+    const auto& op = spec.ops[op_source[t]];
+    for (const auto* list : {&op.inputs, &op.outputs})
+      for (int x : *list) {
+        Uses& u = uses[x];
+        widen(u.all_first, u.all_last, t);
+        if (op.pass == models::Pass::Forward && !op_recompute[t]) {
+          if (u.layer == -2) u.layer = op.layer;
+          if (op.layer != u.layer || op.layer < 0) u.internal = false;
+          widen(u.fwd_first, u.fwd_last, t);
+        } else {
+          if (op_recompute[t] || u.late_first != kNone) widen(u.late_first, u.late_last, t);
+        }
+      }
   }
-  for (size_t t = 0; t < spec.tensors.size(); ++t)
-    if (spec.tensors[t].is_input) activations[t].first = 0, activations[t].last = n_ops - 1;
+  for (int x = 0; x < n_tensors; ++x) {
+    const Uses& u = uses[x];
+    const int64_t bytes = c.tensor_bytes(spec, x);
+    if (spec.tensors[x].is_input) {
+      activations.push_back({bytes, 256, 0, n_ops - 1});
+    } else if (u.internal && ckpt(u.layer) && u.late_first != kNone) {
+      activations.push_back({bytes, 256, u.fwd_first, u.fwd_last});
+      activations.push_back({bytes, 256, u.late_first, u.late_last});
+    } else {
+      activations.push_back({bytes, 256, u.all_first, u.all_last});
+    }
+  }
   activation_live.assign(n_ops + 1, 0);
   for (const auto& a : activations) {
     activation_live[a.first] += a.bytes;

@@ -14,9 +14,16 @@
 namespace ferry::offload {
 
 struct OffloadProblem {
-  OffloadProblem(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget_bytes);
+  // checkpointed: per transformer block (op.layer), whether its activations are dropped after forward and
+  // recomputed right before its backward (the recomputation ops join the step's timeline). Empty: none.
+  OffloadProblem(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget_bytes,
+                 const std::vector<bool>& checkpointed = {});
 
+  // The step's timeline: the spec's ops with the recomputations inserted. Everything below is indexed by it.
   int n_ops = 0;
+  std::vector<int> op_source;       // the spec op each timeline op runs
+  std::vector<bool> op_recompute;   // a recomputation of a forward op
+  int checkpointed_layers = 0;
   int n_buckets = 0;
   CostModel cost;
   int64_t budget_bytes = 0;

@@ -169,6 +169,63 @@ TEST(Policies, GreedyIsResidentWhenEverythingFitsOnAnH100) {
   EXPECT_DOUBLE_EQ(simulate(p, s).step_s, simulate(p, make_schedule(p, Policy::Resident)).step_s);
 }
 
+TEST(Checkpointing, RecomputationJoinsTheTimelineAndShortensActivationLives) {
+  models::Rng rng(4);
+  const models::ModelSpec spec = models::build_gpt2({4, 2, 64, 256, 64}, 4, 64);
+  int forward_block_ops = 0;
+  for (const auto& op : spec.ops) forward_block_ops += op.pass == models::Pass::Forward && op.layer == 0;
+  const CostModel cost = random_cost(rng);
+  const OffloadProblem none(spec, cost, 16384, int64_t(1) << 40);
+  const OffloadProblem all(spec, cost, 16384, int64_t(1) << 40, {true, true, true, true});
+  EXPECT_EQ(all.n_ops, none.n_ops + 4 * forward_block_ops);
+  EXPECT_EQ(all.checkpointed_layers, 4);
+  EXPECT_LT(minimum_device_bytes(all), minimum_device_bytes(none));
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<bool> some(4);
+    for (int l = 0; l < 4; ++l) some[l] = rng.below(2);
+    OffloadProblem p(spec, random_cost(rng), 16384, int64_t(1) << 40, some);
+    p.budget_bytes = minimum_device_bytes(p) + static_cast<int64_t>(rng.below(1 << 20));
+    for (Policy policy : all_policies()) {
+      try {
+        const SimResult r = simulate(p, make_schedule(p, policy));
+        EXPECT_EQ(r.error, "") << to_string(policy);
+        EXPECT_LE(r.peak_device_bytes, p.budget_bytes) << to_string(policy);
+      } catch (const BudgetError&) {
+      }
+    }
+  }
+}
+
+TEST(Checkpointing, AutoCheckpointsTheFewestBlocksThatFit) {
+  models::Rng rng(6);
+  const models::ModelSpec spec = models::build_gpt2({6, 2, 64, 256, 128}, 8, 128);
+  const CostModel cost = random_cost(rng);
+  const int64_t without = minimum_device_bytes(OffloadProblem(spec, cost, 16384, 1));
+  const int64_t with_all = minimum_device_bytes(OffloadProblem(spec, cost, 16384, 1, std::vector<bool>(6, true)));
+  ASSERT_LT(with_all * 1.3, without);  // activations dominate this shape
+  const int64_t budget = (with_all + without) / 2;
+  EXPECT_THROW(plan_step(spec, cost, 16384, budget, Policy::Greedy, Checkpointing::Off), BudgetError);
+  const StepPlan on = plan_step(spec, cost, 16384, budget, Policy::Greedy, Checkpointing::On);
+  EXPECT_EQ(on.problem.checkpointed_layers, 6);
+  const StepPlan automatic = plan_step(spec, cost, 16384, budget, Policy::Greedy, Checkpointing::Auto);
+  EXPECT_GT(automatic.problem.checkpointed_layers, 0);
+  EXPECT_LT(automatic.problem.checkpointed_layers, 6);
+  const SimResult r = simulate(automatic.problem, automatic.schedule);
+  EXPECT_EQ(r.error, "");
+  EXPECT_LE(r.peak_device_bytes, budget);
+  // One block fewer does not fit.
+  std::vector<bool> fewer(6, false);
+  std::fill(fewer.begin(), fewer.begin() + automatic.problem.checkpointed_layers - 1, true);
+  EXPECT_THROW(make_schedule(OffloadProblem(spec, cost, 16384, budget, fewer), Policy::Greedy), BudgetError);
+  // With no budget for even that, the error says what every block checkpointed would need.
+  try {
+    plan_step(spec, cost, 16384, with_all / 2, Policy::Greedy, Checkpointing::Auto);
+    ADD_FAILURE();
+  } catch (const BudgetError& e) {
+    EXPECT_NE(std::string(e.what()).find("6 block(s) checkpointed"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Policies, ImpossibleBudgetSaysWhatIsNeeded) {
   const models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
   const OffloadProblem p(spec, CostModel{}, 16384, 1000);
