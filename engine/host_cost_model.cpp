@@ -4,6 +4,10 @@
 #include <tbb/global_control.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -62,6 +66,41 @@ offload::CostModel measure_host_cost_model(int threads) {
   int64_t step = 0;
   c.cpu_adam_params_per_s = double(n) / best_seconds(3, [&] { adamw.step(bucket, ++step, 1e-4, 1.0f); });
   c.device_adam_params_per_s = c.cpu_adam_params_per_s;  // the host device's "device" is this CPU
+  return c;
+}
+
+offload::CostModel host_cost_model(int threads, std::string* cache_path) {
+  std::string cpu = "cpu";
+  {
+    std::ifstream info("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(info, line))
+      if (line.rfind("model name", 0) == 0) {
+        cpu = line.substr(line.find(':') + 2);
+        break;
+      }
+  }
+  for (char& ch : cpu)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '-';
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::filesystem::path dir = xdg && *xdg ? std::filesystem::path(xdg) / "ferry"
+                                    : home && *home ? std::filesystem::path(home) / ".cache" / "ferry"
+                                                    : std::filesystem::temp_directory_path() / "ferry";
+  const std::filesystem::path file = dir / ("host-" + cpu + "-" + std::to_string(threads) + "t.json");
+  if (cache_path) *cache_path = file.string();
+  if (std::filesystem::is_regular_file(file)) {
+    try {
+      return offload::CostModel::load(file);
+    } catch (const std::exception&) {
+      // a damaged cache is measured again below
+    }
+  }
+  offload::CostModel c = measure_host_cost_model(threads);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  if (std::ofstream out(tmp); out && (out << c.to_json().dump(2) << '\n')) std::filesystem::rename(tmp, file, ec);
   return c;
 }
 

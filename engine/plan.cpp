@@ -29,8 +29,9 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
     throw std::runtime_error("offload.gpu_budget: missing; give --budget 8GiB or set offload.gpu_budget in the config");
   const offload::Policy chosen = offload::parse_policy(opt.policy.empty() ? cfg.offload.policy : opt.policy);
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : static_cast<int>(std::thread::hardware_concurrency());
+  std::string cache;
   const offload::CostModel cost =
-      cfg.offload.cost_model.empty() ? measure_host_cost_model(threads) : offload::CostModel::load(cfg.offload.cost_model);
+      cfg.offload.cost_model.empty() ? host_cost_model(threads, &cache) : offload::CostModel::load(cfg.offload.cost_model);
   const models::GptConfig gpt{cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
                               cfg.model.seq_len};
   const models::ModelSpec spec = models::build_gpt2(gpt, cfg.train.batch_size, cfg.model.seq_len);
@@ -43,7 +44,8 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
   fmt::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}\n",
              spec.kind, gpt.n_layer, gpt.n_embd, spec.param_count() / 1e6, cfg.train.batch_size, cfg.model.seq_len,
              offload::to_string(chosen), gib(budget));
-  fmt::print("cost model: {}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "");
+  fmt::print("cost model: {}{}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "",
+             cache.empty() ? "" : ", cached in " + cache);
   fmt::print("parameters: {} bucket(s) of up to {:.0f} MiB, {} of working copies\n", problem.n_buckets,
              bucket_bytes / double(1 << 20), gib(problem.total_weight_bytes()));
   fmt::print("activations: {} alive at the busiest op without checkpointing\n",
