@@ -166,6 +166,12 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                   number("eval_every", c.train.eval_every, 0, imax, "an integer >= 0 (0: start and end only)"),
                   number("eval_batches", c.train.eval_batches, 1, 1 << 20, "an integer >= 1"),
                   number("threads", c.train.threads, 0, 4096, "an integer >= 0 (0: all cores)"),
+                  number("checkpoint_every", c.train.checkpoint_every, 0, imax, "an integer >= 0 (0: only when interrupted)"),
+                  number("keep_checkpoints", c.train.keep_checkpoints, 1, 1 << 20, "an integer >= 1"),
+                  {"checkpoint_dir", [&](const YAML::Node& n, const std::string& where) {
+                     if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a folder path");
+                     c.train.checkpoint_dir = n.Scalar();  // relative to where ferry runs, like --metrics
+                   }},
                   {"activation_checkpointing", [&](const YAML::Node& n, const std::string& where) {
                      // YAML reads true/false as booleans; keep their spelling
                      const std::string v = n.IsScalar() ? n.Scalar() : "";
@@ -211,6 +217,9 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                                                                   : base_dir / data_path;
     if (!std::filesystem::is_regular_file(c.data.path))
       throw ConfigError("data.path: '" + c.data.path.string() + "' does not exist or is not a file");
+    if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
+      throw ConfigError("train.checkpoint_every: " + std::to_string(c.train.checkpoint_every) +
+                        " needs train.checkpoint_dir (where to write them)");
     if (c.optim.min_lr > c.optim.lr)
       throw ConfigError("optim.min_lr: " + std::to_string(c.optim.min_lr) + " is above optim.lr");
     if (c.optim.min_lr < 0) c.optim.min_lr = c.optim.lr / 10;

@@ -46,6 +46,9 @@ struct TrainConfig {
   int eval_batches = 8;
   int threads = 0;     // 0: all cores
   std::string activation_checkpointing = "auto";  // auto | true | false (planned by `ferry plan` today)
+  int checkpoint_every = 0;                  // steps; 0: only on interruption (when checkpoint_dir is set)
+  std::filesystem::path checkpoint_dir;      // empty: no checkpoints
+  int keep_checkpoints = 3;
 };
 
 struct OffloadConfig {

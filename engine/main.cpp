@@ -2,7 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -26,6 +28,7 @@ constexpr const char* kTrainFooter =
     "          cpu_threads (AdamW threads, 0: all cores), isa (auto | avx512 | avx2 | scalar;\n"
     "          the environment variable FERRY_CPU_ISA overrides it)\n"
     "  train:  batch_size, grad_accum, steps, seed, log_every, eval_every (0: start and end),\n"
+    "          checkpoint_dir, checkpoint_every (0: at the end and when interrupted), keep_checkpoints,\n"
     "          eval_batches, threads (the model's ops, 0: all cores),\n"
     "          activation_checkpointing (auto | true | false; planned by `ferry plan` today)\n"
     "  offload: bucket_mb (auto | MiB per parameter bucket), policy, gpu_budget (e.g. 8GiB),\n"
@@ -50,6 +53,9 @@ int main(int argc, char** argv) {
   train->add_option("--metrics", metrics_path, "Write one JSON line per step to this file "
                                                 "(step, loss, val_loss when evaluated, lr, grad_norm, tokens_per_s, elapsed_s)");
   train->add_option("--set", overrides, "Override any config key, e.g. --set optim.lr=1e-3 (repeatable)");
+  std::string resume;
+  train->add_option("--resume", resume, "Continue from a checkpoint folder, or the newest in a train.checkpoint_dir; "
+                                        "the config must match the run that wrote it");
   train->footer(kTrainFooter);
 
   std::string plan_config, plan_policy, plan_budget, plan_json;
@@ -82,7 +88,19 @@ int main(int argc, char** argv) {
     const ferry::engine::Config cfg = ferry::engine::load_config(config_path, overrides);
     ferry::engine::TrainOptions opt;
     opt.metrics = metrics_path;
+    opt.resume = resume;
+    // Ctrl-C / SIGTERM: finish the step, write a checkpoint (with train.checkpoint_dir), exit cleanly.
+    static std::atomic<bool> stop{false};
+    std::signal(SIGINT, [](int) { stop = true; });
+    std::signal(SIGTERM, [](int) { stop = true; });
+    opt.stop = &stop;
     const auto s = ferry::engine::train(cfg, opt);
+    if (s.interrupted) {
+      fmt::print("interrupted after step {}{}\n", s.steps,
+                 s.last_checkpoint.empty() ? std::string(" (no train.checkpoint_dir: nothing saved)")
+                                           : "; resume with --resume " + s.last_checkpoint.string());
+      return 130;
+    }
     fmt::print("done: {} steps in {} | train loss {:.4f} | val loss {:.4f} (from {:.4f}, {:+.1f}%) | {:.0f} tokens/s\n",
                s.steps, ferry::engine::format_duration(s.wall_s), s.train_loss, s.val_loss, s.val_loss_start,
                100.0 * (s.val_loss - s.val_loss_start) / s.val_loss_start, s.tokens_per_s);

@@ -16,6 +16,7 @@
 
 #include "cpu_optim/adamw.h"
 #include "cpu_optim/lr_schedule.h"
+#include "engine/checkpoint.h"
 #include "engine/cuda_devices.h"
 #include "engine/dataset.h"
 #include "engine/progress.h"
@@ -99,9 +100,16 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
                                  acts.lower_bound / double(1 << 20)));
   }
 
+  TrainState resumed;
+  const std::string hash = config_hash(cfg);
+  if (!opt.resume.empty()) {
+    resumed = load_checkpoint(opt.resume, spec, params, adam_m.as<float>(), adam_v.as<float>(), hash);
+    progress.message(fmt::format("resumed from {} at step {}", opt.resume.string(), resumed.step));
+  }
+
   std::ofstream metrics;
   if (!opt.metrics.empty()) {
-    metrics.open(opt.metrics, std::ios::trunc);
+    metrics.open(opt.metrics, opt.resume.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) throw std::runtime_error("--metrics: cannot write '" + opt.metrics.string() + "'");
   }
 
@@ -113,14 +121,24 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   const bool has_val = data.val_tokens() > 0;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const auto t_start = Clock::now();
-  sum.val_loss_start = has_val ? evaluate(runner, data, cfg.train.eval_batches, B) : nan;
+  if (opt.resume.empty()) {
+    sum.val_loss_start = has_val ? evaluate(runner, data, cfg.train.eval_batches, B) : nan;
+    if (has_val) progress.message(fmt::format("step 0: val_loss {:.4f}", sum.val_loss_start));
+  } else {
+    sum.val_loss_start = static_cast<float>(resumed.val_loss_start);
+  }
   sum.val_loss = sum.val_loss_start;
-  if (has_val) progress.message(fmt::format("step 0: val_loss {:.4f}", sum.val_loss_start));
 
   double train_s = 0;
-  int64_t optimizer_steps = 0;  // updates applied: Adam's bias correction counts these
+  int64_t optimizer_steps = resumed.optimizer_steps;  // updates applied: Adam's bias correction counts these
   const int64_t tokens_per_step = B * T * cfg.train.grad_accum;
-  for (int step = 1; step <= cfg.train.steps; ++step) {
+  auto checkpoint = [&](int step) {
+    if (cfg.train.checkpoint_dir.empty()) return;
+    sum.last_checkpoint = save_checkpoint(cfg.train.checkpoint_dir, spec, params, adam_m.as<float>(), adam_v.as<float>(),
+                                          {step, optimizer_steps, sum.val_loss_start, hash}, cfg.train.keep_checkpoints);
+  };
+  const int first_step = static_cast<int>(resumed.step) + 1;
+  for (int step = first_step; step <= cfg.train.steps; ++step) {
     const auto t0 = Clock::now();
     params.zero_grads();
     double loss = 0;
@@ -162,15 +180,27 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
       if (val) j["val_loss"] = *val;
       metrics << j.dump() << '\n' << std::flush;
     }
+    const bool stopping = (opt.stop && opt.stop->load()) || (opt.stop_after > 0 && step - first_step + 1 >= opt.stop_after);
+    if ((cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0 && !last) || (stopping && !last)) {
+      checkpoint(step);
+      if (!sum.last_checkpoint.empty()) progress.message(fmt::format("step {}: checkpoint {}", step, sum.last_checkpoint.string()));
+    }
+    if (stopping && !last) {
+      sum.interrupted = true;
+      sum.steps = step;
+      break;
+    }
   }
+  if (!sum.interrupted) checkpoint(cfg.train.steps);
   progress.finish();
-  sum.steps = cfg.train.steps;
+  if (!sum.interrupted) sum.steps = cfg.train.steps;
   sum.wall_s = seconds_since(t_start);
-  sum.tokens_per_s = static_cast<double>(tokens_per_step) * cfg.train.steps / train_s;
-  const size_t tail = std::min<size_t>(10, sum.losses.size());
+  const size_t ran = sum.losses.size();  // steps run by this call (fewer when resumed or stopped)
+  sum.tokens_per_s = ran ? static_cast<double>(tokens_per_step) * double(ran) / train_s : 0.0;
+  const size_t tail = std::min<size_t>(10, ran);
   double tail_sum = 0;
-  for (size_t i = sum.losses.size() - tail; i < sum.losses.size(); ++i) tail_sum += sum.losses[i];
-  sum.train_loss = static_cast<float>(tail_sum / static_cast<double>(tail));
+  for (size_t i = ran - tail; i < ran; ++i) tail_sum += sum.losses[i];
+  sum.train_loss = tail ? static_cast<float>(tail_sum / static_cast<double>(tail)) : nan;
   return sum;
 }
 

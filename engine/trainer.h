@@ -2,6 +2,7 @@
 // progress and JSON-lines metrics. Runs on the CPU (the host path) for now.
 #pragma once
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -11,8 +12,11 @@
 namespace ferry::engine {
 
 struct TrainOptions {
-  std::filesystem::path metrics;  // JSON lines, one per step; empty: none
+  std::filesystem::path metrics;  // JSON lines, one per step; empty: none (appended to when resuming)
   std::FILE* progress = stderr;   // status line and messages; null: silent
+  std::filesystem::path resume;   // a checkpoint folder or a checkpoint_dir: continue from it
+  const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT): finish the step, checkpoint, return
+  int stop_after = 0;             // for tests: stop after this many steps of this call, as if killed
 };
 
 struct TrainSummary {
@@ -24,6 +28,8 @@ struct TrainSummary {
   double wall_s = 0;
   std::vector<float> losses;  // per step
   int skipped_steps = 0;      // updates skipped for an inf/nan gradient
+  bool interrupted = false;   // stopped early (stop flag or stop_after); the last checkpoint holds the state
+  std::filesystem::path last_checkpoint;
 };
 
 TrainSummary train(const Config& config, const TrainOptions& options);

@@ -109,6 +109,52 @@ TEST(CpuRunner, NothingIsAllocatedInTheArenaAfterStartUp) {
   EXPECT_EQ(memory::Arena::allocation_count(), before + 1);
 }
 
+TEST(Checkpoints, AStoppedRunResumesBitIdentically) {
+  const auto root = std::filesystem::temp_directory_path() / "ferry_test_checkpoints";
+  std::filesystem::remove_all(root);
+  TrainOptions quiet;
+  quiet.progress = nullptr;
+  Config cfg = tiny_config(12, 5);
+  cfg.train.checkpoint_every = 4;
+  cfg.train.keep_checkpoints = 2;
+  cfg.train.checkpoint_dir = root / "straight";
+  const TrainSummary straight = train(cfg, quiet);
+  ASSERT_EQ(straight.losses.size(), 12u);
+  // step-8 and the final step-12 remain (keep 2); step-4 was removed.
+  EXPECT_TRUE(std::filesystem::exists(root / "straight" / "step-00000012" / "model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(root / "straight" / "step-00000008"));
+  EXPECT_FALSE(std::filesystem::exists(root / "straight" / "step-00000004"));
+
+  cfg.train.checkpoint_dir = root / "stopped";
+  TrainOptions stop = quiet;
+  stop.stop_after = 6;  // as if killed right after step 6 was checkpointed
+  const TrainSummary first = train(cfg, stop);
+  EXPECT_TRUE(first.interrupted);
+  ASSERT_EQ(first.losses.size(), 6u);
+  TrainOptions resume = quiet;
+  resume.resume = root / "stopped";
+  const TrainSummary second = train(cfg, resume);
+  ASSERT_EQ(second.losses.size(), 6u);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(first.losses[i], straight.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(second.losses[i], straight.losses[6 + i]) << "step " << 7 + i;
+  }
+
+  // Another model, or a damaged file: clear errors.
+  Config other = cfg;
+  other.model.n_embd = 64;
+  try {
+    train(other, resume);
+    ADD_FAILURE();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("another model"), std::string::npos) << e.what();
+  }
+  const auto model_file = root / "stopped" / "step-00000012" / "model.safetensors";
+  std::filesystem::resize_file(model_file, std::filesystem::file_size(model_file) / 2);
+  EXPECT_THROW(train(cfg, resume), std::runtime_error);
+  std::filesystem::remove_all(root);
+}
+
 TEST(Trainer, CudaDeviceIsAClearErrorOnTheCpuBuild) {
   Config cfg = tiny_config(1, 1);
   cfg.device = "cuda";

@@ -1,0 +1,128 @@
+// Checkpoints: atomic folder writes (temporary name, fsync of every file and of the parent, rename).
+#include "engine/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <vector>
+
+#include "engine/safetensors.h"
+#include "engine/weights.h"
+
+namespace ferry::engine {
+namespace {
+
+void fsync_path(const std::filesystem::path& p, bool directory) {
+  const int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) throw std::runtime_error("checkpoint: cannot open '" + p.string() + "' to sync it");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error("checkpoint: fsync of '" + p.string() + "' failed");
+}
+
+// The slice of a flat buffer laid out like the ParameterStore's values.
+std::span<const float> slice(std::span<const float> flat, const models::ParameterStore& params, int i) {
+  return flat.subspan(static_cast<size_t>(params.value(i).data() - params.values().data()), params.value(i).size());
+}
+
+std::vector<std::filesystem::path> step_folders(const std::filesystem::path& root) {
+  std::vector<std::filesystem::path> out;
+  if (!std::filesystem::is_directory(root)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());  // zero-padded step numbers sort in order
+  return out;
+}
+
+}  // namespace
+
+std::string config_hash(const Config& c) {
+  const std::string canonical = fmt::format(
+      "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.model.kind, c.model.n_layer, c.model.n_head,
+      c.model.n_embd, c.model.vocab_size, c.model.seq_len, c.data.path.filename().string(), c.data.tokenizer,
+      c.data.val_fraction, c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay,
+      c.optim.grad_clip, c.optim.warmup_steps, c.optim.schedule, c.optim.min_lr, c.train.batch_size,
+      c.train.grad_accum, c.train.steps) + fmt::format("|{}", c.train.seed);
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: stable across builds and platforms
+  for (unsigned char ch : canonical) h = (h ^ ch) * 0x100000001b3ull;
+  return fmt::format("{:016x}", h);
+}
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& root, const models::ModelSpec& spec,
+                                      const models::ParameterStore& params, std::span<const float> m,
+                                      std::span<const float> v, const TrainState& state, int keep) {
+  const std::filesystem::path final_dir = root / fmt::format("step-{:08d}", state.step);
+  const std::filesystem::path tmp = root / fmt::format("step-{:08d}.tmp", state.step);
+  std::filesystem::create_directories(root);
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+
+  std::vector<SafetensorsTensorRef> weights, moments;
+  for (int i = 0; i < params.count(); ++i) {
+    weights.push_back({spec.params[i].name, spec.params[i].shape, params.value(i).data()});
+    moments.push_back({"exp_avg." + spec.params[i].name, spec.params[i].shape, slice(m, params, i).data()});
+    moments.push_back({"exp_avg_sq." + spec.params[i].name, spec.params[i].shape, slice(v, params, i).data()});
+  }
+  write_safetensors(tmp / "model.safetensors", weights, {{"format", "pt"}});
+  write_safetensors(tmp / "optimizer.safetensors", moments);
+  {
+    std::ofstream out(tmp / "state.json");
+    out << nlohmann::json{{"step", state.step}, {"optimizer_steps", state.optimizer_steps},
+                          {"val_loss_start", state.val_loss_start}, {"config_hash", state.config_hash}}
+               .dump(2)
+        << '\n';
+    if (!out) throw std::runtime_error("checkpoint: cannot write '" + (tmp / "state.json").string() + "' (disk full?)");
+  }
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "state.json"}) fsync_path(tmp / f, false);
+  fsync_path(tmp, true);
+  std::filesystem::remove_all(final_dir);
+  std::filesystem::rename(tmp, final_dir);
+  fsync_path(root, true);
+
+  auto all = step_folders(root);
+  for (size_t i = 0; keep > 0 && i + keep < all.size(); ++i) std::filesystem::remove_all(all[i]);
+  return final_dir;
+}
+
+TrainState load_checkpoint(const std::filesystem::path& path, const models::ModelSpec& spec,
+                           models::ParameterStore& params, std::span<float> m, std::span<float> v,
+                           const std::string& expected_config_hash) {
+  std::filesystem::path dir = path;
+  if (!std::filesystem::exists(dir / "state.json")) {
+    const auto all = step_folders(path);
+    if (all.empty()) throw std::runtime_error("--resume: no checkpoint in '" + path.string() + "' (no step-* folder with state.json)");
+    dir = all.back();
+  }
+  std::ifstream in(dir / "state.json");
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.contains("step") || !j.contains("config_hash"))
+    throw std::runtime_error("--resume: '" + (dir / "state.json").string() + "' is damaged");
+  TrainState s{j["step"].get<int64_t>(), j.value("optimizer_steps", int64_t(0)), j.value("val_loss_start", 0.0),
+               j["config_hash"].get<std::string>()};
+  if (s.config_hash != expected_config_hash)
+    throw std::runtime_error("--resume: '" + dir.string() + "' was written by a run with another model, data, optimizer "
+                             "or step settings (config hash " + s.config_hash + ", this config " + expected_config_hash + ")");
+  load_weights(SafetensorsFile::open(dir / "model.safetensors"), spec, params);
+  const SafetensorsFile opt = SafetensorsFile::open(dir / "optimizer.safetensors");
+  for (int i = 0; i < params.count(); ++i) {
+    const size_t offset = static_cast<size_t>(params.value(i).data() - params.values().data());
+    for (auto [prefix, flat] : {std::pair{"exp_avg.", m}, std::pair{"exp_avg_sq.", v}}) {
+      const std::string name = prefix + spec.params[i].name;
+      const auto* e = opt.find(name);
+      if (!e || e->shape != spec.params[i].shape)
+        throw std::runtime_error("--resume: '" + (dir / "optimizer.safetensors").string() + "' lacks " + name + " or has another shape");
+      const auto values = opt.read_f32(name);
+      std::copy(values.begin(), values.end(), flat.begin() + static_cast<std::ptrdiff_t>(offset));
+    }
+  }
+  return s;
+}
+
+}  // namespace ferry::engine
