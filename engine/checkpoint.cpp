@@ -74,8 +74,14 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root, const m
   write_safetensors(tmp / "optimizer.safetensors", moments);
   {
     std::ofstream out(tmp / "state.json");
-    out << nlohmann::json{{"step", state.step}, {"optimizer_steps", state.optimizer_steps},
-                          {"val_loss_start", state.val_loss_start}, {"config_hash", state.config_hash}}
+    const ModelConfig& m = state.model;
+    out << nlohmann::json{{"step", state.step},
+                          {"optimizer_steps", state.optimizer_steps},
+                          {"val_loss_start", state.val_loss_start},
+                          {"config_hash", state.config_hash},
+                          {"model", {{"kind", m.kind}, {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
+                                     {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len}}},
+                          {"tokenizer", state.tokenizer}}
                .dump(2)
         << '\n';
     if (!out) throw std::runtime_error("checkpoint: cannot write '" + (tmp / "state.json").string() + "' (disk full?)");
@@ -91,21 +97,36 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root, const m
   return final_dir;
 }
 
-TrainState load_checkpoint(const std::filesystem::path& path, const models::ModelSpec& spec,
-                           models::ParameterStore& params, std::span<float> m, std::span<float> v,
-                           const std::string& expected_config_hash) {
+std::pair<TrainState, std::filesystem::path> read_checkpoint_state(const std::filesystem::path& path) {
   std::filesystem::path dir = path;
   if (!std::filesystem::exists(dir / "state.json")) {
     const auto all = step_folders(path);
-    if (all.empty()) throw std::runtime_error("--resume: no checkpoint in '" + path.string() + "' (no step-* folder with state.json)");
+    if (all.empty()) throw std::runtime_error("'" + path.string() + "' holds no checkpoint (no step-* folder with state.json)");
     dir = all.back();
   }
   std::ifstream in(dir / "state.json");
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.contains("step") || !j.contains("config_hash"))
-    throw std::runtime_error("--resume: '" + (dir / "state.json").string() + "' is damaged");
-  TrainState s{j["step"].get<int64_t>(), j.value("optimizer_steps", int64_t(0)), j.value("val_loss_start", 0.0),
-               j["config_hash"].get<std::string>()};
+    throw std::runtime_error("'" + (dir / "state.json").string() + "' is damaged");
+  TrainState s;
+  s.step = j["step"].get<int64_t>();
+  s.optimizer_steps = j.value("optimizer_steps", int64_t(0));
+  s.val_loss_start = j.value("val_loss_start", 0.0);
+  s.config_hash = j["config_hash"].get<std::string>();
+  s.tokenizer = j.value("tokenizer", std::string("byte"));
+  s.model.n_layer = 0;  // unknown unless the state says (checkpoints of older builds do not)
+  if (j.contains("model")) {
+    const auto& m = j["model"];
+    s.model = {m.value("kind", std::string("gpt2")), m.value("n_layer", 0), m.value("n_head", 0), m.value("n_embd", 0),
+               m.value("vocab_size", 0), m.value("seq_len", 0)};
+  }
+  return {s, dir};
+}
+
+TrainState load_checkpoint(const std::filesystem::path& path, const models::ModelSpec& spec,
+                           models::ParameterStore& params, std::span<float> m, std::span<float> v,
+                           const std::string& expected_config_hash) {
+  auto [s, dir] = read_checkpoint_state(path);
   if (s.config_hash != expected_config_hash)
     throw std::runtime_error("--resume: '" + dir.string() + "' was written by a run with another model, data, optimizer "
                              "or step settings (config hash " + s.config_hash + ", this config " + expected_config_hash + ")");

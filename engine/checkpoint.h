@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "engine/config.h"
 #include "models/model_spec.h"
@@ -18,7 +19,12 @@ struct TrainState {
   int64_t optimizer_steps = 0;  // updates applied (AdamW's bias correction counts these)
   double val_loss_start = 0;
   std::string config_hash;      // of everything that must match to resume
+  ModelConfig model;            // the shape, so that `ferry sample` and `ferry export` need no config file
+  std::string tokenizer = "byte";
 };
+
+// The state file of a checkpoint folder (or of the newest in a checkpoint dir), and that folder.
+std::pair<TrainState, std::filesystem::path> read_checkpoint_state(const std::filesystem::path& path);
 
 // What must not change between a run and its resumption: the model, the data, the optimizer, the batch
 // and step counts, the seed. (Logging and evaluation settings may change.)

@@ -10,6 +10,7 @@
 
 #include "engine/config.h"
 #include "engine/plan.h"
+#include "engine/sample.h"
 #include "engine/progress.h"
 #include "engine/trainer.h"
 
@@ -73,9 +74,27 @@ int main(int argc, char** argv) {
                "offload.cost_model: a JSON cost model (configs/cost_models/h100-assumed.json plans for an H100 on\n"
                "any machine); without one, the host device is measured at start-up (about a second).");
 
+  ferry::engine::SampleOptions sample_opt;
+  std::string sample_checkpoint;
+  auto* sample = app.add_subcommand("sample", "Generate text from a GPT checkpoint written by `ferry train`");
+  sample->add_option("--checkpoint", sample_checkpoint, "A checkpoint folder, or a train.checkpoint_dir (the newest)")
+      ->required();
+  sample->add_option("--prompt", sample_opt.prompt, "Text to continue");
+  sample->add_option("--tokens", sample_opt.tokens, "Tokens to generate (default 200)")->check(CLI::NonNegativeNumber);
+  sample->add_option("--temperature", sample_opt.temperature, "Softmax temperature; 0 picks the most likely token (default 0.8)")
+      ->check(CLI::NonNegativeNumber);
+  sample->add_option("--top-k", sample_opt.top_k, "Sample among the k most likely tokens; 0: all (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  sample->add_option("--seed", sample_opt.seed, "Seed of the sampling (default 1)");
+
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (*sample) {
+      sample_opt.checkpoint = sample_checkpoint;
+      fmt::print("{}\n", ferry::engine::sample(sample_opt));
+      return 0;
+    }
     if (*plan) {
       ferry::engine::PlanOptions opt;
       opt.policy = plan_policy;

@@ -135,7 +135,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   auto checkpoint = [&](int step) {
     if (cfg.train.checkpoint_dir.empty()) return;
     sum.last_checkpoint = save_checkpoint(cfg.train.checkpoint_dir, spec, params, adam_m.as<float>(), adam_v.as<float>(),
-                                          {step, optimizer_steps, sum.val_loss_start, hash}, cfg.train.keep_checkpoints);
+                                          {step, optimizer_steps, sum.val_loss_start, hash, cfg.model, cfg.data.tokenizer},
+                                          cfg.train.keep_checkpoints);
   };
   const int first_step = static_cast<int>(resumed.step) + 1;
   for (int step = first_step; step <= cfg.train.steps; ++step) {

@@ -9,6 +9,7 @@
 
 #include "engine/config.h"
 #include "engine/dataset.h"
+#include "engine/sample.h"
 #include "engine/trainer.h"
 #include "memory/arena.h"
 #include "models/cpu_runner.h"
@@ -152,6 +153,36 @@ TEST(Checkpoints, AStoppedRunResumesBitIdentically) {
   const auto model_file = root / "stopped" / "step-00000012" / "model.safetensors";
   std::filesystem::resize_file(model_file, std::filesystem::file_size(model_file) / 2);
   EXPECT_THROW(train(cfg, resume), std::runtime_error);
+  std::filesystem::remove_all(root);
+}
+
+TEST(Sample, ContinuesAPromptFromACheckpointDeterministically) {
+  const auto root = std::filesystem::temp_directory_path() / "ferry_test_sample";
+  std::filesystem::remove_all(root);
+  TrainOptions quiet;
+  quiet.progress = nullptr;
+  Config cfg = tiny_config(30, 2);
+  cfg.train.checkpoint_dir = root;
+  train(cfg, quiet);
+  SampleOptions o;
+  o.checkpoint = root;
+  o.prompt = "The ";
+  o.tokens = 40;
+  o.seed = 9;
+  const std::string a = sample(o), b = sample(o);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.size(), 4u + 40u);
+  EXPECT_EQ(a.rfind("The ", 0), 0u);
+  o.seed = 10;
+  EXPECT_NE(sample(o), a);
+  o.temperature = 0;  // greedy decoding ignores the seed
+  const std::string g1 = sample(o);
+  o.seed = 11;
+  EXPECT_EQ(sample(o), g1);
+  o.prompt = std::string(100, 'x');  // longer than the context (32): only the last 32 bytes condition
+  EXPECT_EQ(sample(o).size(), 140u);
+  o.checkpoint = root / "nothing-here";
+  EXPECT_THROW(sample(o), std::runtime_error);
   std::filesystem::remove_all(root);
 }
 
