@@ -118,7 +118,7 @@ std::pair<TrainState, std::filesystem::path> read_checkpoint_state(const std::fi
   if (j.contains("model")) {
     const auto& m = j["model"];
     s.model = {m.value("kind", std::string("gpt2")), m.value("n_layer", 0), m.value("n_head", 0), m.value("n_embd", 0),
-               m.value("vocab_size", 0), m.value("seq_len", 0)};
+               m.value("vocab_size", 0), m.value("seq_len", 0), {}};
   }
   return {s, dir};
 }

@@ -131,7 +131,14 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                   number("n_head", c.model.n_head, 1, 1024, "an integer in [1, 1024]"),
                   number("n_embd", c.model.n_embd, 1, 65536, "an integer in [1, 65536]"),
                   number("vocab_size", c.model.vocab_size, 1, 1 << 22, "an integer in [1, 4194304]"),
-                  number("seq_len", c.model.seq_len, 1, 1 << 20, "an integer in [1, 1048576]")});
+                  number("seq_len", c.model.seq_len, 1, 1 << 20, "an integer in [1, 1048576]"),
+                  {"init_from", [&](const YAML::Node& n, const std::string& where) {
+                     if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a path");
+                     const std::filesystem::path path = n.Scalar();
+                     c.model.init_from = path.is_absolute() ? path : base_dir / path;
+                     if (!std::filesystem::exists(c.model.init_from))
+                       throw ConfigError(where + ": '" + c.model.init_from.string() + "' does not exist");
+                   }}});
     read_section(root["data"], "data",
                  {{"path", [&](const YAML::Node& n, const std::string& where) {
                      if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a file path");

@@ -15,6 +15,7 @@ struct ModelConfig {
   int n_embd = 64;
   int vocab_size = 256;
   int seq_len = 64;
+  std::filesystem::path init_from;  // Hugging Face weights to start from (file, folder or sharded index)
 };
 
 struct DataConfig {

@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "engine/config.h"
+#include "engine/export.h"
 #include "engine/plan.h"
 #include "engine/sample.h"
 #include "engine/progress.h"
@@ -22,7 +23,7 @@ constexpr const char* kDescription =
 
 constexpr const char* kTrainFooter =
     "Sections and keys of the config file:\n"
-    "  model:  kind (gpt2), n_layer, n_head, n_embd, vocab_size, seq_len\n"
+    "  model:  kind (gpt2), n_layer, n_head, n_embd, vocab_size, seq_len, init_from (HF safetensors)\n"
     "  data:   path (relative to the config file), tokenizer (byte), val_fraction\n"
     "  optim:  lr, betas [b1, b2], eps, weight_decay, grad_clip (0: off), warmup_steps,\n"
     "          schedule (cosine | constant), min_lr (cosine floor, default lr/10),\n"
@@ -87,9 +88,21 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   sample->add_option("--seed", sample_opt.seed, "Seed of the sampling (default 1)");
 
+  std::string export_checkpoint, export_out;
+  auto* exporter = app.add_subcommand("export", "Write a checkpoint's weights as a Hugging Face model folder "
+                                                "(model.safetensors + config.json for GPT2LMHeadModel)");
+  exporter->add_option("--checkpoint", export_checkpoint, "A checkpoint folder, or a train.checkpoint_dir (the newest)")
+      ->required();
+  exporter->add_option("--out", export_out, "Folder to write")->required();
+
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (*exporter) {
+      ferry::engine::export_checkpoint(export_checkpoint, export_out);
+      fmt::print("wrote {}/model.safetensors and config.json\n", export_out);
+      return 0;
+    }
     if (*sample) {
       sample_opt.checkpoint = sample_checkpoint;
       fmt::print("{}\n", ferry::engine::sample(sample_opt));

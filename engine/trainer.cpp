@@ -20,6 +20,7 @@
 #include "engine/cuda_devices.h"
 #include "engine/dataset.h"
 #include "engine/progress.h"
+#include "engine/weights.h"
 #include "memory/bucket_layout.h"
 #include "memory/host_buffer.h"
 #include "models/cpu_runner.h"
@@ -68,6 +69,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   const models::ModelSpec spec = models::build_gpt2(gpt, B, T);
   models::ParameterStore params(spec.params);
   models::init_gpt2(spec, gpt, params, cfg.train.seed);
+  if (!cfg.model.init_from.empty()) load_weights(cfg.model.init_from, spec, params);
   memory::HostBuffer adam_m(params.values().size_bytes()), adam_v(params.values().size_bytes());
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay},
                                    cfg.optim.isa, cfg.optim.cpu_threads, cpu_optim::Rounding::NearestEven,

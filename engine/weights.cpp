@@ -2,6 +2,8 @@
 #include "engine/weights.h"
 
 #include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 
@@ -20,22 +22,64 @@ bool ignorable(const std::string& name) {
 
 }  // namespace
 
-void load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store) {
+namespace {
+
+// Checks and copies the parameters found in `file`; records which it had.
+void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store,
+               std::set<std::string>& found) {
   std::set<std::string> wanted;
-  for (int i = 0; i < static_cast<int>(spec.params.size()); ++i) {
-    const auto& p = spec.params[i];
-    wanted.insert(p.name);
-    const SafetensorsEntry* e = file.find(p.name);
-    if (!e) throw std::runtime_error("weights: tensor '" + p.name + "' is missing from the checkpoint");
-    if (e->shape != p.shape)
-      throw std::runtime_error("weights: tensor '" + p.name + "' has shape " + shape_str(e->shape) +
-                               " in the checkpoint; the model needs " + shape_str(p.shape));
-    const std::vector<float> values = file.read_f32(p.name);
-    std::copy(values.begin(), values.end(), store.value(i).begin());
-  }
-  for (const auto& e : file.entries())
-    if (!wanted.contains(e.name) && !ignorable(e.name))
+  for (const auto& p : spec.params) wanted.insert(p.name);
+  for (const auto& e : file.entries()) {
+    if (!wanted.contains(e.name)) {
+      if (ignorable(e.name)) continue;
       throw std::runtime_error("weights: the checkpoint has tensor '" + e.name + "', which this model does not have");
+    }
+    const int i = spec.param_index(e.name);
+    if (e.shape != spec.params[i].shape)
+      throw std::runtime_error("weights: tensor '" + e.name + "' has shape " + shape_str(e.shape) +
+                               " in the checkpoint; the model needs " + shape_str(spec.params[i].shape));
+    const std::vector<float> values = file.read_f32(e.name);
+    std::copy(values.begin(), values.end(), store.value(i).begin());
+    found.insert(e.name);
+  }
+}
+
+void require_all(const models::ModelSpec& spec, const std::set<std::string>& found) {
+  for (const auto& p : spec.params)
+    if (!found.contains(p.name)) throw std::runtime_error("weights: tensor '" + p.name + "' is missing from the checkpoint");
+}
+
+}  // namespace
+
+void load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store) {
+  std::set<std::string> found;
+  load_from(file, spec, store, found);
+  require_all(spec, found);
+}
+
+void load_weights(const std::filesystem::path& path, const models::ModelSpec& spec, models::ParameterStore& store) {
+  std::filesystem::path file = path;
+  if (std::filesystem::is_directory(path)) {
+    if (std::filesystem::exists(path / "model.safetensors.index.json")) {
+      file = path / "model.safetensors.index.json";
+    } else {
+      file = path / "model.safetensors";
+    }
+  }
+  if (!std::filesystem::exists(file))
+    throw std::runtime_error("model.init_from: '" + path.string() + "' has no model.safetensors or model.safetensors.index.json");
+  if (file.extension() != ".json") return load_weights(SafetensorsFile::open(file), spec, store);
+  std::ifstream in(file);
+  const nlohmann::json index = nlohmann::json::parse(in, nullptr, false);
+  if (index.is_discarded() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw std::runtime_error(file.string() + ": not a safetensors index (no weight_map)");
+  std::set<std::string> shards, found;
+  for (const auto& [name, shard] : index["weight_map"].items()) {
+    if (!shard.is_string()) throw std::runtime_error(file.string() + ": weight_map." + name + " is not a file name");
+    shards.insert(shard.get<std::string>());
+  }
+  for (const auto& shard : shards) load_from(SafetensorsFile::open(file.parent_path() / shard), spec, store, found);
+  require_all(spec, found);
 }
 
 }  // namespace ferry::engine

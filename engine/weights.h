@@ -1,6 +1,8 @@
 // Loading model weights by Hugging Face name from a safetensors file into a ParameterStore.
 #pragma once
 
+#include <filesystem>
+
 #include "engine/safetensors.h"
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
@@ -11,5 +13,9 @@ namespace ferry::engine {
 // is an error naming it. Tensors that are not parameters in HF checkpoints (the tied lm_head.weight,
 // GPT-2's attention mask buffers) are accepted and ignored.
 void load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store);
+
+// The same from a path: a .safetensors file, a folder holding model.safetensors, or a sharded checkpoint
+// (model.safetensors.index.json and the shards its weight_map names), as Hugging Face writes them.
+void load_weights(const std::filesystem::path& path, const models::ModelSpec& spec, models::ParameterStore& store);
 
 }  // namespace ferry::engine

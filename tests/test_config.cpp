@@ -71,6 +71,7 @@ TEST(Config, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
       {kMinimal + "offload: {policy: magic}\n", "offload.policy: 'magic' is not allowed; expected one of resident | zero-offload | chunk-lru | greedy"},
       {kMinimal + "offload: {cost_model: nowhere.json}\n", "offload.cost_model: '"},
       {kMinimal + "train: {activation_checkpointing: sometimes}\n", "train.activation_checkpointing: 'sometimes' is not allowed"},
+      {kMinimal + "model: {init_from: no/such/model}\n", "model.init_from: '"},
       {kMinimal + "device: tpu\n", "device: 'tpu' is not allowed; expected one of auto | cpu | cuda"},
       {kMinimal + "model: {n_embd: 65, n_head: 4}\n", "model.n_embd: 65 is not a multiple of model.n_head (4)"},
       {kMinimal + "model: {vocab_size: 100}\n", "model.vocab_size: 100 is smaller than the byte tokenizer's 256"},

@@ -7,6 +7,8 @@
 #include <fstream>
 
 #include "engine/safetensors.h"
+
+#include <nlohmann/json.hpp>
 #include "engine/weights.h"
 #include "models/gpt2.h"
 #include "models/rng.h"
@@ -149,6 +151,37 @@ TEST(Weights, MissingExtraAndMisshapenTensorsAreNamed) {
   misshapen[0].shape = {8, 16};
   expect_error(misshapen, "has shape [8, 16] in the checkpoint; the model needs [16, 8]");
   std::filesystem::remove(path);
+}
+
+TEST(Weights, ShardedCheckpointsLoadThroughTheirIndex) {
+  const models::ModelSpec spec = models::build_gpt2({1, 2, 8, 16, 4}, 1, 4);
+  const auto dir = std::filesystem::temp_directory_path() / "ferry_sharded";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::vector<std::vector<float>> data;
+  for (size_t i = 0; i < spec.params.size(); ++i) data.emplace_back(models::numel(spec.params[i].shape), float(i));
+  std::vector<SafetensorsTensorRef> a, b;
+  nlohmann::json map;
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    const bool first = i % 2 == 0;
+    (first ? a : b).push_back({spec.params[i].name, spec.params[i].shape, data[i].data()});
+    map[spec.params[i].name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  write_safetensors(dir / "model-00001-of-00002.safetensors", a);
+  write_safetensors(dir / "model-00002-of-00002.safetensors", b);
+  std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"metadata", {}}, {"weight_map", map}}.dump();
+  models::ParameterStore store(spec.params);
+  load_weights(dir, spec, store);
+  for (int i = 0; i < store.count(); ++i) EXPECT_EQ(store.value(i)[0], float(i)) << spec.params[i].name;
+  // A shard that lacks what the index promised: the missing tensor is named.
+  write_safetensors(dir / "model-00002-of-00002.safetensors", {b.begin(), b.end() - 1});
+  try {
+    load_weights(dir, spec, store);
+    ADD_FAILURE();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + b.back().name + "' is missing"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "engine/config.h"
 #include "engine/dataset.h"
+#include "engine/export.h"
 #include "engine/sample.h"
 #include "engine/trainer.h"
 #include "memory/arena.h"
@@ -183,6 +184,15 @@ TEST(Sample, ContinuesAPromptFromACheckpointDeterministically) {
   EXPECT_EQ(sample(o).size(), 140u);
   o.checkpoint = root / "nothing-here";
   EXPECT_THROW(sample(o), std::runtime_error);
+
+  // Export as a Hugging Face folder, then start a new run from it: it begins where the first one ended.
+  export_checkpoint(root, root / "hf");
+  EXPECT_TRUE(std::filesystem::exists(root / "hf" / "config.json"));
+  Config again = tiny_config(1, 2);
+  again.model.init_from = root / "hf";
+  const TrainSummary resumed_weights = train(again, quiet);
+  const TrainSummary fresh = train(tiny_config(1, 2), quiet);
+  EXPECT_LT(resumed_weights.val_loss_start, fresh.val_loss_start - 1.0f);
   std::filesystem::remove_all(root);
 }
 
