@@ -54,6 +54,18 @@ Field choice(const std::string& key, std::string& dst, std::vector<std::string> 
           }};
 }
 
+// A path relative to the config file's folder that must exist (as a regular file when file_only).
+Field existing_path(const std::string& key, std::filesystem::path& dst, const std::filesystem::path& base,
+                    bool file_only) {
+  return {key, [&dst, base, file_only](const YAML::Node& n, const std::string& where) {
+            if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a path");
+            const std::filesystem::path path = n.Scalar();
+            dst = path.is_absolute() ? path : base / path;
+            if (file_only ? !std::filesystem::is_regular_file(dst) : !std::filesystem::exists(dst))
+              throw ConfigError(where + ": '" + dst.string() + (file_only ? "' does not exist or is not a file" : "' does not exist"));
+          }};
+}
+
 void read_section(const YAML::Node& node, const std::string& section, const std::vector<Field>& fields) {
   if (!node) return;
   if (!node.IsMap()) throw ConfigError(section + ": expected a mapping of keys, got " + scalar_text(node));
@@ -132,13 +144,7 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                   number("n_embd", c.model.n_embd, 1, 65536, "an integer in [1, 65536]"),
                   number("vocab_size", c.model.vocab_size, 1, 1 << 22, "an integer in [1, 4194304]"),
                   number("seq_len", c.model.seq_len, 1, 1 << 20, "an integer in [1, 1048576]"),
-                  {"init_from", [&](const YAML::Node& n, const std::string& where) {
-                     if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a path");
-                     const std::filesystem::path path = n.Scalar();
-                     c.model.init_from = path.is_absolute() ? path : base_dir / path;
-                     if (!std::filesystem::exists(c.model.init_from))
-                       throw ConfigError(where + ": '" + c.model.init_from.string() + "' does not exist");
-                   }}});
+                  existing_path("init_from", c.model.init_from, base_dir, false)});
     read_section(root["data"], "data",
                  {{"path", [&](const YAML::Node& n, const std::string& where) {
                      if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a file path");
@@ -203,13 +209,7 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                        throw ConfigError(where + ": " + scalar_text(n) + " is not a size; expected e.g. 8GiB, 512MiB or 1.5GB");
                      }
                    }},
-                  {"cost_model", [&](const YAML::Node& n, const std::string& where) {
-                     if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a JSON file path");
-                     const std::filesystem::path path = n.Scalar();
-                     c.offload.cost_model = path.is_absolute() ? path : base_dir / path;
-                     if (!std::filesystem::is_regular_file(c.offload.cost_model))
-                       throw ConfigError(where + ": '" + c.offload.cost_model.string() + "' does not exist or is not a file");
-                   }}});
+                  existing_path("cost_model", c.offload.cost_model, base_dir, true)});
     if (root["device"]) choice("device", c.device, {"auto", "cpu", "cuda"}).read(root["device"], "device");
 
     // Checks across keys.
