@@ -1,0 +1,55 @@
+// Tokenizers: GPT-2 byte-level BPE against ids from Hugging Face `tokenizers` (tests/data/
+// make_bpe_reference.py), round trips, and malformed vocabularies.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "engine/tokenizer.h"
+#include "test_helpers.h"
+
+namespace ferry::engine {
+namespace {
+
+TEST(Gpt2Bpe, MatchesHuggingFaceTokenizers) {
+  const auto bpe = load_gpt2_bpe(testing::data_path("bpe_vocab.json"), testing::data_path("bpe_merges.txt"));
+  EXPECT_EQ(bpe->vocab_size(), 1000);
+  std::ifstream in(testing::data_path("bpe_expected.json"));
+  const auto cases = nlohmann::json::parse(in);
+  ASSERT_GT(cases.size(), 10u);
+  for (const auto& c : cases) {
+    const std::string text = c["text"];
+    const auto ids = bpe->encode(text);
+    EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>()) << "text: '" << text << "'";
+    EXPECT_EQ(bpe->decode(ids), text);
+  }
+}
+
+TEST(ByteTokenizer, RoundTripsEveryByte) {
+  const auto t = make_byte_tokenizer();
+  std::string all;
+  for (int b = 0; b < 256; ++b) all.push_back(static_cast<char>(b));
+  const auto ids = t->encode(all);
+  EXPECT_EQ(ids.size(), 256u);
+  EXPECT_EQ(ids[200], 200);
+  EXPECT_EQ(t->decode(ids), all);
+}
+
+TEST(Gpt2Bpe, MalformedFilesAreClearErrors) {
+  const auto dir = std::filesystem::temp_directory_path();
+  std::ofstream(dir / "bad_vocab.json") << "[1, 2";
+  EXPECT_THROW(load_gpt2_bpe(dir / "bad_vocab.json", testing::data_path("bpe_merges.txt")), std::runtime_error);
+  std::ofstream(dir / "small_vocab.json") << R"({"a": 0})";
+  try {
+    load_gpt2_bpe(dir / "small_vocab.json", testing::data_path("bpe_merges.txt"));
+    ADD_FAILURE();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a byte-level BPE vocabulary"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir / "bad_merges.txt") << "#version: 0.2\nab\n";
+  EXPECT_THROW(load_gpt2_bpe(testing::data_path("bpe_vocab.json"), dir / "bad_merges.txt"), std::runtime_error);
+  EXPECT_THROW(load_gpt2_bpe(dir / "missing.json", dir / "missing.txt"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace ferry::engine
