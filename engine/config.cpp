@@ -216,7 +216,7 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
     if (c.model.n_embd % c.model.n_head != 0)
       throw ConfigError("model.n_embd: " + std::to_string(c.model.n_embd) + " is not a multiple of model.n_head (" +
                         std::to_string(c.model.n_head) + ")");
-    if (c.data.tokenizer == "byte" && c.model.vocab_size < 256)
+    if (c.data.tokenizer == "byte" && c.model.vocab_size < 256 && !data_path.ends_with(".bin"))
       throw ConfigError("model.vocab_size: " + std::to_string(c.model.vocab_size) +
                         " is smaller than the byte tokenizer's 256 symbols; use at least 256");
     if (data_path.empty()) throw ConfigError("data.path: missing; name the training text file");

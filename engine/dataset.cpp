@@ -1,11 +1,13 @@
 // TextDataset: byte tokens, split, and window sampling.
 #include "engine/dataset.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
 #include <string>
 
+#include "engine/token_shard.h"
 #include "models/rng.h"
 
 namespace ferry::engine {
@@ -19,11 +21,18 @@ void copy_window(const std::vector<int32_t>& src, int64_t start, int64_t T, Batc
 }  // namespace
 
 TextDataset::TextDataset(const std::filesystem::path& path, double val_fraction, int64_t seq_len) : T_(seq_len) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("data.path: cannot open '" + path.string() + "'");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<int32_t> all(text.size());
-  for (size_t i = 0; i < text.size(); ++i) all[i] = static_cast<uint8_t>(text[i]);
+  std::vector<int32_t> all;
+  if (is_token_shard(path)) {  // pre-tokenised (ferry tokenize, llm.c's tools)
+    const TokenShard shard(path);
+    all.assign(shard.tokens().begin(), shard.tokens().end());
+  } else {  // raw text, one token per byte
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("data.path: cannot open '" + path.string() + "'");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    all.resize(text.size());
+    for (size_t i = 0; i < text.size(); ++i) all[i] = static_cast<uint8_t>(text[i]);
+  }
+  for (int32_t t : all) max_token_ = std::max(max_token_, t);
   const auto n_val = static_cast<int64_t>(static_cast<double>(all.size()) * val_fraction);
   const auto n_train = static_cast<int64_t>(all.size()) - n_val;
   if (n_train < T_ + 1)

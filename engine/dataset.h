@@ -1,4 +1,5 @@
-// TextDataset: a text file as byte tokens, split into train and validation, sampled into batches.
+// TextDataset: a text file as byte tokens, or a pre-tokenised shard, split into train and validation and
+// sampled into batches.
 // Batches are a pure function of (seed, split, index), so a run is reproducible and resumable.
 #pragma once
 
@@ -20,6 +21,7 @@ class TextDataset {
 
   int64_t train_tokens() const { return static_cast<int64_t>(train_.size()); }
   int64_t val_tokens() const { return static_cast<int64_t>(val_.size()); }
+  int32_t max_token() const { return max_token_; }
 
   // Training batch number `index`: B windows at offsets drawn from (seed, index).
   Batch train_batch(uint64_t seed, int64_t index, int64_t B) const;
@@ -29,6 +31,7 @@ class TextDataset {
  private:
   std::vector<int32_t> train_, val_;
   int64_t T_;
+  int32_t max_token_ = 0;
 };
 
 }  // namespace ferry::engine

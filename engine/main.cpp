@@ -7,11 +7,15 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <iterator>
 
 #include "engine/config.h"
 #include "engine/export.h"
 #include "engine/plan.h"
 #include "engine/sample.h"
+#include "engine/token_shard.h"
+#include "engine/tokenizer.h"
 #include "engine/progress.h"
 #include "engine/trainer.h"
 
@@ -95,9 +99,31 @@ int main(int argc, char** argv) {
       ->required();
   exporter->add_option("--out", export_out, "Folder to write")->required();
 
+  std::string tok_kind = "byte", tok_vocab, tok_merges, tok_input, tok_out;
+  auto* tokenize = app.add_subcommand("tokenize", "Tokenise a text file into a uint16 token shard (llm.c's format) "
+                                                  "that data.path can name");
+  tokenize->add_option("--tokenizer", tok_kind, "byte | gpt2 (default byte)")->check(CLI::IsMember({"byte", "gpt2"}));
+  tokenize->add_option("--vocab", tok_vocab, "gpt2: vocab.json")->check(CLI::ExistingFile);
+  tokenize->add_option("--merges", tok_merges, "gpt2: merges.txt")->check(CLI::ExistingFile);
+  tokenize->add_option("--input", tok_input, "Text file")->required()->check(CLI::ExistingFile);
+  tokenize->add_option("--out", tok_out, "Shard to write")->required();
+
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (*tokenize) {
+      if (tok_kind == "gpt2" && (tok_vocab.empty() || tok_merges.empty()))
+        throw std::runtime_error("--tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt");
+      const auto tokenizer = tok_kind == "gpt2" ? ferry::engine::load_gpt2_bpe(tok_vocab, tok_merges)
+                                                : ferry::engine::make_byte_tokenizer();
+      std::ifstream in(tok_input, std::ios::binary);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const auto ids = tokenizer->encode(text);
+      ferry::engine::write_token_shard(tok_out, ids);
+      fmt::print("{}: {} bytes -> {} tokens (vocabulary {}); set model.vocab_size to at least {}\n", tok_out,
+                 text.size(), ids.size(), tokenizer->vocab_size(), tokenizer->vocab_size());
+      return 0;
+    }
     if (*exporter) {
       ferry::engine::export_checkpoint(export_checkpoint, export_out);
       fmt::print("wrote {}/model.safetensors and config.json\n", export_out);

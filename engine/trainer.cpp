@@ -79,6 +79,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
                                  cpu_optim::DType::F32};
   models::CpuRunner runner(spec, params);
   const TextDataset data(cfg.data.path, cfg.data.val_fraction, T);
+  if (data.max_token() >= cfg.model.vocab_size)
+    throw std::runtime_error("data.path: '" + cfg.data.path.string() + "' holds token id " + std::to_string(data.max_token()) +
+                             ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size));
 
   progress.message(fmt::format(
       "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "engine/token_shard.h"
 #include "engine/tokenizer.h"
 #include "test_helpers.h"
 
@@ -49,6 +50,28 @@ TEST(Gpt2Bpe, MalformedFilesAreClearErrors) {
   std::ofstream(dir / "bad_merges.txt") << "#version: 0.2\nab\n";
   EXPECT_THROW(load_gpt2_bpe(testing::data_path("bpe_vocab.json"), dir / "bad_merges.txt"), std::runtime_error);
   EXPECT_THROW(load_gpt2_bpe(dir / "missing.json", dir / "missing.txt"), std::runtime_error);
+}
+
+TEST(TokenShard, RoundTripAndCorruptFiles) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::vector<int32_t> tokens{0, 1, 999, 65535, 42};
+  write_token_shard(dir / "shard.bin", tokens);
+  ASSERT_TRUE(is_token_shard(dir / "shard.bin"));
+  {
+    const TokenShard shard(dir / "shard.bin");
+    EXPECT_EQ(std::vector<int32_t>(shard.tokens().begin(), shard.tokens().end()), tokens);
+  }
+  EXPECT_THROW(write_token_shard(dir / "big.bin", std::vector<int32_t>{70000}), std::runtime_error);
+  std::filesystem::resize_file(dir / "shard.bin", 1024 + 4);  // truncated
+  try {
+    TokenShard truncated(dir / "shard.bin");
+    ADD_FAILURE();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("announces 5 tokens but the file holds 2"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir / "notashard.bin") << std::string(2000, 'x');
+  EXPECT_FALSE(is_token_shard(dir / "notashard.bin"));
+  EXPECT_THROW(TokenShard(dir / "notashard.bin"), std::runtime_error);
 }
 
 }  // namespace
