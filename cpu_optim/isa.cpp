@@ -1,6 +1,9 @@
-// ISA detection (GCC's CPUID helpers also check that the OS saves the wide registers) and selection.
+// ISA detection from CPUID and XGETBV, and selection.
 #include "cpu_optim/isa.h"
 
+#include <cpuid.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -15,23 +18,59 @@ const char* to_string(Isa isa) {
   return "?";
 }
 
+namespace {
+
+// CPUID feature bits, and whether the OS saves the AVX / AVX-512 registers (XGETBV), read directly so that
+// GCC and clang agree (their __builtin_cpu_supports know different feature names).
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512bw = false, avx512vl = false, avx512bf16 = false;
+};
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
+  f.fma = c & (1u << 12);
+  f.f16c = c & (1u << 29);
+  uint32_t xcr0 = 0;
+  if (osxsave) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = lo;
+  }
+  const bool os_avx = avx && (xcr0 & 0x6) == 0x6;        // XMM and YMM state
+  const bool os_avx512 = os_avx && (xcr0 & 0xE0) == 0xE0;  // opmask, ZMM upper halves, ZMM16-31
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    f.avx2 = os_avx && (b & (1u << 5));
+    f.avx512f = os_avx512 && (b & (1u << 16));
+    f.avx512bw = os_avx512 && (b & (1u << 30));
+    f.avx512vl = os_avx512 && (b & (1u << 31));
+  }
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = f.avx512f && (a & (1u << 5));
+  f.fma = f.fma && os_avx;
+  f.f16c = f.f16c && os_avx;
+  return f;
+}
+
+const CpuFeatures& features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+}  // namespace
+
 bool isa_supported(Isa isa) {
-  __builtin_cpu_init();
+  const CpuFeatures& f = features();
   switch (isa) {
     case Isa::Scalar: return true;
-    case Isa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    case Isa::Avx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+    case Isa::Avx2: return f.avx2 && f.fma && f.f16c;
+    case Isa::Avx512: return f.avx512f && f.avx512bw && f.avx512vl && f.fma;
   }
   return false;
 }
 
-bool cpu_has_avx512_bf16() {
-  __builtin_cpu_init();
-  return isa_supported(Isa::Avx512) && __builtin_cpu_supports("avx512bf16");
-}
+bool cpu_has_avx512_bf16() { return isa_supported(Isa::Avx512) && features().avx512bf16; }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
