@@ -60,12 +60,7 @@ int64_t first_fit_peak(const std::vector<TensorLifetime>& tensors) {
 // stand-in for the offload scheduler's schedules until it exists.)
 std::vector<TensorLifetime> gpt2_step(const models::GptConfig& cfg, int64_t B, int64_t T) {
   const models::ModelSpec spec = models::build_gpt2(cfg, B, T);
-  std::vector<TensorLifetime> out(spec.tensors.size());
-  for (size_t t = 0; t < spec.tensors.size(); ++t) out[t].bytes = spec.tensors[t].bytes();
-  for (int i = 0; i < static_cast<int>(spec.ops.size()); ++i) {
-    for (int t : spec.ops[i].creates) out[t].first = i;
-    for (int t : spec.ops[i].frees) out[t].last = i;
-  }
+  std::vector<TensorLifetime> out = spec.tensor_lifetimes();
   // Group parameters by layer ("transformer.h.N." or the embeddings / final norm), and find each group's
   // forward and backward use intervals.
   std::map<std::string, std::array<int, 4>> groups;  // fwd first, fwd last, bwd first, bwd last

@@ -9,20 +9,12 @@
 #include <thread>
 
 #include "engine/host_cost_model.h"
+#include "memory/host_buffer.h"
 #include "memory/bucket_layout.h"
 #include "models/gpt2.h"
 #include "offload/policies.h"
 
 namespace ferry::engine {
-namespace {
-
-std::string gib(int64_t bytes) {
-  if (bytes < (int64_t(1) << 30)) return fmt::format("{:.1f} MiB", bytes / double(1 << 20));
-  return fmt::format("{:.2f} GiB", bytes / double(int64_t(1) << 30));
-}
-
-}  // namespace
-
 int run_plan(const Config& cfg, const PlanOptions& opt) {
   const int64_t budget = opt.budget > 0 ? opt.budget : cfg.offload.gpu_budget;
   if (budget <= 0)
@@ -43,13 +35,13 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
 
   fmt::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}\n",
              spec.kind, gpt.n_layer, gpt.n_embd, spec.param_count() / 1e6, cfg.train.batch_size, cfg.model.seq_len,
-             offload::to_string(chosen), gib(budget));
+             offload::to_string(chosen), memory::format_bytes(budget));
   fmt::print("cost model: {}{}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "",
              cache.empty() ? "" : ", cached in " + cache);
   fmt::print("parameters: {} bucket(s) of up to {:.0f} MiB, {} of working copies\n", problem.n_buckets,
-             bucket_bytes / double(1 << 20), gib(problem.total_weight_bytes()));
+             bucket_bytes / double(1 << 20), memory::format_bytes(problem.total_weight_bytes()));
   fmt::print("activations: {} alive at the busiest op without checkpointing\n",
-             gib(*std::max_element(problem.activation_live.begin(), problem.activation_live.end())));
+             memory::format_bytes(*std::max_element(problem.activation_live.begin(), problem.activation_live.end())));
 
   nlohmann::json all = nlohmann::json::array();
   nlohmann::json main;
@@ -66,11 +58,11 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
       line += fmt::format(" {} {:.4f} s |", offload::to_string(policy), r.step_s);
       if (policy == chosen) {
         status = 0;
-        fmt::print("fits: yes, peak device memory {} of {}\n", gib(r.peak_device_bytes), gib(budget));
+        fmt::print("fits: yes, peak device memory {} of {}\n", memory::format_bytes(r.peak_device_bytes), memory::format_bytes(budget));
         fmt::print("activation checkpointing ({}): {} of {} blocks\n", cfg.train.activation_checkpointing,
                    plan.problem.checkpointed_layers, gpt.n_layer);
         fmt::print("placement: {} resident, {} offloaded; {} host-to-device and {} device-to-host per step\n",
-                   gib(r.resident_bytes), gib(r.offloaded_bytes), gib(r.h2d_bytes), gib(r.d2h_bytes));
+                   memory::format_bytes(r.resident_bytes), memory::format_bytes(r.offloaded_bytes), memory::format_bytes(r.h2d_bytes), memory::format_bytes(r.d2h_bytes));
         fmt::print("predicted step: {:.4f} s (lower bound {:.4f} s, {:.2f}x); compute {:.4f} s, stalls {:.4f} s, "
                    "CPU AdamW {:.4f} s\n",
                    r.step_s, bound, r.step_s / bound, r.compute_busy_s, r.stall_s, r.cpu_busy_s);

@@ -15,8 +15,6 @@ namespace {
 std::atomic<int64_t> g_allocations{0};
 std::atomic<int64_t> g_bytes{0};
 
-std::string gib(int64_t bytes) { return std::to_string(bytes / double(1 << 30)).substr(0, 5) + " GiB"; }
-
 }  // namespace
 
 Arena::Arena(Backing backing, int64_t bytes) : backing_(backing), size_(bytes) {
@@ -29,7 +27,7 @@ Arena::Arena(Backing backing, int64_t bytes) : backing_(backing), size_(bytes) {
     void* p = nullptr;
     if (const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(bytes)); e != cudaSuccess) {
       cudaGetLastError();
-      throw std::runtime_error("device arena: cudaMalloc of " + gib(bytes) + " failed (" + cudaGetErrorString(e) +
+      throw std::runtime_error("device arena: cudaMalloc of " + format_bytes(bytes) + " failed (" + cudaGetErrorString(e) +
                                "); lower the GPU memory budget");
     }
     data_ = static_cast<std::byte*>(p);

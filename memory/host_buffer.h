@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 
 namespace ferry::memory {
 
@@ -34,5 +35,8 @@ class HostBuffer {
 constexpr std::size_t align_up(std::size_t bytes, std::size_t alignment) {
   return (bytes + alignment - 1) & ~(alignment - 1);
 }
+
+// "12.3 MiB" below a GiB, "1.23 GiB" above: for messages about memory.
+std::string format_bytes(int64_t bytes);
 
 }  // namespace ferry::memory

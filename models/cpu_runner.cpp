@@ -16,26 +16,8 @@
 
 namespace ferry::models {
 
-namespace {
-
-// Tensors whose lifetimes do not meet share memory: the Planner lays them out in one arena.
-memory::Plan plan_activations(const ModelSpec& spec) {
-  std::vector<memory::TensorLifetime> lifetimes(spec.tensors.size());
-  for (size_t t = 0; t < spec.tensors.size(); ++t) lifetimes[t].bytes = spec.tensors[t].bytes();
-  for (int i = 0; i < static_cast<int>(spec.ops.size()); ++i) {
-    for (int t : spec.ops[i].creates) lifetimes[t].first = i;
-    for (int t : spec.ops[i].frees) lifetimes[t].last = i;
-  }
-  // The batch stays intact for the whole step, so a caller may run several steps on one set_batch().
-  for (size_t t = 0; t < spec.tensors.size(); ++t)
-    if (spec.tensors[t].is_input) lifetimes[t].first = 0, lifetimes[t].last = static_cast<int>(spec.ops.size()) - 1;
-  return memory::Planner::plan(lifetimes);
-}
-
-}  // namespace
-
 CpuRunner::CpuRunner(const ModelSpec& spec, ParameterStore& params)
-    : spec_(spec), params_(params), plan_(plan_activations(spec)), arena_(memory::Arena::Backing::Host, plan_.peak) {}
+    : spec_(spec), params_(params), plan_(memory::Planner::plan(spec.tensor_lifetimes())), arena_(memory::Arena::Backing::Host, plan_.peak) {}
 
 void CpuRunner::set_batch(std::span<const int32_t> tokens, std::span<const int32_t> targets) {
   const int tok = spec_.tensor_index("tokens"), tgt = spec_.tensor_index("targets");

@@ -55,6 +55,18 @@ double ModelSpec::forward_flops() const {
   return f;
 }
 
+std::vector<memory::TensorLifetime> ModelSpec::tensor_lifetimes() const {
+  std::vector<memory::TensorLifetime> out(tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t) out[t].bytes = tensors[t].bytes();
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    for (int t : ops[i].creates) out[t].first = i;
+    for (int t : ops[i].frees) out[t].last = i;
+  }
+  for (size_t t = 0; t < tensors.size(); ++t)
+    if (tensors[t].is_input) out[t].first = 0, out[t].last = static_cast<int>(ops.size()) - 1;
+  return out;
+}
+
 std::vector<int> ModelSpec::params_in_first_use_order() const {
   std::vector<int> order;
   std::vector<bool> seen(params.size(), false);

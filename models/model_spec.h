@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "memory/planner.h"
+
 namespace ferry::models {
 
 using Shape = std::vector<int64_t>;
@@ -69,6 +71,9 @@ struct ModelSpec {
   int64_t param_count() const;
   double step_flops() const;  // forward + backward
   double forward_flops() const;
+  // Every tensor's bytes and live interval over the op list, for the memory Planner. The batch inputs
+  // stay alive for the whole step, so a batch may serve several steps.
+  std::vector<memory::TensorLifetime> tensor_lifetimes() const;
   // Parameter indices in the order the op list first uses them (the order buckets travel in).
   std::vector<int> params_in_first_use_order() const;
 

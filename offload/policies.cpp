@@ -8,17 +8,10 @@
 #include <numeric>
 #include <optional>
 
+#include "memory/host_buffer.h"
+
 namespace ferry::offload {
 namespace {
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  if (bytes < (int64_t(1) << 30))
-    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / double(1 << 20));
-  else
-    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(int64_t(1) << 30));
-  return buf;
-}
 
 Schedule empty_schedule(const OffloadProblem& p, Policy policy) {
   Schedule s;
@@ -58,8 +51,8 @@ std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& p, Schedule& s) {
 void check_fits(const OffloadProblem& p, const Schedule& s, const SimResult& r) {
   if (!r.error.empty()) throw std::logic_error(s.policy + ": invalid schedule: " + r.error);
   if (!r.fits)
-    throw BudgetError(s.policy + ": needs " + gib(r.peak_device_bytes) + " of device memory; the budget is " +
-                      gib(p.budget_bytes));
+    throw BudgetError(s.policy + ": needs " + memory::format_bytes(r.peak_device_bytes) + " of device memory; the budget is " +
+                      memory::format_bytes(p.budget_bytes));
 }
 
 Schedule resident(const OffloadProblem& p) {
@@ -182,7 +175,7 @@ Schedule fitting(const OffloadProblem& p, Build&& build) {
     const SimResult r = simulate(p, s);
     if (!r.error.empty()) throw std::logic_error(s.policy + ": invalid schedule: " + r.error);
     if (r.fits) return s;
-    last_error = s.policy + ": needs " + gib(r.peak_device_bytes) + " of device memory; the budget is " + gib(p.budget_bytes);
+    last_error = s.policy + ": needs " + memory::format_bytes(r.peak_device_bytes) + " of device memory; the budget is " + memory::format_bytes(p.budget_bytes);
   }
   throw BudgetError(last_error);
 }
@@ -252,9 +245,9 @@ Schedule greedy(const OffloadProblem& p) {
     for (int64_t rung : ladder) consider(greedy_for(p, resident_set, rung));
   }
   if (best_time == INFINITY)
-    throw BudgetError("greedy: needs at least " + gib(minimum_device_bytes(p)) + " with every bucket offloaded and " +
+    throw BudgetError("greedy: needs at least " + memory::format_bytes(minimum_device_bytes(p)) + " with every bucket offloaded and " +
                       std::to_string(p.checkpointed_layers) + " block(s) checkpointed; the budget is " +
-                      gib(p.budget_bytes));
+                      memory::format_bytes(p.budget_bytes));
   return best;
 }
 
@@ -345,9 +338,9 @@ double lower_bound_step_s(const OffloadProblem& p) {
 
 Schedule make_schedule(const OffloadProblem& p, Policy policy) {
   if (minimum_device_bytes(p) > p.budget_bytes)
-    throw BudgetError(std::string(to_string(policy)) + ": the model needs at least " + gib(minimum_device_bytes(p)) +
+    throw BudgetError(std::string(to_string(policy)) + ": the model needs at least " + memory::format_bytes(minimum_device_bytes(p)) +
                       " with every bucket offloaded and " + std::to_string(p.checkpointed_layers) +
-                      " block(s) checkpointed; the budget is " + gib(p.budget_bytes));
+                      " block(s) checkpointed; the budget is " + memory::format_bytes(p.budget_bytes));
   switch (policy) {
     case Policy::Resident: {
       Schedule s = resident(p);

@@ -93,12 +93,7 @@ TEST(Planner, Gpt2StepActivationsPlanValidlyNearTheLowerBound) {
                                   std::tuple(models::GptConfig{4, 4, 128, 256, 128}, 16, 128),
                                   std::tuple(models::GptConfig{2, 4, 64, 101, 32}, 2, 32)}) {
     const models::ModelSpec spec = models::build_gpt2(cfg, B, T);
-    std::vector<TensorLifetime> t(spec.tensors.size());
-    for (size_t i = 0; i < t.size(); ++i) t[i].bytes = spec.tensors[i].bytes();
-    for (int i = 0; i < static_cast<int>(spec.ops.size()); ++i) {
-      for (int x : spec.ops[i].creates) t[x].first = i;
-      for (int x : spec.ops[i].frees) t[x].last = i;
-    }
+    const std::vector<TensorLifetime> t = spec.tensor_lifetimes();
     const Plan p = Planner::plan(t);
     EXPECT_EQ(Planner::check(t, p), "");
     EXPECT_LE(double(p.peak) / double(p.lower_bound), 1.03) << cfg.n_layer << " layers";
