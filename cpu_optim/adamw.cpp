@@ -102,15 +102,18 @@ StepReport CpuAdamW::apply(std::span<const Bucket> buckets, int64_t step_no, dou
     sum += s.sum_squares;
     finite = finite && s.finite;
   }
-  StepReport r;
-  r.grad_norm = std::sqrt(sum) / loss_scale;
-  if (!finite) {
-    r.skipped = true;
-    return r;
-  }
-  const float scale = clip_scale(r.grad_norm, max_norm) / loss_scale;
-  for (const Bucket& b : buckets) step(b, step_no, lr, scale);
-  return r;
+  const StepDecision d = decide_step(sum, finite, max_norm, loss_scale);
+  if (!d.report.skipped)
+    for (const Bucket& b : buckets) step(b, step_no, lr, d.grad_scale);
+  return d.report;
+}
+
+StepDecision decide_step(double sum_squares, bool finite, float max_norm, float loss_scale) {
+  StepDecision d;
+  d.report.grad_norm = std::sqrt(sum_squares) / loss_scale;
+  d.report.skipped = !finite;
+  d.grad_scale = clip_scale(d.report.grad_norm, max_norm) / loss_scale;
+  return d;
 }
 
 float clip_scale(double global_norm, float max_norm) {

@@ -85,6 +85,14 @@ class CpuAdamW {
   std::unique_ptr<tbb::task_arena> arena_;
 };
 
+// What apply() decides from the stats of every bucket (summed in bucket order): the global norm, whether
+// the step is skipped (an inf/nan gradient), and the scale every gradient gets (clip / loss scale).
+struct StepDecision {
+  StepReport report;
+  float grad_scale = 1.0f;
+};
+StepDecision decide_step(double sum_squares, bool finite, float max_norm, float loss_scale = 1.0f);
+
 // The scale that clips a global norm to max_norm, as torch.nn.utils.clip_grad_norm_ (max_norm / (norm +
 // 1e-6), at most 1); 1 when max_norm <= 0.
 float clip_scale(double global_norm, float max_norm);

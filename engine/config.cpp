@@ -96,15 +96,30 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   } catch (const YAML::Exception& e) {
     throw ConfigError("--set " + assignment + ": the value is not valid YAML (" + e.msg + ")");
   }
-  const auto dot = key.find('.');
-  if (dot == std::string::npos) {
-    root[key] = value;
-  } else {
-    const std::string section = key.substr(0, dot), leaf = key.substr(dot + 1);
-    if (root[section] && !root[section].IsMap())
-      throw ConfigError("--set " + assignment + ": '" + section + "' is not a section");
-    root[section][leaf] = value;
+  // Walk the dotted path, creating mappings; `device: cpu` may grow into `device: {kind: cpu, ...}`.
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t dot = key.find('.', start);
+    parts.push_back(key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
   }
+  if (parts.size() > 1 && parts[0] == "device" && root["device"] && root["device"].IsScalar()) {
+    const std::string kind = root["device"].Scalar();
+    YAML::Node map(YAML::NodeType::Map);
+    map["kind"] = kind;
+    root["device"] = map;
+  }
+  std::vector<YAML::Node> path{root};
+  // (yaml-cpp: assigning to an existing Node overwrites what it refers to, so nodes are only copy-constructed)
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node parent = path.back();
+    if (!parent[parts[i]] || parent[parts[i]].IsNull()) parent[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    else if (!parent[parts[i]].IsMap()) throw ConfigError("--set " + assignment + ": '" + parts[i] + "' is not a section");
+    path.push_back(parent[parts[i]]);
+  }
+  YAML::Node leaf_parent = path.back();
+  leaf_parent[parts.back()] = value;
 }
 
 }  // namespace
@@ -210,7 +225,15 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                      }
                    }},
                   existing_path("cost_model", c.offload.cost_model, base_dir, true)});
-    if (root["device"]) choice("device", c.device, {"auto", "cpu", "cuda"}).read(root["device"], "device");
+    if (root["device"] && root["device"].IsMap()) {
+      read_section(root["device"], "device",
+                   {choice("kind", c.device, {"auto", "cpu", "cuda"}),
+                    {"host", [&](const YAML::Node& n, const std::string& where) {
+                       read_section(n, where, {number("link_gbps", c.host_device.link_gbps, 0.0, 1e4, "GB/s in [0, 10000] (0: unthrottled)")});
+                     }}});
+    } else if (root["device"]) {
+      choice("device", c.device, {"auto", "cpu", "cuda"}).read(root["device"], "device");
+    }
 
     // Checks across keys.
     if (c.model.n_embd % c.model.n_head != 0)

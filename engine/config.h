@@ -59,6 +59,11 @@ struct OffloadConfig {
   std::filesystem::path cost_model;  // empty: measure the host device at start-up
 };
 
+// device.host: the host device (`device: cpu`), a simulated GPU on the CPU.
+struct HostDeviceConfig {
+  double link_gbps = 0;  // copies throttled to this many GB/s each way, like a PCIe link; 0: memcpy speed
+};
+
 // "8GiB", "48MiB", "1.5GB", "4096" (bytes): the sizes offload.gpu_budget and --budget take.
 int64_t parse_bytes(const std::string& text);
 
@@ -69,7 +74,8 @@ struct Config {
   OptimConfig optim;
   TrainConfig train;
   OffloadConfig offload;
-  std::string device = "auto";  // auto | cpu | cuda
+  std::string device = "auto";  // auto | cpu | cuda: `device: cpu`, or `device: {kind: cpu, host: {...}}`
+  HostDeviceConfig host_device;  // device.host
 };
 
 // Loads `path`, applies `key=value` overrides (dotted keys, YAML values: "train.steps=10"), validates.

@@ -18,12 +18,12 @@ Progress::Progress(std::FILE* out) : out_(out), tty_(out && isatty(fileno(out)) 
 
 Progress::~Progress() { finish(); }
 
-void Progress::update(int step, int total, float loss, double tokens_per_s, double elapsed_s) {
+void Progress::update(int step, int total, float loss, double tokens_per_s, double elapsed_s, const std::string& extra) {
   if (!out_) return;
   const double eta = step > 0 ? elapsed_s / step * (total - step) : 0.0;
-  const std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | {:.0f} tok/s | {} elapsed | ETA {}", step,
+  const std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | {:.0f} tok/s | {}{} elapsed | ETA {}", step,
                                        std::to_string(total).size(), total, loss, tokens_per_s,
-                                       format_duration(elapsed_s), format_duration(eta));
+                                       extra.empty() ? "" : extra + " | ", format_duration(elapsed_s), format_duration(eta));
   if (tty_) {
     fmt::print(out_, "\r\033[2K{}", line);
     dirty_ = true;

@@ -11,8 +11,8 @@ class Progress {
  public:
   explicit Progress(std::FILE* out);  // null: silent
   ~Progress();
-  // step counts from 1; elapsed in seconds since training started.
-  void update(int step, int total, float loss, double tokens_per_s, double elapsed_s);
+  // step counts from 1; elapsed in seconds since training started; extra: more fields, e.g. what moved.
+  void update(int step, int total, float loss, double tokens_per_s, double elapsed_s, const std::string& extra = {});
   // Prints a line that must stay (an evaluation, a warning) without garbling the status line.
   void message(const std::string& line);
   void finish();

@@ -1,11 +1,13 @@
-// train(): one model on the host (CPU) path. Each step: zero grads, forward+backward per micro-batch,
-// global-norm clip, AdamW over the flat parameter buffer, metrics.
+// train(): the model's parameters in host buckets, a plan for the device budget, and the Executor running
+// every step on the device. Evaluation and checkpoints read the host's master weights.
 #include "engine/trainer.h"
 
 #include <fmt/format.h>
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -15,6 +17,10 @@
 #include <thread>
 
 #include "cpu_optim/adamw.h"
+#include "engine/executor.h"
+#include "engine/host_cost_model.h"
+#include "engine/host_device.h"
+#include "engine/trace.h"
 #include "cpu_optim/lr_schedule.h"
 #include "engine/checkpoint.h"
 #include "engine/cuda_devices.h"
@@ -22,7 +28,10 @@
 #include "engine/progress.h"
 #include "engine/weights.h"
 #include "memory/bucket_layout.h"
+#include "memory/host_buckets.h"
 #include "memory/host_buffer.h"
+#include "memory/pinned_pool.h"
+#include "offload/policies.h"
 #include "models/cpu_runner.h"
 #include "models/gpt2.h"
 #include "models/ops/matmul.h"
@@ -44,15 +53,44 @@ float evaluate(models::CpuRunner& runner, const TextDataset& data, int batches, 
   return static_cast<float>(sum / batches);
 }
 
+using Region = memory::HostBuckets::Region;
+
+// The ParameterStore (flat, per parameter) and the flat moment buffers beside it, to and from the host
+// buckets: checkpoints, initial weights and evaluation use the former, training the latter.
+size_t flat_offset(const models::ParameterStore& params, int p) {
+  return static_cast<size_t>(params.value(p).data() - params.values().data());
+}
+void scatter(const models::ParameterStore& params, std::span<const float> m, std::span<const float> v,
+             memory::HostBuckets& host) {
+  for (int p = 0; p < params.count(); ++p) {
+    const size_t n = params.value(p).size(), at = flat_offset(params, p);
+    std::memcpy(host.view(p, Region::Master).data, params.value(p).data(), n * 4);
+    std::memcpy(host.view(p, Region::M).data, m.data() + at, n * 4);
+    std::memcpy(host.view(p, Region::V).data, v.data() + at, n * 4);
+  }
+  for (size_t b = 0; b < host.layout().buckets().size(); ++b) {
+    const auto master = host.master(static_cast<int>(b));
+    std::memcpy(host.region(static_cast<int>(b), Region::Working).data, master.data(), master.size_bytes());  // fp32
+  }
+}
+void gather(const memory::HostBuckets& host, models::ParameterStore& params, std::span<float> m, std::span<float> v) {
+  for (int p = 0; p < params.count(); ++p) {
+    const size_t n = params.value(p).size(), at = flat_offset(params, p);
+    std::memcpy(params.value(p).data(), host.view(p, Region::Master).data, n * 4);
+    std::memcpy(m.data() + at, host.view(p, Region::M).data, n * 4);
+    std::memcpy(v.data() + at, host.view(p, Region::V).data, n * 4);
+  }
+}
+
 }  // namespace
 
 TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   Progress progress(opt.progress);
 
-  // The CUDA backend (compute, streams, the offload executor) is not built yet: every run is on the CPU.
+  // The CUDA device's compute (issue 7) is not built yet: every run is on the host device.
   const int gpus = cuda_device_count();
   if (cfg.device == "cuda")
-    throw std::runtime_error(fmt::format("device: cuda is not available yet ({}; Ferry's CUDA backend is a later "
+    throw std::runtime_error(fmt::format("device: cuda is not available yet ({}; Ferry's CUDA kernels are a later "
                                          "milestone); use device: cpu or auto",
                                          gpus > 0 ? fmt::format("{} CUDA device(s) visible", gpus) : "no CUDA device visible"));
   const std::string device_note =
@@ -70,18 +108,52 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   models::ParameterStore params(spec.params);
   models::init_gpt2(spec, gpt, params, cfg.train.seed);
   if (!cfg.model.init_from.empty()) load_weights(cfg.model.init_from, spec, params);
-  memory::HostBuffer adam_m(params.values().size_bytes()), adam_v(params.values().size_bytes());
+  memory::HostBuffer adam_m(params.values().size_bytes()), adam_v(params.values().size_bytes());  // checkpoint staging
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay},
                                    cfg.optim.isa, cfg.optim.cpu_threads, cpu_optim::Rounding::NearestEven,
                                                            cfg.train.seed});
-  // The CPU path keeps fp32 weights and grads in one flat store: one bucket, no upload copy.
-  const cpu_optim::Bucket bucket{params.values(), adam_m.as<float>(), adam_v.as<float>(), params.grads().data(),
-                                 cpu_optim::DType::F32};
-  models::CpuRunner runner(spec, params);
   const TextDataset data(cfg.data.path, cfg.data.val_fraction, T);
   if (data.max_token() >= cfg.model.vocab_size)
     throw std::runtime_error("data.path: '" + cfg.data.path.string() + "' holds token id " + std::to_string(data.max_token()) +
                              ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size));
+
+  // The plan: the host device computes in fp32, so weights and activations take 4 bytes there.
+  std::string cost_cache;
+  offload::CostModel cost = cfg.offload.cost_model.empty() ? host_cost_model(threads, &cost_cache) : offload::CostModel::load(cfg.offload.cost_model);
+  cost.weight_bytes = cost.activation_bytes = 4;
+  cost.fused_attention = false;
+  if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;
+  const int64_t bucket_bytes = cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
+  const offload::Policy policy = offload::parse_policy(cfg.offload.policy);
+  const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
+  int64_t budget = cfg.offload.gpu_budget;
+  if (budget <= 0) {  // no budget: as much as keeping everything resident needs
+    const offload::OffloadProblem everything(spec, cost, bucket_bytes, int64_t(1) << 62, {}, cfg.train.grad_accum);
+    const offload::Schedule all = offload::make_schedule(everything, offload::Policy::Resident);
+    budget = offload::simulate(everything, all).peak_device_bytes;
+  }
+  std::optional<offload::StepPlan> plan_holder;
+  try {
+    plan_holder.emplace(offload::plan_step(spec, cost, bucket_bytes, budget, policy, checkpointing, cfg.train.grad_accum));
+  } catch (const offload::BudgetError& e) {
+    throw std::runtime_error(fmt::format("offload.gpu_budget: {} is too small: {}; raise it{}", memory::format_bytes(budget), e.what(),
+                                         checkpointing == offload::Checkpointing::Off ? " or set train.activation_checkpointing: auto" : ""));
+  }
+  const offload::StepPlan& plan = *plan_holder;
+  const offload::SimResult predicted = offload::simulate(plan.problem, plan.schedule);
+  const memory::Plan device_memory = Executor::device_plan(plan);
+
+  // Host side: every bucket's master weights, moments, working copy and gradient landing region.
+  const memory::BucketLayout& layout = plan.problem.layout;
+  memory::PinnedHostPool pool(memory::HostBuckets::bytes_needed(layout, memory::DType::F32, memory::DType::F32), {});
+  memory::HostBuckets host(layout, pool, memory::DType::F32, memory::DType::F32);
+  scatter(params, adam_m.as<float>(), adam_v.as<float>(), host);
+
+  std::unique_ptr<Trace> trace;
+  if (!opt.trace.empty()) trace = std::make_unique<Trace>();
+  HostDevice device({device_memory.peak, cfg.host_device.link_gbps, threads, trace.get()});
+  Executor executor(spec, plan, host, device, adamw, {static_cast<float>(cfg.optim.grad_clip), opt.inject_fault}, trace.get());
+  models::CpuRunner evaluator(spec, params);  // evaluation: the resident CPU path on the gathered master weights
 
   progress.message(fmt::format(
       "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "
@@ -89,28 +161,23 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
       spec.kind, gpt.n_layer, gpt.n_head, gpt.n_embd, spec.param_count() / 1e6, device_note,
       threads, B, T, cfg.train.grad_accum, data.train_tokens(), data.val_tokens(), cpu_optim::to_string(adamw.isa()),
       adamw.threads()));
-
-  {
-    // How the parameters would travel: the bucket layout the offload executor will move (printed now so a
-    // user can see and tune offload.bucket_mb).
-    std::vector<memory::BucketLayout::Param> order;
-    for (int id : spec.params_in_first_use_order()) order.push_back({id, spec.params[id].shape});
-    const int64_t bucket_bytes =
-        cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
-    const memory::BucketLayout layout(order, bucket_bytes, memory::DType::BF16);
-    const memory::Plan& acts = runner.activation_plan();
-    progress.message(fmt::format("memory: {} parameter buckets of up to {:.1f} MiB (bf16); activations {:.1f} MiB "
-                                 "planned (lower bound {:.1f} MiB)",
-                                 layout.buckets().size(), bucket_bytes / double(1 << 20), acts.peak / double(1 << 20),
-                                 acts.lower_bound / double(1 << 20)));
-  }
+  progress.message(fmt::format(
+      "offload: policy {}, {}; budget {}{}, device arena {} (planned; lower bound {}); {} bucket(s) of up to {:.1f} MiB, "
+      "{} resident / {} travelling; {} of {} block(s) checkpointed; predicted step {:.3f} s (cost model: {}{})",
+      plan.schedule.policy, device.name(), memory::format_bytes(budget), cfg.offload.gpu_budget > 0 ? "" : " (unset: what resident needs)",
+      memory::format_bytes(device_memory.peak), memory::format_bytes(device_memory.lower_bound), plan.problem.n_buckets,
+      bucket_bytes / double(1 << 20), memory::format_bytes(predicted.resident_bytes), memory::format_bytes(predicted.offloaded_bytes),
+      plan.problem.checkpointed_layers, gpt.n_layer, predicted.step_s * cfg.train.grad_accum, cost.name,
+      cost_cache.empty() ? "" : ", cached in " + cost_cache));
 
   TrainState resumed;
   const std::string hash = config_hash(cfg);
   if (!opt.resume.empty()) {
     resumed = load_checkpoint(opt.resume, spec, params, adam_m.as<float>(), adam_v.as<float>(), hash);
+    scatter(params, adam_m.as<float>(), adam_v.as<float>(), host);
     progress.message(fmt::format("resumed from {} at step {}", opt.resume.string(), resumed.step));
   }
+  executor.upload_state();
 
   std::ofstream metrics;
   if (!opt.metrics.empty()) {
@@ -123,11 +190,21 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
       static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps};
 
   TrainSummary sum;
+  sum.policy = plan.schedule.policy;
+  sum.checkpointed_blocks = plan.problem.checkpointed_layers;
+  sum.peak_device_bytes = device.arena().size();
+  sum.budget_bytes = budget;
+  sum.predicted_step_s = predicted.step_s * cfg.train.grad_accum;
   const bool has_val = data.val_tokens() > 0;
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto evaluate_now = [&] {
+    executor.download_state();
+    gather(host, params, adam_m.as<float>(), adam_v.as<float>());
+    return evaluate(evaluator, data, cfg.train.eval_batches, B);
+  };
   const auto t_start = Clock::now();
   if (opt.resume.empty()) {
-    sum.val_loss_start = has_val ? evaluate(runner, data, cfg.train.eval_batches, B) : nan;
+    sum.val_loss_start = has_val ? evaluate_now() : nan;
     if (has_val) progress.message(fmt::format("step 0: val_loss {:.4f}", sum.val_loss_start));
   } else {
     sum.val_loss_start = static_cast<float>(resumed.val_loss_start);
@@ -135,37 +212,39 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   sum.val_loss = sum.val_loss_start;
 
   double train_s = 0;
+  std::vector<double> step_times;
   int64_t optimizer_steps = resumed.optimizer_steps;  // updates applied: Adam's bias correction counts these
   const int64_t tokens_per_step = B * T * cfg.train.grad_accum;
   auto checkpoint = [&](int step) {
     if (cfg.train.checkpoint_dir.empty()) return;
+    executor.download_state();
+    gather(host, params, adam_m.as<float>(), adam_v.as<float>());
     sum.last_checkpoint = save_checkpoint(cfg.train.checkpoint_dir, spec, params, adam_m.as<float>(), adam_v.as<float>(),
                                           {step, optimizer_steps, sum.val_loss_start, hash, cfg.model, cfg.data.tokenizer},
                                           cfg.train.keep_checkpoints);
   };
   const int first_step = static_cast<int>(resumed.step) + 1;
+  std::vector<Batch> micro(cfg.train.grad_accum);
   for (int step = first_step; step <= cfg.train.steps; ++step) {
+    if (trace) trace->enable(step < first_step + opt.trace_steps);
     const auto t0 = Clock::now();
-    params.zero_grads();
-    double loss = 0;
-    for (int micro = 0; micro < cfg.train.grad_accum; ++micro) {
-      Batch b = data.train_batch(cfg.train.seed, int64_t(step - 1) * cfg.train.grad_accum + micro, B);
-      runner.set_batch(b.tokens, b.targets);
-      loss += runner.forward_backward(1.0f / static_cast<float>(cfg.train.grad_accum));
-    }
-    loss /= cfg.train.grad_accum;
+    for (int i = 0; i < cfg.train.grad_accum; ++i)
+      micro[i] = data.train_batch(cfg.train.seed, int64_t(step - 1) * cfg.train.grad_accum + i, B);
     const float lr = schedule.at(step - 1);
-    const cpu_optim::StepReport report =
-        adamw.apply({&bucket, 1}, optimizer_steps + 1, lr, static_cast<float>(cfg.optim.grad_clip));
-    if (!report.skipped) {
+    const StepResult r = executor.step(micro, optimizer_steps + 1, lr);
+    const double loss = r.loss;
+    if (!r.skipped) {
       ++optimizer_steps;
     } else {
       ++sum.skipped_steps;
       progress.message(fmt::format("step {}: an inf/nan gradient; the update was skipped", step));
     }
-    const double norm = report.grad_norm;
+    const double norm = r.grad_norm;
     const double step_s = seconds_since(t0);
     train_s += step_s;
+    step_times.push_back(step_s);
+    sum.h2d_bytes = r.h2d_bytes, sum.d2h_bytes = r.d2h_bytes;
+    sum.stall_s += r.stall_s;
     sum.losses.push_back(static_cast<float>(loss));
     if (!std::isfinite(loss))
       throw std::runtime_error(fmt::format("step {}: the loss is {}; lower optim.lr or raise optim.warmup_steps", step, loss));
@@ -173,16 +252,20 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     std::optional<float> val;
     const bool last = step == cfg.train.steps;
     if (has_val && (last || (cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0))) {
-      val = evaluate(runner, data, cfg.train.eval_batches, B);
+      val = evaluate_now();
       sum.val_loss = *val;
     }
     const double elapsed = seconds_since(t_start);
     if (step % cfg.train.log_every == 0 || last || step == 1)
-      progress.update(step, cfg.train.steps, static_cast<float>(loss), tokens_per_step / step_s, elapsed);
+      progress.update(step, cfg.train.steps, static_cast<float>(loss), tokens_per_step / step_s, elapsed,
+                      fmt::format("h2d {:.2f} GB d2h {:.2f} GB | stall {:.0f}% | step {:.3f} s (predicted {:.3f})", r.h2d_bytes / 1e9,
+                                  r.d2h_bytes / 1e9, 100.0 * r.stall_s / step_s, step_s, sum.predicted_step_s));
     if (val) progress.message(fmt::format("step {}: val_loss {:.4f}", step, *val));
     if (metrics.is_open()) {
       nlohmann::json j{{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                       {"tokens_per_s", tokens_per_step / step_s}, {"elapsed_s", elapsed}};
+                       {"tokens_per_s", tokens_per_step / step_s}, {"elapsed_s", elapsed},
+                       {"step_s", step_s}, {"predicted_step_s", sum.predicted_step_s}, {"stall_s", r.stall_s},
+                       {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"peak_device_bytes", sum.peak_device_bytes}};
       if (val) j["val_loss"] = *val;
       metrics << j.dump() << '\n' << std::flush;
     }
@@ -199,10 +282,18 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   }
   if (!sum.interrupted) checkpoint(cfg.train.steps);
   progress.finish();
+  if (trace) {
+    trace->write(opt.trace);
+    progress.message(fmt::format("trace: {} ({} slices); open it in ui.perfetto.dev", opt.trace.string(), trace->slices()));
+  }
   if (!sum.interrupted) sum.steps = cfg.train.steps;
   sum.wall_s = seconds_since(t_start);
   const size_t ran = sum.losses.size();  // steps run by this call (fewer when resumed or stopped)
   sum.tokens_per_s = ran ? static_cast<double>(tokens_per_step) * double(ran) / train_s : 0.0;
+  if (!step_times.empty()) {
+    std::sort(step_times.begin(), step_times.end());
+    sum.median_step_s = step_times[step_times.size() / 2];
+  }
   const size_t tail = std::min<size_t>(10, ran);
   double tail_sum = 0;
   for (size_t i = ran - tail; i < ran; ++i) tail_sum += sum.losses[i];

@@ -1,10 +1,11 @@
-// The training loop: data, forward/backward over the model's op list, clipping, AdamW, evaluation,
-// progress and JSON-lines metrics. Runs on the CPU (the host path) for now.
+// The training loop: data, the offload plan (policy, budget, checkpointing), the Executor running each
+// step on the device, evaluation, progress, JSON-lines metrics, checkpoints and resume.
 #pragma once
 
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "engine/config.h"
@@ -17,6 +18,9 @@ struct TrainOptions {
   std::filesystem::path resume;   // a checkpoint folder or a checkpoint_dir: continue from it
   const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT): finish the step, checkpoint, return
   int stop_after = 0;             // for tests: stop after this many steps of this call, as if killed
+  std::filesystem::path trace;    // Chrome/Perfetto trace of the first trace_steps steps; empty: none
+  int trace_steps = 2;
+  std::string inject_fault;       // for tests: executor tasks whose label contains this fail (see ExecutorOptions)
 };
 
 struct TrainSummary {
@@ -30,6 +34,15 @@ struct TrainSummary {
   int skipped_steps = 0;      // updates skipped for an inf/nan gradient
   bool interrupted = false;   // stopped early (stop flag or stop_after); the last checkpoint holds the state
   std::filesystem::path last_checkpoint;
+  // The offload plan and what it did.
+  std::string policy;
+  int checkpointed_blocks = 0;
+  int64_t peak_device_bytes = 0;   // the device arena: the Planner's peak
+  int64_t budget_bytes = 0;
+  double predicted_step_s = 0;     // the Simulator's step time (x micro-batches)
+  double median_step_s = 0;        // measured
+  int64_t h2d_bytes = 0, d2h_bytes = 0;  // per step
+  double stall_s = 0;              // over all steps of this call
 };
 
 TrainSummary train(const Config& config, const TrainOptions& options);

@@ -1,23 +1,18 @@
-// CpuRunner: maps each op's parameter and tensor slots onto the CPU math in models/ops.
-// Slot conventions (inputs -> outputs) per kind, forward | backward:
-//   Embedding    [tokens] -> [x]                      | [dx, tokens] -> []          params [wte, wpe]
-//   LayerNorm    [x] -> [y, mean, rstd]               | [dy, x, mean, rstd] -> [dx] params [w, b]
-//   Linear       [x] -> [y]                           | [dy, x] -> [dx]             params [W] or [W, b]
-//   Attention    [qkv] -> [y, probs]                  | [dy, qkv, probs] -> [dqkv]
-//   Gelu         [x] -> [y]                           | [dy, x] -> [dx]
-//   Residual     [a, b] -> [y]                        | [dy] -> [da, db]
-//   CrossEntropy [logits, targets] -> [losses]        | [logits, targets] -> [dlogits]
+// CpuRunner: the resident CPU path: one arena for the activations, the ParameterStore for parameters.
 #include "models/cpu_runner.h"
 
 #include <cstring>
 #include <stdexcept>
 
-#include "models/ops/ops.h"
+#include "models/cpu_op.h"
 
 namespace ferry::models {
 
 CpuRunner::CpuRunner(const ModelSpec& spec, ParameterStore& params)
-    : spec_(spec), params_(params), plan_(memory::Planner::plan(spec.tensor_lifetimes())), arena_(memory::Arena::Backing::Host, plan_.peak) {}
+    : spec_(spec), params_(params), plan_(memory::Planner::plan(spec.tensor_lifetimes())), arena_(memory::Arena::Backing::Host, plan_.peak) {
+  for (size_t t = 0; t < spec.tensors.size(); ++t) tensor_ptr_.push_back(arena_.data() + plan_.offsets[t]);
+  for (int p = 0; p < params.count(); ++p) value_ptr_.push_back(params.value(p).data()), grad_ptr_.push_back(params.grad(p).data());
+}
 
 void CpuRunner::set_batch(std::span<const int32_t> tokens, std::span<const int32_t> targets) {
   const int tok = spec_.tensor_index("tokens"), tgt = spec_.tensor_index("targets");
@@ -49,52 +44,8 @@ std::span<const float> CpuRunner::tensor(const std::string& name) const {
 }
 
 void CpuRunner::run_op(const OpSpec& op) {
-  for (int t : op.creates)
-    if (spec_.tensors[t].is_grad) std::memset(f32(t), 0, static_cast<size_t>(spec_.tensors[t].bytes()));
-
-  const OpAttrs& a = op.attrs;
-  const auto& in = op.inputs;
-  const auto& out = op.outputs;
-  const bool fwd = op.pass == Pass::Forward;
-  switch (op.kind) {
-    case OpKind::Embedding:
-      if (fwd) ops::embedding_forward(f32(out[0]), i32(in[0]), value(op.params[0]), value(op.params[1]), a.batch, a.seq, a.in);
-      else ops::embedding_backward(grad(op.params[0]), grad(op.params[1]), f32(in[0]), i32(in[1]), a.batch, a.seq, a.in);
-      break;
-    case OpKind::LayerNorm:
-      if (fwd) ops::layernorm_forward(f32(out[0]), f32(out[1]), f32(out[2]), f32(in[0]), value(op.params[0]), value(op.params[1]), a.rows, a.in);
-      else ops::layernorm_backward(f32(out[0]), grad(op.params[0]), grad(op.params[1]), f32(in[0]), f32(in[1]), value(op.params[0]), f32(in[2]), f32(in[3]), a.rows, a.in);
-      break;
-    case OpKind::Linear: {
-      const bool has_bias = op.params.size() > 1;
-      if (fwd) ops::linear_forward(f32(out[0]), f32(in[0]), value(op.params[0]), has_bias ? value(op.params[1]) : nullptr, a.rows, a.in, a.out, a.weight_out_in);
-      else ops::linear_backward(f32(out[0]), grad(op.params[0]), has_bias ? grad(op.params[1]) : nullptr, f32(in[0]), f32(in[1]), value(op.params[0]), a.rows, a.in, a.out, a.weight_out_in);
-      break;
-    }
-    case OpKind::Attention:
-      if (fwd) ops::attention_forward(f32(out[0]), f32(out[1]), f32(in[0]), a.batch, a.seq, a.in, a.heads);
-      else ops::attention_backward(f32(out[0]), f32(in[0]), f32(in[1]), f32(in[2]), a.batch, a.seq, a.in, a.heads);
-      break;
-    case OpKind::Gelu:
-      if (fwd) ops::gelu_forward(f32(out[0]), f32(in[0]), a.rows * a.in);
-      else ops::gelu_backward(f32(out[0]), f32(in[0]), f32(in[1]), a.rows * a.in);
-      break;
-    case OpKind::Residual:
-      if (fwd) ops::residual_forward(f32(out[0]), f32(in[0]), f32(in[1]), a.rows * a.in);
-      else ops::residual_backward(f32(out[0]), f32(out[1]), f32(in[0]), a.rows * a.in);
-      break;
-    case OpKind::CrossEntropy:
-      if (fwd) {
-        float* losses = f32(out[0]);
-        ops::cross_entropy_forward(losses, f32(in[0]), i32(in[1]), a.rows, a.in);
-        double sum = 0;
-        for (int64_t r = 0; r < a.rows; ++r) sum += losses[r];
-        last_loss_ = static_cast<float>(sum / static_cast<double>(a.rows));
-      } else {
-        ops::cross_entropy_backward(f32(out[0]), f32(in[0]), i32(in[1]), loss_weight_ / static_cast<float>(a.rows), a.rows, a.in);
-      }
-      break;
-  }
+  const float loss = run_cpu_op(spec_, op, {tensor_ptr_.data(), value_ptr_.data(), grad_ptr_.data()}, loss_weight_);
+  if (op.kind == OpKind::CrossEntropy && op.pass == Pass::Forward) last_loss_ = loss;
 }
 
 }  // namespace ferry::models

@@ -34,15 +34,12 @@ class CpuRunner {
   const memory::Plan& activation_plan() const { return plan_; }
 
  private:
-  float* f32(int t) { return reinterpret_cast<float*>(arena_.data() + plan_.offsets[t]); }
-  const int32_t* i32(int t) { return reinterpret_cast<const int32_t*>(arena_.data() + plan_.offsets[t]); }
-  float* value(int p) { return params_.value(p).data(); }
-  float* grad(int p) { return params_.grad(p).data(); }
-
   const ModelSpec& spec_;
   ParameterStore& params_;
   memory::Plan plan_;     // offset of every tensor in arena_
   memory::Arena arena_;   // the host device's arena: allocated once, here
+  std::vector<std::byte*> tensor_ptr_;       // per tensor: its place in arena_
+  std::vector<float*> value_ptr_, grad_ptr_;  // per parameter: its place in params_
   float loss_weight_ = 1.0f;
   float last_loss_ = 0.0f;
 };

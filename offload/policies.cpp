@@ -292,7 +292,7 @@ Checkpointing parse_checkpointing(const std::string& name) {
 }
 
 StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget,
-                   Policy policy, Checkpointing checkpointing) {
+                   Policy policy, Checkpointing checkpointing, int grad_accum) {
   int layers = 0;
   for (const auto& op : spec.ops) layers = std::max(layers, op.layer + 1);
   auto first_k = [&](int k) {
@@ -301,7 +301,7 @@ StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, int64_t
     return c;
   };
   auto attempt = [&](int k) {
-    OffloadProblem p(spec, cost, bucket_bytes, budget, first_k(k));
+    OffloadProblem p(spec, cost, bucket_bytes, budget, first_k(k), grad_accum);
     Schedule s = make_schedule(p, policy);
     return StepPlan{std::move(p), std::move(s)};
   };

@@ -48,6 +48,6 @@ struct StepPlan {
 // The whole decision for one step: which blocks to checkpoint and the policy's schedule. BudgetError,
 // saying what the model needs at least, when nothing fits.
 StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget,
-                   Policy policy, Checkpointing checkpointing);
+                   Policy policy, Checkpointing checkpointing, int grad_accum = 1);
 
 }  // namespace ferry::offload

@@ -5,10 +5,19 @@
 #include <numeric>
 
 namespace ferry::offload {
+namespace {
+
+memory::BucketLayout make_layout(const models::ModelSpec& spec, int64_t bucket_size, const CostModel& c) {
+  std::vector<memory::BucketLayout::Param> order;
+  for (int id : spec.params_in_first_use_order()) order.push_back({id, spec.params[id].shape});
+  return memory::BucketLayout(order, bucket_size, c.weight_bytes == 4 ? memory::DType::F32 : memory::DType::BF16);
+}
+
+}  // namespace
 
 OffloadProblem::OffloadProblem(const models::ModelSpec& spec, const CostModel& c, int64_t bucket_size,
-                               int64_t budget, const std::vector<bool>& checkpointed)
-    : cost(c), budget_bytes(budget) {
+                               int64_t budget, const std::vector<bool>& checkpointed, int accum)
+    : layout(make_layout(spec, bucket_size, c)), grad_accum(accum), cost(c), budget_bytes(budget) {
   auto ckpt = [&](int layer) { return layer >= 0 && layer < static_cast<int>(checkpointed.size()) && checkpointed[layer]; };
   for (size_t l = 0; l < checkpointed.size(); ++l) checkpointed_layers += checkpointed[l];
 
@@ -32,9 +41,6 @@ OffloadProblem::OffloadProblem(const models::ModelSpec& spec, const CostModel& c
   }
   n_ops = static_cast<int>(op_source.size());
 
-  std::vector<memory::BucketLayout::Param> order;
-  for (int id : spec.params_in_first_use_order()) order.push_back({id, spec.params[id].shape});
-  const memory::BucketLayout layout(order, bucket_size, c.weight_bytes == 4 ? memory::DType::F32 : memory::DType::BF16);
   n_buckets = static_cast<int>(layout.buckets().size());
   for (const auto& b : layout.buckets()) {
     int64_t n = 0;
@@ -95,10 +101,12 @@ OffloadProblem::OffloadProblem(const models::ModelSpec& spec, const CostModel& c
       activations.push_back({bytes, 256, 0, n_ops - 1});
     } else if (u.internal && ckpt(u.layer) && u.late_first != kNone) {
       activations.push_back({bytes, 256, u.fwd_first, u.fwd_last});
+      activation_tensor.push_back(x);
       activations.push_back({bytes, 256, u.late_first, u.late_last});
     } else {
       activations.push_back({bytes, 256, u.all_first, u.all_last});
     }
+    activation_tensor.push_back(x);
   }
   activation_live.assign(n_ops + 1, 0);
   for (const auto& a : activations) {

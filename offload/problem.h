@@ -17,7 +17,10 @@ struct OffloadProblem {
   // checkpointed: per transformer block (op.layer), whether its activations are dropped after forward and
   // recomputed right before its backward (the recomputation ops join the step's timeline). Empty: none.
   OffloadProblem(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget_bytes,
-                 const std::vector<bool>& checkpointed = {});
+                 const std::vector<bool>& checkpointed = {}, int grad_accum = 1);
+
+  memory::BucketLayout layout;      // the buckets, in the element type that travels (cost.weight_bytes)
+  int grad_accum = 1;               // micro-batches per step: the device optimizer then keeps fp32 gradient sums
 
   // The step's timeline: the spec's ops with the recomputations inserted. Everything below is indexed by it.
   int n_ops = 0;
@@ -34,10 +37,12 @@ struct OffloadProblem {
   std::vector<int> last_grad_op;                  // last backward op that writes the bucket's gradients
   std::vector<int> first_grad_op;                 // first backward op that writes them
   std::vector<memory::TensorLifetime> activations;  // at the device's element size
+  std::vector<int> activation_tensor;             // the spec tensor of each entry (a checkpointed one has two)
   std::vector<int64_t> activation_live;           // activation bytes alive at each op
 
   int64_t total_params() const;
   int64_t total_weight_bytes() const;
+  int64_t bucket_numel(int b) const { return bucket_bytes[b] / cost.weight_bytes; }  // padded elements
 };
 
 }  // namespace ferry::offload

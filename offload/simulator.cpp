@@ -21,26 +21,43 @@ const char* to_string(Action::Kind kind) {
   return "?";
 }
 
-std::vector<memory::TensorLifetime> device_tensors(const OffloadProblem& p, const Schedule& s) {
-  std::vector<memory::TensorLifetime> out = p.activations;
+std::vector<DeviceTensor> device_tensors(const OffloadProblem& p, const Schedule& s) {
+  using Kind = DeviceTensor::Kind;
+  std::vector<DeviceTensor> out;
+  for (size_t i = 0; i < p.activations.size(); ++i) out.push_back({Kind::Activation, static_cast<int>(i), p.activations[i]});
   const int last = p.n_ops - 1;
-  std::vector<int> window_start(p.n_buckets, -1), grads_end(p.n_buckets, last);
+  std::vector<int> open_window(p.n_buckets, -1), grads_end(p.n_buckets, last);
   for (int point = 0; point <= p.n_ops; ++point) {
     for (const Action& a : s.before[point]) {
-      if (a.kind == Action::Kind::Prefetch) window_start[a.bucket] = std::min(point, last);
-      if (a.kind == Action::Kind::Release && window_start[a.bucket] >= 0) {
-        out.push_back({p.bucket_bytes[a.bucket], 256, window_start[a.bucket], std::max(window_start[a.bucket], point - 1)});
-        window_start[a.bucket] = -1;
+      if (a.kind == Action::Kind::Prefetch) {
+        open_window[a.bucket] = static_cast<int>(out.size());
+        const int first = std::min(point, last);
+        out.push_back({Kind::Weights, a.bucket, {p.bucket_bytes[a.bucket], 256, first, last}});  // until released
+      }
+      if (a.kind == Action::Kind::Release && open_window[a.bucket] >= 0) {
+        memory::TensorLifetime& life = out[open_window[a.bucket]].life;
+        life.last = std::max(life.first, point - 1);
+        open_window[a.bucket] = -1;
       }
       if (a.kind == Action::Kind::ReleaseGrads) grads_end[a.bucket] = std::max(p.first_grad_op[a.bucket], point - 1);
     }
   }
   for (int b = 0; b < p.n_buckets; ++b) {
-    if (window_start[b] >= 0) out.push_back({p.bucket_bytes[b], 256, window_start[b], last});  // never released
-    if (s.resident[b]) out.push_back({p.bucket_bytes[b], 256, 0, last});
-    if (p.first_grad_op[b] >= 0) out.push_back({p.bucket_bytes[b], 256, p.first_grad_op[b], grads_end[b]});
-    if (s.optimizer_on_device) out.push_back({6 * p.bucket_bytes[b], 256, 0, last});  // fp32 master, m, v
+    const int64_t numel = p.bucket_numel(b);
+    if (s.resident[b]) out.push_back({Kind::Weights, b, {p.bucket_bytes[b], 256, 0, last}});
+    if (p.first_grad_op[b] >= 0) out.push_back({Kind::Grads, b, {p.bucket_bytes[b], 256, p.first_grad_op[b], grads_end[b]}});
+    if (s.optimizer_on_device) {
+      out.push_back({Kind::OptimizerState, b, {3 * 4 * numel, 256, 0, last}});
+      if (p.grad_accum > 1) out.push_back({Kind::GradSum, b, {4 * numel, 256, 0, last}});
+    }
   }
+  return out;
+}
+
+std::vector<memory::TensorLifetime> lifetimes(const std::vector<DeviceTensor>& tensors) {
+  std::vector<memory::TensorLifetime> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) out.push_back(t.life);
   return out;
 }
 
@@ -145,7 +162,7 @@ SimResult simulate(const OffloadProblem& p, const Schedule& s) {
   r.step_s = std::max({compute, h2d, d2h, cpu});
   r.lower_bound_s = std::max({r.compute_busy_s, r.h2d_busy_s, r.d2h_busy_s, r.cpu_busy_s});
   if (!r.error.empty()) return r;
-  r.peak_device_bytes = memory::Planner::plan(device_tensors(p, s)).peak;
+  r.peak_device_bytes = memory::Planner::plan(lifetimes(device_tensors(p, s))).peak;
   r.fits = r.peak_device_bytes <= p.budget_bytes;
   return r;
 }

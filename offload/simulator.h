@@ -28,8 +28,23 @@ struct SimResult {
   int64_t offloaded_bytes = 0;          // working copies that travel
 };
 
-// Everything the schedule keeps on the device, with its live interval over the op list.
-std::vector<memory::TensorLifetime> device_tensors(const OffloadProblem& problem, const Schedule& schedule);
+// One thing the schedule keeps on the device, with its live interval over the op list.
+struct DeviceTensor {
+  enum class Kind {
+    Activation,      // index: an entry of problem.activations
+    Weights,         // index: bucket; a travelling window (from its Prefetch to its Release) or a resident slot
+    Grads,           // index: bucket; its gradients during backward, until released
+    OptimizerState,  // index: bucket; fp32 master, m and v, in that order (optimizer on the device)
+    GradSum,         // index: bucket; fp32 sum over micro-batches (optimizer on the device, grad_accum > 1)
+  };
+  Kind kind;
+  int index;
+  memory::TensorLifetime life;
+};
+
+// Everything the schedule keeps on the device. Weight windows appear in the order of their Prefetch.
+std::vector<DeviceTensor> device_tensors(const OffloadProblem& problem, const Schedule& schedule);
+std::vector<memory::TensorLifetime> lifetimes(const std::vector<DeviceTensor>& tensors);
 
 SimResult simulate(const OffloadProblem& problem, const Schedule& schedule);
 

@@ -1,0 +1,50 @@
+// Device: where a step's compute and copies run. Three in-order streams (compute, host-to-device,
+// device-to-host) ordered against each other only by events, and the one arena every device tensor lives
+// in. Implementations: HostDevice (a simulated GPU on the CPU, config `device: cpu`) and, with a GPU,
+// the CUDA device.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "memory/arena.h"
+
+namespace ferry::engine {
+
+enum class Stream { Compute, H2D, D2H };
+const char* to_string(Stream stream);
+
+// A point in one stream's work: done once everything queued on that stream before it has finished.
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+using EventPtr = std::shared_ptr<Event>;
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual std::string name() const = 0;
+  // The arena: allocated once at construction; nothing else is ever allocated on the device.
+  virtual const memory::Arena& arena() const = 0;
+
+  // Queues work on a stream. `label` names it in errors and traces ("h.0.attn.c_attn.fwd").
+  // The host device runs `work` on the stream's thread.
+  virtual void run(Stream stream, std::string label, std::function<void()> work) = 0;
+  // Queues a copy between pinned host memory and the arena on the H2D or D2H stream. Thread-safe.
+  virtual void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) = 0;
+  virtual EventPtr record(Stream stream) = 0;
+  // Work queued on `stream` after this waits for `event`.
+  virtual void wait(Stream stream, const EventPtr& event, std::string label) = 0;
+  // The calling thread waits for `event`; throws if work before it failed.
+  virtual void synchronize(const EventPtr& event) = 0;
+  // The calling thread waits for every stream; throws the first failure.
+  virtual void synchronize() = 0;
+  // Seconds the compute stream has spent waiting for events (stalls), since construction.
+  virtual double compute_stall_seconds() const = 0;
+};
+
+}  // namespace ferry::engine

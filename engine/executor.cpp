@@ -1,0 +1,413 @@
+// Executor: one pass over the schedule per micro-batch, queueing each action on its stream or on the CPU
+// worker with the events it depends on; the host thread never waits inside a step, only at its end.
+//
+// Ordering rules (the Simulator's, made real):
+// - A copy issued before op i waits for the compute stream to finish op i-1: the memory it writes may have
+//   held a tensor that op i-1 was the last to use (the Planner reuses space), and the gradients it reads
+//   were last written by op i-1.
+// - Wait b / ReleaseGrads b make the compute stream wait for b's arrival / its gradients' departure.
+// - AdamW on a bucket waits for its gradients to land, and (clipping, inf/nan check) for every bucket's
+//   statistics: the fused statistics pass runs as each bucket lands, the updates once the norm is known.
+// - Micro-batches and steps are separated by a barrier (every stream and the CPU worker drained).
+#include "engine/executor.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+
+#include "engine/work_queue.h"
+#include "memory/host_buffer.h"
+#include "models/cpu_op.h"
+
+namespace ferry::engine {
+
+using offload::Action;
+using offload::DeviceTensor;
+
+struct Executor::Impl {
+  const models::ModelSpec& spec;
+  const offload::OffloadProblem& p;
+  const offload::Schedule& s;
+  memory::HostBuckets& host;
+  Device& dev;
+  const cpu_optim::CpuAdamW& adamw;
+  ExecutorOptions options;
+  Trace* trace;
+
+  memory::Plan plan;
+  std::byte* arena = nullptr;
+  struct Window {
+    int first, last;
+    int64_t offset;
+  };
+  std::vector<std::vector<Window>> windows;  // per bucket, in the order of its Prefetch actions
+  std::vector<int64_t> resident_offset, grads_offset, state_offset, gradsum_offset;  // per bucket; -1: none
+  std::vector<int64_t> activation_offset;
+  std::vector<std::vector<int>> entries_of_tensor;  // spec tensor -> its activation entries
+
+  // Per timeline op: where its operands are, what it is called, and the gradient buffers to zero before
+  // it (its bucket's first gradient op) and to sum after it (its bucket's last, device optimizer only).
+  struct OpBinding {
+    std::string label;
+    std::vector<std::pair<int, std::byte*>> tensors;
+    std::vector<std::tuple<int, float*, float*>> params;
+    std::vector<int> zero_grads_before, sum_grads_after;
+  };
+  std::vector<OpBinding> ops;
+  std::vector<std::byte*> tensor_ptr;  // patched by the compute stream before each op
+  std::vector<float*> value_ptr, grad_ptr;
+  std::vector<std::string> bucket_label;
+
+  memory::HostBuffer batch_staging;  // tokens then targets of one micro-batch
+  memory::HostBuffer grad_staging;   // CPU AdamW with grad_accum > 1: later micro-batches land here
+  std::vector<int64_t> staging_offset;
+  int tokens_tensor = -1, targets_tensor = -1;
+
+  // Written by the workers during a step, read by the host thread after its barrier.
+  std::vector<float> losses;
+  std::vector<cpu_optim::GradStats> stats;
+  cpu_optim::StepDecision decision;
+  std::atomic<int64_t> h2d_bytes{0}, d2h_bytes{0};
+
+  std::unique_ptr<WorkQueue> cpu;  // CPU AdamW; declared last: drained and joined first
+
+  Impl(const models::ModelSpec& sp, const offload::StepPlan& sp_plan, memory::HostBuckets& h, Device& d,
+       const cpu_optim::CpuAdamW& a, const ExecutorOptions& o, Trace* t)
+      : spec(sp), p(sp_plan.problem), s(sp_plan.schedule), host(h), dev(d), adamw(a), options(o), trace(t) {}
+
+  int64_t numel(int b) const { return p.bucket_numel(b); }
+  int64_t bytes(int b) const { return numel(b) * 4; }
+  float* at(int64_t offset) const { return reinterpret_cast<float*>(arena + offset); }
+  bool faulty(const std::string& label) const { return !options.inject_fault.empty() && label.find(options.inject_fault) != std::string::npos; }
+
+  void run(Stream stream, std::string label, std::function<void()> work) {
+    if (faulty(label)) work = [] { throw std::runtime_error("injected fault"); };
+    dev.run(stream, std::move(label), std::move(work));
+  }
+  void copy(Stream stream, void* dst, const void* src, int64_t n, std::string label) {
+    (stream == Stream::H2D ? h2d_bytes : d2h_bytes) += n;
+    if (faulty(label)) return run(stream, std::move(label), [] { throw std::runtime_error("injected fault"); });
+    dev.copy(stream, dst, src, n, std::move(label));
+  }
+  void cpu_run(std::string label, std::function<void()> work) {
+    if (faulty(label)) work = [] { throw std::runtime_error("injected fault"); };
+    cpu->run(std::move(label), std::move(work));
+  }
+
+  void layout();
+  void bind_ops();
+  void barrier() {
+    cpu->drain();
+    dev.synchronize();
+  }
+  float* host_region(int b, memory::HostBuckets::Region r) const { return host.region(b, r).as<float>(); }
+  void device_adam(int64_t adam_step, double lr);
+};
+
+void Executor::Impl::layout() {
+  const auto tensors = offload::device_tensors(p, s);
+  plan = memory::Planner::plan(offload::lifetimes(tensors));
+  if (dev.arena().size() < plan.peak)
+    throw std::logic_error(fmt::format("the device arena holds {} bytes; the plan needs {}", dev.arena().size(), plan.peak));
+  arena = dev.arena().data();
+  windows.assign(p.n_buckets, {});
+  resident_offset.assign(p.n_buckets, -1), grads_offset.assign(p.n_buckets, -1);
+  state_offset.assign(p.n_buckets, -1), gradsum_offset.assign(p.n_buckets, -1);
+  activation_offset.assign(p.activations.size(), -1);
+  entries_of_tensor.assign(spec.tensors.size(), {});
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const DeviceTensor& t = tensors[i];
+    const int64_t offset = plan.offsets[i];
+    switch (t.kind) {
+      case DeviceTensor::Kind::Activation:
+        activation_offset[t.index] = offset;
+        entries_of_tensor[p.activation_tensor[t.index]].push_back(t.index);
+        break;
+      case DeviceTensor::Kind::Weights:
+        if (s.resident[t.index]) resident_offset[t.index] = offset;
+        else windows[t.index].push_back({t.life.first, t.life.last, offset});
+        break;
+      case DeviceTensor::Kind::Grads: grads_offset[t.index] = offset; break;
+      case DeviceTensor::Kind::OptimizerState: state_offset[t.index] = offset; break;
+      case DeviceTensor::Kind::GradSum: gradsum_offset[t.index] = offset; break;
+    }
+  }
+}
+
+void Executor::Impl::bind_ops() {
+  const auto& layout = p.layout;
+  for (int b = 0; b < p.n_buckets; ++b) {
+    const auto& params = layout.buckets()[b].params;
+    bucket_label.push_back(fmt::format("bucket {} ({}{})", b, spec.params[params.front()].name,
+                                       params.size() > 1 ? " .. " + spec.params[params.back()].name : ""));
+  }
+  auto activation_at = [&](int tensor, int t) -> std::byte* {
+    for (int e : entries_of_tensor[tensor])
+      if (p.activations[e].first <= t && t <= p.activations[e].last) return arena + activation_offset[e];
+    throw std::logic_error("tensor " + spec.tensors[tensor].name + " is not alive at op " + std::to_string(t));
+  };
+  auto weights_at = [&](int b, int t) -> int64_t {
+    if (resident_offset[b] >= 0) return resident_offset[b];
+    for (const Window& w : windows[b])
+      if (w.first <= t && t <= w.last) return w.offset;
+    throw std::logic_error(bucket_label[b] + " is not on the device at op " + std::to_string(t));
+  };
+  ops.resize(p.n_ops);
+  for (int t = 0; t < p.n_ops; ++t) {
+    const models::OpSpec& op = spec.ops[p.op_source[t]];
+    OpBinding& bind = ops[t];
+    std::string buckets;
+    for (int b : p.op_buckets[t]) buckets += (buckets.empty() ? "" : ", ") + std::to_string(b);
+    bind.label = op.name + (p.op_recompute[t] ? " (recompute)" : "") + (buckets.empty() ? "" : " [bucket " + buckets + "]");
+    for (const auto* list : {&op.inputs, &op.outputs})
+      for (int x : *list) bind.tensors.emplace_back(x, activation_at(x, t));
+    for (int param : op.params) {
+      const auto& slot = layout.slot(param);
+      float* value = at(weights_at(slot.bucket, t)) + slot.offset;
+      float* grad = op.pass == models::Pass::Backward ? at(grads_offset[slot.bucket]) + slot.offset : nullptr;
+      bind.params.emplace_back(param, value, grad);
+    }
+  }
+  for (int b = 0; b < p.n_buckets; ++b) {
+    if (p.first_grad_op[b] < 0) continue;
+    ops[p.first_grad_op[b]].zero_grads_before.push_back(b);
+    if (gradsum_offset[b] >= 0) ops[p.last_grad_op[b]].sum_grads_after.push_back(b);
+  }
+  tensor_ptr.assign(spec.tensors.size(), nullptr);
+  value_ptr.assign(spec.params.size(), nullptr);
+  grad_ptr.assign(spec.params.size(), nullptr);
+}
+
+// AdamW on the device's copy of the optimizer state (policy resident), with the same kernels and the
+// same order of reductions as on the CPU path, so that both give bitwise the same weights.
+void Executor::Impl::device_adam(int64_t adam_step, double lr) {
+  auto grads = [&](int b) { return at(gradsum_offset[b] >= 0 ? gradsum_offset[b] : grads_offset[b]); };
+  double sum = 0;
+  bool finite = true;
+  for (int b = 0; b < p.n_buckets; ++b) {
+    if (p.first_grad_op[b] < 0) continue;
+    stats[b] = adamw.grad_stats(grads(b), cpu_optim::DType::F32, static_cast<size_t>(numel(b)));
+    sum += stats[b].sum_squares, finite = finite && stats[b].finite;
+  }
+  decision = cpu_optim::decide_step(sum, finite, options.grad_clip);
+  if (decision.report.skipped) return;
+  for (int b = 0; b < p.n_buckets; ++b) {
+    if (p.first_grad_op[b] < 0) continue;
+    float* state = at(state_offset[b]);
+    const size_t n = static_cast<size_t>(numel(b));
+    adamw.step({{state, n}, {state + n, n}, {state + 2 * n, n}, grads(b), cpu_optim::DType::F32}, adam_step, lr, decision.grad_scale);
+    std::memcpy(at(resident_offset[b]), state, n * 4);  // the fp32 working copy
+  }
+}
+
+memory::Plan Executor::device_plan(const offload::StepPlan& plan) {
+  return memory::Planner::plan(offload::lifetimes(offload::device_tensors(plan.problem, plan.schedule)));
+}
+
+Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, Device& device,
+                   const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, Trace* trace)
+    : impl_(std::make_unique<Impl>(spec, plan, host, device, adamw, options, trace)) {
+  Impl& m = *impl_;
+  if (plan.problem.cost.weight_bytes != 4 || plan.problem.cost.activation_bytes != 4)
+    throw std::invalid_argument("the executor's device computes in fp32: plan it with 4-byte weights and activations");
+  m.layout();
+  m.bind_ops();
+  m.tokens_tensor = spec.tensor_index("tokens");
+  m.targets_tensor = spec.tensor_index("targets");
+  m.batch_staging = memory::HostBuffer(static_cast<size_t>(spec.tensors[m.tokens_tensor].bytes() + spec.tensors[m.targets_tensor].bytes()));
+  if (plan.problem.grad_accum > 1 && !plan.schedule.optimizer_on_device) {
+    int64_t total = 0;
+    for (int b = 0; b < plan.problem.n_buckets; ++b) m.staging_offset.push_back(total), total += m.bytes(b);
+    m.grad_staging = memory::HostBuffer(static_cast<size_t>(total));
+  }
+  m.stats.assign(plan.problem.n_buckets, {});
+  m.cpu = std::make_unique<WorkQueue>("cpu-adam", trace);
+}
+
+Executor::~Executor() {
+  try {
+    impl_->barrier();
+  } catch (const std::exception&) {
+    // already reported by the step that failed
+  }
+}
+
+const memory::Plan& Executor::memory_plan() const { return impl_->plan; }
+
+void Executor::upload_state() {
+  Impl& m = *impl_;
+  using R = memory::HostBuckets::Region;
+  for (int b = 0; b < m.p.n_buckets; ++b) {
+    if (m.resident_offset[b] >= 0)
+      m.copy(Stream::H2D, m.at(m.resident_offset[b]), m.host_region(b, R::Working), m.bytes(b), "upload " + m.bucket_label[b]);
+    if (m.state_offset[b] >= 0) {
+      const int64_t n = m.numel(b);
+      float* state = m.at(m.state_offset[b]);
+      m.copy(Stream::H2D, state, m.host_region(b, R::Master), n * 4, "upload master " + m.bucket_label[b]);
+      m.copy(Stream::H2D, state + n, m.host_region(b, R::M), n * 4, "upload m " + m.bucket_label[b]);
+      m.copy(Stream::H2D, state + 2 * n, m.host_region(b, R::V), n * 4, "upload v " + m.bucket_label[b]);
+    }
+  }
+  m.barrier();
+}
+
+void Executor::download_state() {
+  Impl& m = *impl_;
+  using R = memory::HostBuckets::Region;
+  for (int b = 0; b < m.p.n_buckets; ++b) {
+    if (m.state_offset[b] < 0) continue;
+    const int64_t n = m.numel(b);
+    const float* state = m.at(m.state_offset[b]);
+    m.copy(Stream::D2H, m.host_region(b, R::Master), state, n * 4, "download master " + m.bucket_label[b]);
+    m.copy(Stream::D2H, m.host_region(b, R::M), state + n, n * 4, "download m " + m.bucket_label[b]);
+    m.copy(Stream::D2H, m.host_region(b, R::V), state + 2 * n, n * 4, "download v " + m.bucket_label[b]);
+    m.copy(Stream::D2H, m.host_region(b, R::Working), state, n * 4, "download working " + m.bucket_label[b]);
+  }
+  m.barrier();
+}
+
+StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_step, double lr) {
+  Impl& m = *impl_;
+  const auto& p = m.p;
+  const auto& s = m.s;
+  using R = memory::HostBuckets::Region;
+  const int M = static_cast<int>(micro_batches.size());
+  if (M != p.grad_accum)
+    throw std::invalid_argument(fmt::format("a step takes {} micro-batches (train.grad_accum); got {}", p.grad_accum, M));
+  m.h2d_bytes = 0, m.d2h_bytes = 0;
+  const double stall0 = m.dev.compute_stall_seconds();
+  m.losses.assign(M, 0.0f);
+  m.decision = {};
+  const float loss_weight = 1.0f / static_cast<float>(M);
+  std::vector<int> update_order;  // buckets in the order their gradients land in the last micro-batch
+  std::vector<bool> uploads(p.n_buckets, false);
+  bool device_adam = false;
+
+  for (int micro = 0; micro < M; ++micro) {
+    const bool last_micro = micro == M - 1;
+    // The batch: into staging now (the previous micro-batch's copy has finished), to the device in order.
+    const Batch& batch = micro_batches[micro];
+    const int64_t tok_bytes = m.spec.tensors[m.tokens_tensor].bytes(), tgt_bytes = m.spec.tensors[m.targets_tensor].bytes();
+    if (static_cast<int64_t>(batch.tokens.size() * 4) != tok_bytes || static_cast<int64_t>(batch.targets.size() * 4) != tgt_bytes)
+      throw std::invalid_argument(fmt::format("a micro-batch has {} tokens; the model step takes {}", batch.tokens.size(), tok_bytes / 4));
+    std::memcpy(m.batch_staging.data(), batch.tokens.data(), static_cast<size_t>(tok_bytes));
+    std::memcpy(m.batch_staging.data() + tok_bytes, batch.targets.data(), static_cast<size_t>(tgt_bytes));
+    m.copy(Stream::H2D, m.arena + m.activation_offset[m.entries_of_tensor[m.tokens_tensor].front()], m.batch_staging.data(), tok_bytes, "batch tokens");
+    m.copy(Stream::H2D, m.arena + m.activation_offset[m.entries_of_tensor[m.targets_tensor].front()], m.batch_staging.data() + tok_bytes, tgt_bytes, "batch targets");
+    m.dev.wait(Stream::Compute, m.dev.record(Stream::H2D), "batch");
+
+    EventPtr op_done;  // the compute stream has finished the previous op
+    std::vector<EventPtr> arrival(p.n_buckets), landed(p.n_buckets);
+    std::vector<size_t> next_window(p.n_buckets, 0);
+    for (int point = 0; point <= p.n_ops; ++point) {
+      for (const Action& a : s.before[point]) {
+        const int b = a.bucket;
+        switch (a.kind) {
+          case Action::Kind::Prefetch: {
+            if (next_window[b] >= m.windows[b].size()) throw std::logic_error("more prefetches of " + m.bucket_label[b] + " than windows");
+            const Impl::Window& w = m.windows[b][next_window[b]++];
+            if (op_done) m.dev.wait(Stream::H2D, op_done, "op before prefetch of " + m.bucket_label[b]);
+            m.copy(Stream::H2D, m.at(w.offset), m.host_region(b, R::Working), m.bytes(b), "prefetch " + m.bucket_label[b]);
+            arrival[b] = m.dev.record(Stream::H2D);
+            break;
+          }
+          case Action::Kind::Wait: m.dev.wait(Stream::Compute, arrival[b], m.bucket_label[b]); break;
+          case Action::Kind::Release: break;  // its memory is reused only by later ops and by copies that wait for them
+          case Action::Kind::OffloadGrads: {
+            if (op_done) m.dev.wait(Stream::D2H, op_done, "gradients of " + m.bucket_label[b]);
+            float* dst = micro == 0 ? m.host_region(b, R::Grad) : reinterpret_cast<float*>(m.grad_staging.data() + m.staging_offset[b]);
+            m.copy(Stream::D2H, dst, m.at(m.grads_offset[b]), m.bytes(b), "offload gradients of " + m.bucket_label[b]);
+            landed[b] = m.dev.record(Stream::D2H);
+            break;
+          }
+          case Action::Kind::ReleaseGrads: m.dev.wait(Stream::Compute, landed[b], "gradients of " + m.bucket_label[b]); break;
+          case Action::Kind::CpuAdam: {
+            EventPtr e = landed[b];
+            Device* dev = &m.dev;
+            m.cpu_run("wait for gradients of " + m.bucket_label[b], [dev, e] { dev->synchronize(e); });
+            if (micro > 0) {
+              float* sum = m.host_region(b, R::Grad);
+              const float* add = reinterpret_cast<const float*>(m.grad_staging.data() + m.staging_offset[b]);
+              const int64_t n = m.numel(b);
+              m.cpu_run("sum gradients of " + m.bucket_label[b], [sum, add, n] {
+                for (int64_t i = 0; i < n; ++i) sum[i] += add[i];
+              });
+            }
+            if (last_micro) {
+              m.cpu_run("gradient stats of " + m.bucket_label[b], [&m, b] {
+                m.stats[b] = m.adamw.grad_stats(m.host_region(b, R::Grad), cpu_optim::DType::F32, static_cast<size_t>(m.numel(b)));
+              });
+              update_order.push_back(b);
+            }
+            break;
+          }
+          case Action::Kind::Upload: uploads[b] = true; break;
+          case Action::Kind::DeviceAdam: device_adam = true; break;
+        }
+      }
+      if (point == p.n_ops) break;
+      Impl::OpBinding& bind = m.ops[point];
+      for (int b : bind.zero_grads_before) {
+        float* g = m.at(m.grads_offset[b]);
+        const size_t n = static_cast<size_t>(m.bytes(b));
+        m.run(Stream::Compute, "zero gradients of " + m.bucket_label[b], [g, n] { std::memset(g, 0, n); });
+      }
+      const models::OpSpec* op = &m.spec.ops[p.op_source[point]];
+      const bool is_loss = op->kind == models::OpKind::CrossEntropy && op->pass == models::Pass::Forward;
+      m.run(Stream::Compute, bind.label, [&m, &bind, op, is_loss, micro, loss_weight] {
+        for (const auto& [x, ptr] : bind.tensors) m.tensor_ptr[x] = ptr;
+        for (const auto& [param, value, grad] : bind.params) m.value_ptr[param] = value, m.grad_ptr[param] = grad;
+        const float loss = models::run_cpu_op(m.spec, *op, {m.tensor_ptr.data(), m.value_ptr.data(), m.grad_ptr.data()}, loss_weight);
+        if (is_loss) m.losses[micro] = loss;
+      });
+      for (int b : bind.sum_grads_after) {
+        float* sum = m.at(m.gradsum_offset[b]);
+        const float* g = m.at(m.grads_offset[b]);
+        const int64_t n = m.numel(b);
+        m.run(Stream::Compute, "sum gradients of " + m.bucket_label[b], [sum, g, n, micro] {
+          if (micro == 0) std::memcpy(sum, g, static_cast<size_t>(n) * 4);
+          else for (int64_t i = 0; i < n; ++i) sum[i] += g[i];
+        });
+      }
+      op_done = m.dev.record(Stream::Compute);
+    }
+    if (!last_micro) m.barrier();
+  }
+
+  if (device_adam) m.run(Stream::Compute, "adamw (device)", [&m, adam_step, lr] { m.device_adam(adam_step, lr); });
+  if (!update_order.empty()) {
+    m.cpu_run("global gradient norm", [&m] {
+      double sum = 0;
+      bool finite = true;
+      for (int b = 0; b < m.p.n_buckets; ++b) sum += m.stats[b].sum_squares, finite = finite && m.stats[b].finite;
+      m.decision = cpu_optim::decide_step(sum, finite, m.options.grad_clip);
+    });
+    for (int b : update_order) {
+      const bool upload = uploads[b];
+      m.cpu_run("adamw " + m.bucket_label[b], [&m, b, upload, adam_step, lr] {
+        if (m.decision.report.skipped) return;
+        const size_t n = static_cast<size_t>(m.numel(b));
+        float* master = m.host_region(b, R::Master);
+        m.adamw.step({{master, n}, {m.host_region(b, R::M), n}, {m.host_region(b, R::V), n}, m.host_region(b, R::Grad), cpu_optim::DType::F32},
+                     adam_step, lr, m.decision.grad_scale);
+        std::memcpy(m.host_region(b, R::Working), master, n * 4);  // the fp32 working copy
+        if (upload) m.copy(Stream::H2D, m.at(m.resident_offset[b]), m.host_region(b, R::Working), m.bytes(b), "upload " + m.bucket_label[b]);
+      });
+    }
+  }
+  m.barrier();
+
+  StepResult r;
+  double loss = 0;
+  for (float l : m.losses) loss += l;
+  r.loss = static_cast<float>(loss / M);
+  r.grad_norm = m.decision.report.grad_norm;
+  r.skipped = m.decision.report.skipped;
+  r.h2d_bytes = m.h2d_bytes, r.d2h_bytes = m.d2h_bytes;
+  r.stall_s = m.dev.compute_stall_seconds() - stall0;
+  return r;
+}
+
+}  // namespace ferry::engine

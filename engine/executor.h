@@ -1,0 +1,66 @@
+// Executor: runs every step's Schedule on a Device. Compute on one stream, host-to-device and
+// device-to-host copies on two others, CPU AdamW on a worker of its own, ordered only by events, so that
+// copies and the optimizer overlap the compute. Every device tensor sits where the Planner put it in the
+// device's arena; nothing is allocated on the device after start-up.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "cpu_optim/adamw.h"
+#include "engine/dataset.h"
+#include "engine/device.h"
+#include "engine/trace.h"
+#include "memory/host_buckets.h"
+#include "memory/planner.h"
+#include "models/model_spec.h"
+#include "offload/policies.h"
+
+namespace ferry::engine {
+
+struct ExecutorOptions {
+  float grad_clip = 0;       // max global gradient norm; 0: off
+  std::string inject_fault;  // tests only: every task whose label contains this fails instead of running
+};
+
+struct StepResult {
+  float loss = 0;            // mean over the micro-batches
+  double grad_norm = 0;
+  bool skipped = false;      // an inf/nan gradient: nothing was updated
+  int64_t h2d_bytes = 0, d2h_bytes = 0;
+  double stall_s = 0;        // time the compute stream waited for copies
+};
+
+class Executor {
+ public:
+  // Where the plan's device tensors go in the arena (the device's arena must hold plan.peak bytes).
+  static memory::Plan device_plan(const offload::StepPlan& plan);
+
+  // host: the buckets' master weights, moments, working copies and gradient landing regions, laid out as
+  // plan.problem.layout. The host device computes in fp32, so its working copies and gradients are fp32.
+  Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, Device& device,
+           const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, Trace* trace);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Puts the host's state on the device: resident working copies and, when AdamW runs on the device,
+  // its master weights and moments. Call after changing the host buckets (start, resume).
+  void upload_state();
+  // Brings the device optimizer's master weights and moments back to the host buckets (nothing to do
+  // when AdamW runs on the CPU: the host holds them already). Call before reading them (eval, checkpoint).
+  void download_state();
+
+  // One optimizer step over plan.problem.grad_accum micro-batches: forward, backward, gradients summed
+  // over the micro-batches, global-norm clipping, AdamW (step counts from 1).
+  StepResult step(std::span<const Batch> micro_batches, int64_t adam_step, double lr);
+
+  const memory::Plan& memory_plan() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::engine

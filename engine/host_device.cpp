@@ -1,0 +1,104 @@
+// HostDevice: streams as WorkQueues; a throttled copy moves the bytes in chunks and sleeps until the
+// link would have delivered them.
+#include "engine/host_device.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "models/ops/matmul.h"
+
+namespace ferry::engine {
+namespace {
+
+struct HostDeviceEvent final : Event {
+  std::shared_ptr<HostEvent> done;
+};
+
+const std::shared_ptr<HostEvent>& host_event(const EventPtr& e) {
+  const auto* h = dynamic_cast<const HostDeviceEvent*>(e.get());
+  if (!h) throw std::logic_error("an event from another device was given to the host device");
+  return h->done;
+}
+
+}  // namespace
+
+const char* to_string(Stream s) {
+  switch (s) {
+    case Stream::Compute: return "compute";
+    case Stream::H2D: return "h2d";
+    case Stream::D2H: return "d2h";
+  }
+  return "?";
+}
+
+HostDevice::HostDevice(const Options& o) : options_(o), arena_(memory::Arena::Backing::Host, o.arena_bytes) {
+  for (Stream s : {Stream::Compute, Stream::H2D, Stream::D2H})
+    queues_[static_cast<int>(s)] = std::make_unique<WorkQueue>(to_string(s), o.trace);
+  // OpenMP's thread count is per thread: the compute stream's thread sets its own, once.
+  if (o.compute_threads > 0) {
+    const int threads = o.compute_threads;
+    queue(Stream::Compute).run("set threads", [threads] { models::ops::set_matmul_threads(threads); });
+  }
+}
+
+HostDevice::~HostDevice() {
+  // Finish what is queued (its memory is still ours) before the queues and the arena go.
+  for (auto& q : queues_) {
+    try {
+      q->drain();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+std::string HostDevice::name() const {
+  return options_.link_gbps > 0 ? fmt::format("host device (link {:g} GB/s each way)", options_.link_gbps)
+                                : std::string("host device (copies at memcpy speed)");
+}
+
+void HostDevice::run(Stream s, std::string label, std::function<void()> work) { queue(s).run(std::move(label), std::move(work)); }
+
+void HostDevice::copy(Stream s, void* dst, const void* src, int64_t bytes, std::string label) {
+  if (s == Stream::Compute) throw std::logic_error("copies go on the h2d or d2h stream");
+  const double gbps = options_.link_gbps;
+  queue(s).run(std::move(label), [dst, src, bytes, gbps] {
+    if (gbps <= 0) {
+      std::memcpy(dst, src, static_cast<size_t>(bytes));
+      return;
+    }
+    constexpr int64_t kChunk = int64_t(1) << 20;
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t done = 0; done < bytes;) {
+      const int64_t n = std::min(kChunk, bytes - done);
+      std::memcpy(static_cast<std::byte*>(dst) + done, static_cast<const std::byte*>(src) + done, static_cast<size_t>(n));
+      done += n;
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                std::chrono::duration<double>(double(done) / (gbps * 1e9))));
+    }
+  });
+}
+
+EventPtr HostDevice::record(Stream s) {
+  auto e = std::make_shared<HostDeviceEvent>();
+  e->done = queue(s).record();
+  return e;
+}
+
+void HostDevice::wait(Stream s, const EventPtr& e, std::string label) { queue(s).wait(host_event(e), std::move(label)); }
+
+void HostDevice::synchronize(const EventPtr& e) {
+  const std::string error = host_event(e)->wait();
+  if (!error.empty()) throw std::runtime_error(error);
+}
+
+void HostDevice::synchronize() {
+  for (auto& q : queues_) q->drain();
+}
+
+double HostDevice::compute_stall_seconds() const { return queues_[0]->blocked_seconds(); }
+
+}  // namespace ferry::engine

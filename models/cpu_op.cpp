@@ -1,0 +1,73 @@
+// run_cpu_op: maps each op's parameter and tensor slots onto the CPU math in models/ops.
+// Slot conventions (inputs -> outputs) per kind, forward | backward:
+//   Embedding    [tokens] -> [x]                      | [dx, tokens] -> []          params [wte, wpe]
+//   LayerNorm    [x] -> [y, mean, rstd]               | [dy, x, mean, rstd] -> [dx] params [w, b]
+//   Linear       [x] -> [y]                           | [dy, x] -> [dx]             params [W] or [W, b]
+//   Attention    [qkv] -> [y, probs]                  | [dy, qkv, probs] -> [dqkv]
+//   Gelu         [x] -> [y]                           | [dy, x] -> [dx]
+//   Residual     [a, b] -> [y]                        | [dy] -> [da, db]
+//   CrossEntropy [logits, targets] -> [losses]        | [logits, targets] -> [dlogits]
+#include "models/cpu_op.h"
+
+#include <cstring>
+
+#include "models/ops/ops.h"
+
+namespace ferry::models {
+
+float run_cpu_op(const ModelSpec& spec, const OpSpec& op, const OpOperands& at, float loss_weight) {
+  auto f32 = [&](int t) { return reinterpret_cast<float*>(at.tensors[t]); };
+  auto i32 = [&](int t) { return reinterpret_cast<const int32_t*>(at.tensors[t]); };
+  auto value = [&](int p) { return at.values[p]; };
+  auto grad = [&](int p) { return at.grads[p]; };
+  float loss = 0.0f;
+  for (int t : op.creates)
+    if (spec.tensors[t].is_grad) std::memset(f32(t), 0, static_cast<size_t>(spec.tensors[t].bytes()));
+
+  const OpAttrs& a = op.attrs;
+  const auto& in = op.inputs;
+  const auto& out = op.outputs;
+  const bool fwd = op.pass == Pass::Forward;
+  switch (op.kind) {
+    case OpKind::Embedding:
+      if (fwd) ops::embedding_forward(f32(out[0]), i32(in[0]), value(op.params[0]), value(op.params[1]), a.batch, a.seq, a.in);
+      else ops::embedding_backward(grad(op.params[0]), grad(op.params[1]), f32(in[0]), i32(in[1]), a.batch, a.seq, a.in);
+      break;
+    case OpKind::LayerNorm:
+      if (fwd) ops::layernorm_forward(f32(out[0]), f32(out[1]), f32(out[2]), f32(in[0]), value(op.params[0]), value(op.params[1]), a.rows, a.in);
+      else ops::layernorm_backward(f32(out[0]), grad(op.params[0]), grad(op.params[1]), f32(in[0]), f32(in[1]), value(op.params[0]), f32(in[2]), f32(in[3]), a.rows, a.in);
+      break;
+    case OpKind::Linear: {
+      const bool has_bias = op.params.size() > 1;
+      if (fwd) ops::linear_forward(f32(out[0]), f32(in[0]), value(op.params[0]), has_bias ? value(op.params[1]) : nullptr, a.rows, a.in, a.out, a.weight_out_in);
+      else ops::linear_backward(f32(out[0]), grad(op.params[0]), has_bias ? grad(op.params[1]) : nullptr, f32(in[0]), f32(in[1]), value(op.params[0]), a.rows, a.in, a.out, a.weight_out_in);
+      break;
+    }
+    case OpKind::Attention:
+      if (fwd) ops::attention_forward(f32(out[0]), f32(out[1]), f32(in[0]), a.batch, a.seq, a.in, a.heads);
+      else ops::attention_backward(f32(out[0]), f32(in[0]), f32(in[1]), f32(in[2]), a.batch, a.seq, a.in, a.heads);
+      break;
+    case OpKind::Gelu:
+      if (fwd) ops::gelu_forward(f32(out[0]), f32(in[0]), a.rows * a.in);
+      else ops::gelu_backward(f32(out[0]), f32(in[0]), f32(in[1]), a.rows * a.in);
+      break;
+    case OpKind::Residual:
+      if (fwd) ops::residual_forward(f32(out[0]), f32(in[0]), f32(in[1]), a.rows * a.in);
+      else ops::residual_backward(f32(out[0]), f32(out[1]), f32(in[0]), a.rows * a.in);
+      break;
+    case OpKind::CrossEntropy:
+      if (fwd) {
+        float* losses = f32(out[0]);
+        ops::cross_entropy_forward(losses, f32(in[0]), i32(in[1]), a.rows, a.in);
+        double sum = 0;
+        for (int64_t r = 0; r < a.rows; ++r) sum += losses[r];
+        loss = static_cast<float>(sum / static_cast<double>(a.rows));
+      } else {
+        ops::cross_entropy_backward(f32(out[0]), f32(in[0]), i32(in[1]), loss_weight / static_cast<float>(a.rows), a.rows, a.in);
+      }
+      break;
+  }
+  return loss;
+}
+
+}  // namespace ferry::models

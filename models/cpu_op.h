@@ -1,0 +1,24 @@
+// run_cpu_op: one op of a ModelSpec on the CPU, wherever its operands live. The CpuRunner points the
+// operands into its own arena and ParameterStore; the Executor points them into the device arena.
+#pragma once
+
+#include <cstddef>
+
+#include "models/model_spec.h"
+
+namespace ferry::models {
+
+// Where one op's operands are: tensors by spec tensor index, parameter values and gradients by spec
+// parameter index. Only the entries the op names need to be valid.
+struct OpOperands {
+  std::byte* const* tensors;
+  float* const* values;
+  float* const* grads;
+};
+
+// Runs `op`: forward ops overwrite their outputs, backward ops accumulate into theirs and into their
+// parameters' gradients (gradient tensors the op creates are zeroed first). loss_weight scales the loss's
+// gradient (1 / micro-batches). Returns the batch's mean loss for the loss's forward op, else 0.
+float run_cpu_op(const ModelSpec& spec, const OpSpec& op, const OpOperands& at, float loss_weight);
+
+}  // namespace ferry::models
