@@ -98,9 +98,21 @@ struct Executor::Impl {
 
   void layout();
   void bind_ops();
+  // Waits for the CPU worker and every stream, even after a failure (queued tasks point into this
+  // object), then throws the first failure.
   void barrier() {
-    cpu->drain();
-    dev.synchronize();
+    std::string error;
+    try {
+      cpu->drain();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    try {
+      dev.synchronize();
+    } catch (const std::exception& e) {
+      if (error.empty()) error = e.what();
+    }
+    if (!error.empty()) throw std::runtime_error(error);
   }
   float* host_region(int b, memory::HostBuckets::Region r) const { return host.region(b, r).as<float>(); }
   void device_adam(int64_t adam_step, double lr);
@@ -235,6 +247,8 @@ Executor::~Executor() {
 }
 
 const memory::Plan& Executor::memory_plan() const { return impl_->plan; }
+
+void Executor::inject_fault(std::string label) { impl_->options.inject_fault = std::move(label); }
 
 void Executor::upload_state() {
   Impl& m = *impl_;

@@ -57,6 +57,8 @@ class Executor {
   StepResult step(std::span<const Batch> micro_batches, int64_t adam_step, double lr);
 
   const memory::Plan& memory_plan() const;
+  // Tests only: from now on, every task whose label contains `label` fails instead of running.
+  void inject_fault(std::string label);
 
  private:
   struct Impl;

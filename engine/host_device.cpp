@@ -96,7 +96,15 @@ void HostDevice::synchronize(const EventPtr& e) {
 }
 
 void HostDevice::synchronize() {
-  for (auto& q : queues_) q->drain();
+  std::string error;  // drain every queue, then report the first failure
+  for (auto& q : queues_) {
+    try {
+      q->drain();
+    } catch (const std::exception& e) {
+      if (error.empty()) error = e.what();
+    }
+  }
+  if (!error.empty()) throw std::runtime_error(error);
 }
 
 double HostDevice::compute_stall_seconds() const { return queues_[0]->blocked_seconds(); }

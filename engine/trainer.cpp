@@ -128,9 +128,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
   int64_t budget = cfg.offload.gpu_budget;
   if (budget <= 0) {  // no budget: as much as keeping everything resident needs
-    const offload::OffloadProblem everything(spec, cost, bucket_bytes, int64_t(1) << 62, {}, cfg.train.grad_accum);
-    const offload::Schedule all = offload::make_schedule(everything, offload::Policy::Resident);
-    budget = offload::simulate(everything, all).peak_device_bytes;
+    const offload::StepPlan all = offload::plan_step(spec, cost, bucket_bytes, int64_t(1) << 62, offload::Policy::Resident,
+                                                     checkpointing, cfg.train.grad_accum);
+    budget = offload::simulate(all.problem, all.schedule).peak_device_bytes;
   }
   std::optional<offload::StepPlan> plan_holder;
   try {
@@ -152,7 +152,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   std::unique_ptr<Trace> trace;
   if (!opt.trace.empty()) trace = std::make_unique<Trace>();
   HostDevice device({device_memory.peak, cfg.host_device.link_gbps, threads, trace.get()});
-  Executor executor(spec, plan, host, device, adamw, {static_cast<float>(cfg.optim.grad_clip), opt.inject_fault}, trace.get());
+  Executor executor(spec, plan, host, device, adamw, {static_cast<float>(cfg.optim.grad_clip), {}}, trace.get());
   models::CpuRunner evaluator(spec, params);  // evaluation: the resident CPU path on the gathered master weights
 
   progress.message(fmt::format(
@@ -227,6 +227,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   std::vector<Batch> micro(cfg.train.grad_accum);
   for (int step = first_step; step <= cfg.train.steps; ++step) {
     if (trace) trace->enable(step < first_step + opt.trace_steps);
+    if (!opt.inject_fault.empty() && step == opt.inject_fault_step) executor.inject_fault(opt.inject_fault);
     const auto t0 = Clock::now();
     for (int i = 0; i < cfg.train.grad_accum; ++i)
       micro[i] = data.train_batch(cfg.train.seed, int64_t(step - 1) * cfg.train.grad_accum + i, B);

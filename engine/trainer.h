@@ -20,7 +20,8 @@ struct TrainOptions {
   int stop_after = 0;             // for tests: stop after this many steps of this call, as if killed
   std::filesystem::path trace;    // Chrome/Perfetto trace of the first trace_steps steps; empty: none
   int trace_steps = 2;
-  std::string inject_fault;       // for tests: executor tasks whose label contains this fail (see ExecutorOptions)
+  std::string inject_fault;       // for tests: from step inject_fault_step on, executor tasks whose label
+  int inject_fault_step = 1;      // contains inject_fault fail
 };
 
 struct TrainSummary {

@@ -1,0 +1,221 @@
+// The host device and the Executor: streams ordered only by events, failures that name their task, and
+// offloaded training that changes no number: every policy, with gradient accumulation and activation
+// checkpointing on and off, gives bitwise the losses of `resident`, inside its budget, allocating nothing
+// on the device after start-up.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "engine/config.h"
+#include "engine/host_device.h"
+#include "engine/trainer.h"
+#include "memory/arena.h"
+#include "models/gpt2.h"
+#include "offload/policies.h"
+#include "test_helpers.h"
+
+namespace ferry::engine {
+namespace {
+
+const auto kText = testing::source_path("configs/data/fortunes.txt");
+const auto kCostModel = testing::source_path("configs/cost_models/h100-assumed.json");
+
+TEST(HostDevice, StreamsRunInOrderAndWaitOnlyForEvents) {
+  HostDevice dev({1 << 20, 0, 0, nullptr});
+  std::atomic<bool> release{false};
+  std::vector<int> order;
+  std::mutex m;
+  auto note = [&](int i) {
+    std::lock_guard lock(m);
+    order.push_back(i);
+  };
+  // h2d is blocked until `release`; compute waits for h2d's event, d2h does not.
+  dev.run(Stream::H2D, "blocker", [&] {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    note(1);
+  });
+  const EventPtr copied = dev.record(Stream::H2D);
+  dev.wait(Stream::Compute, copied, "blocker");
+  dev.run(Stream::Compute, "after", [&] { note(2); });
+  dev.run(Stream::D2H, "independent", [&] { note(0); });
+  const EventPtr independent = dev.record(Stream::D2H);
+  dev.synchronize(independent);
+  {
+    std::lock_guard lock(m);
+    EXPECT_EQ(order, std::vector<int>{0});  // compute is still waiting
+  }
+  release = true;
+  dev.synchronize();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  EXPECT_GT(dev.compute_stall_seconds(), 0.0);
+}
+
+TEST(HostDevice, ThrottledCopiesTakeTheLinkTime) {
+  HostDevice dev({64 << 20, 1.0, 0, nullptr});  // 1 GB/s
+  std::vector<std::byte> src(16 << 20, std::byte{7}), dst(16 << 20);
+  const auto t0 = std::chrono::steady_clock::now();
+  dev.copy(Stream::H2D, dst.data(), src.data(), static_cast<int64_t>(src.size()), "16 MiB");
+  dev.synchronize();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(s, 16.7e-3);  // 16.8 MB at 1 GB/s
+  EXPECT_EQ(dst, src);
+}
+
+TEST(HostDevice, AFailedTaskFailsLaterEventsWithItsLabel) {
+  HostDevice dev({1 << 20, 0, 0, nullptr});
+  dev.run(Stream::D2H, "offload gradients of bucket 3", [] { throw std::runtime_error("disk on fire"); });
+  const EventPtr e = dev.record(Stream::D2H);
+  dev.wait(Stream::Compute, e, "gradients of bucket 3");  // compute inherits the failure, does not hang
+  bool ran = false;
+  dev.run(Stream::Compute, "never", [&] { ran = true; });
+  try {
+    dev.synchronize();
+    FAIL() << "no error";
+  } catch (const std::runtime_error& err) {
+    EXPECT_NE(std::string(err.what()).find("d2h: offload gradients of bucket 3: disk on fire"), std::string::npos) << err.what();
+  }
+  EXPECT_FALSE(ran);
+}
+
+// A small GPT whose parameters make several buckets of 0.25 MiB.
+Config small_config(const std::string& policy, bool checkpointing, int accum, int64_t budget, int steps = 20) {
+  Config c = parse_config("model: {n_layer: 2, n_head: 2, n_embd: 128, seq_len: 16}\n"
+                          "data: {path: " + kText.string() + ", val_fraction: 0.05}\n"
+                          "optim: {lr: 3.0e-3, warmup_steps: 3, grad_clip: 1.0}\n"
+                          "train: {batch_size: 4, steps: " + std::to_string(steps) + ", seed: 7, eval_batches: 1, threads: 2}\n"
+                          "offload: {bucket_mb: 0.25, cost_model: " + kCostModel.string() + "}\n"
+                          "device: cpu\n",
+                          "small", ".");
+  c.offload.policy = policy;
+  c.train.activation_checkpointing = checkpointing ? "true" : "false";
+  c.train.grad_accum = accum;
+  c.offload.gpu_budget = budget;
+  return c;
+}
+
+// A budget that forces offload: a little above what the model needs with every bucket offloaded.
+int64_t tight_budget(const Config& c, double factor = 1.5) {
+  offload::CostModel cost = offload::CostModel::load(kCostModel);
+  cost.weight_bytes = cost.activation_bytes = 4;
+  cost.fused_attention = false;
+  const models::GptConfig g{c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.vocab_size, c.model.seq_len};
+  const auto spec = models::build_gpt2(g, c.train.batch_size, c.model.seq_len);
+  std::vector<bool> ckpt(c.model.n_layer, c.train.activation_checkpointing == "true");
+  const offload::OffloadProblem p(spec, cost, c.offload.bucket_bytes, 1, ckpt, c.train.grad_accum);
+  return static_cast<int64_t>(offload::minimum_device_bytes(p) * factor);
+}
+
+TrainSummary run(const Config& c, TrainOptions opt = {}) {
+  opt.progress = nullptr;
+  return train(c, opt);
+}
+
+TEST(Executor, EveryPolicyTrainsBitwiseLikeResident) {
+  for (int accum : {1, 2}) {
+    const TrainSummary reference = run(small_config("resident", false, accum, 0));
+    ASSERT_EQ(reference.losses.size(), 20u);
+    const int64_t batch_bytes = int64_t(4) * 16 * 8 * accum;  // tokens and targets
+    EXPECT_EQ(reference.h2d_bytes, batch_bytes);
+    EXPECT_EQ(reference.d2h_bytes, 0);
+    for (bool ckpt : {false, true})
+      for (const char* policy : {"resident", "zero-offload", "chunk-lru", "greedy"}) {
+        Config c = small_config(policy, ckpt, accum, 0);
+        const bool tight = std::string(policy) == "chunk-lru" || std::string(policy) == "greedy";
+        if (tight) c.offload.gpu_budget = tight_budget(c, std::string(policy) == "chunk-lru" ? 2.0 : 1.5);
+        const TrainSummary s = run(c);
+        const std::string what = std::string(policy) + (ckpt ? ", checkpointing" : "") + ", grad_accum " + std::to_string(accum);
+        EXPECT_EQ(s.losses, reference.losses) << what;
+        EXPECT_EQ(s.val_loss, reference.val_loss) << what;
+        EXPECT_EQ(s.checkpointed_blocks, ckpt ? 2 : 0) << what;
+        EXPECT_LE(s.peak_device_bytes, s.budget_bytes) << what;
+        if (std::string(policy) != "resident") EXPECT_GT(s.d2h_bytes, 0) << what;  // gradients went to the host
+        if (tight) EXPECT_GT(s.h2d_bytes, batch_bytes) << what;                      // and weights travelled
+        if (tight) EXPECT_LT(s.peak_device_bytes, reference.peak_device_bytes) << what;
+      }
+  }
+}
+
+TEST(Executor, NothingIsAllocatedOnTheDeviceAfterStartUp) {
+  Config c = small_config("greedy", false, 1, 0, 8);
+  c.offload.gpu_budget = tight_budget(c);
+  const int64_t before = memory::Arena::allocation_count();
+  std::atomic<bool> stop{false};
+  // Two runs of different lengths allocate the same number of arenas: none per step.
+  run(c);
+  const int64_t per_run = memory::Arena::allocation_count() - before;
+  c.train.steps = 16;
+  run(c);
+  EXPECT_EQ(memory::Arena::allocation_count() - before, 2 * per_run);
+  EXPECT_LE(per_run, 2);  // the device arena and the evaluator's
+}
+
+TEST(Executor, AFailureNamesTheOpOrBucketAndKeepsTheLastCheckpoint) {
+  const auto dir = std::filesystem::temp_directory_path() / "ferry_test_executor_fault";
+  for (const char* fault : {"h.1.mlp.c_fc.fwd", "prefetch bucket 2", "offload gradients of bucket 1"}) {
+    std::filesystem::remove_all(dir);
+    Config c = small_config("chunk-lru", false, 1, 0, 8);
+    c.offload.gpu_budget = tight_budget(c, 2.0);
+    c.train.checkpoint_dir = dir;
+    c.train.checkpoint_every = 2;
+    TrainOptions opt;
+    opt.inject_fault = fault;
+    opt.inject_fault_step = 5;
+    try {
+      run(c, opt);
+      FAIL() << "no error for " << fault;
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(fault), std::string::npos) << what;
+      EXPECT_NE(what.find("bucket"), std::string::npos) << what;
+      EXPECT_NE(what.find("injected fault"), std::string::npos) << what;
+    }
+    // The checkpoint of step 4 is intact: resuming from it gives the uninterrupted run's losses.
+    ASSERT_TRUE(std::filesystem::exists(dir / "step-00000004")) << fault;
+    TrainOptions resume;
+    resume.resume = dir;
+    const TrainSummary rest = run(c, resume);
+    const TrainSummary whole = run(small_config("chunk-lru", false, 1, c.offload.gpu_budget, 8));
+    ASSERT_EQ(rest.losses.size(), 4u);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(rest.losses[i], whole.losses[4 + i]) << fault;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Executor, TraceHasATrackPerStreamAndASlicePerTask) {
+  const auto path = std::filesystem::temp_directory_path() / "ferry_test_trace.json";
+  Config c = small_config("greedy", false, 1, 0, 3);
+  c.offload.gpu_budget = tight_budget(c);
+  TrainOptions opt;
+  opt.trace = path;
+  opt.trace_steps = 1;
+  run(c, opt);
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(in);
+  std::set<std::string> tracks, names;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") tracks.insert(e["args"]["name"].get<std::string>());
+    if (e["ph"] == "X") names.insert(e["name"].get<std::string>());
+  }
+  EXPECT_EQ(tracks, (std::set<std::string>{"compute", "h2d", "d2h", "cpu-adam"}));
+  auto has = [&](const std::string& prefix) {
+    for (const auto& n : names)
+      if (n.rfind(prefix, 0) == 0) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("h.0.attn.c_attn.fwd"));
+  EXPECT_TRUE(has("h.1.mlp.c_proj.bwd"));
+  EXPECT_TRUE(has("prefetch bucket"));
+  EXPECT_TRUE(has("offload gradients of bucket"));
+  EXPECT_TRUE(has("adamw bucket"));
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace ferry::engine
