@@ -224,7 +224,9 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                        throw ConfigError(where + ": " + scalar_text(n) + " is not a size; expected e.g. 8GiB, 512MiB or 1.5GB");
                      }
                    }},
-                  existing_path("cost_model", c.offload.cost_model, base_dir, true)});
+                  existing_path("cost_model", c.offload.cost_model, base_dir, true),
+                  choice("overlap", c.offload.overlap, {"backward", "delayed"}),
+                  number("sync_steps", c.offload.sync_steps, 0, imax, "an integer >= 0")});
     if (root["device"] && root["device"].IsMap()) {
       read_section(root["device"], "device",
                    {choice("kind", c.device, {"auto", "cpu", "cuda"}),

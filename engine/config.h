@@ -57,6 +57,8 @@ struct OffloadConfig {
   std::string policy = "greedy";     // resident | zero-offload | chunk-lru | greedy
   int64_t gpu_budget = 0;            // bytes; 0: not given
   std::filesystem::path cost_model;  // empty: measure the host device at start-up
+  std::string overlap = "backward";  // backward | delayed (ZeRO-Offload's delayed parameter update)
+  int sync_steps = 40;               // delayed: the first steps still update synchronously
 };
 
 // device.host: the host device (`device: cpu`), a simulated GPU on the CPU.

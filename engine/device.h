@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/work_queue.h"
 #include "memory/arena.h"
 
 namespace ferry::engine {
@@ -39,6 +40,9 @@ class Device {
   virtual EventPtr record(Stream stream) = 0;
   // Work queued on `stream` after this waits for `event`.
   virtual void wait(Stream stream, const EventPtr& event, std::string label) = 0;
+  // An event of this device that is done when a host event is (e.g. CPU AdamW has updated a bucket), so
+  // that a stream can wait for host work. A failed host event fails the streams that wait for it.
+  virtual EventPtr from_host(std::shared_ptr<HostEvent> event) = 0;
   // The calling thread waits for `event`; throws if work before it failed.
   virtual void synchronize(const EventPtr& event) = 0;
   // The calling thread waits for every stream; throws the first failure.

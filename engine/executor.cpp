@@ -65,10 +65,29 @@ struct Executor::Impl {
   std::vector<int64_t> staging_offset;
   int tokens_tensor = -1, targets_tensor = -1;
 
+  // Host copies that CPU AdamW reads and writes. Without the delayed update: the buckets' Grad and
+  // Working regions. With it, two of each, so that one step's gradients land and its prefetches read
+  // while AdamW applies the previous step's: gradients alternate by step, working copies are swapped
+  // once a step's updates are in.
+  std::vector<float*> grad_land[2];
+  std::vector<float*> working_now, working_next, working_spare;  // spare: working_alt's slices
+  memory::HostBuffer grad_alt, working_alt;
+  int parity = 0;  // which gradient landing region this step uses
+  struct Pending {  // the delayed update not yet applied
+    bool has = false;
+    int64_t adam_step = 0;
+    double lr = 0;
+    cpu_optim::StepDecision decision;
+    std::vector<int> order;
+    int parity = 0;
+  } pending;
+  std::vector<std::shared_ptr<HostEvent>> updated;  // per bucket: CPU AdamW has written its new working copy
+
   // Written by the workers during a step, read by the host thread after its barrier.
   std::vector<float> losses;
   std::vector<cpu_optim::GradStats> stats;
-  cpu_optim::StepDecision decision;
+  cpu_optim::StepDecision decision;         // of this step's gradients
+  cpu_optim::StepDecision update_decision;  // of the gradients the queued updates apply
   std::atomic<int64_t> h2d_bytes{0}, d2h_bytes{0};
 
   std::unique_ptr<WorkQueue> cpu;  // CPU AdamW; declared last: drained and joined first
@@ -116,7 +135,51 @@ struct Executor::Impl {
   }
   float* host_region(int b, memory::HostBuckets::Region r) const { return host.region(b, r).as<float>(); }
   void device_adam(int64_t adam_step, double lr);
+  // Queues CPU AdamW on `order`'s buckets with the gradients of landing region `grads`, under
+  // update_decision (set by the time the first update runs); each bucket's `updated` event follows.
+  void queue_updates(const std::vector<int>& order, int grads, int64_t adam_step, double lr);
+  // Queues the upload of resident bucket b's new working copy once CPU AdamW has written it.
+  void queue_upload(int b) {
+    dev.wait(Stream::H2D, dev.from_host(updated[b]), "adamw of " + bucket_label[b]);
+    copy(Stream::H2D, at(resident_offset[b]), delayed() ? working_next[b] : working_now[b], bytes(b), "upload " + bucket_label[b]);
+  }
+  bool delayed() const { return s.delayed_update; }
+  // Delayed update: applies the pending one now (before reading the host's weights, and at sync steps).
+  void flush();
+  void swap_working(const std::vector<int>& order) {
+    for (int b : order) std::swap(working_now[b], working_next[b]);
+  }
 };
+
+void Executor::Impl::queue_updates(const std::vector<int>& order, int grads, int64_t adam_step, double lr) {
+  using R = memory::HostBuckets::Region;
+  for (int b : order) {
+    cpu_run("adamw " + bucket_label[b], [this, b, grads, adam_step, lr] {
+      const size_t n = static_cast<size_t>(numel(b));
+      float* out = delayed() ? working_next[b] : working_now[b];
+      if (update_decision.report.skipped) {
+        if (delayed()) std::memcpy(out, working_now[b], n * 4);  // the next working copy is the current one
+        return;
+      }
+      float* master = host_region(b, R::Master);
+      adamw.step({{master, n}, {host_region(b, R::M), n}, {host_region(b, R::V), n}, grad_land[grads][b], cpu_optim::DType::F32},
+                 adam_step, lr, update_decision.grad_scale);
+      std::memcpy(out, master, n * 4);  // the fp32 working copy
+    });
+    updated[b] = cpu->record();
+  }
+}
+
+void Executor::Impl::flush() {
+  if (!pending.has) return;
+  update_decision = pending.decision;
+  queue_updates(pending.order, pending.parity, pending.adam_step, pending.lr);
+  for (int b : pending.order)
+    if (resident_offset[b] >= 0) queue_upload(b);
+  barrier();
+  swap_working(pending.order);
+  pending.has = false;
+}
 
 void Executor::Impl::layout() {
   const auto tensors = offload::device_tensors(p, s);
@@ -235,6 +298,22 @@ Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan,
     m.grad_staging = memory::HostBuffer(static_cast<size_t>(total));
   }
   m.stats.assign(plan.problem.n_buckets, {});
+  m.updated.assign(plan.problem.n_buckets, nullptr);
+  using R = memory::HostBuckets::Region;
+  int64_t total = 0;
+  std::vector<int64_t> offset;
+  for (int b = 0; b < plan.problem.n_buckets; ++b) offset.push_back(total), total += m.bytes(b);
+  if (m.delayed()) {
+    m.grad_alt = memory::HostBuffer(static_cast<size_t>(total));
+    m.working_alt = memory::HostBuffer(static_cast<size_t>(total));
+  }
+  for (int b = 0; b < plan.problem.n_buckets; ++b) {
+    m.grad_land[0].push_back(m.host_region(b, R::Grad));
+    m.working_now.push_back(m.host_region(b, R::Working));
+    m.grad_land[1].push_back(m.delayed() ? reinterpret_cast<float*>(m.grad_alt.data() + offset[b]) : nullptr);
+    m.working_next.push_back(m.delayed() ? reinterpret_cast<float*>(m.working_alt.data() + offset[b]) : nullptr);
+  }
+  m.working_spare = m.working_next;
   m.cpu = std::make_unique<WorkQueue>("cpu-adam", trace);
 }
 
@@ -253,6 +332,9 @@ void Executor::inject_fault(std::string label) { impl_->options.inject_fault = s
 void Executor::upload_state() {
   Impl& m = *impl_;
   using R = memory::HostBuckets::Region;
+  m.pending.has = false;  // the host buckets are the whole state now
+  for (int b = 0; b < m.p.n_buckets; ++b) m.working_now[b] = m.host_region(b, R::Working);
+  if (m.delayed()) m.working_next = m.working_spare;
   for (int b = 0; b < m.p.n_buckets; ++b) {
     if (m.resident_offset[b] >= 0)
       m.copy(Stream::H2D, m.at(m.resident_offset[b]), m.host_region(b, R::Working), m.bytes(b), "upload " + m.bucket_label[b]);
@@ -270,6 +352,7 @@ void Executor::upload_state() {
 void Executor::download_state() {
   Impl& m = *impl_;
   using R = memory::HostBuckets::Region;
+  m.flush();
   for (int b = 0; b < m.p.n_buckets; ++b) {
     if (m.state_offset[b] < 0) continue;
     const int64_t n = m.numel(b);
@@ -286,7 +369,6 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
   Impl& m = *impl_;
   const auto& p = m.p;
   const auto& s = m.s;
-  using R = memory::HostBuckets::Region;
   const int M = static_cast<int>(micro_batches.size());
   if (M != p.grad_accum)
     throw std::invalid_argument(fmt::format("a step takes {} micro-batches (train.grad_accum); got {}", p.grad_accum, M));
@@ -296,8 +378,15 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
   m.decision = {};
   const float loss_weight = 1.0f / static_cast<float>(M);
   std::vector<int> update_order;  // buckets in the order their gradients land in the last micro-batch
-  std::vector<bool> uploads(p.n_buckets, false);
+  std::vector<int> uploads;       // resident buckets to upload after their update (not delayed)
   bool device_adam = false;
+  // Delayed update: the previous step's AdamW runs on the CPU while this step computes.
+  const bool applying = m.delayed() && m.pending.has;
+  if (applying) {
+    m.update_decision = m.pending.decision;
+    m.queue_updates(m.pending.order, m.pending.parity, m.pending.adam_step, m.pending.lr);
+  }
+  const int land = m.delayed() ? m.parity : 0;
 
   for (int micro = 0; micro < M; ++micro) {
     const bool last_micro = micro == M - 1;
@@ -323,7 +412,7 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
             if (next_window[b] >= m.windows[b].size()) throw std::logic_error("more prefetches of " + m.bucket_label[b] + " than windows");
             const Impl::Window& w = m.windows[b][next_window[b]++];
             if (op_done) m.dev.wait(Stream::H2D, op_done, "op before prefetch of " + m.bucket_label[b]);
-            m.copy(Stream::H2D, m.at(w.offset), m.host_region(b, R::Working), m.bytes(b), "prefetch " + m.bucket_label[b]);
+            m.copy(Stream::H2D, m.at(w.offset), m.working_now[b], m.bytes(b), "prefetch " + m.bucket_label[b]);
             arrival[b] = m.dev.record(Stream::H2D);
             break;
           }
@@ -331,7 +420,7 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
           case Action::Kind::Release: break;  // its memory is reused only by later ops and by copies that wait for them
           case Action::Kind::OffloadGrads: {
             if (op_done) m.dev.wait(Stream::D2H, op_done, "gradients of " + m.bucket_label[b]);
-            float* dst = micro == 0 ? m.host_region(b, R::Grad) : reinterpret_cast<float*>(m.grad_staging.data() + m.staging_offset[b]);
+            float* dst = micro == 0 ? m.grad_land[land][b] : reinterpret_cast<float*>(m.grad_staging.data() + m.staging_offset[b]);
             m.copy(Stream::D2H, dst, m.at(m.grads_offset[b]), m.bytes(b), "offload gradients of " + m.bucket_label[b]);
             landed[b] = m.dev.record(Stream::D2H);
             break;
@@ -341,23 +430,31 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
             EventPtr e = landed[b];
             Device* dev = &m.dev;
             m.cpu_run("wait for gradients of " + m.bucket_label[b], [dev, e] { dev->synchronize(e); });
+            float* sum = m.grad_land[land][b];
+            const int64_t n = m.numel(b);
             if (micro > 0) {
-              float* sum = m.host_region(b, R::Grad);
               const float* add = reinterpret_cast<const float*>(m.grad_staging.data() + m.staging_offset[b]);
-              const int64_t n = m.numel(b);
               m.cpu_run("sum gradients of " + m.bucket_label[b], [sum, add, n] {
                 for (int64_t i = 0; i < n; ++i) sum[i] += add[i];
               });
             }
             if (last_micro) {
-              m.cpu_run("gradient stats of " + m.bucket_label[b], [&m, b] {
-                m.stats[b] = m.adamw.grad_stats(m.host_region(b, R::Grad), cpu_optim::DType::F32, static_cast<size_t>(m.numel(b)));
+              m.cpu_run("gradient stats of " + m.bucket_label[b], [&m, b, sum, n] {
+                m.stats[b] = m.adamw.grad_stats(sum, cpu_optim::DType::F32, static_cast<size_t>(n));
               });
               update_order.push_back(b);
             }
             break;
           }
-          case Action::Kind::Upload: uploads[b] = true; break;
+          case Action::Kind::Upload:
+            if (!last_micro) break;
+            if (!m.delayed()) {
+              uploads.push_back(b);  // once its update is queued, after this step's last op
+            } else if (applying) {    // after its last use in this step: the previous step's update
+              if (op_done) m.dev.wait(Stream::H2D, op_done, "op before upload of " + m.bucket_label[b]);
+              m.queue_upload(b);
+            }
+            break;
           case Action::Kind::DeviceAdam: device_adam = true; break;
         }
       }
@@ -391,27 +488,27 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
   }
 
   if (device_adam) m.run(Stream::Compute, "adamw (device)", [&m, adam_step, lr] { m.device_adam(adam_step, lr); });
-  if (!update_order.empty()) {
-    m.cpu_run("global gradient norm", [&m] {
-      double sum = 0;
-      bool finite = true;
-      for (int b = 0; b < m.p.n_buckets; ++b) sum += m.stats[b].sum_squares, finite = finite && m.stats[b].finite;
-      m.decision = cpu_optim::decide_step(sum, finite, m.options.grad_clip);
+  auto global_norm = [&m] {
+    double sum = 0;
+    bool finite = true;
+    for (int b = 0; b < m.p.n_buckets; ++b) sum += m.stats[b].sum_squares, finite = finite && m.stats[b].finite;
+    m.decision = cpu_optim::decide_step(sum, finite, m.options.grad_clip);
+  };
+  if (!update_order.empty() && !m.delayed()) {
+    m.cpu_run("global gradient norm", [&m, global_norm] {
+      global_norm();
+      m.update_decision = m.decision;
     });
-    for (int b : update_order) {
-      const bool upload = uploads[b];
-      m.cpu_run("adamw " + m.bucket_label[b], [&m, b, upload, adam_step, lr] {
-        if (m.decision.report.skipped) return;
-        const size_t n = static_cast<size_t>(m.numel(b));
-        float* master = m.host_region(b, R::Master);
-        m.adamw.step({{master, n}, {m.host_region(b, R::M), n}, {m.host_region(b, R::V), n}, m.host_region(b, R::Grad), cpu_optim::DType::F32},
-                     adam_step, lr, m.decision.grad_scale);
-        std::memcpy(m.host_region(b, R::Working), master, n * 4);  // the fp32 working copy
-        if (upload) m.copy(Stream::H2D, m.at(m.resident_offset[b]), m.host_region(b, R::Working), m.bytes(b), "upload " + m.bucket_label[b]);
-      });
-    }
+    m.queue_updates(update_order, 0, adam_step, lr);
+    for (int b : uploads) m.queue_upload(b);
   }
   m.barrier();
+  if (m.delayed()) {
+    if (applying) m.swap_working(m.pending.order);
+    global_norm();  // this step's gradients, applied during the next step
+    m.pending = {true, adam_step, lr, m.decision, update_order, m.parity};
+    m.parity ^= 1;
+  }
 
   StepResult r;
   double loss = 0;
@@ -423,5 +520,7 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
   r.stall_s = m.dev.compute_stall_seconds() - stall0;
   return r;
 }
+
+void Executor::apply_pending_update() { impl_->flush(); }
 
 }  // namespace ferry::engine

@@ -54,7 +54,11 @@ class Executor {
 
   // One optimizer step over plan.problem.grad_accum micro-batches: forward, backward, gradients summed
   // over the micro-batches, global-norm clipping, AdamW (step counts from 1).
+  // With the delayed update (offload.overlap: delayed), the step's AdamW runs during the next step; the
+  // result reports this step's loss and gradient norm, and whether its update will be skipped.
   StepResult step(std::span<const Batch> micro_batches, int64_t adam_step, double lr);
+  // Delayed update: applies the pending update now (a synchronous step). download_state() does too.
+  void apply_pending_update();
 
   const memory::Plan& memory_plan() const;
   // Tests only: from now on, every task whose label contains `label` fails instead of running.

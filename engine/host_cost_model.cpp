@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "cpu_optim/adamw.h"
 #include "memory/host_buffer.h"
@@ -65,6 +66,7 @@ offload::CostModel measure_host_cost_model(int threads) {
   const cpu_optim::Bucket bucket{p.as<float>(), m.as<float>(), v.as<float>(), g.data(), cpu_optim::DType::F32};
   int64_t step = 0;
   c.cpu_adam_params_per_s = double(n) / best_seconds(3, [&] { adamw.step(bucket, ++step, 1e-4, 1.0f); });
+  c.cpu_norm_params_per_s = double(n) / best_seconds(3, [&] { adamw.grad_stats(g.data(), cpu_optim::DType::F32, n); });
   c.device_adam_params_per_s = c.cpu_adam_params_per_s;  // the host device's "device" is this CPU
   return c;
 }
@@ -91,10 +93,12 @@ offload::CostModel host_cost_model(int threads, std::string* cache_path) {
   if (cache_path) *cache_path = file.string();
   if (std::filesystem::is_regular_file(file)) {
     try {
-      return offload::CostModel::load(file);
+      std::ifstream in(file);
+      const auto j = nlohmann::json::parse(in);
+      if (j.contains("cpu_norm_params_per_s")) return offload::CostModel::from_json(j, file.string());
     } catch (const std::exception&) {
-      // a damaged cache is measured again below
     }
+    // a damaged cache, or one from before a rate was measured: measured again below
   }
   offload::CostModel c = measure_host_cost_model(threads);
   std::error_code ec;

@@ -90,6 +90,12 @@ EventPtr HostDevice::record(Stream s) {
 
 void HostDevice::wait(Stream s, const EventPtr& e, std::string label) { queue(s).wait(host_event(e), std::move(label)); }
 
+EventPtr HostDevice::from_host(std::shared_ptr<HostEvent> event) {
+  auto e = std::make_shared<HostDeviceEvent>();
+  e->done = std::move(event);
+  return e;
+}
+
 void HostDevice::synchronize(const EventPtr& e) {
   const std::string error = host_event(e)->wait();
   if (!error.empty()) throw std::runtime_error(error);

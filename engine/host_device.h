@@ -30,6 +30,7 @@ class HostDevice final : public Device {
   void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) override;
   EventPtr record(Stream stream) override;
   void wait(Stream stream, const EventPtr& event, std::string label) override;
+  EventPtr from_host(std::shared_ptr<HostEvent> event) override;
   void synchronize(const EventPtr& event) override;
   void synchronize() override;
   double compute_stall_seconds() const override;

@@ -139,7 +139,17 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     throw std::runtime_error(fmt::format("offload.gpu_budget: {} is too small: {}; raise it{}", memory::format_bytes(budget), e.what(),
                                          checkpointing == offload::Checkpointing::Off ? " or set train.activation_checkpointing: auto" : ""));
   }
+  std::string overlap_note = cfg.offload.overlap;
+  if (cfg.offload.overlap == "delayed") {
+    if (plan_holder->schedule.optimizer_on_device && policy == offload::Policy::Resident)
+      throw std::runtime_error("offload.overlap: delayed needs AdamW on the CPU; policy resident runs it on the device");
+    if (plan_holder->schedule.optimizer_on_device)
+      overlap_note = "delayed requested, not used: the plan keeps AdamW on the device";
+    else
+      plan_holder->schedule = offload::with_delayed_update(plan_holder->problem, std::move(plan_holder->schedule));
+  }
   const offload::StepPlan& plan = *plan_holder;
+  const bool delayed = plan.schedule.delayed_update;
   const offload::SimResult predicted = offload::simulate(plan.problem, plan.schedule);
   const memory::Plan device_memory = Executor::device_plan(plan);
 
@@ -163,11 +173,12 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
       adamw.threads()));
   progress.message(fmt::format(
       "offload: policy {}, {}; budget {}{}, device arena {} (planned; lower bound {}); {} bucket(s) of up to {:.1f} MiB, "
-      "{} resident / {} travelling; {} of {} block(s) checkpointed; predicted step {:.3f} s (cost model: {}{})",
+      "{} resident / {} travelling; {} of {} block(s) checkpointed; overlap {}{}; predicted step {:.3f} s (cost model: {}{})",
       plan.schedule.policy, device.name(), memory::format_bytes(budget), cfg.offload.gpu_budget > 0 ? "" : " (unset: what resident needs)",
       memory::format_bytes(device_memory.peak), memory::format_bytes(device_memory.lower_bound), plan.problem.n_buckets,
       bucket_bytes / double(1 << 20), memory::format_bytes(predicted.resident_bytes), memory::format_bytes(predicted.offloaded_bytes),
-      plan.problem.checkpointed_layers, gpt.n_layer, predicted.step_s * cfg.train.grad_accum, cost.name,
+      plan.problem.checkpointed_layers, gpt.n_layer, overlap_note,
+      delayed ? fmt::format(" (synchronous for the first {} steps)", cfg.offload.sync_steps) : "", predicted.step_s * cfg.train.grad_accum, cost.name,
       cost_cache.empty() ? "" : ", cached in " + cost_cache));
 
   TrainState resumed;
@@ -233,6 +244,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
       micro[i] = data.train_batch(cfg.train.seed, int64_t(step - 1) * cfg.train.grad_accum + i, B);
     const float lr = schedule.at(step - 1);
     const StepResult r = executor.step(micro, optimizer_steps + 1, lr);
+    if (delayed && step <= cfg.offload.sync_steps) executor.apply_pending_update();
     const double loss = r.loss;
     if (!r.skipped) {
       ++optimizer_steps;
@@ -282,6 +294,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     }
   }
   if (!sum.interrupted) checkpoint(cfg.train.steps);
+  executor.download_state();  // a pending delayed update is part of the result
   progress.finish();
   if (trace) {
     trace->write(opt.trace);

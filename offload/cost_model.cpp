@@ -46,6 +46,8 @@ CostModel CostModel::from_json(const nlohmann::json& j, const std::string& origi
   number("op_overhead_s", c.op_overhead_s, 0);
   number("cpu_adam_params_per_s", c.cpu_adam_params_per_s, 1);
   number("device_adam_params_per_s", c.device_adam_params_per_s, 1);
+  c.cpu_norm_params_per_s = 7 * c.cpu_adam_params_per_s;
+  number("cpu_norm_params_per_s", c.cpu_norm_params_per_s, 1);
   double ab = c.activation_bytes, wb = c.weight_bytes;
   number("activation_bytes", ab, 1);
   number("weight_bytes", wb, 1);
@@ -79,6 +81,7 @@ nlohmann::json CostModel::to_json() const {
           {"h2d", {{"gbps", h2d.gbps}, {"latency_s", h2d.latency_s}}},
           {"d2h", {{"gbps", d2h.gbps}, {"latency_s", d2h.latency_s}}},
           {"cpu_adam_params_per_s", cpu_adam_params_per_s},
+          {"cpu_norm_params_per_s", cpu_norm_params_per_s},
           {"device_adam_params_per_s", device_adam_params_per_s}};
 }
 

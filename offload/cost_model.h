@@ -29,6 +29,10 @@ struct CostModel {
   bool fused_attention = false;       // attention keeps a (B, heads, T) log-sum-exp, not the (T, T) probabilities
   LinkCost h2d, d2h;
   double cpu_adam_params_per_s = 1e9;
+  // The fused gradient-statistics pass (sum of squares, inf/nan) that global-norm clipping needs before
+  // any update. When a JSON model omits it: 7x the AdamW rate (it reads 4 bytes per parameter; fp32
+  // AdamW moves 28).
+  double cpu_norm_params_per_s = 7e9;
   double device_adam_params_per_s = 5e10;
 
   // Roofline time of one op: the larger of its FLOPs at flops_per_s and the bytes it touches (its tensors

@@ -336,6 +336,20 @@ double lower_bound_step_s(const OffloadProblem& p) {
   return std::max({compute, h2d, d2h, double(p.total_params()) / p.cost.cpu_adam_params_per_s});
 }
 
+Schedule with_delayed_update(const OffloadProblem& p, Schedule s) {
+  if (s.optimizer_on_device)
+    throw std::invalid_argument("offload.overlap: delayed needs AdamW on the CPU; policy " + s.policy + " runs it on the device");
+  std::vector<int> last_use(p.n_buckets, -1);
+  for (int i = 0; i < p.n_ops; ++i)
+    for (int b : p.op_buckets[i]) last_use[b] = i;
+  for (auto& actions : s.before)
+    std::erase_if(actions, [](const Action& a) { return a.kind == Action::Kind::Upload; });
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (s.resident[b] && p.first_grad_op[b] >= 0) s.before[last_use[b] + 1].push_back({Action::Kind::Upload, b});
+  s.delayed_update = true;
+  return s;
+}
+
 Schedule make_schedule(const OffloadProblem& p, Policy policy) {
   if (minimum_device_bytes(p) > p.budget_bytes)
     throw BudgetError(std::string(to_string(policy)) + ": the model needs at least " + memory::format_bytes(minimum_device_bytes(p)) +

@@ -35,6 +35,11 @@ double lower_bound_step_s(const OffloadProblem& problem);
 // A schedule for the policy that the Simulator accepts and that fits the budget; BudgetError otherwise.
 Schedule make_schedule(const OffloadProblem& problem, Policy policy);
 
+// offload.overlap: delayed. The schedule with ZeRO-Offload's delayed parameter update (Schedule::
+// delayed_update): each resident bucket's upload moves to right after its last use in the step. Needs a
+// policy that runs AdamW on the CPU (std::invalid_argument for resident).
+Schedule with_delayed_update(const OffloadProblem& problem, Schedule schedule);
+
 // train.activation_checkpointing: off, on (every block), or auto (only when activations would break the
 // budget, then the fewest blocks that make the policy fit, earliest first: theirs live longest).
 enum class Checkpointing { Off, On, Auto };

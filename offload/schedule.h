@@ -15,8 +15,9 @@ struct Action {
     Release,       // b's device slot is free from here on
     OffloadGrads,  // d2h: b's gradients to the host (after the last op writing them)
     ReleaseGrads,  // compute waits until b's gradients have left; their device buffer is free from here on
-    CpuAdam,       // CPU pool: AdamW on b once its gradients have landed
-    Upload,        // h2d: b's updated working copy back into its resident slot
+    CpuAdam,       // CPU pool: b's gradient statistics once they have landed; AdamW on b once every bucket's
+                   // statistics are in (global-norm clipping, inf/nan skip), or during the next step (delayed)
+    Upload,        // h2d: b's updated working copy into its resident slot, once AdamW has updated it
     DeviceAdam,    // compute stream: AdamW on every bucket on the device
   };
   Kind kind;
@@ -30,6 +31,9 @@ struct Schedule {
   std::vector<std::vector<Action>> before;  // n_ops + 1 entries
   std::vector<bool> resident;               // per bucket: its working copy stays on the device all step
   bool optimizer_on_device = false;         // fp32 master, m and v on the device too (policy resident)
+  // ZeRO-Offload's delayed parameter update: the CPU AdamW of one step's gradients runs during the next
+  // step, which computes with weights one update stale; resident buckets are uploaded after their last use.
+  bool delayed_update = false;
 };
 
 }  // namespace ferry::offload

@@ -73,10 +73,31 @@ SimResult simulate(const OffloadProblem& p, const Schedule& s) {
     (s.resident[b] ? r.resident_bytes : r.offloaded_bytes) += p.bucket_bytes[b];
   }
   double compute = 0, h2d = 0, d2h = 0, cpu = 0;
+  auto adam_s = [&](int b) { return p.bucket_params[b] / p.cost.cpu_adam_params_per_s; };
+  std::vector<int> update_order;  // buckets in the order of their CpuAdam actions
+  for (const auto& actions : s.before)
+    for (const Action& a : actions)
+      if (a.kind == Action::Kind::CpuAdam && a.bucket >= 0 && a.bucket < p.n_buckets) update_order.push_back(a.bucket);
+  // Delayed: the previous step's updates are queued on the CPU when the step starts (steady state).
+  if (s.delayed_update)
+    for (int b : update_order) cpu = updated[b] = cpu + adam_s(b), r.cpu_busy_s += adam_s(b);
+  // Otherwise the updates wait for every bucket's statistics, and run after the last op was issued.
+  bool updates_queued = s.delayed_update;
+  auto queue_updates = [&] {
+    if (updates_queued) return;
+    updates_queued = true;
+    for (int b : update_order) cpu = updated[b] = cpu + adam_s(b), r.cpu_busy_s += adam_s(b);
+  };
+  std::vector<int> uploads_after_updates;
   auto fail = [&](int point, const Action* a, const std::string& what) {
     r.error = (point < p.n_ops ? "before op " + std::to_string(point) : std::string("after the last op")) +
               (a ? std::string(", ") + to_string(a->kind) + " of bucket " + std::to_string(a->bucket) : std::string()) +
               ": " + what;
+  };
+  auto upload = [&](int b, double issue) {
+    const double start = std::max({issue, h2d, updated[b]}), t = p.cost.h2d.seconds(p.bucket_bytes[b]);
+    h2d = start + t;
+    r.h2d_busy_s += t, r.h2d_bytes += p.bucket_bytes[b];
   };
   for (int point = 0; point <= p.n_ops && r.error.empty(); ++point) {
     const double issue = compute;
@@ -119,16 +140,16 @@ SimResult simulate(const OffloadProblem& p, const Schedule& s) {
           break;
         case Action::Kind::CpuAdam: {
           if (!offloaded[b]) { fail(point, &a, "runs AdamW before the gradients are offloaded"); break; }
-          const double start = std::max(grads_landed[b], cpu), t = p.bucket_params[b] / p.cost.cpu_adam_params_per_s;
-          cpu = updated[b] = start + t;
+          const double t = p.bucket_params[b] / p.cost.cpu_norm_params_per_s;  // the statistics pass
+          cpu = std::max(grads_landed[b], cpu) + t;
           r.cpu_busy_s += t;
           break;
         }
         case Action::Kind::Upload: {
-          if (updated[b] == never) { fail(point, &a, "uploads a bucket AdamW has not updated"); break; }
-          const double start = std::max({issue, h2d, updated[b]}), t = p.cost.h2d.seconds(p.bucket_bytes[b]);
-          h2d = start + t;
-          r.h2d_busy_s += t, r.h2d_bytes += p.bucket_bytes[b];
+          if (!s.resident[b]) { fail(point, &a, "uploads a bucket that has no resident slot"); break; }
+          if (std::find(update_order.begin(), update_order.end(), b) == update_order.end()) { fail(point, &a, "uploads a bucket AdamW never updates"); break; }
+          if (!updates_queued) uploads_after_updates.push_back(b);  // issued once the updates are queued
+          else upload(b, issue);
           break;
         }
         case Action::Kind::DeviceAdam: {
@@ -153,9 +174,13 @@ SimResult simulate(const OffloadProblem& p, const Schedule& s) {
     compute = ready + p.op_seconds[point];
     r.compute_busy_s += p.op_seconds[point];
   }
+  if (r.error.empty()) {
+    queue_updates();
+    for (int b : uploads_after_updates) upload(b, compute);
+  }
   if (r.error.empty() && !s.optimizer_on_device)
     for (int b = 0; b < p.n_buckets; ++b)
-      if (p.first_grad_op[b] >= 0 && updated[b] == never) {
+      if (p.first_grad_op[b] >= 0 && std::find(update_order.begin(), update_order.end(), b) == update_order.end()) {
         fail(p.n_ops, nullptr, "bucket " + std::to_string(b) + " is never updated by AdamW");
         break;
       }
