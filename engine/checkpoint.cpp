@@ -1,6 +1,7 @@
 // Checkpoints: atomic folder writes (temporary name, fsync of every file and of the parent, rename).
 #include "engine/checkpoint.h"
 
+#include <cmath>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -49,7 +50,9 @@ std::string config_hash(const Config& c) {
       c.model.n_embd, c.model.vocab_size, c.model.seq_len, c.data.path.filename().string(), c.data.tokenizer,
       c.data.val_fraction, c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay,
       c.optim.grad_clip, c.optim.warmup_steps, c.optim.schedule, c.optim.min_lr, c.train.batch_size,
-      c.train.grad_accum, c.train.steps) + fmt::format("|{}", c.train.seed);
+      c.train.grad_accum, c.train.steps) + fmt::format("|{}", c.train.seed) +
+      fmt::format("|{}|{}|{}|{}|{}", c.offload.overlap, c.offload.overlap == "delayed" ? c.offload.sync_steps : 0, c.train.precision,
+                  c.train.loss_scale_init, c.train.loss_scale_growth_interval);
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: stable across builds and platforms
   for (unsigned char ch : canonical) h = (h ^ ch) * 0x100000001b3ull;
   return fmt::format("{:016x}", h);
@@ -72,21 +75,34 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root, const m
   }
   write_safetensors(tmp / "model.safetensors", weights, {{"format", "pt"}});
   write_safetensors(tmp / "optimizer.safetensors", moments);
+  if (state.pending) {
+    std::vector<SafetensorsTensorRef> grads;
+    for (int i = 0; i < params.count(); ++i)
+      grads.push_back({"pending_grad." + spec.params[i].name, spec.params[i].shape, params.grad(i).data()});
+    write_safetensors(tmp / "pending_update.safetensors", grads);
+  }
   {
     std::ofstream out(tmp / "state.json");
     const ModelConfig& m = state.model;
-    out << nlohmann::json{{"step", state.step},
+    nlohmann::json j{{"step", state.step},
                           {"optimizer_steps", state.optimizer_steps},
                           {"val_loss_start", state.val_loss_start},
+                          {"loss_scale", state.loss_scale},
+                          {"loss_scale_good_steps", state.loss_scale_good_steps},
                           {"config_hash", state.config_hash},
                           {"model", {{"kind", m.kind}, {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
                                      {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len}}},
-                          {"tokenizer", state.tokenizer}}
-               .dump(2)
-        << '\n';
+                          {"tokenizer", state.tokenizer}};
+    if (state.pending) {
+      const auto& u = *state.pending;
+      j["pending_update"] = {{"adam_step", u.adam_step}, {"lr", u.lr}, {"grad_scale", u.grad_scale}, {"skipped", u.skipped}};
+      if (std::isfinite(u.grad_norm)) j["pending_update"]["grad_norm"] = u.grad_norm;
+    }
+    out << j.dump(2) << '\n';
     if (!out) throw std::runtime_error("checkpoint: cannot write '" + (tmp / "state.json").string() + "' (disk full?)");
   }
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "state.json"}) fsync_path(tmp / f, false);
+  if (state.pending) fsync_path(tmp / "pending_update.safetensors", false);
   fsync_path(tmp, true);
   std::filesystem::remove_all(final_dir);
   std::filesystem::rename(tmp, final_dir);
@@ -112,8 +128,16 @@ std::pair<TrainState, std::filesystem::path> read_checkpoint_state(const std::fi
   s.step = j["step"].get<int64_t>();
   s.optimizer_steps = j.value("optimizer_steps", int64_t(0));
   s.val_loss_start = j.value("val_loss_start", 0.0);
+  s.loss_scale = j.value("loss_scale", 1.0);
+  s.loss_scale_good_steps = j.value("loss_scale_good_steps", 0);
   s.config_hash = j["config_hash"].get<std::string>();
   s.tokenizer = j.value("tokenizer", std::string("byte"));
+  if (j.contains("pending_update")) {
+    const auto& u = j["pending_update"];
+    s.pending = TrainState::PendingUpdate{u.value("adam_step", int64_t(0)), u.value("lr", 0.0), u.value("grad_norm", 0.0),
+                                          u.value("grad_scale", 1.0f), u.value("skipped", false)};
+    if (s.pending->adam_step < 1) throw std::runtime_error("'" + (dir / "state.json").string() + "' is damaged (pending_update)");
+  }
   s.model.n_layer = 0;  // unknown unless the state says (checkpoints of older builds do not)
   if (j.contains("model")) {
     const auto& m = j["model"];
@@ -141,6 +165,17 @@ TrainState load_checkpoint(const std::filesystem::path& path, const models::Mode
         throw std::runtime_error("--resume: '" + (dir / "optimizer.safetensors").string() + "' lacks " + name + " or has another shape");
       const auto values = opt.read_f32(name);
       std::copy(values.begin(), values.end(), flat.begin() + static_cast<std::ptrdiff_t>(offset));
+    }
+  }
+  if (s.pending) {
+    const SafetensorsFile pending = SafetensorsFile::open(dir / "pending_update.safetensors");
+    for (int i = 0; i < params.count(); ++i) {
+      const std::string name = "pending_grad." + spec.params[i].name;
+      const auto* e = pending.find(name);
+      if (!e || e->shape != spec.params[i].shape)
+        throw std::runtime_error("--resume: '" + (dir / "pending_update.safetensors").string() + "' lacks " + name + " or has another shape");
+      const auto values = pending.read_f32(name);
+      std::copy(values.begin(), values.end(), params.grad(i).begin());
     }
   }
   return s;

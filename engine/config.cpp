@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -196,6 +197,14 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                   number("threads", c.train.threads, 0, 4096, "an integer >= 0 (0: all cores)"),
                   number("checkpoint_every", c.train.checkpoint_every, 0, imax, "an integer >= 0 (0: only when interrupted)"),
                   number("keep_checkpoints", c.train.keep_checkpoints, 1, 1 << 20, "an integer >= 1"),
+                  choice("precision", c.train.precision, {"bf16", "fp16"}),
+                  {"loss_scale_init", [&](const YAML::Node& n, const std::string& where) {
+                     double v = 0;
+                     if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || v < 1 || v > 1e38 || std::exp2(std::round(std::log2(v))) != v)
+                       throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected a power of two >= 1, e.g. 65536");
+                     c.train.loss_scale_init = v;
+                   }},
+                  number("loss_scale_growth_interval", c.train.loss_scale_growth_interval, 1, imax, "an integer >= 1"),
                   {"checkpoint_dir", [&](const YAML::Node& n, const std::string& where) {
                      if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a folder path");
                      c.train.checkpoint_dir = n.Scalar();  // relative to where ferry runs, like --metrics

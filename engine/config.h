@@ -50,6 +50,9 @@ struct TrainConfig {
   int checkpoint_every = 0;                  // steps; 0: only on interruption (when checkpoint_dir is set)
   std::filesystem::path checkpoint_dir;      // empty: no checkpoints
   int keep_checkpoints = 3;
+  std::string precision = "bf16";     // bf16 | fp16 (dynamic loss scaling); the host device computes in fp32 either way
+  double loss_scale_init = 65536;     // fp16: the first loss scale (a power of two)
+  int loss_scale_growth_interval = 1000;  // fp16: good steps before the scale doubles
 };
 
 struct OffloadConfig {

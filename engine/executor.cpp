@@ -88,6 +88,7 @@ struct Executor::Impl {
   std::vector<cpu_optim::GradStats> stats;
   cpu_optim::StepDecision decision;         // of this step's gradients
   cpu_optim::StepDecision update_decision;  // of the gradients the queued updates apply
+  float loss_scale = 1.0f;                  // of this step
   std::atomic<int64_t> h2d_bytes{0}, d2h_bytes{0};
 
   std::unique_ptr<WorkQueue> cpu;  // CPU AdamW; declared last: drained and joined first
@@ -266,7 +267,7 @@ void Executor::Impl::device_adam(int64_t adam_step, double lr) {
     stats[b] = adamw.grad_stats(grads(b), cpu_optim::DType::F32, static_cast<size_t>(numel(b)));
     sum += stats[b].sum_squares, finite = finite && stats[b].finite;
   }
-  decision = cpu_optim::decide_step(sum, finite, options.grad_clip);
+  decision = cpu_optim::decide_step(sum, finite, options.grad_clip, loss_scale);
   if (decision.report.skipped) return;
   for (int b = 0; b < p.n_buckets; ++b) {
     if (p.first_grad_op[b] < 0) continue;
@@ -352,7 +353,6 @@ void Executor::upload_state() {
 void Executor::download_state() {
   Impl& m = *impl_;
   using R = memory::HostBuckets::Region;
-  m.flush();
   for (int b = 0; b < m.p.n_buckets; ++b) {
     if (m.state_offset[b] < 0) continue;
     const int64_t n = m.numel(b);
@@ -365,7 +365,7 @@ void Executor::download_state() {
   m.barrier();
 }
 
-StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_step, double lr) {
+StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_step, double lr, float loss_scale) {
   Impl& m = *impl_;
   const auto& p = m.p;
   const auto& s = m.s;
@@ -376,7 +376,8 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
   const double stall0 = m.dev.compute_stall_seconds();
   m.losses.assign(M, 0.0f);
   m.decision = {};
-  const float loss_weight = 1.0f / static_cast<float>(M);
+  const float loss_weight = loss_scale / static_cast<float>(M);
+  m.loss_scale = loss_scale;
   std::vector<int> update_order;  // buckets in the order their gradients land in the last micro-batch
   std::vector<int> uploads;       // resident buckets to upload after their update (not delayed)
   bool device_adam = false;
@@ -492,7 +493,7 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
     double sum = 0;
     bool finite = true;
     for (int b = 0; b < m.p.n_buckets; ++b) sum += m.stats[b].sum_squares, finite = finite && m.stats[b].finite;
-    m.decision = cpu_optim::decide_step(sum, finite, m.options.grad_clip);
+    m.decision = cpu_optim::decide_step(sum, finite, m.options.grad_clip, m.loss_scale);
   };
   if (!update_order.empty() && !m.delayed()) {
     m.cpu_run("global gradient norm", [&m, global_norm] {
@@ -522,5 +523,27 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
 }
 
 void Executor::apply_pending_update() { impl_->flush(); }
+
+std::optional<Executor::PendingUpdate> Executor::pending_update() const {
+  const auto& u = impl_->pending;
+  if (!u.has) return std::nullopt;
+  return PendingUpdate{u.adam_step, u.lr, u.decision};
+}
+
+void Executor::set_pending_update(const PendingUpdate& update) {
+  Impl& m = *impl_;
+  if (!m.delayed()) throw std::logic_error("a pending update needs offload.overlap: delayed");
+  std::vector<int> order;
+  for (int b = m.p.n_buckets - 1; b >= 0; --b)  // backward's landing order; updates are independent of it
+    if (m.p.first_grad_op[b] >= 0) order.push_back(b);
+  m.pending = {true, update.adam_step, update.lr, update.decision, order, 0};
+  m.parity = 1;
+}
+
+std::span<float> Executor::pending_gradients(int b) const {
+  const Impl& m = *impl_;
+  if (!m.pending.has) throw std::logic_error("no pending update");
+  return {m.grad_land[m.pending.parity][b], static_cast<size_t>(m.numel(b))};
+}
 
 }  // namespace ferry::engine

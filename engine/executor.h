@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -50,15 +51,26 @@ class Executor {
   void upload_state();
   // Brings the device optimizer's master weights and moments back to the host buckets (nothing to do
   // when AdamW runs on the CPU: the host holds them already). Call before reading them (eval, checkpoint).
+  // A pending delayed update stays pending: the host then holds the weights the next step computes with.
   void download_state();
 
   // One optimizer step over plan.problem.grad_accum micro-batches: forward, backward, gradients summed
   // over the micro-batches, global-norm clipping, AdamW (step counts from 1).
   // With the delayed update (offload.overlap: delayed), the step's AdamW runs during the next step; the
   // result reports this step's loss and gradient norm, and whether its update will be skipped.
-  StepResult step(std::span<const Batch> micro_batches, int64_t adam_step, double lr);
-  // Delayed update: applies the pending update now (a synchronous step). download_state() does too.
+  // loss_scale: fp16's dynamic loss scale (gradients are computed scaled and unscaled inside AdamW).
+  StepResult step(std::span<const Batch> micro_batches, int64_t adam_step, double lr, float loss_scale = 1.0f);
+  // Delayed update: the update of the last step, not applied yet; apply it now (a synchronous step), or
+  // save and restore it with a checkpoint: its gradients are pending_gradients(b) per bucket.
+  struct PendingUpdate {
+    int64_t adam_step = 0;
+    double lr = 0;
+    cpu_optim::StepDecision decision;
+  };
   void apply_pending_update();
+  std::optional<PendingUpdate> pending_update() const;
+  void set_pending_update(const PendingUpdate& update);  // then fill pending_gradients(b)
+  std::span<float> pending_gradients(int bucket) const;
 
   const memory::Plan& memory_plan() const;
   // Tests only: from now on, every task whose label contains `label` fails instead of running.

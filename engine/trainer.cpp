@@ -20,6 +20,7 @@
 #include "engine/executor.h"
 #include "engine/host_cost_model.h"
 #include "engine/host_device.h"
+#include "engine/loss_scaler.h"
 #include "engine/trace.h"
 #include "cpu_optim/lr_schedule.h"
 #include "engine/checkpoint.h"
@@ -189,6 +190,18 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     progress.message(fmt::format("resumed from {} at step {}", opt.resume.string(), resumed.step));
   }
   executor.upload_state();
+  if (resumed.pending) {
+    if (!delayed) throw std::runtime_error("--resume: the checkpoint holds a delayed update; resume with offload.overlap: delayed");
+    const auto& u = *resumed.pending;
+    executor.set_pending_update({u.adam_step, u.lr, {{u.grad_norm, u.skipped}, u.grad_scale}});
+    for (int p = 0; p < params.count(); ++p) {
+      const auto& slot = layout.slot(p);
+      std::copy_n(params.grad(p).data(), slot.numel, executor.pending_gradients(slot.bucket).data() + slot.offset);
+    }
+  }
+  const bool fp16 = cfg.train.precision == "fp16";
+  LossScaler scaler(fp16 ? cfg.train.loss_scale_init : 1.0, cfg.train.loss_scale_growth_interval);
+  if (fp16 && !opt.resume.empty()) scaler.restore(resumed.loss_scale, resumed.loss_scale_good_steps);
 
   std::ofstream metrics;
   if (!opt.metrics.empty()) {
@@ -230,8 +243,16 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     if (cfg.train.checkpoint_dir.empty()) return;
     executor.download_state();
     gather(host, params, adam_m.as<float>(), adam_v.as<float>());
-    sum.last_checkpoint = save_checkpoint(cfg.train.checkpoint_dir, spec, params, adam_m.as<float>(), adam_v.as<float>(),
-                                          {step, optimizer_steps, sum.val_loss_start, hash, cfg.model, cfg.data.tokenizer},
+    TrainState state{step, optimizer_steps, sum.val_loss_start, scaler.value(), scaler.good_steps(), hash, cfg.model, cfg.data.tokenizer, {}};
+    if (const auto u = executor.pending_update()) {  // delayed: the last step's update travels with the checkpoint
+      state.pending = TrainState::PendingUpdate{u->adam_step, u->lr, u->decision.report.grad_norm, u->decision.grad_scale,
+                                                u->decision.report.skipped};
+      for (int p = 0; p < params.count(); ++p) {
+        const auto& slot = layout.slot(p);
+        std::copy_n(executor.pending_gradients(slot.bucket).data() + slot.offset, slot.numel, params.grad(p).data());
+      }
+    }
+    sum.last_checkpoint = save_checkpoint(cfg.train.checkpoint_dir, spec, params, adam_m.as<float>(), adam_v.as<float>(), state,
                                           cfg.train.keep_checkpoints);
   };
   const int first_step = static_cast<int>(resumed.step) + 1;
@@ -243,14 +264,20 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     for (int i = 0; i < cfg.train.grad_accum; ++i)
       micro[i] = data.train_batch(cfg.train.seed, int64_t(step - 1) * cfg.train.grad_accum + i, B);
     const float lr = schedule.at(step - 1);
-    const StepResult r = executor.step(micro, optimizer_steps + 1, lr);
-    if (delayed && step <= cfg.offload.sync_steps) executor.apply_pending_update();
+    const float loss_scale = scaler.scale();
+    const double loss_scale_value = scaler.value();
+    const StepResult r = executor.step(micro, optimizer_steps + 1, lr, loss_scale);
+    if (fp16) scaler.update(!r.skipped);
+    // Synchronous steps: the first ones, and the last (its update belongs to the result).
+    if (delayed && (step <= cfg.offload.sync_steps || step == cfg.train.steps)) executor.apply_pending_update();
     const double loss = r.loss;
     if (!r.skipped) {
       ++optimizer_steps;
     } else {
       ++sum.skipped_steps;
-      progress.message(fmt::format("step {}: an inf/nan gradient; the update was skipped", step));
+      progress.message(fp16 ? fmt::format("step {}: the gradients overflowed at loss scale {:g}; the update was skipped and the scale "
+                                          "is now {:g}", step, loss_scale_value, scaler.value())
+                            : fmt::format("step {}: an inf/nan gradient; the update was skipped", step));
     }
     const double norm = r.grad_norm;
     const double step_s = seconds_since(t0);
@@ -279,6 +306,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
                        {"tokens_per_s", tokens_per_step / step_s}, {"elapsed_s", elapsed},
                        {"step_s", step_s}, {"predicted_step_s", sum.predicted_step_s}, {"stall_s", r.stall_s},
                        {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"peak_device_bytes", sum.peak_device_bytes}};
+      if (fp16) j["loss_scale"] = loss_scale_value;
+      if (r.skipped) j["skipped"] = true;
       if (val) j["val_loss"] = *val;
       metrics << j.dump() << '\n' << std::flush;
     }
@@ -294,7 +323,6 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     }
   }
   if (!sum.interrupted) checkpoint(cfg.train.steps);
-  executor.download_state();  // a pending delayed update is part of the result
   progress.finish();
   if (trace) {
     trace->write(opt.trace);

@@ -238,6 +238,81 @@ TEST(Executor, MatchesThePlainUpdateRulesBitwise) {
   EXPECT_THROW(run(resident), std::runtime_error);  // AdamW on the device has nothing to delay
 }
 
+TEST(LossScaling, APowerOfTwoScaleChangesNoNumber) {
+  const TrainSummary plain = run(small_config("zero-offload", false, 2, 0, 10));
+  for (const char* policy : {"resident", "zero-offload"}) {
+    Config c = small_config(policy, false, 2, 0, 10);
+    c.train.precision = "fp16";
+    c.train.loss_scale_init = 1024;
+    c.train.loss_scale_growth_interval = 3;  // grows to 8192 within the run
+    const TrainSummary s = run(c);
+    EXPECT_EQ(s.losses, plain.losses) << policy;
+    EXPECT_EQ(s.skipped_steps, 0) << policy;
+  }
+}
+
+TEST(LossScaling, OverflowSkipsTheStepAndBacksOff) {
+  const auto metrics = std::filesystem::temp_directory_path() / "ferry_test_loss_scale.jsonl";
+  Config c = small_config("greedy", false, 1, 0, 12);
+  c.offload.gpu_budget = tight_budget(c);
+  c.train.precision = "fp16";
+  c.train.loss_scale_init = std::ldexp(1.0, 130);  // beyond fp32: the first steps overflow
+  c.train.loss_scale_growth_interval = 4;
+  TrainOptions opt;
+  opt.metrics = metrics;
+  const TrainSummary s = run(c, opt);
+  std::ifstream in(metrics);
+  std::vector<double> scales;
+  std::vector<bool> skipped;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    scales.push_back(j["loss_scale"].get<double>());
+    skipped.push_back(j.value("skipped", false));
+  }
+  ASSERT_EQ(scales.size(), 12u);
+  EXPECT_GT(s.skipped_steps, 0);
+  EXPECT_LT(s.skipped_steps, 12);
+  for (size_t i = 0; i + 1 < scales.size(); ++i) {
+    if (skipped[i]) EXPECT_EQ(scales[i + 1], scales[i] / 2) << i;  // backs off after an overflow
+  }
+  EXPECT_TRUE(skipped.front());
+  EXPECT_FALSE(skipped.back());
+  // A skipped step changes nothing: up to the first good step, every loss is the initial weights' loss
+  // on that step's batch (a run with lr 0 never changes its weights).
+  Config frozen = small_config("greedy", false, 1, c.offload.gpu_budget, 12);
+  frozen.optim.lr = frozen.optim.min_lr = 0;
+  const TrainSummary still = run(frozen);
+  const size_t first_good = std::find(skipped.begin(), skipped.end(), false) - skipped.begin();
+  for (size_t i = 0; i <= first_good; ++i) EXPECT_EQ(s.losses[i], still.losses[i]) << i;
+  EXPECT_NE(s.losses[first_good + 1], still.losses[first_good + 1]);
+  std::filesystem::remove(metrics);
+}
+
+TEST(LossScaling, ResumesWithItsScaleAndItsPendingDelayedUpdate) {
+  const auto dir = std::filesystem::temp_directory_path() / "ferry_test_loss_scale_resume";
+  std::filesystem::remove_all(dir);
+  Config c = small_config("zero-offload", false, 1, 0, 10);
+  c.train.precision = "fp16";
+  c.train.loss_scale_init = std::ldexp(1.0, 127);  // overflows at first, then settles, then grows
+  c.train.loss_scale_growth_interval = 2;
+  c.offload.overlap = "delayed";
+  c.offload.sync_steps = 2;
+  const TrainSummary whole = run(c);
+  c.train.checkpoint_dir = dir;
+  TrainOptions first;
+  first.stop_after = 5;
+  const TrainSummary a = run(c, first);
+  ASSERT_TRUE(a.interrupted);
+  TrainOptions resume;
+  resume.resume = dir;
+  const TrainSummary b = run(c, resume);
+  std::vector<float> joined = a.losses;
+  joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+  EXPECT_EQ(joined, whole.losses);
+  EXPECT_EQ(a.skipped_steps + b.skipped_steps, whole.skipped_steps);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Executor, NothingIsAllocatedOnTheDeviceAfterStartUp) {
   Config c = small_config("greedy", false, 1, 0, 8);
   c.offload.gpu_budget = tight_budget(c);
