@@ -61,4 +61,8 @@ int run_planner_bench(const std::string& json_path, const std::string& markdown_
 int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_t seq, const std::string& json_path,
                        const std::string& markdown_path, const std::string& command);
 
+// `ferry-bench offload`: offloaded training on the host device, every policy: measured vs predicted.
+int run_offload_bench(const std::string& config_path, const std::vector<std::string>& overrides, int steps,
+                      const std::string& json_path, const std::string& markdown_path, const std::string& command);
+
 }  // namespace ferry::bench

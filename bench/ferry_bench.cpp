@@ -39,11 +39,21 @@ int main(int argc, char** argv) {
   policies->add_option("--seq", policy_seq, "Tokens per sequence (default 1024)")->check(CLI::PositiveNumber);
   policies->add_option("--json", json, "Also write the results as JSON to this file (bench/results/policies.json)");
   policies->add_option("--markdown", markdown, "Also write the Markdown table to this file");
+  std::vector<std::string> offload_overrides;
+  int offload_steps = 20;
+  auto* offload = app.add_subcommand("offload", "Offloaded training on the host device, every policy and overlap mode: "
+                                                "measured step time vs the Simulator's prediction");
+  offload->add_option("-c,--config", config, "Experiment file")->required()->check(CLI::ExistingFile);
+  offload->add_option("--set", offload_overrides, "Config overrides, e.g. offload.gpu_budget=48MiB device.host.link_gbps=1 (repeatable)");
+  offload->add_option("--steps", offload_steps, "Training steps per run (the median step is reported)")->check(CLI::PositiveNumber);
+  offload->add_option("--json", json, "Also write the results as JSON to this file (bench/results/offload-host.json)");
+  offload->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   CLI11_PARSE(app, argc, argv);
 
   std::string command = "ferry-bench";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   try {
+    if (*offload) return ferry::bench::run_offload_bench(config, offload_overrides, offload_steps, json, markdown, command);
     if (*policies) return ferry::bench::run_policies_bench(cost_model, policy_batch, policy_seq, json, markdown, command);
     if (*planner) return ferry::bench::run_planner_bench(json, markdown, command);
     if (*adam) return ferry::bench::run_adam_bench(params, threads, reps, json, markdown, command);

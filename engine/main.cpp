@@ -36,11 +36,17 @@ constexpr const char* kTrainFooter =
     "  train:  batch_size, grad_accum, steps, seed, log_every, eval_every (0: start and end),\n"
     "          checkpoint_dir, checkpoint_every (0: at the end and when interrupted), keep_checkpoints,\n"
     "          eval_batches, threads (the model's ops, 0: all cores),\n"
-    "          activation_checkpointing (auto | true | false; planned by `ferry plan` today)\n"
-    "  offload: bucket_mb (auto | MiB per parameter bucket), policy, gpu_budget (e.g. 8GiB),\n"
-    "          cost_model (JSON file; used by `ferry plan`)\n"
-    "  device: auto | cpu | cuda\n"
-    "Example: ferry train --config configs/gpt-tiny.yaml --steps 50 --set optim.lr=1e-3";
+    "          activation_checkpointing (auto | true | false), precision (bf16 | fp16: dynamic loss\n"
+    "          scaling from loss_scale_init, doubling after loss_scale_growth_interval good steps)\n"
+    "  offload: policy (resident | zero-offload | chunk-lru | greedy), gpu_budget (e.g. 6GiB, 48MiB;\n"
+    "          unset: what resident needs), bucket_mb (auto | MiB per parameter bucket),\n"
+    "          overlap (backward | delayed: AdamW one step behind, as ZeRO-Offload's DPU),\n"
+    "          sync_steps (delayed: the first steps update synchronously), cost_model (JSON file;\n"
+    "          unset: the host device is measured once and cached)\n"
+    "  device: auto | cpu | cuda, or {kind: cpu, host: {link_gbps: 16}} (the host device's copies\n"
+    "          throttled like a PCIe link)\n"
+    "Example: ferry train --config configs/gpt-tiny.yaml --steps 50 --set offload.policy=greedy \\\n"
+    "           --set offload.gpu_budget=48MiB --set device.host.link_gbps=8 --trace trace.json";
 
 }  // namespace
 
@@ -57,7 +63,14 @@ int main(int argc, char** argv) {
   train->add_option("--steps", steps, "Override train.steps")->check(CLI::PositiveNumber);
   train->add_option("--seed", seed, "Override train.seed")->check(CLI::NonNegativeNumber);
   train->add_option("--metrics", metrics_path, "Write one JSON line per step to this file "
-                                                "(step, loss, val_loss when evaluated, lr, grad_norm, tokens_per_s, elapsed_s)");
+                                                "(step, loss, val_loss when evaluated, lr, grad_norm, tokens_per_s, elapsed_s, "
+                                                "step_s, predicted_step_s, stall_s, h2d_bytes, d2h_bytes, peak_device_bytes; "
+                                                "loss_scale with fp16)");
+  std::string trace_path;
+  int trace_steps = 2;
+  train->add_option("--trace", trace_path, "Write a Chrome/Perfetto trace (open in ui.perfetto.dev): a track per stream "
+                                           "and the CPU AdamW worker, a slice per op, copy and optimizer task");
+  train->add_option("--trace-steps", trace_steps, "Steps the trace covers, from the first (default 2)")->check(CLI::PositiveNumber);
   train->add_option("--set", overrides, "Override any config key, e.g. --set optim.lr=1e-3 (repeatable)");
   std::string resume;
   train->add_option("--resume", resume, "Continue from a checkpoint folder, or the newest in a train.checkpoint_dir; "
@@ -147,6 +160,8 @@ int main(int argc, char** argv) {
     ferry::engine::TrainOptions opt;
     opt.metrics = metrics_path;
     opt.resume = resume;
+    opt.trace = trace_path;
+    opt.trace_steps = trace_steps;
     // Ctrl-C / SIGTERM: finish the step, write a checkpoint (with train.checkpoint_dir), exit cleanly.
     static std::atomic<bool> stop{false};
     std::signal(SIGINT, [](int) { stop = true; });

@@ -90,6 +90,36 @@ TEST(Config, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
   }
 }
 
+TEST(Config, DeviceIsAKindOrAMappingWithHostSettings) {
+  EXPECT_EQ(parse(kMinimal + "device: cpu\n").device, "cpu");
+  const Config m = parse(kMinimal + "device: {kind: cpu, host: {link_gbps: 12.5}}\n");
+  EXPECT_EQ(m.device, "cpu");
+  EXPECT_DOUBLE_EQ(m.host_device.link_gbps, 12.5);
+  // --set reaches into the mapping, and turns the short form into it.
+  const Config o = parse(kMinimal + "device: cpu\n", {"device.host.link_gbps=8"});
+  EXPECT_EQ(o.device, "cpu");
+  EXPECT_DOUBLE_EQ(o.host_device.link_gbps, 8);
+  EXPECT_DOUBLE_EQ(parse(kMinimal, {"device.host.link_gbps=4"}).host_device.link_gbps, 4);
+  EXPECT_NE(error_of(kMinimal + "device: {kind: cpu, host: {link_gpbs: 8}}\n").find("device.host.link_gpbs: unknown key; device.host takes link_gbps"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal + "device: {kind: tpu}\n").find("device.kind: 'tpu' is not allowed"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"data.path.x=1"}).find("'path' is not a section"), std::string::npos);
+}
+
+TEST(Config, OffloadOverlapAndPrecision) {
+  const Config c = parse(kMinimal, {"offload.overlap=delayed", "offload.sync_steps=5", "train.precision=fp16",
+                                    "train.loss_scale_init=1024", "train.loss_scale_growth_interval=50"});
+  EXPECT_EQ(c.offload.overlap, "delayed");
+  EXPECT_EQ(c.offload.sync_steps, 5);
+  EXPECT_EQ(c.train.precision, "fp16");
+  EXPECT_EQ(c.train.loss_scale_init, 1024);
+  EXPECT_EQ(c.train.loss_scale_growth_interval, 50);
+  EXPECT_NE(error_of(kMinimal, {"offload.overlap=forward"}).find("offload.overlap: 'forward' is not allowed; expected one of backward | delayed"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"train.loss_scale_init=1000"}).find("expected a power of two"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"train.precision=fp8"}).find("train.precision"), std::string::npos);
+}
+
 TEST(Config, EveryShippedConfigLoads) {
   int n = 0;
   for (const auto& entry : std::filesystem::directory_iterator(kConfigs)) {
