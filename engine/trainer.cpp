@@ -123,6 +123,15 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   offload::CostModel cost = cfg.offload.cost_model.empty() ? host_cost_model(threads, &cost_cache) : offload::CostModel::load(cfg.offload.cost_model);
   cost.weight_bytes = cost.activation_bytes = 4;
   cost.fused_attention = false;
+  models::CpuRunner evaluator(spec, params);  // evaluation: the resident CPU path on the gathered master weights
+  if (cfg.offload.cost_model.empty()) {
+    // The host device's op times, profiled on this model and batch (the fastest of three passes).
+    const Batch b = data.train_batch(cfg.train.seed, 0, B);
+    evaluator.set_batch(b.tokens, b.targets);
+    cost.profiled_op_s = evaluator.profile_ops(3);
+    params.zero_grads();
+    cost.name += "; op times profiled on this model";
+  }
   if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;
   const int64_t bucket_bytes = cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
   const offload::Policy policy = offload::parse_policy(cfg.offload.policy);
@@ -164,7 +173,6 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   if (!opt.trace.empty()) trace = std::make_unique<Trace>();
   HostDevice device({device_memory.peak, cfg.host_device.link_gbps, threads, trace.get()});
   Executor executor(spec, plan, host, device, adamw, {static_cast<float>(cfg.optim.grad_clip), {}}, trace.get());
-  models::CpuRunner evaluator(spec, params);  // evaluation: the resident CPU path on the gathered master weights
 
   progress.message(fmt::format(
       "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "

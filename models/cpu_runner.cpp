@@ -1,6 +1,8 @@
 // CpuRunner: the resident CPU path: one arena for the activations, the ParameterStore for parameters.
 #include "models/cpu_runner.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 
@@ -34,6 +36,18 @@ float CpuRunner::forward_backward(float loss_weight) {
   loss_weight_ = loss_weight;
   for (const auto& op : spec_.ops) run_op(op);
   return last_loss_;
+}
+
+std::vector<double> CpuRunner::profile_ops(int reps) {
+  std::vector<double> best(spec_.ops.size(), 1e30);
+  loss_weight_ = 1.0f;
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < spec_.ops.size(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run_op(spec_.ops[i]);
+      best[i] = std::min(best[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  return best;
 }
 
 std::span<const float> CpuRunner::tensor(const std::string& name) const {

@@ -25,8 +25,11 @@ class CpuRunner {
   float forward();
   // Runs every op. Parameter grads accumulate d(loss_weight * mean loss)/dparam into the store.
   float forward_backward(float loss_weight = 1.0f);
-  // Runs one op: the unit the Executor will interleave transfers between.
+  // Runs one op.
   void run_op(const OpSpec& op);
+  // Each op's time (the fastest of `reps` forward+backward passes over the current batch), indexed like
+  // spec.ops: the host device's measured cost of every op, for the planner and the Simulator.
+  std::vector<double> profile_ops(int reps);
 
   // A tensor's current contents; meaningful only while it is alive (its memory is reused after).
   std::span<const float> tensor(const std::string& name) const;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "models/model_spec.h"
 
@@ -35,8 +36,13 @@ struct CostModel {
   double cpu_norm_params_per_s = 7e9;
   double device_adam_params_per_s = 5e10;
 
-  // Roofline time of one op: the larger of its FLOPs at flops_per_s and the bytes it touches (its tensors
-  // and parameters at the device's element sizes) at memory_bytes_per_s, plus the per-op overhead.
+  // Per-op times profiled on the device for one spec (indexed like spec.ops); they replace the roofline
+  // for that spec. Not saved to JSON: a profile belongs to one model shape and batch.
+  std::vector<double> profiled_op_s;
+
+  // One op's time: its profiled time when there is a profile for this spec; else the roofline: the larger
+  // of its FLOPs at flops_per_s and the bytes it touches (its tensors and parameters at the device's
+  // element sizes) at memory_bytes_per_s, plus the per-op overhead.
   double op_seconds(const models::ModelSpec& spec, const models::OpSpec& op) const;
   // Bytes a tensor takes on the device: its elements at activation_bytes, except the attention
   // probabilities under fused attention (one fp32 per row instead of a row of T).
