@@ -125,10 +125,10 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   cost.fused_attention = false;
   models::CpuRunner evaluator(spec, params);  // evaluation: the resident CPU path on the gathered master weights
   if (cfg.offload.cost_model.empty()) {
-    // The host device's op times, profiled on this model and batch (the fastest of three passes).
+    // The host device's op times, profiled on this model and batch (the fastest of 3 to 10 passes, 1 s).
     const Batch b = data.train_batch(cfg.train.seed, 0, B);
     evaluator.set_batch(b.tokens, b.targets);
-    cost.profiled_op_s = evaluator.profile_ops(3);
+    cost.profiled_op_s = evaluator.profile_ops(3, 1.0, 10);
     params.zero_grads();
     cost.name += "; op times profiled on this model";
   }

@@ -38,15 +38,18 @@ float CpuRunner::forward_backward(float loss_weight) {
   return last_loss_;
 }
 
-std::vector<double> CpuRunner::profile_ops(int reps) {
+std::vector<double> CpuRunner::profile_ops(int min_reps, double min_seconds, int max_reps) {
   std::vector<double> best(spec_.ops.size(), 1e30);
   loss_weight_ = 1.0f;
-  for (int r = 0; r < reps; ++r)
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < max_reps; ++r) {
+    if (r >= min_reps && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= min_seconds) break;
     for (size_t i = 0; i < spec_.ops.size(); ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       run_op(spec_.ops[i]);
       best[i] = std::min(best[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
+  }
   return best;
 }
 

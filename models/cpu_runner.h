@@ -27,9 +27,10 @@ class CpuRunner {
   float forward_backward(float loss_weight = 1.0f);
   // Runs one op.
   void run_op(const OpSpec& op);
-  // Each op's time (the fastest of `reps` forward+backward passes over the current batch), indexed like
-  // spec.ops: the host device's measured cost of every op, for the planner and the Simulator.
-  std::vector<double> profile_ops(int reps);
+  // Each op's time (its fastest over forward+backward passes on the current batch: at least min_reps
+  // passes and min_seconds in all, at most max_reps), indexed like spec.ops: the host device's measured
+  // cost of every op, for the planner and the Simulator.
+  std::vector<double> profile_ops(int min_reps, double min_seconds, int max_reps);
 
   // A tensor's current contents; meaningful only while it is alive (its memory is reused after).
   std::span<const float> tensor(const std::string& name) const;
