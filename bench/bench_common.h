@@ -58,8 +58,8 @@ int run_adam_bench(int64_t params, int threads, int reps, const std::string& jso
 int run_planner_bench(const std::string& json_path, const std::string& markdown_path, const std::string& command);
 
 // `ferry-bench policies`: every placement policy on a cost model for GPT shapes and budgets.
-int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_t seq, const std::string& json_path,
-                       const std::string& markdown_path, const std::string& command);
+int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_t seq, bool delayed,
+                       const std::string& json_path, const std::string& markdown_path, const std::string& command);
 
 // `ferry-bench offload`: offloaded training on the host device, every policy: measured vs predicted.
 int run_offload_bench(const std::string& config_path, const std::vector<std::string>& overrides, int steps,

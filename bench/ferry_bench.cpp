@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   policies->add_option("--cost-model", cost_model, "Cost model file (default: the shipped H100-class one)")->check(CLI::ExistingFile);
   policies->add_option("--batch", policy_batch, "Sequences per step (default 1)")->check(CLI::PositiveNumber);
   policies->add_option("--seq", policy_seq, "Tokens per sequence (default 1024)")->check(CLI::PositiveNumber);
+  std::string policy_overlap = "backward";
+  policies->add_option("--overlap", policy_overlap, "backward | delayed (AdamW one step behind)")->check(CLI::IsMember({"backward", "delayed"}));
   policies->add_option("--json", json, "Also write the results as JSON to this file (bench/results/policies.json)");
   policies->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   std::vector<std::string> offload_overrides;
@@ -54,7 +56,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   try {
     if (*offload) return ferry::bench::run_offload_bench(config, offload_overrides, offload_steps, json, markdown, command);
-    if (*policies) return ferry::bench::run_policies_bench(cost_model, policy_batch, policy_seq, json, markdown, command);
+    if (*policies) return ferry::bench::run_policies_bench(cost_model, policy_batch, policy_seq, policy_overlap == "delayed", json, markdown, command);
     if (*planner) return ferry::bench::run_planner_bench(json, markdown, command);
     if (*adam) return ferry::bench::run_adam_bench(params, threads, reps, json, markdown, command);
     return ferry::bench::run_step_bench(config, batch, seq, steps, warmup, threads, json, markdown, command);

@@ -13,8 +13,8 @@
 
 namespace ferry::bench {
 
-int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_t seq, const std::string& json_path,
-                       const std::string& markdown_path, const std::string& command) {
+int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_t seq, bool delayed,
+                       const std::string& json_path, const std::string& markdown_path, const std::string& command) {
   const offload::CostModel cost = offload::CostModel::load(cost_model_path);
   struct Model {
     std::string name;
@@ -41,8 +41,10 @@ int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_
         nlohmann::json c{{"model", m.name}, {"params", spec.param_count()}, {"budget_bytes", p.budget_bytes},
                          {"policy", offload::to_string(policy)}, {"lower_bound_step_s", bound}};
         try {
-          const offload::StepPlan plan = offload::plan_step(spec, cost, memory::BucketLayout::kDefaultBucketBytes,
-                                                            p.budget_bytes, policy, offload::Checkpointing::Auto);
+          offload::StepPlan plan = offload::plan_step(spec, cost, memory::BucketLayout::kDefaultBucketBytes,
+                                                      p.budget_bytes, policy, offload::Checkpointing::Auto);
+          if (delayed && !plan.schedule.optimizer_on_device)
+            plan.schedule = offload::with_delayed_update(plan.problem, std::move(plan.schedule));
           const offload::SimResult r = offload::simulate(plan.problem, plan.schedule);
           c["fits"] = true;
           c["checkpointed_blocks"] = plan.problem.checkpointed_layers;
@@ -70,15 +72,17 @@ int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_
   fmt::print("{}", table.str());
   if (!json_path.empty()) {
     nlohmann::json j{{"benchmark", "policies"}, {"cost_model", cost.to_json()}, {"batch", batch}, {"seq", seq},
+                     {"overlap", delayed ? "delayed" : "backward"},
                      {"cases", cases}, {"date", today()}, {"command", command}};
     write_result(json_path, "--json", j.dump(2) + "\n");
   }
   if (!markdown_path.empty()) {
     write_result(markdown_path, "--markdown",
                  fmt::format("# Placement policies on the simulator\n\nCost model: {} ({}). Batch {} x {} tokens; "
-                             "buckets of 32 MiB; activation checkpointing auto (\"k ckpt\": k blocks recomputed). "
+                             "buckets of 32 MiB; activation checkpointing auto (\"k ckpt\": k blocks recomputed); overlap {}. "
                              "Predicted step times in seconds. Date: {}.\n\nCommand: `{}`\n\n",
                              cost.name, cost.assumed ? "assumed figures, not measured" : "measured", batch, seq,
+                             delayed ? "delayed (AdamW one step behind)" : "backward",
                              today(), command) +
                      table.str());
   }

@@ -50,8 +50,10 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
   for (offload::Policy policy : offload::all_policies()) {
     nlohmann::json j{{"policy", offload::to_string(policy)}, {"budget_bytes", budget}, {"lower_bound_step_s", bound}};
     try {
-      const offload::StepPlan plan = offload::plan_step(spec, cost, bucket_bytes, budget, policy, checkpointing);
-      const offload::SimResult r = offload::simulate(plan.problem, plan.schedule);
+      offload::StepPlan plan = offload::plan_step(spec, cost, bucket_bytes, budget, policy, checkpointing, cfg.train.grad_accum);
+      if (cfg.offload.overlap == "delayed" && !plan.schedule.optimizer_on_device)
+        plan.schedule = offload::with_delayed_update(plan.problem, std::move(plan.schedule));
+      const offload::SimResult r = offload::simulate(plan.problem, plan.schedule);  // one micro-batch
       j.update({{"fits", true}, {"checkpointed_blocks", plan.problem.checkpointed_layers}, {"peak_device_bytes", r.peak_device_bytes}, {"predicted_step_s", r.step_s},
                 {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"resident_bytes", r.resident_bytes},
                 {"offloaded_bytes", r.offloaded_bytes}, {"stall_s", r.stall_s}});

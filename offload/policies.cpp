@@ -333,7 +333,8 @@ double lower_bound_step_s(const OffloadProblem& p) {
   const double compute = std::accumulate(p.op_seconds.begin(), p.op_seconds.end(), 0.0);
   double h2d = 0, d2h = 0;
   for (int64_t bytes : p.bucket_bytes) h2d += p.cost.h2d.seconds(bytes), d2h += p.cost.d2h.seconds(bytes);
-  return std::max({compute, h2d, d2h, double(p.total_params()) / p.cost.cpu_adam_params_per_s});
+  const double cpu = double(p.total_params()) * (1 / p.cost.cpu_adam_params_per_s + 1 / p.cost.cpu_norm_params_per_s);
+  return std::max({compute, h2d, d2h, cpu});
 }
 
 Schedule with_delayed_update(const OffloadProblem& p, Schedule s) {

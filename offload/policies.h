@@ -28,8 +28,8 @@ struct BudgetError : std::runtime_error {
 int64_t minimum_device_bytes(const OffloadProblem& problem);
 
 // No plan can be faster: resident's step when everything fits the budget; otherwise the largest of the
-// compute time, every gradient crossing to the host, every updated working copy crossing back, and AdamW
-// over every parameter on the CPU.
+// compute time, every gradient crossing to the host, every updated working copy crossing back, and the
+// CPU's statistics pass and AdamW over every parameter.
 double lower_bound_step_s(const OffloadProblem& problem);
 
 // A schedule for the policy that the Simulator accepts and that fits the budget; BudgetError otherwise.
