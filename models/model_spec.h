@@ -40,6 +40,9 @@ struct OpAttrs {
   int64_t in = 0, out = 0; // Linear: in/out features. LayerNorm/Gelu/Residual: channels in `in`
   bool weight_out_in = false; // Linear: weight stored [out, in] (nn.Linear, tied LM head) vs [in, out] (HF Conv1D)
   int64_t batch = 0, seq = 0, heads = 0; // Attention, Embedding
+  bool causal = true;         // Attention: GPT-2's causal mask; false: BERT's bidirectional with key padding mask
+  bool exact_gelu = false;    // Gelu: the erf form (BERT) instead of the tanh approximation (GPT-2)
+  float eps = 1e-5f;          // LayerNorm
 };
 
 // One op of the step. The tensor slots per kind and pass are fixed (documented in ops.h); an op reaches

@@ -48,7 +48,7 @@ float* softmax_into_scratch(const float* logits, int64_t N, int64_t V, bool log)
 
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V) {
   const float* logp = softmax_into_scratch(logits, N, V, /*log=*/true);
-  for (int64_t r = 0; r < N; ++r) losses[r] = -logp[r * V + targets[r]];
+  for (int64_t r = 0; r < N; ++r) losses[r] = targets[r] < 0 ? 0.0f : -logp[r * V + targets[r]];
 }
 
 void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int64_t N,
@@ -56,6 +56,7 @@ void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* 
   const float* p = softmax_into_scratch(logits, N, V, /*log=*/false);
   parallel_chunks(N, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
+      if (targets[r] < 0) continue;  // not a position of the loss
       float* d = dlogits + r * V;
       const float* pr = p + r * V;
       for (int64_t v = 0; v < V; ++v) d[v] += dloss * pr[v];

@@ -1,23 +1,26 @@
-// Token + learned position embedding (GPT-2's wte/wpe), forward and backward.
+// Token + learned position embedding (GPT-2's wte/wpe; BERT adds its token-type row), forward and backward.
 #include "models/ops/ops.h"
 #include "models/ops/parallel.h"
 
 namespace ferry::models::ops {
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
-                       int64_t T, int64_t C) {
+                       int64_t T, int64_t C, const float* type) {
   parallel_chunks(B * T, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* tok = wte + static_cast<int64_t>(tokens[r]) * C;
       const float* pos = wpe + (r % T) * C;
       float* o = out + r * C;
-      for (int64_t c = 0; c < C; ++c) o[c] = tok[c] + pos[c];
+      if (type)
+        for (int64_t c = 0; c < C; ++c) o[c] = (tok[c] + type[c]) + pos[c];
+      else
+        for (int64_t c = 0; c < C; ++c) o[c] = tok[c] + pos[c];
     }
   });
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
-                        int64_t T, int64_t C) {
+                        int64_t T, int64_t C, float* dtype) {
   // Split over channels, not tokens: two tokens may share a row of wte, never a channel block.
   parallel_chunks(C, 64, [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < B * T; ++r) {
@@ -28,6 +31,8 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
         gt[c] += d[c];
         gp[c] += d[c];
       }
+      if (dtype)
+        for (int64_t c = c0; c < c1; ++c) dtype[c] += d[c];
     }
   });
 }

@@ -1,9 +1,11 @@
-// GELU, tanh approximation (GPT-2's "gelu_new"), forward and backward:
+// GELU, forward and backward; BERT's exact form 0.5 x (1 + erf(x / sqrt(2))) through eltwise_gelu_erf, and
+// the tanh approximation (GPT-2's "gelu_new"):
 //   y = 0.5 x (1 + tanh(s (x + 0.044715 x^3))),  s = sqrt(2/pi)
 //   dy/dx = 0.5 (1 + th) + 0.5 x (1 - th^2) s (1 + 3 * 0.044715 x^2),  th = tanh(...)
 // computed by oneDNN's eltwise_gelu_tanh (vectorised tanh; libm's scalar tanh made this op a fifth of a
 // GPT-2 step on the CPU).
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "models/ops/onednn.h"
@@ -19,11 +21,11 @@ struct Gelu {
   dnnl::eltwise_backward bwd;
 };
 
-const Gelu& gelu_for(int64_t n) {
-  return onednn::cached<Gelu>(n, [n] {
+const Gelu& gelu_for(int64_t n, bool exact) {
+  return onednn::cached<Gelu>(std::pair{n, exact}, [n, exact] {
     Gelu g;
     g.md = dnnl::memory::desc({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
-    const auto alg = dnnl::algorithm::eltwise_gelu_tanh;
+    const auto alg = exact ? dnnl::algorithm::eltwise_gelu_erf : dnnl::algorithm::eltwise_gelu_tanh;
     dnnl::eltwise_forward::primitive_desc fpd(
         dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, g.md, 0.f, 0.f), onednn::engine());
     g.fwd = dnnl::eltwise_forward(fpd);
@@ -35,17 +37,17 @@ const Gelu& gelu_for(int64_t n) {
 
 }  // namespace
 
-void gelu_forward(float* out, const float* x, int64_t N) {
-  const Gelu& g = gelu_for(N);
+void gelu_forward(float* out, const float* x, int64_t N, bool exact) {
+  const Gelu& g = gelu_for(N, exact);
   g.fwd.execute(onednn::stream(), {{DNNL_ARG_SRC, onednn::wrap(g.md, x)}, {DNNL_ARG_DST, onednn::wrap(g.md, out)}});
   onednn::stream().wait();
 }
 
-void gelu_backward(float* dx, const float* dout, const float* x, int64_t N) {
+void gelu_backward(float* dx, const float* dout, const float* x, int64_t N, bool exact) {
   // oneDNN overwrites its output; ops accumulate, so compute into scratch and add.
   thread_local std::vector<float> scratch;
   if (static_cast<int64_t>(scratch.size()) < N) scratch.resize(N);
-  const Gelu& g = gelu_for(N);
+  const Gelu& g = gelu_for(N, exact);
   g.bwd.execute(onednn::stream(), {{DNNL_ARG_SRC, onednn::wrap(g.md, x)},
                                    {DNNL_ARG_DIFF_DST, onednn::wrap(g.md, dout)},
                                    {DNNL_ARG_DIFF_SRC, onednn::wrap(g.md, scratch.data())}});

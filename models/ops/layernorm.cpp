@@ -1,4 +1,4 @@
-// LayerNorm over the channel dim with fp32 statistics (eps 1e-5, as torch.nn.LayerNorm), forward and backward.
+// LayerNorm over the channel dim with fp32 statistics (eps 1e-5 for GPT-2, 1e-12 for BERT), forward and backward.
 #include <cmath>
 
 #include "models/ops/ops.h"
@@ -6,10 +6,9 @@
 
 namespace ferry::models::ops {
 
-constexpr float kLayerNormEps = 1e-5f;
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
-                       int64_t N, int64_t C) {
+                       int64_t N, int64_t C, float eps) {
   parallel_chunks(N, 8, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * C;
@@ -21,7 +20,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
 #pragma omp simd reduction(+ : var)
       for (int64_t c = 0; c < C; ++c) var += (xr[c] - m) * (xr[c] - m);
       var /= static_cast<float>(C);
-      const float s = 1.0f / std::sqrt(var + kLayerNormEps);
+      const float s = 1.0f / std::sqrt(var + eps);
       float* o = out + r * C;
       for (int64_t c = 0; c < C; ++c) o[c] = (xr[c] - m) * s * w[c] + b[c];
       mean[r] = m;
