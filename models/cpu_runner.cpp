@@ -16,14 +16,21 @@ CpuRunner::CpuRunner(const ModelSpec& spec, ParameterStore& params)
   for (int p = 0; p < params.count(); ++p) value_ptr_.push_back(params.value(p).data()), grad_ptr_.push_back(params.grad(p).data());
 }
 
-void CpuRunner::set_batch(std::span<const int32_t> tokens, std::span<const int32_t> targets) {
+void CpuRunner::set_batch(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                          std::span<const int32_t> attention_mask) {
   const int tok = spec_.tensor_index("tokens"), tgt = spec_.tensor_index("targets");
   const auto n = static_cast<size_t>(numel(spec_.tensors[tok].shape));
-  if (tokens.size() != n || targets.size() != n)
+  if (tokens.size() != n || targets.size() != n || (!attention_mask.empty() && attention_mask.size() != n))
     throw std::invalid_argument("batch has " + std::to_string(tokens.size()) + " tokens; the model step takes " +
                                 std::to_string(n));
   std::memcpy(arena_.data() + plan_.offsets[tok], tokens.data(), n * sizeof(int32_t));
   std::memcpy(arena_.data() + plan_.offsets[tgt], targets.data(), n * sizeof(int32_t));
+  for (size_t t = 0; t < spec_.tensors.size(); ++t)
+    if (spec_.tensors[t].name == "attention_mask") {
+      auto* mask = reinterpret_cast<int32_t*>(arena_.data() + plan_.offsets[t]);
+      if (attention_mask.empty()) std::fill(mask, mask + n, 1);
+      else std::memcpy(mask, attention_mask.data(), n * sizeof(int32_t));
+    }
 }
 
 float CpuRunner::forward() {

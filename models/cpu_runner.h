@@ -19,8 +19,10 @@ class CpuRunner {
  public:
   CpuRunner(const ModelSpec& spec, ParameterStore& params);
 
-  // Copies a batch (B*T tokens and next-token targets) into the spec's input tensors.
-  void set_batch(std::span<const int32_t> tokens, std::span<const int32_t> targets);
+  // Copies a batch (B*T tokens and targets, and for BERT the attention mask: empty means no padding) into
+  // the spec's input tensors.
+  void set_batch(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                 std::span<const int32_t> attention_mask = {});
   // Runs the forward ops (loss included); returns the mean loss over the batch.
   float forward();
   // Runs every op. Parameter grads accumulate d(loss_weight * mean loss)/dparam into the store.

@@ -1,0 +1,33 @@
+// BERT as a ModelSpec (BertForMaskedLM's shape): token + position + token-type embeddings, post-LayerNorm
+// encoder blocks with bidirectional attention under a key padding mask, GELU (erf form), and the MLM head
+// (dense, GELU, LayerNorm, decoder tied to the word embeddings plus its own bias). Parameter names and
+// shapes follow BertForMaskedLM. Token types are all 0 (single-segment masked-LM training).
+#pragma once
+
+#include <cstdint>
+
+#include "models/model_spec.h"
+#include "models/parameter_store.h"
+
+namespace ferry::models {
+
+struct BertConfig {
+  int n_layer = 2;
+  int n_head = 4;
+  int n_embd = 64;         // hidden_size
+  int vocab_size = 256;
+  int seq_len = 64;        // max_position_embeddings
+  int intermediate = 0;    // 0: 4 * n_embd
+  int ffn() const { return intermediate > 0 ? intermediate : 4 * n_embd; }
+};
+
+// The spec of one training step on B sequences of T <= seq_len tokens. Inputs: "tokens" (B,T), "targets"
+// (B,T: the original token at each position chosen for the loss, -100 elsewhere) and "attention_mask"
+// (B,T: 1 a real token, 0 padding).
+ModelSpec build_bert(const BertConfig& config, int64_t B, int64_t T);
+
+// BERT's initialisation: N(0, 0.02) weights and embeddings, zero biases, unit LayerNorm gains.
+// Deterministic in `seed` on every platform.
+void init_bert(const ModelSpec& spec, ParameterStore& store, uint64_t seed);
+
+}  // namespace ferry::models

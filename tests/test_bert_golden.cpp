@@ -1,0 +1,84 @@
+// BERT (BertForMaskedLM's shape) against Hugging Face transformers: logits, masked-LM loss, every gradient,
+// and 5 AdamW steps with clipping, on a batch with padding, from tests/data/make_bert_reference.py.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "cpu_optim/adamw.h"
+#include "engine/safetensors.h"
+#include "engine/weights.h"
+#include "memory/host_buffer.h"
+#include "models/bert.h"
+#include "models/cpu_runner.h"
+#include "test_helpers.h"
+
+namespace ferry {
+namespace {
+
+struct BertGolden : ::testing::Test {
+  engine::SafetensorsFile ref = engine::SafetensorsFile::open(testing::data_path("bert_tiny_reference.safetensors"));
+  engine::SafetensorsFile weights = engine::SafetensorsFile::open(testing::data_path("bert_tiny.safetensors"));
+  nlohmann::json cfg = nlohmann::json::parse(ref.metadata().at("config"));
+  models::BertConfig bert{cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["hidden_size"], cfg["vocab_size"],
+                          cfg["max_position_embeddings"], cfg["intermediate_size"]};
+  std::vector<int32_t> tokens = ref.read_i32("input_ids");
+  std::vector<int32_t> labels = ref.read_i32("labels");
+  std::vector<int32_t> mask = ref.read_i32("attention_mask");
+  int64_t B = ref.find("input_ids")->shape[0], T = ref.find("input_ids")->shape[1];
+  models::ModelSpec spec = models::build_bert(bert, B, T);
+  models::ParameterStore params{spec.params};
+
+  void SetUp() override { engine::load_weights(weights, spec, params); }
+};
+
+TEST_F(BertGolden, LogitsAndLossMatchTransformers) {
+  models::CpuRunner runner(spec, params);
+  runner.set_batch(tokens, labels, mask);
+  const float loss = runner.forward();
+  EXPECT_LT(testing::max_rel_error(runner.tensor("head.decoder.out"), ref.read_f32("logits"), 1e-2), 1e-4);
+  EXPECT_NEAR(loss, ref.read_f32("loss")[0], 1e-4 * ref.read_f32("loss")[0]);
+}
+
+TEST_F(BertGolden, EveryGradientMatchesTransformers) {
+  models::CpuRunner runner(spec, params);
+  runner.set_batch(tokens, labels, mask);
+  params.zero_grads();
+  runner.forward_backward();
+  for (int i = 0; i < params.count(); ++i) {
+    const auto expected = ref.read_f32("grad." + spec.params[i].name);
+    double scale = 0;
+    for (float g : expected) scale = std::max(scale, double(std::abs(g)));
+    if (spec.params[i].name.ends_with("attention.self.key.bias")) {
+      // Exactly zero in exact arithmetic (a key bias shifts a query's scores by a constant, which the
+      // softmax ignores); both sides hold only rounding noise.
+      for (float g : params.grad(i)) EXPECT_LT(std::abs(g), 1e-7) << spec.params[i].name;
+      continue;
+    }
+    EXPECT_LT(testing::max_rel_error(params.grad(i), expected, scale), 1e-3) << spec.params[i].name;
+  }
+}
+
+TEST_F(BertGolden, FiveAdamWStepsWithClippingMatchTorch) {
+  const nlohmann::json adamw = nlohmann::json::parse(ref.metadata().at("adamw"));
+  const float clip = std::stof(ref.metadata().at("grad_clip"));
+  const cpu_optim::CpuAdamW optimizer(
+      cpu_optim::AdamWOptions{{adamw["lr"], adamw["beta1"], adamw["beta2"], adamw["eps"], adamw["weight_decay"]}});
+  const auto losses = ref.read_f32("adamw_losses");
+  const auto norms = ref.read_f32("adamw_grad_norms");
+  memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
+  models::CpuRunner runner(spec, params);
+  runner.set_batch(tokens, labels, mask);
+  const cpu_optim::Bucket bucket{params.values(), m.as<float>(), v.as<float>(), params.grads().data(), cpu_optim::DType::F32};
+  for (int step = 1; step <= static_cast<int>(norms.size()); ++step) {
+    params.zero_grads();
+    const float loss = runner.forward_backward();
+    EXPECT_NEAR(loss, losses[step - 1], 1e-4 * losses[step - 1]) << "before step " << step;
+    const auto report = optimizer.apply({&bucket, 1}, step, adamw["lr"].get<double>(), clip);
+    EXPECT_NEAR(report.grad_norm, norms[step - 1], 1e-3 * norms[step - 1]) << "grad norm at step " << step;
+  }
+  EXPECT_NEAR(runner.forward(), losses.back(), 1e-4 * losses.back()) << "after the last step";
+}
+
+}  // namespace
+}  // namespace ferry
