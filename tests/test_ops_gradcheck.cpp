@@ -49,15 +49,18 @@ TEST_P(GradCheck, Embedding) {
   const int64_t B = pick(1, 3), T = pick(1, 7), C = pick(1, 70), V = pick(2, 11);
   std::vector<int32_t> tokens(B * T);
   for (auto& t : tokens) t = static_cast<int32_t>(rng.below(V));
-  auto wte = randn(rng, V * C), wpe = randn(rng, T * C), R = randn(rng, B * T * C);
-  std::vector<float> out(B * T * C), dwte(V * C), dwpe(T * C);
-  auto loss = [&] {
-    embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-    return dot(out, R);
-  };
-  embedding_backward(dwte.data(), dwpe.data(), R.data(), tokens.data(), B, T, C);
-  expect_gradient("wte", wte, dwte, loss, rng);
-  expect_gradient("wpe", wpe, dwpe, loss, rng);
+  auto wte = randn(rng, V * C), wpe = randn(rng, T * C), type = randn(rng, C), R = randn(rng, B * T * C);
+  for (bool with_type : {false, true}) {  // BERT adds a token-type row
+    std::vector<float> out(B * T * C), dwte(V * C), dwpe(T * C), dtype(C);
+    auto loss = [&] {
+      embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, with_type ? type.data() : nullptr);
+      return dot(out, R);
+    };
+    embedding_backward(dwte.data(), dwpe.data(), R.data(), tokens.data(), B, T, C, with_type ? dtype.data() : nullptr);
+    expect_gradient("wte", wte, dwte, loss, rng);
+    expect_gradient("wpe", wpe, dwpe, loss, rng);
+    if (with_type) expect_gradient("type", type, dtype, loss, rng);
+  }
 }
 
 TEST_P(GradCheck, LayerNorm) {
@@ -106,16 +109,42 @@ TEST_P(GradCheck, CausalAttention) {
   expect_gradient("qkv", qkv, dqkv, loss, rng, 48);
 }
 
-TEST_P(GradCheck, Gelu) {
-  const int64_t N = pick(1, 300);
-  auto x = randn(rng, N, 2.0), R = randn(rng, N);
-  std::vector<float> out(N), dx(N);
+TEST_P(GradCheck, BidirectionalAttentionWithPadding) {  // BERT's: separate q, k, v and a key mask
+  const int64_t B = pick(1, 3), T = pick(1, 9), NH = pick(1, 3), C = NH * pick(1, 8);
+  auto q = randn(rng, B * T * C), k = randn(rng, B * T * C), v = randn(rng, B * T * C), R = randn(rng, B * T * C);
+  std::vector<int32_t> mask(B * T, 1);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = T - pick(0, T - 1); t < T; ++t) mask[b * T + t] = 0;  // padding at the end, one real token kept
+  const AttentionShape shape{B, T, C, NH, C, false, mask.data()};
+  std::vector<float> out(B * T * C), att(B * NH * T * T), dq(B * T * C), dk(B * T * C), dv(B * T * C);
   auto loss = [&] {
-    gelu_forward(out.data(), x.data(), N);
+    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), shape);
     return dot(out, R);
   };
-  gelu_backward(dx.data(), R.data(), x.data(), N);
-  expect_gradient("x", x, dx, loss, rng);
+  loss();
+  for (int64_t b = 0; b < B; ++b)  // no attention to padding
+    for (int64_t r = 0; r < NH * T; ++r)
+      for (int64_t t2 = 0; t2 < T; ++t2)
+        if (!mask[b * T + t2]) EXPECT_EQ(att[(b * NH * T + r) * T + t2], 0.0f);
+  attention_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(), att.data(), shape);
+  expect_gradient("q", q, dq, loss, rng, 32);
+  expect_gradient("k", k, dk, loss, rng, 32);
+  expect_gradient("v", v, dv, loss, rng, 32);
+}
+
+TEST_P(GradCheck, Gelu) {
+  for (bool exact : {false, true}) {
+    const int64_t N = pick(1, 300);
+    auto x = randn(rng, N, 2.0), R = randn(rng, N);
+    std::vector<float> out(N), dx(N);
+    auto loss = [&] {
+      gelu_forward(out.data(), x.data(), N, exact);
+      return dot(out, R);
+    };
+    gelu_backward(dx.data(), R.data(), x.data(), N, exact);
+    SCOPED_TRACE(exact ? "erf form" : "tanh form");
+    expect_gradient("x", x, dx, loss, rng);
+  }
 }
 
 TEST_P(GradCheck, Residual) {
@@ -135,7 +164,7 @@ TEST_P(GradCheck, CrossEntropy) {
   const int64_t N = pick(1, 9), V = pick(2, 60);
   auto logits = randn(rng, N * V, 3.0);
   std::vector<int32_t> targets(N);
-  for (auto& t : targets) t = static_cast<int32_t>(rng.below(V));
+  for (auto& t : targets) t = rng.below(4) == 0 ? -100 : static_cast<int32_t>(rng.below(V));  // -100: not in the loss
   const float dloss = 0.37f;  // d(objective)/d(loss_i), the same for every row
   std::vector<float> losses(N), dlogits(N * V);
   auto loss = [&] {
