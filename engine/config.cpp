@@ -154,7 +154,7 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
       seen.push_back(key);
     }
     read_section(root["model"], "model",
-                 {choice("kind", c.model.kind, {"gpt2"}),
+                 {choice("kind", c.model.kind, {"gpt2", "bert"}),
                   number("n_layer", c.model.n_layer, 1, 1024, "an integer in [1, 1024]"),
                   number("n_head", c.model.n_head, 1, 1024, "an integer in [1, 1024]"),
                   number("n_embd", c.model.n_embd, 1, 65536, "an integer in [1, 65536]"),
@@ -250,9 +250,10 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
     if (c.model.n_embd % c.model.n_head != 0)
       throw ConfigError("model.n_embd: " + std::to_string(c.model.n_embd) + " is not a multiple of model.n_head (" +
                         std::to_string(c.model.n_head) + ")");
-    if (c.data.tokenizer == "byte" && c.model.vocab_size < 256 && !data_path.ends_with(".bin"))
-      throw ConfigError("model.vocab_size: " + std::to_string(c.model.vocab_size) +
-                        " is smaller than the byte tokenizer's 256 symbols; use at least 256");
+    const int byte_vocab = c.model.kind == "bert" ? 257 : 256;  // BERT: the bytes and [MASK]
+    if (c.data.tokenizer == "byte" && c.model.vocab_size < byte_vocab && !data_path.ends_with(".bin"))
+      throw ConfigError("model.vocab_size: " + std::to_string(c.model.vocab_size) + " is smaller than the byte tokenizer's 256 symbols" +
+                        (c.model.kind == "bert" ? std::string(" plus BERT's [MASK]; use at least 257") : std::string("; use at least 256")));
     if (data_path.empty()) throw ConfigError("data.path: missing; name the training text file");
     c.data.path = std::filesystem::path(data_path).is_absolute() ? std::filesystem::path(data_path)
                                                                   : base_dir / data_path;

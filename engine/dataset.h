@@ -10,9 +10,16 @@
 namespace ferry::engine {
 
 struct Batch {
-  std::vector<int32_t> tokens;   // (B, T)
-  std::vector<int32_t> targets;  // (B, T): tokens shifted by one
+  std::vector<int32_t> tokens;          // (B, T)
+  std::vector<int32_t> targets;         // (B, T): tokens shifted by one (GPT); masked-LM labels, -100 elsewhere (BERT)
+  std::vector<int32_t> attention_mask;  // (B, T): 1 a real token, 0 padding; empty: no padding
 };
+
+// BERT's masked-LM batch from token windows: each position is chosen with probability 15%; a chosen
+// token becomes mask_id (80%), a random token below mask_id (10%) or stays (10%), and its label is the
+// original token; every other label is -100. At least one position per batch is chosen. A pure function
+// of (seed, index), like the windows.
+Batch masked_lm(const Batch& windows, uint64_t seed, int64_t index, int32_t mask_id);
 
 class TextDataset {
  public:

@@ -63,7 +63,8 @@ struct Executor::Impl {
   memory::HostBuffer batch_staging;  // tokens then targets of one micro-batch
   memory::HostBuffer grad_staging;   // CPU AdamW with grad_accum > 1: later micro-batches land here
   std::vector<int64_t> staging_offset;
-  int tokens_tensor = -1, targets_tensor = -1;
+  int tokens_tensor = -1, targets_tensor = -1, mask_tensor = -1;  // mask: BERT's attention_mask (-1: none)
+  std::vector<int32_t> no_padding;  // the mask of a batch without one
 
   // Host copies that CPU AdamW reads and writes. Without the delayed update: the buckets' Grad and
   // Working regions. With it, two of each, so that one step's gradients land and its prefetches read
@@ -292,7 +293,11 @@ Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan,
   m.bind_ops();
   m.tokens_tensor = spec.tensor_index("tokens");
   m.targets_tensor = spec.tensor_index("targets");
-  m.batch_staging = memory::HostBuffer(static_cast<size_t>(spec.tensors[m.tokens_tensor].bytes() + spec.tensors[m.targets_tensor].bytes()));
+  for (size_t t = 0; t < spec.tensors.size(); ++t)
+    if (spec.tensors[t].name == "attention_mask") m.mask_tensor = static_cast<int>(t);
+  const int64_t batch_bytes = spec.tensors[m.tokens_tensor].bytes();
+  m.batch_staging = memory::HostBuffer(static_cast<size_t>(batch_bytes * 3));  // tokens, targets, mask
+  if (m.mask_tensor >= 0) m.no_padding.assign(static_cast<size_t>(batch_bytes / 4), 1);
   if (plan.problem.grad_accum > 1 && !plan.schedule.optimizer_on_device) {
     int64_t total = 0;
     for (int b = 0; b < plan.problem.n_buckets; ++b) m.staging_offset.push_back(total), total += m.bytes(b);
@@ -400,6 +405,13 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
     std::memcpy(m.batch_staging.data() + tok_bytes, batch.targets.data(), static_cast<size_t>(tgt_bytes));
     m.copy(Stream::H2D, m.arena + m.activation_offset[m.entries_of_tensor[m.tokens_tensor].front()], m.batch_staging.data(), tok_bytes, "batch tokens");
     m.copy(Stream::H2D, m.arena + m.activation_offset[m.entries_of_tensor[m.targets_tensor].front()], m.batch_staging.data() + tok_bytes, tgt_bytes, "batch targets");
+    if (m.mask_tensor >= 0) {
+      const auto& mask = batch.attention_mask.empty() ? m.no_padding : batch.attention_mask;
+      if (static_cast<int64_t>(mask.size() * 4) != tok_bytes) throw std::invalid_argument("a micro-batch's attention mask has the wrong size");
+      std::memcpy(m.batch_staging.data() + 2 * tok_bytes, mask.data(), static_cast<size_t>(tok_bytes));
+      m.copy(Stream::H2D, m.arena + m.activation_offset[m.entries_of_tensor[m.mask_tensor].front()], m.batch_staging.data() + 2 * tok_bytes,
+             tok_bytes, "batch attention mask");
+    }
     m.dev.wait(Stream::Compute, m.dev.record(Stream::H2D), "batch");
 
     EventPtr op_done;  // the compute stream has finished the previous op

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine/host_cost_model.h"
+#include "engine/model.h"
 #include "memory/host_buffer.h"
 #include "memory/bucket_layout.h"
 #include "models/gpt2.h"
@@ -24,9 +25,7 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
   std::string cache;
   const offload::CostModel cost =
       cfg.offload.cost_model.empty() ? host_cost_model(threads, &cache) : offload::CostModel::load(cfg.offload.cost_model);
-  const models::GptConfig gpt{cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
-                              cfg.model.seq_len};
-  const models::ModelSpec spec = models::build_gpt2(gpt, cfg.train.batch_size, cfg.model.seq_len);
+  const models::ModelSpec spec = build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len);
   const int64_t bucket_bytes =
       cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
   const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
@@ -34,7 +33,7 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
   const double bound = offload::lower_bound_step_s(problem);
 
   fmt::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}\n",
-             spec.kind, gpt.n_layer, gpt.n_embd, spec.param_count() / 1e6, cfg.train.batch_size, cfg.model.seq_len,
+             spec.kind, cfg.model.n_layer, cfg.model.n_embd, spec.param_count() / 1e6, cfg.train.batch_size, cfg.model.seq_len,
              offload::to_string(chosen), memory::format_bytes(budget));
   fmt::print("cost model: {}{}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "",
              cache.empty() ? "" : ", cached in " + cache);
@@ -62,7 +61,7 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
         status = 0;
         fmt::print("fits: yes, peak device memory {} of {}\n", memory::format_bytes(r.peak_device_bytes), memory::format_bytes(budget));
         fmt::print("activation checkpointing ({}): {} of {} blocks\n", cfg.train.activation_checkpointing,
-                   plan.problem.checkpointed_layers, gpt.n_layer);
+                   plan.problem.checkpointed_layers, cfg.model.n_layer);
         fmt::print("placement: {} resident, {} offloaded; {} host-to-device and {} device-to-host per step\n",
                    memory::format_bytes(r.resident_bytes), memory::format_bytes(r.offloaded_bytes), memory::format_bytes(r.h2d_bytes), memory::format_bytes(r.d2h_bytes));
         fmt::print("predicted step: {:.4f} s (lower bound {:.4f} s, {:.2f}x); compute {:.4f} s, stalls {:.4f} s, "

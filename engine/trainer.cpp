@@ -21,6 +21,7 @@
 #include "engine/host_cost_model.h"
 #include "engine/host_device.h"
 #include "engine/loss_scaler.h"
+#include "engine/model.h"
 #include "engine/trace.h"
 #include "cpu_optim/lr_schedule.h"
 #include "engine/checkpoint.h"
@@ -44,11 +45,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-float evaluate(models::CpuRunner& runner, const TextDataset& data, int batches, int64_t B) {
+template <class ValBatch>
+float evaluate(models::CpuRunner& runner, int batches, ValBatch&& val_batch) {
   double sum = 0;
   for (int i = 0; i < batches; ++i) {
-    Batch b = data.val_batch(i, batches, B);
-    runner.set_batch(b.tokens, b.targets);
+    const Batch b = val_batch(i);
+    runner.set_batch(b.tokens, b.targets, b.attention_mask);
     sum += runner.forward();
   }
   return static_cast<float>(sum / batches);
@@ -103,20 +105,30 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   models::ops::set_matmul_threads(threads);
 
   const int64_t B = cfg.train.batch_size, T = cfg.model.seq_len;
-  const models::GptConfig gpt{cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
-                              cfg.model.seq_len};
-  const models::ModelSpec spec = models::build_gpt2(gpt, B, T);
+  const models::ModelSpec spec = build_model(cfg.model, B, T);
   models::ParameterStore params(spec.params);
-  models::init_gpt2(spec, gpt, params, cfg.train.seed);
+  init_model(cfg.model, spec, params, cfg.train.seed);
+  const bool mlm = cfg.model.kind == "bert";  // masked-LM batches; the last vocabulary id is [MASK]
+  const int32_t mask_id = cfg.model.vocab_size - 1;
   if (!cfg.model.init_from.empty()) load_weights(cfg.model.init_from, spec, params);
   memory::HostBuffer adam_m(params.values().size_bytes()), adam_v(params.values().size_bytes());  // checkpoint staging
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay},
                                    cfg.optim.isa, cfg.optim.cpu_threads, cpu_optim::Rounding::NearestEven,
                                                            cfg.train.seed});
   const TextDataset data(cfg.data.path, cfg.data.val_fraction, T);
-  if (data.max_token() >= cfg.model.vocab_size)
+  if (data.max_token() >= (mlm ? mask_id : cfg.model.vocab_size))
     throw std::runtime_error("data.path: '" + cfg.data.path.string() + "' holds token id " + std::to_string(data.max_token()) +
-                             ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size));
+                             (mlm ? ", which BERT needs below model.vocab_size - 1 (the last id is [MASK]); raise model.vocab_size"
+                                  : ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size)));
+  // A step's micro-batch and a validation batch, as the model takes them.
+  auto train_batch = [&](int64_t index) {
+    Batch b = data.train_batch(cfg.train.seed, index, B);
+    return mlm ? masked_lm(b, cfg.train.seed, index, mask_id) : b;
+  };
+  auto val_batch = [&](int i) {
+    Batch b = data.val_batch(i, cfg.train.eval_batches, B);
+    return mlm ? masked_lm(b, cfg.train.seed ^ 0x5EEDull, i, mask_id) : b;
+  };
 
   // The plan: the host device computes in fp32, so weights and activations take 4 bytes there.
   std::string cost_cache;
@@ -126,8 +138,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   models::CpuRunner evaluator(spec, params);  // evaluation: the resident CPU path on the gathered master weights
   if (cfg.offload.cost_model.empty()) {
     // The host device's op times, profiled on this model and batch (the fastest of 3 to 10 passes, 1 s).
-    const Batch b = data.train_batch(cfg.train.seed, 0, B);
-    evaluator.set_batch(b.tokens, b.targets);
+    const Batch b = train_batch(0);
+    evaluator.set_batch(b.tokens, b.targets, b.attention_mask);
     cost.profiled_op_s = evaluator.profile_ops(3, 1.0, 10);
     params.zero_grads();
     cost.name += "; op times profiled on this model";
@@ -177,7 +189,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   progress.message(fmt::format(
       "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "
       "{} train / {} val tokens, AdamW on the CPU: {} x{}",
-      spec.kind, gpt.n_layer, gpt.n_head, gpt.n_embd, spec.param_count() / 1e6, device_note,
+      spec.kind, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, spec.param_count() / 1e6, device_note,
       threads, B, T, cfg.train.grad_accum, data.train_tokens(), data.val_tokens(), cpu_optim::to_string(adamw.isa()),
       adamw.threads()));
   progress.message(fmt::format(
@@ -186,7 +198,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
       plan.schedule.policy, device.name(), memory::format_bytes(budget), cfg.offload.gpu_budget > 0 ? "" : " (unset: what resident needs)",
       memory::format_bytes(device_memory.peak), memory::format_bytes(device_memory.lower_bound), plan.problem.n_buckets,
       bucket_bytes / double(1 << 20), memory::format_bytes(predicted.resident_bytes), memory::format_bytes(predicted.offloaded_bytes),
-      plan.problem.checkpointed_layers, gpt.n_layer, overlap_note,
+      plan.problem.checkpointed_layers, cfg.model.n_layer, overlap_note,
       delayed ? fmt::format(" (synchronous for the first {} steps)", cfg.offload.sync_steps) : "", predicted.step_s * cfg.train.grad_accum, cost.name,
       cost_cache.empty() ? "" : ", cached in " + cost_cache));
 
@@ -232,7 +244,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   auto evaluate_now = [&] {
     executor.download_state();
     gather(host, params, adam_m.as<float>(), adam_v.as<float>());
-    return evaluate(evaluator, data, cfg.train.eval_batches, B);
+    return evaluate(evaluator, cfg.train.eval_batches, val_batch);
   };
   const auto t_start = Clock::now();
   if (opt.resume.empty()) {
@@ -270,7 +282,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     if (!opt.inject_fault.empty() && step == opt.inject_fault_step) executor.inject_fault(opt.inject_fault);
     const auto t0 = Clock::now();
     for (int i = 0; i < cfg.train.grad_accum; ++i)
-      micro[i] = data.train_batch(cfg.train.seed, int64_t(step - 1) * cfg.train.grad_accum + i, B);
+      micro[i] = train_batch(int64_t(step - 1) * cfg.train.grad_accum + i);
     const float lr = schedule.at(step - 1);
     const float loss_scale = scaler.scale();
     const double loss_scale_value = scaler.value();

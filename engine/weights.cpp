@@ -16,8 +16,20 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+// Tensors a Hugging Face checkpoint may hold that Ferry's model does not: GPT-2's tied LM head and causal
+// mask buffers; BERT's tied decoder, position-id buffer, pooler and next-sentence head (pre-training
+// checkpoints carry them; masked-LM training does not use them).
 bool ignorable(const std::string& name) {
-  return name == "lm_head.weight" || name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
+  return name == "lm_head.weight" || name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
+         name == "cls.predictions.decoder.weight" || name == "cls.predictions.decoder.bias" ||
+         name == "bert.embeddings.position_ids" || name.starts_with("bert.pooler.") || name.starts_with("cls.seq_relationship.");
+}
+
+// Older BERT checkpoints (bert-base-uncased among them) name LayerNorm parameters gamma and beta.
+std::string canonical_name(const std::string& name) {
+  if (name.ends_with("LayerNorm.gamma")) return name.substr(0, name.size() - 5) + "weight";
+  if (name.ends_with("LayerNorm.beta")) return name.substr(0, name.size() - 4) + "bias";
+  return name;
 }
 
 }  // namespace
@@ -30,17 +42,18 @@ void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, model
   std::set<std::string> wanted;
   for (const auto& p : spec.params) wanted.insert(p.name);
   for (const auto& e : file.entries()) {
-    if (!wanted.contains(e.name)) {
-      if (ignorable(e.name)) continue;
+    const std::string name = canonical_name(e.name);
+    if (!wanted.contains(name)) {
+      if (ignorable(name)) continue;
       throw std::runtime_error("weights: the checkpoint has tensor '" + e.name + "', which this model does not have");
     }
-    const int i = spec.param_index(e.name);
+    const int i = spec.param_index(name);
     if (e.shape != spec.params[i].shape)
       throw std::runtime_error("weights: tensor '" + e.name + "' has shape " + shape_str(e.shape) +
                                " in the checkpoint; the model needs " + shape_str(spec.params[i].shape));
     const std::vector<float> values = file.read_f32(e.name);
     std::copy(values.begin(), values.end(), store.value(i).begin());
-    found.insert(e.name);
+    found.insert(name);
   }
 }
 

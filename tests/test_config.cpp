@@ -106,6 +106,14 @@ TEST(Config, DeviceIsAKindOrAMappingWithHostSettings) {
   EXPECT_NE(error_of(kMinimal, {"data.path.x=1"}).find("'path' is not a section"), std::string::npos);
 }
 
+TEST(Config, BertNeedsRoomForItsMaskToken) {
+  EXPECT_EQ(parse(kMinimal, {"model.kind=bert", "model.vocab_size=257"}).model.kind, "bert");
+  EXPECT_NE(error_of(kMinimal, {"model.kind=bert", "model.vocab_size=256"}).find("plus BERT's [MASK]; use at least 257"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"model.kind=t5"}).find("model.kind: 't5' is not allowed; expected one of gpt2 | bert"),
+            std::string::npos);
+}
+
 TEST(Config, OffloadOverlapAndPrecision) {
   const Config c = parse(kMinimal, {"offload.overlap=delayed", "offload.sync_steps=5", "train.precision=fp16",
                                     "train.loss_scale_init=1024", "train.loss_scale_growth_interval=50"});

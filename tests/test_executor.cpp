@@ -19,6 +19,7 @@
 #include "engine/config.h"
 #include "engine/dataset.h"
 #include "engine/host_device.h"
+#include "engine/model.h"
 #include "engine/trainer.h"
 #include "memory/arena.h"
 #include "models/cpu_runner.h"
@@ -110,8 +111,7 @@ int64_t tight_budget(const Config& c, double factor = 1.5) {
   offload::CostModel cost = offload::CostModel::load(kCostModel);
   cost.weight_bytes = cost.activation_bytes = 4;
   cost.fused_attention = false;
-  const models::GptConfig g{c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.vocab_size, c.model.seq_len};
-  const auto spec = models::build_gpt2(g, c.train.batch_size, c.model.seq_len);
+  const auto spec = build_model(c.model, c.train.batch_size, c.model.seq_len);
   std::vector<bool> ckpt(c.model.n_layer, c.train.activation_checkpointing == "true");
   const offload::OffloadProblem p(spec, cost, c.offload.bucket_bytes, 1, ckpt, c.train.grad_accum);
   return static_cast<int64_t>(offload::minimum_device_bytes(p) * factor);
@@ -311,6 +311,24 @@ TEST(LossScaling, ResumesWithItsScaleAndItsPendingDelayedUpdate) {
   EXPECT_EQ(joined, whole.losses);
   EXPECT_EQ(a.skipped_steps + b.skipped_steps, whole.skipped_steps);
   std::filesystem::remove_all(dir);
+}
+
+TEST(Executor, BertTrainsThroughEveryPolicyLikeResident) {
+  auto bert = [](const std::string& policy) {
+    Config c = small_config(policy, false, 1, 0, 10);
+    c.model.kind = "bert";
+    c.model.vocab_size = 257;
+    return c;
+  };
+  const TrainSummary reference = run(bert("resident"));
+  EXPECT_LT(reference.losses.back(), reference.losses.front());
+  for (const char* policy : {"zero-offload", "chunk-lru", "greedy"}) {
+    Config c = bert(policy);
+    if (std::string(policy) != "zero-offload") c.offload.gpu_budget = tight_budget(c, 2.0);
+    const TrainSummary s = run(c);
+    EXPECT_EQ(s.losses, reference.losses) << policy;
+    EXPECT_EQ(s.val_loss, reference.val_loss) << policy;
+  }
 }
 
 TEST(Executor, NothingIsAllocatedOnTheDeviceAfterStartUp) {

@@ -36,6 +36,35 @@ TEST(TextDataset, SplitsAndSamplesDeterministicWindows) {
   EXPECT_THROW(TextDataset(kText, 0.1, 1 << 22), std::runtime_error);  // longer than the text
 }
 
+TEST(MaskedLm, ChoosesFifteenPercentAndMasksEightyOfThem) {
+  const TextDataset d(kText, 0.1, 64);
+  const Batch w = d.train_batch(3, 0, 64);  // 4096 tokens
+  const int32_t mask_id = 256;
+  const Batch b = masked_lm(w, 3, 0, mask_id);
+  EXPECT_EQ(masked_lm(w, 3, 0, mask_id).tokens, b.tokens);  // a pure function of (seed, index)
+  EXPECT_NE(masked_lm(w, 3, 1, mask_id).targets, b.targets);
+  int chosen = 0, masked = 0, kept = 0;
+  for (size_t i = 0; i < b.tokens.size(); ++i) {
+    if (b.targets[i] == -100) {
+      EXPECT_EQ(b.tokens[i], w.tokens[i]);  // not chosen: untouched
+      continue;
+    }
+    ++chosen;
+    EXPECT_EQ(b.targets[i], w.tokens[i]);  // the label is the original token
+    EXPECT_LT(b.tokens[i], mask_id + 1);
+    masked += b.tokens[i] == mask_id;
+    kept += b.tokens[i] == w.tokens[i];
+  }
+  const double n = static_cast<double>(b.tokens.size());
+  EXPECT_NEAR(chosen / n, 0.15, 0.02);
+  EXPECT_NEAR(masked / double(chosen), 0.8, 0.05);
+  EXPECT_NEAR(kept / double(chosen), 0.1, 0.05);  // a random replacement is sometimes the same token
+  // Even a one-token batch has a target.
+  Batch one;
+  one.tokens = {65};
+  EXPECT_EQ(masked_lm(one, 1, 0, mask_id).targets, std::vector<int32_t>{65});
+}
+
 Config tiny_config(int steps, uint64_t seed) {
   return parse_config("model: {n_layer: 1, n_head: 2, n_embd: 32, seq_len: 32}\n"
                       "data: {path: " + kText.string() + ", val_fraction: 0.05}\n"
