@@ -51,7 +51,7 @@ std::string config_hash(const Config& c) {
       c.data.val_fraction, c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay,
       c.optim.grad_clip, c.optim.warmup_steps, c.optim.schedule, c.optim.min_lr, c.train.batch_size,
       c.train.grad_accum, c.train.steps) + fmt::format("|{}", c.train.seed) +
-      fmt::format("|{}|{}|{}|{}|{}", c.offload.overlap, c.offload.overlap == "delayed" ? c.offload.sync_steps : 0, c.train.precision,
+      fmt::format("|{}|{}|{}|{}|{}|{}", c.data.mask_token_id, c.offload.overlap, c.offload.overlap == "delayed" ? c.offload.sync_steps : 0, c.train.precision,
                   c.train.loss_scale_init, c.train.loss_scale_growth_interval);
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: stable across builds and platforms
   for (unsigned char ch : canonical) h = (h ^ ch) * 0x100000001b3ull;

@@ -167,7 +167,8 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
                      data_path = n.Scalar();
                    }},
                   choice("tokenizer", c.data.tokenizer, {"byte"}),
-                  number("val_fraction", c.data.val_fraction, 0.0, 0.5, "a fraction in [0, 0.5]")});
+                  number("val_fraction", c.data.val_fraction, 0.0, 0.5, "a fraction in [0, 0.5]"),
+                  number("mask_token_id", c.data.mask_token_id, -1, 1 << 22, "a token id >= 0, or -1 for the last id of the vocabulary")});
     read_section(root["optim"], "optim",
                  {number("lr", c.optim.lr, 0.0, 10.0, "a learning rate in [0, 10]"),
                   {"betas",
@@ -262,6 +263,9 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
     if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
       throw ConfigError("train.checkpoint_every: " + std::to_string(c.train.checkpoint_every) +
                         " needs train.checkpoint_dir (where to write them)");
+    if (c.data.mask_token_id >= c.model.vocab_size)
+      throw ConfigError("data.mask_token_id: " + std::to_string(c.data.mask_token_id) + " is not below model.vocab_size " +
+                        std::to_string(c.model.vocab_size));
     if (c.optim.min_lr > c.optim.lr)
       throw ConfigError("optim.min_lr: " + std::to_string(c.optim.min_lr) + " is above optim.lr");
     if (c.optim.min_lr < 0) c.optim.min_lr = c.optim.lr / 10;

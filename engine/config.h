@@ -22,6 +22,7 @@ struct DataConfig {
   std::filesystem::path path;  // resolved against the config file's folder
   std::string tokenizer = "byte";
   double val_fraction = 0.1;
+  int mask_token_id = -1;  // BERT's [MASK]; -1: the last id of the vocabulary (byte-level BERT)
 };
 
 struct OptimConfig {

@@ -66,14 +66,14 @@ Batch TextDataset::val_batch(int64_t index, int64_t count, int64_t B) const {
   return b;
 }
 
-Batch masked_lm(const Batch& windows, uint64_t seed, int64_t index, int32_t mask_id) {
+Batch masked_lm(const Batch& windows, uint64_t seed, int64_t index, int32_t mask_id, int32_t random_below) {
   models::Rng rng(seed ^ 0x9E3779B97F4A7C15ull ^ (0xBF58476D1CE4E5B9ull * static_cast<uint64_t>(index + 1)));
   Batch b;
   b.tokens = windows.tokens;
   b.targets.assign(windows.tokens.size(), -100);
   bool any = false;
   for (size_t i = 0; i < b.tokens.size(); ++i) {
-    const uint64_t choose = rng.below(100), how = rng.below(10), random = rng.below(static_cast<uint64_t>(mask_id));
+    const uint64_t choose = rng.below(100), how = rng.below(10), random = rng.below(static_cast<uint64_t>(random_below));
     if (choose >= 15) continue;
     any = true;
     b.targets[i] = windows.tokens[i];

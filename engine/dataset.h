@@ -16,10 +16,10 @@ struct Batch {
 };
 
 // BERT's masked-LM batch from token windows: each position is chosen with probability 15%; a chosen
-// token becomes mask_id (80%), a random token below mask_id (10%) or stays (10%), and its label is the
-// original token; every other label is -100. At least one position per batch is chosen. A pure function
-// of (seed, index), like the windows.
-Batch masked_lm(const Batch& windows, uint64_t seed, int64_t index, int32_t mask_id);
+// token becomes mask_id (80%), a random token below random_below (10%) or stays (10%), and its label is
+// the original token; every other label is -100. At least one position per batch is chosen. A pure
+// function of (seed, index), like the windows.
+Batch masked_lm(const Batch& windows, uint64_t seed, int64_t index, int32_t mask_id, int32_t random_below);
 
 class TextDataset {
  public:

@@ -27,8 +27,9 @@ constexpr const char* kDescription =
 
 constexpr const char* kTrainFooter =
     "Sections and keys of the config file:\n"
-    "  model:  kind (gpt2), n_layer, n_head, n_embd, vocab_size, seq_len, init_from (HF safetensors)\n"
-    "  data:   path (relative to the config file), tokenizer (byte), val_fraction\n"
+    "  model:  kind (gpt2 | bert), n_layer, n_head, n_embd, vocab_size, seq_len, init_from (HF safetensors)\n"
+    "  data:   path (relative to the config file), tokenizer (byte), val_fraction,\n"
+    "          mask_token_id (BERT's [MASK]; default the last id of the vocabulary)\n"
     "  optim:  lr, betas [b1, b2], eps, weight_decay, grad_clip (0: off), warmup_steps,\n"
     "          schedule (cosine | constant), min_lr (cosine floor, default lr/10),\n"
     "          cpu_threads (AdamW threads, 0: all cores), isa (auto | avx512 | avx2 | scalar;\n"
@@ -115,8 +116,11 @@ int main(int argc, char** argv) {
   std::string tok_kind = "byte", tok_vocab, tok_merges, tok_input, tok_out;
   auto* tokenize = app.add_subcommand("tokenize", "Tokenise a text file into a uint16 token shard (llm.c's format) "
                                                   "that data.path can name");
-  tokenize->add_option("--tokenizer", tok_kind, "byte | gpt2 (default byte)")->check(CLI::IsMember({"byte", "gpt2"}));
-  tokenize->add_option("--vocab", tok_vocab, "gpt2: vocab.json")->check(CLI::ExistingFile);
+  tokenize->add_option("--tokenizer", tok_kind, "byte | gpt2 | wordpiece (default byte)")
+      ->check(CLI::IsMember({"byte", "gpt2", "wordpiece"}));
+  tokenize->add_option("--vocab", tok_vocab, "gpt2: vocab.json; wordpiece: vocab.txt")->check(CLI::ExistingFile);
+  bool tok_cased = false;
+  tokenize->add_flag("--cased", tok_cased, "wordpiece: keep case and accents (cased BERT vocabularies)");
   tokenize->add_option("--merges", tok_merges, "gpt2: merges.txt")->check(CLI::ExistingFile);
   tokenize->add_option("--input", tok_input, "Text file")->required()->check(CLI::ExistingFile);
   tokenize->add_option("--out", tok_out, "Shard to write")->required();
@@ -127,14 +131,19 @@ int main(int argc, char** argv) {
     if (*tokenize) {
       if (tok_kind == "gpt2" && (tok_vocab.empty() || tok_merges.empty()))
         throw std::runtime_error("--tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt");
-      const auto tokenizer = tok_kind == "gpt2" ? ferry::engine::load_gpt2_bpe(tok_vocab, tok_merges)
-                                                : ferry::engine::make_byte_tokenizer();
+      if (tok_kind == "wordpiece" && tok_vocab.empty()) throw std::runtime_error("--tokenizer wordpiece needs --vocab vocab.txt");
+      const auto tokenizer = tok_kind == "gpt2"        ? ferry::engine::load_gpt2_bpe(tok_vocab, tok_merges)
+                             : tok_kind == "wordpiece" ? ferry::engine::load_wordpiece(tok_vocab, !tok_cased)
+                                                       : ferry::engine::make_byte_tokenizer();
       std::ifstream in(tok_input, std::ios::binary);
       const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       const auto ids = tokenizer->encode(text);
       ferry::engine::write_token_shard(tok_out, ids);
       fmt::print("{}: {} bytes -> {} tokens (vocabulary {}); set model.vocab_size to at least {}\n", tok_out,
                  text.size(), ids.size(), tokenizer->vocab_size(), tokenizer->vocab_size());
+      if (tok_kind == "wordpiece")
+        fmt::print("for BERT, set data.mask_token_id to {} (the vocabulary's [MASK])\n",
+                   ferry::engine::wordpiece_token_id(tok_vocab, "[MASK]"));
       return 0;
     }
     if (*exporter) {

@@ -108,26 +108,29 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   const models::ModelSpec spec = build_model(cfg.model, B, T);
   models::ParameterStore params(spec.params);
   init_model(cfg.model, spec, params, cfg.train.seed);
-  const bool mlm = cfg.model.kind == "bert";  // masked-LM batches; the last vocabulary id is [MASK]
-  const int32_t mask_id = cfg.model.vocab_size - 1;
+  const bool mlm = cfg.model.kind == "bert";  // masked-LM batches
+  // [MASK]: data.mask_token_id (a WordPiece vocabulary's), else the last id, which the data then must not use.
+  const bool mask_is_last = cfg.data.mask_token_id < 0;
+  const int32_t mask_id = mask_is_last ? cfg.model.vocab_size - 1 : cfg.data.mask_token_id;
+  const int32_t random_below = mask_is_last ? mask_id : cfg.model.vocab_size;
   if (!cfg.model.init_from.empty()) load_weights(cfg.model.init_from, spec, params);
   memory::HostBuffer adam_m(params.values().size_bytes()), adam_v(params.values().size_bytes());  // checkpoint staging
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay},
                                    cfg.optim.isa, cfg.optim.cpu_threads, cpu_optim::Rounding::NearestEven,
                                                            cfg.train.seed});
   const TextDataset data(cfg.data.path, cfg.data.val_fraction, T);
-  if (data.max_token() >= (mlm ? mask_id : cfg.model.vocab_size))
+  if (data.max_token() >= (mlm && mask_is_last ? mask_id : cfg.model.vocab_size))
     throw std::runtime_error("data.path: '" + cfg.data.path.string() + "' holds token id " + std::to_string(data.max_token()) +
-                             (mlm ? ", which BERT needs below model.vocab_size - 1 (the last id is [MASK]); raise model.vocab_size"
+                             (mlm && mask_is_last ? ", which BERT needs below model.vocab_size - 1 (the last id is [MASK]); raise model.vocab_size or set data.mask_token_id"
                                   : ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size)));
   // A step's micro-batch and a validation batch, as the model takes them.
   auto train_batch = [&](int64_t index) {
     Batch b = data.train_batch(cfg.train.seed, index, B);
-    return mlm ? masked_lm(b, cfg.train.seed, index, mask_id) : b;
+    return mlm ? masked_lm(b, cfg.train.seed, index, mask_id, random_below) : b;
   };
   auto val_batch = [&](int i) {
     Batch b = data.val_batch(i, cfg.train.eval_batches, B);
-    return mlm ? masked_lm(b, cfg.train.seed ^ 0x5EEDull, i, mask_id) : b;
+    return mlm ? masked_lm(b, cfg.train.seed ^ 0x5EEDull, i, mask_id, random_below) : b;
   };
 
   // The plan: the host device computes in fp32, so weights and activations take 4 bytes there.

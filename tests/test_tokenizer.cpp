@@ -1,5 +1,5 @@
-// Tokenizers: GPT-2 byte-level BPE against ids from Hugging Face `tokenizers` (tests/data/
-// make_bpe_reference.py), round trips, and malformed vocabularies.
+// Tokenizers: GPT-2 byte-level BPE and BERT WordPiece against ids from Hugging Face `tokenizers`
+// (tests/data/make_bpe_reference.py, make_wordpiece_reference.py), round trips, and malformed vocabularies.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +24,41 @@ TEST(Gpt2Bpe, MatchesHuggingFaceTokenizers) {
     EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>()) << "text: '" << text << "'";
     EXPECT_EQ(bpe->decode(ids), text);
   }
+}
+
+TEST(WordPiece, MatchesHuggingFaceTokenizers) {
+  const auto wp = load_wordpiece(testing::data_path("wordpiece_vocab.txt"), true);
+  EXPECT_EQ(wp->vocab_size(), 1000);
+  EXPECT_EQ(wordpiece_token_id(testing::data_path("wordpiece_vocab.txt"), "[MASK]"), 4);
+  std::ifstream in(testing::data_path("wordpiece_expected.json"));
+  const auto cases = nlohmann::json::parse(in);
+  ASSERT_GT(cases.size(), 10u);
+  for (const auto& c : cases) {
+    const std::string text = c["text"];
+    EXPECT_EQ(wp->encode(text), c["ids"].get<std::vector<int32_t>>()) << "text: '" << text << "'";
+  }
+  // Decoding joins the pieces back into lowercased words.
+  EXPECT_EQ(wp->decode(wp->encode("The quick brown fox.")), "the quick brown fox .");
+}
+
+TEST(WordPiece, MalformedVocabulariesAreClearErrors) {
+  const auto dir = std::filesystem::temp_directory_path();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return dir / name;
+  };
+  auto error_of = [](const std::filesystem::path& p) {
+    try {
+      load_wordpiece(p, true);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(error_of(write("wp_no_unk.txt", "[PAD]\na\nb\n")).find("no [UNK]"), std::string::npos);
+  EXPECT_NE(error_of(write("wp_dup.txt", "[UNK]\na\na\n")).find("'a' appears twice"), std::string::npos);
+  EXPECT_NE(error_of(write("wp_empty_line.txt", "[UNK]\n\na\n")).find("line 2 is empty"), std::string::npos);
+  EXPECT_NE(error_of(dir / "wp_missing.txt").find("cannot read"), std::string::npos);
 }
 
 TEST(ByteTokenizer, RoundTripsEveryByte) {

@@ -40,9 +40,9 @@ TEST(MaskedLm, ChoosesFifteenPercentAndMasksEightyOfThem) {
   const TextDataset d(kText, 0.1, 64);
   const Batch w = d.train_batch(3, 0, 64);  // 4096 tokens
   const int32_t mask_id = 256;
-  const Batch b = masked_lm(w, 3, 0, mask_id);
-  EXPECT_EQ(masked_lm(w, 3, 0, mask_id).tokens, b.tokens);  // a pure function of (seed, index)
-  EXPECT_NE(masked_lm(w, 3, 1, mask_id).targets, b.targets);
+  const Batch b = masked_lm(w, 3, 0, mask_id, mask_id);
+  EXPECT_EQ(masked_lm(w, 3, 0, mask_id, mask_id).tokens, b.tokens);  // a pure function of (seed, index)
+  EXPECT_NE(masked_lm(w, 3, 1, mask_id, mask_id).targets, b.targets);
   int chosen = 0, masked = 0, kept = 0;
   for (size_t i = 0; i < b.tokens.size(); ++i) {
     if (b.targets[i] == -100) {
@@ -62,7 +62,7 @@ TEST(MaskedLm, ChoosesFifteenPercentAndMasksEightyOfThem) {
   // Even a one-token batch has a target.
   Batch one;
   one.tokens = {65};
-  EXPECT_EQ(masked_lm(one, 1, 0, mask_id).targets, std::vector<int32_t>{65});
+  EXPECT_EQ(masked_lm(one, 1, 0, mask_id, mask_id).targets, std::vector<int32_t>{65});
 }
 
 Config tiny_config(int steps, uint64_t seed) {
