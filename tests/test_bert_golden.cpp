@@ -4,8 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "cpu_optim/adamw.h"
+#include "engine/checkpoint.h"
+#include "engine/export.h"
 #include "engine/safetensors.h"
 #include "engine/weights.h"
 #include "memory/host_buffer.h"
@@ -78,6 +82,29 @@ TEST_F(BertGolden, FiveAdamWStepsWithClippingMatchTorch) {
     EXPECT_NEAR(report.grad_norm, norms[step - 1], 1e-3 * norms[step - 1]) << "grad norm at step " << step;
   }
   EXPECT_NEAR(runner.forward(), losses.back(), 1e-4 * losses.back()) << "after the last step";
+}
+
+// A checkpoint of these weights, exported, is a BertForMaskedLM folder: the same tensors under the same
+// names and a config.json with this shape (by hand: transformers loads it and gives the reference logits).
+TEST_F(BertGolden, ExportsAHuggingFaceFolder) {
+  const auto root = std::filesystem::temp_directory_path() / "ferry_test_bert_export";
+  std::filesystem::remove_all(root);
+  engine::ModelConfig model{"bert", bert.n_layer, bert.n_head, bert.n_embd, bert.vocab_size, bert.seq_len, {}};
+  std::vector<float> zeros(params.values().size(), 0.0f);
+  engine::save_checkpoint(root, spec, params, zeros, zeros, {1, 1, 0, 1, 0, "hash", model, "byte", {}}, 1);
+  engine::export_checkpoint(root, root / "hf");
+  models::ParameterStore back(spec.params);
+  engine::load_weights(root / "hf", spec, back);
+  for (int i = 0; i < params.count(); ++i)
+    EXPECT_TRUE(std::equal(back.value(i).begin(), back.value(i).end(), params.value(i).begin())) << spec.params[i].name;
+  std::ifstream in(root / "hf" / "config.json");
+  const auto config = nlohmann::json::parse(in);
+  EXPECT_EQ(config["architectures"][0], "BertForMaskedLM");
+  for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+                          "max_position_embeddings"})
+    EXPECT_EQ(config[key], cfg[key]) << key;
+  EXPECT_EQ(config["layer_norm_eps"], 1e-12);
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
