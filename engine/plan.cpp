@@ -90,6 +90,8 @@ int run_plan(const Config& cfg, const PlanOptions& opt) {
     main["policies"] = all;
     main["cost_model"] = cost.to_json();
     main["buckets"] = problem.n_buckets;
+    main["model"] = cfg.model.kind;
+    main["params"] = spec.param_count();
     main["bucket_bytes"] = bucket_bytes;
     std::ofstream out(opt.json);
     if (!out) throw std::runtime_error("--json: cannot write '" + opt.json.string() + "'");

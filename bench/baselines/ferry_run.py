@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Ferry, run like the baselines: `ferry train` on a shape's config at the budget with one policy, and the
+same result line (median step after warm-up, tokens/s, TFLOP/s, peak device bytes, final loss).
+
+    python3 bench/baselines/ferry_run.py --model gpt2-1.5b --policy greedy --budget 16GiB --json results.jsonl
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+ROOT = os.path.join(common.HERE, "..", "..")
+
+
+def main():
+    a = common.arguments("ferry", [
+        (("--policy",), {"choices": ["resident", "zero-offload", "chunk-lru", "greedy"], "default": "greedy"}),
+        (("--overlap",), {"choices": ["backward", "delayed"], "default": "delayed"}),
+        (("--ferry",), {"default": os.path.join(ROOT, "build", "ferry")}),
+        (("--device",), {"default": "cuda", "help": "cuda, or cpu for the host device"}),
+    ])
+    system = f"ferry-{a.policy}"
+    if a.dry_run:
+        return common.dry_run(a, system)
+    kind, _, n_embd, n_head, vocab, seq_len = common.MODELS[a.model]
+    if a.seq != seq_len:
+        sys.exit(f"ferry_run: Ferry trains the shape's full sequence ({seq_len} tokens); drop --seq {a.seq}")
+    config = os.path.join(ROOT, "configs", a.model + ".yaml")
+    if not os.path.exists(config):
+        config = os.path.join(ROOT, "configs", "gpt2-124m.yaml" if kind == "gpt2" else "bert-base.yaml")
+    sets = {"model.kind": kind, "model.n_layer": a.n_layer, "model.n_embd": n_embd, "model.n_head": n_head,
+            "model.vocab_size": vocab, "model.seq_len": seq_len, "train.batch_size": a.batch, "train.steps": a.steps,
+            "train.seed": a.seed, "train.eval_batches": 1, "optim.lr": a.lr, "optim.weight_decay": a.weight_decay,
+            "optim.grad_clip": a.grad_clip, "offload.policy": a.policy, "offload.overlap": a.overlap,
+            "offload.gpu_budget": a.budget_bytes, "device": a.device,
+            "train.activation_checkpointing": "true" if a.activation_checkpointing else "auto"}
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as metrics:
+        cmd = [a.ferry, "train", "--config", config, "--metrics", metrics.name]
+        for k, v in sets.items():
+            cmd += ["--set", f"{k}={v}"]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        lines = [json.loads(x) for x in open(metrics.name) if x.strip()]
+    params = common.parameter_count(common.build_model(a, device="meta"))
+    if run.returncode != 0 or not lines:
+        err = (run.stderr.strip().splitlines() or ["no output"])[-1]
+        result = {"system": system, "model": a.model, "n_layer": a.n_layer, "params": params, "batch": a.batch, "seq": a.seq,
+                  "budget_bytes": a.budget_bytes, "trained": False, "error": err}
+    else:
+        step_s = statistics.median(x["step_s"] for x in lines[a.warmup:])
+        tokens = a.batch * a.seq
+        result = {"system": system, "model": a.model, "n_layer": a.n_layer, "params": params, "batch": a.batch, "seq": a.seq,
+                  "budget_bytes": a.budget_bytes, "trained": True, "step_s": step_s, "tokens_per_s": tokens / step_s,
+                  "tflops": common.flops_per_token(a, params) * tokens / step_s / 1e12,
+                  "peak_gpu_bytes": lines[-1]["peak_device_bytes"], "predicted_step_s": lines[-1]["predicted_step_s"],
+                  "first_loss": lines[0]["loss"], "final_loss": lines[-1]["loss"], "steps": len(lines),
+                  "overlap": a.overlap}
+    line = json.dumps(result)
+    print(line, flush=True)
+    if a.json:
+        with open(a.json, "a") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
