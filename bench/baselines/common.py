@@ -119,6 +119,13 @@ def loss_of(model, batch, how):
     return F.cross_entropy(logits.float().view(-1, logits.size(-1)), batch["labels"].view(-1))
 
 
+def single_process_group(port):
+    """The environment of a one-GPU, one-process job, for runners that initialise torch.distributed."""
+    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port)), ("RANK", "0"), ("LOCAL_RANK", "0"),
+                       ("WORLD_SIZE", "1")):
+        os.environ.setdefault(key, value)
+
+
 def enforce_budget(budget_bytes):
     import torch
 

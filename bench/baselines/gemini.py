@@ -21,11 +21,7 @@ def main():
         return common.dry_run(a, system)
     import torch
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29512")
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("LOCAL_RANK", "0")
-    os.environ.setdefault("WORLD_SIZE", "1")
+    common.single_process_group(29512)
     params = 0
     try:
         import colossalai

@@ -43,11 +43,7 @@ def main():
         return common.dry_run(a, SYSTEM)
     import torch
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29511")
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("LOCAL_RANK", "0")
-    os.environ.setdefault("WORLD_SIZE", "1")
+    common.single_process_group(29511)
     params = 0
     try:
         import deepspeed

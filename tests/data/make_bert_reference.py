@@ -16,6 +16,7 @@ import json
 import os
 
 import torch
+from reference_common import adamw_trajectory, gradients
 from safetensors.torch import save_file
 from transformers import BertConfig, BertForMaskedLM
 
@@ -71,23 +72,9 @@ def main():
         "logits": logits.detach().contiguous(),
         "loss": loss.detach().reshape(1),
     }
-    for name, p in params.items():
-        ref["grad." + name] = p.grad.detach().clone().contiguous()
-
-    opt = torch.optim.AdamW(model.parameters(), lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]),
-                            eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"])
-    losses, norms = [], []
-    for _ in range(STEPS):
-        opt.zero_grad(set_to_none=True)
-        _, loss = loss_of(model)
-        loss.backward()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)))
-        opt.step()
-        losses.append(float(loss.detach()))
-    with torch.no_grad():
-        losses.append(float(loss_of(model)[1]))
-    ref["adamw_losses"] = torch.tensor(losses, dtype=torch.float32)
-    ref["adamw_grad_norms"] = torch.tensor(norms, dtype=torch.float32)
+    ref.update(gradients(params))
+    ref["adamw_losses"], ref["adamw_grad_norms"] = adamw_trajectory(model, loss_of, ADAMW, GRAD_CLIP, STEPS)
+    losses, norms = ref["adamw_losses"].tolist(), ref["adamw_grad_norms"].tolist()
 
     import transformers
     meta = {"config": json.dumps(CONFIG), "adamw": json.dumps(ADAMW), "grad_clip": str(GRAD_CLIP), "steps": str(STEPS),

@@ -10,19 +10,12 @@ saves it as GPT-2 files (bpe_vocab.json, bpe_merges.txt), then encodes test stri
 import json
 import os
 
+from reference_common import TOKENIZER_TEXTS
 from tokenizers import ByteLevelBPETokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "..", "..", "configs", "data", "fortunes.txt")
-TEXTS = [
-    "Hello world",
-    "The quick brown fox jumps over the lazy dog.",
-    "It's what you'll do, isn't it? We've, they're, I'd, I'm.",
-    "  leading spaces and   inner   runs  ",
-    "line one\nline two\n\n\nafter blank lines\n",
-    "tabs\tand\ttabs\t\tdouble",
-    "numbers 12345 and 3.14159, 2026-11-22",
-    "punctuation!!! ??? ... --- (parens) [brackets] {braces}",
+TEXTS = TOKENIZER_TEXTS + [
     "café naïve résumé",
     "MiXeD CaSe WoRdS",
     "",
