@@ -50,11 +50,17 @@ int main(int argc, char** argv) {
   offload->add_option("--steps", offload_steps, "Training steps per run (the median step is reported)")->check(CLI::PositiveNumber);
   offload->add_option("--json", json, "Also write the results as JSON to this file (bench/results/offload-host.json)");
   offload->add_option("--markdown", markdown, "Also write the Markdown table to this file");
+  int pcie_reps = 9;
+  auto* pcie = app.add_subcommand("pcie", "Host<->device copy bandwidth from the pinned pool, 64 KiB to 1 GiB (needs a GPU)");
+  pcie->add_option("--reps", pcie_reps, "Copies per size (the median is reported)")->check(CLI::PositiveNumber);
+  pcie->add_option("--json", json, "Also write the results as JSON to this file (bench/results/pcie-<gpu>.json)");
+  pcie->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   CLI11_PARSE(app, argc, argv);
 
   std::string command = "ferry-bench";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   try {
+    if (*pcie) return ferry::bench::run_pcie_bench(pcie_reps, json, markdown, command);
     if (*offload) return ferry::bench::run_offload_bench(config, offload_overrides, offload_steps, json, markdown, command);
     if (*policies) return ferry::bench::run_policies_bench(cost_model, policy_batch, policy_seq, policy_overlap == "delayed", json, markdown, command);
     if (*planner) return ferry::bench::run_planner_bench(json, markdown, command);
