@@ -1,13 +1,15 @@
 // Byte and GPT-2 BPE tokenizers. GPT-2 BPE: bytes map to printable unicode symbols (bytes_to_unicode),
 // text is split by GPT-2's pre-tokenizer pattern, and each piece is merged pair by pair in merge-rank
-// order. The pattern's \p{L} and \p{N} are read as: ASCII letters and every non-ASCII byte (UTF-8
-// letters), ASCII digits.
+// order. The pattern's \p{L}, \p{N} and \s are the classes of engine/unicode.h.
 #include "engine/tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <unordered_map>
+
+#include "engine/unicode.h"
 
 namespace ferry::engine {
 namespace {
@@ -57,60 +59,64 @@ std::vector<std::string> bytes_to_unicode() {
   return map;
 }
 
-bool is_letter(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80; }
-bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
-bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-
 // GPT-2's pattern: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// over code points (classes from engine/unicode.h), cut back into byte ranges of the text.
 std::vector<std::string_view> pretokenize(std::string_view t) {
-  std::vector<std::string_view> out;
-  size_t i = 0;
-  const size_t n = t.size();
-  while (i < n) {
+  std::vector<size_t> at;  // byte offset of each code point, and the end
+  std::vector<CharClass> cls;
+  std::vector<char32_t> cps;
+  for (size_t i = 0; i < t.size();) {
     const auto c = static_cast<unsigned char>(t[i]);
-    if (c == '\'') {
-      for (std::string_view suffix : {"re", "ve", "ll", "s", "t", "m", "d"})
-        if (t.substr(i + 1, suffix.size()) == suffix) {
-          out.push_back(t.substr(i, 1 + suffix.size()));
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    const size_t n = std::min(len, t.size() - i);
+    const std::vector<char32_t> one = utf8_decode(t.substr(i, n));
+    at.push_back(i);
+    cps.push_back(one.size() == 1 ? one[0] : 0xFFFD);
+    cls.push_back(classify(cps.back()));
+    i += one.size() == 1 ? n : 1;
+  }
+  const size_t n = cps.size();
+  at.push_back(t.size());
+  std::vector<std::string_view> out;
+  auto piece = [&](size_t from, size_t to) { out.push_back(t.substr(at[from], at[to] - at[from])); };
+  size_t i = 0;
+  while (i < n) {
+    if (cps[i] == '\'') {
+      bool contraction = false;
+      for (std::string_view suffix : {"re", "ve", "ll", "s", "t", "m", "d"}) {
+        bool match = i + suffix.size() < n;
+        for (size_t k = 0; match && k < suffix.size(); ++k) match = cps[i + 1 + k] == static_cast<char32_t>(suffix[k]);
+        if (match) {
+          piece(i, i + 1 + suffix.size());
           i += 1 + suffix.size();
-          goto next;
+          contraction = true;
+          break;
         }
-    }
-    {
-      size_t j = i + (c == ' ' && i + 1 < n && !is_space(static_cast<unsigned char>(t[i + 1])) ? 1 : 0);
-      const auto d = static_cast<unsigned char>(t[j]);
-      if (!is_space(d)) {
-        auto same = is_letter(d) ? is_letter : is_digit(d) ? is_digit : nullptr;
-        size_t k = j;
-        if (same) {
-          while (k < n && same(static_cast<unsigned char>(t[k]))) ++k;
-        } else {
-          while (k < n) {
-            const auto e = static_cast<unsigned char>(t[k]);
-            if (is_space(e) || is_letter(e) || is_digit(e)) break;
-            ++k;
-          }
-        }
-        out.push_back(t.substr(i, k - i));
-        i = k;
-        continue;
       }
-      // A run of whitespace: all of it at the end of the text; otherwise all but its last character,
-      // which (if a space) starts the next piece.
-      size_t k = i;
-      while (k < n && is_space(static_cast<unsigned char>(t[k]))) ++k;
-      if (k == n) {
-        out.push_back(t.substr(i, k - i));
-        i = k;
-      } else if (k - i >= 2) {
-        out.push_back(t.substr(i, k - i - 1));
-        i = k - 1;
-      } else {
-        out.push_back(t.substr(i, 1));  // a lone non-space whitespace before a word
-        i = k;
-      }
+      if (contraction) continue;
     }
-  next:;
+    const size_t j = i + (cps[i] == ' ' && i + 1 < n && cls[i + 1] != CharClass::Space ? 1 : 0);
+    if (cls[j] != CharClass::Space) {
+      size_t k = j;
+      while (k < n && cls[k] == cls[j]) ++k;
+      piece(i, k);
+      i = k;
+      continue;
+    }
+    // A run of whitespace: all of it at the end of the text; otherwise all but its last character,
+    // which (if a space) starts the next piece.
+    size_t k = i;
+    while (k < n && cls[k] == CharClass::Space) ++k;
+    if (k == n) {
+      piece(i, k);
+      i = k;
+    } else if (k - i >= 2) {
+      piece(i, k - 1);
+      i = k - 1;
+    } else {
+      piece(i, i + 1);  // a lone non-space whitespace before a word
+      i = k;
+    }
   }
   return out;
 }

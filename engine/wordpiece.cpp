@@ -9,70 +9,10 @@
 #include <unordered_map>
 
 #include "engine/tokenizer.h"
+#include "engine/unicode.h"
 
 namespace ferry::engine {
 namespace {
-
-std::vector<char32_t> utf8_decode(std::string_view s) {
-  std::vector<char32_t> out;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) {  // invalid byte: U+FFFD, as Python's errors="replace"
-      out.push_back(0xFFFD);
-      ++i;
-      continue;
-    }
-    char32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    out.push_back(cp);
-    i += n;
-  }
-  return out;
-}
-
-void utf8_append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6)), out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12)), out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18)), out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-bool is_whitespace(char32_t c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-bool is_control(char32_t c) {  // Cc and Cf, except the whitespace controls
-  if (c == '\t' || c == '\n' || c == '\r') return false;
-  return c < 0x20 || (c >= 0x7F && c < 0xA0) || c == 0xAD || (c >= 0x200B && c <= 0x200F) || (c >= 0x202A && c <= 0x202E) ||
-         (c >= 0x2060 && c <= 0x2064) || c == 0xFEFF;
-}
-
-bool is_punctuation(char32_t c) {
-  if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)) return true;
-  switch (c) {
-    case 0xA1: case 0xA7: case 0xAB: case 0xB6: case 0xB7: case 0xBB: case 0xBF: return true;
-    default: break;
-  }
-  return (c >= 0x2010 && c <= 0x2027) || (c >= 0x2030 && c <= 0x205E) || (c >= 0x3001 && c <= 0x3003) ||
-         (c >= 0x3008 && c <= 0x3011) || (c >= 0x3014 && c <= 0x301F) || (c >= 0xFF01 && c <= 0xFF0F && c != 0xFF04 && c != 0xFF0B) ||
-         (c >= 0xFF1A && c <= 0xFF20 && c != 0xFF1C && c != 0xFF1D && c != 0xFF1E) || (c >= 0xFF3B && c <= 0xFF3F && c != 0xFF3E) ||
-         c == 0xFF5B || c == 0xFF5D;
-}
-
-bool is_cjk(char32_t c) {
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
-         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
-         (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
-}
 
 char32_t to_lower(char32_t c) {
   if (c >= 'A' && c <= 'Z') return c + 32;
