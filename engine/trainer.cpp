@@ -58,28 +58,35 @@ float evaluate(models::CpuRunner& runner, int batches, ValBatch&& val_batch) {
 
 using Region = memory::HostBuckets::Region;
 
-// The ParameterStore (flat, per parameter) and the flat moment buffers beside it, to and from the host
-// buckets: checkpoints, initial weights and evaluation use the former, training the latter.
+// The ParameterStore (flat, per parameter) and flat moment buffers (allocated only while a checkpoint is
+// read or written), to and from the host buckets: checkpoints, initial weights and evaluation use the
+// former, training the latter.
 size_t flat_offset(const models::ParameterStore& params, int p) {
   return static_cast<size_t>(params.value(p).data() - params.values().data());
 }
-void scatter(const models::ParameterStore& params, std::span<const float> m, std::span<const float> v,
-             memory::HostBuckets& host) {
-  for (int p = 0; p < params.count(); ++p) {
-    const size_t n = params.value(p).size(), at = flat_offset(params, p);
-    std::memcpy(host.view(p, Region::Master).data, params.value(p).data(), n * 4);
-    std::memcpy(host.view(p, Region::M).data, m.data() + at, n * 4);
-    std::memcpy(host.view(p, Region::V).data, v.data() + at, n * 4);
-  }
+void scatter_weights(const models::ParameterStore& params, memory::HostBuckets& host) {
+  for (int p = 0; p < params.count(); ++p)
+    std::memcpy(host.view(p, Region::Master).data, params.value(p).data(), params.value(p).size_bytes());
   for (size_t b = 0; b < host.layout().buckets().size(); ++b) {
     const auto master = host.master(static_cast<int>(b));
     std::memcpy(host.region(static_cast<int>(b), Region::Working).data, master.data(), master.size_bytes());  // fp32
   }
 }
-void gather(const memory::HostBuckets& host, models::ParameterStore& params, std::span<float> m, std::span<float> v) {
+void scatter_moments(const models::ParameterStore& params, std::span<const float> m, std::span<const float> v,
+                     memory::HostBuckets& host) {
   for (int p = 0; p < params.count(); ++p) {
     const size_t n = params.value(p).size(), at = flat_offset(params, p);
-    std::memcpy(params.value(p).data(), host.view(p, Region::Master).data, n * 4);
+    std::memcpy(host.view(p, Region::M).data, m.data() + at, n * 4);
+    std::memcpy(host.view(p, Region::V).data, v.data() + at, n * 4);
+  }
+}
+void gather_weights(const memory::HostBuckets& host, models::ParameterStore& params) {
+  for (int p = 0; p < params.count(); ++p)
+    std::memcpy(params.value(p).data(), host.view(p, Region::Master).data, params.value(p).size_bytes());
+}
+void gather_moments(const memory::HostBuckets& host, const models::ParameterStore& params, std::span<float> m, std::span<float> v) {
+  for (int p = 0; p < params.count(); ++p) {
+    const size_t n = params.value(p).size(), at = flat_offset(params, p);
     std::memcpy(m.data() + at, host.view(p, Region::M).data, n * 4);
     std::memcpy(v.data() + at, host.view(p, Region::V).data, n * 4);
   }
@@ -114,7 +121,6 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   const int32_t mask_id = mask_is_last ? cfg.model.vocab_size - 1 : cfg.data.mask_token_id;
   const int32_t random_below = mask_is_last ? mask_id : cfg.model.vocab_size;
   if (!cfg.model.init_from.empty()) load_weights(cfg.model.init_from, spec, params);
-  memory::HostBuffer adam_m(params.values().size_bytes()), adam_v(params.values().size_bytes());  // checkpoint staging
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay},
                                    cfg.optim.isa, cfg.optim.cpu_threads, cpu_optim::Rounding::NearestEven,
                                                            cfg.train.seed});
@@ -182,7 +188,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   const memory::BucketLayout& layout = plan.problem.layout;
   memory::PinnedHostPool pool(memory::HostBuckets::bytes_needed(layout, memory::DType::F32, memory::DType::F32), {});
   memory::HostBuckets host(layout, pool, memory::DType::F32, memory::DType::F32);
-  scatter(params, adam_m.as<float>(), adam_v.as<float>(), host);
+  scatter_weights(params, host);  // the moments start at zero, as the pool does
 
   std::unique_ptr<Trace> trace;
   if (!opt.trace.empty()) trace = std::make_unique<Trace>();
@@ -208,8 +214,10 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   TrainState resumed;
   const std::string hash = config_hash(cfg);
   if (!opt.resume.empty()) {
-    resumed = load_checkpoint(opt.resume, spec, params, adam_m.as<float>(), adam_v.as<float>(), hash);
-    scatter(params, adam_m.as<float>(), adam_v.as<float>(), host);
+    memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
+    resumed = load_checkpoint(opt.resume, spec, params, m.as<float>(), v.as<float>(), hash);
+    scatter_weights(params, host);
+    scatter_moments(params, m.as<float>(), v.as<float>(), host);
     progress.message(fmt::format("resumed from {} at step {}", opt.resume.string(), resumed.step));
   }
   executor.upload_state();
@@ -246,7 +254,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   auto evaluate_now = [&] {
     executor.download_state();
-    gather(host, params, adam_m.as<float>(), adam_v.as<float>());
+    gather_weights(host, params);
     return evaluate(evaluator, cfg.train.eval_batches, val_batch);
   };
   const auto t_start = Clock::now();
@@ -265,7 +273,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   auto checkpoint = [&](int step) {
     if (cfg.train.checkpoint_dir.empty()) return;
     executor.download_state();
-    gather(host, params, adam_m.as<float>(), adam_v.as<float>());
+    gather_weights(host, params);
+    memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
+    gather_moments(host, params, m.as<float>(), v.as<float>());
     TrainState state{step, optimizer_steps, sum.val_loss_start, scaler.value(), scaler.good_steps(), hash, cfg.model, cfg.data.tokenizer, {}};
     if (const auto u = executor.pending_update()) {  // delayed: the last step's update travels with the checkpoint
       state.pending = TrainState::PendingUpdate{u->adam_step, u->lr, u->decision.report.grad_norm, u->decision.grad_scale,
@@ -275,7 +285,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
         std::copy_n(executor.pending_gradients(slot.bucket).data() + slot.offset, slot.numel, params.grad(p).data());
       }
     }
-    sum.last_checkpoint = save_checkpoint(cfg.train.checkpoint_dir, spec, params, adam_m.as<float>(), adam_v.as<float>(), state,
+    sum.last_checkpoint = save_checkpoint(cfg.train.checkpoint_dir, spec, params, m.as<float>(), v.as<float>(), state,
                                           cfg.train.keep_checkpoints);
   };
   const int first_step = static_cast<int>(resumed.step) + 1;
