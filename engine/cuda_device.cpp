@@ -151,4 +151,27 @@ void CudaDevice::synchronize() {
   check_host_failure();
 }
 
+// The compute stream's work needs Ferry's CUDA kernels (issue 7); until they exist these refuse clearly
+// (the trainer refuses device: cuda before any of them could be reached).
+namespace {
+[[noreturn]] void needs_kernels(const std::string& what) {
+  throw std::logic_error("the CUDA device cannot run " + what + " yet: Ferry's CUDA kernels are not built (issue 7)");
+}
+}  // namespace
+
+void CudaDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {
+  check(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), streams_[static_cast<int>(s)]), fmt::format("{}: {}", to_string(s), label));
+}
+
+void CudaDevice::accumulate(Stream, float*, const float*, int64_t, bool, std::string label) { needs_kernels(label); }
+
+void CudaDevice::run_op(const models::ModelSpec&, const models::OpSpec&, const models::OpOperands&, float, float*, std::string label) {
+  needs_kernels(label);
+}
+
+void CudaDevice::adamw(std::vector<OptimizerBucket>, const cpu_optim::CpuAdamW&, int64_t, double, float, float, cpu_optim::StepDecision*,
+                       std::string label) {
+  needs_kernels(label);
+}
+
 }  // namespace ferry::engine

@@ -41,6 +41,12 @@ class CudaDevice final : public Device {
   void synchronize() override;
   // Not measured on the CUDA device yet (it would need timing events around every wait): 0.
   double compute_stall_seconds() const override { return 0; }
+  void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
+  void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) override;
+  void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
+              float* loss, std::string label) override;
+  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr, float max_norm,
+             float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
 
   // The stream the work being queued by run() launches on.
   static cudaStream_t current_stream();

@@ -8,9 +8,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "cpu_optim/adamw.h"
 #include "engine/work_queue.h"
 #include "memory/arena.h"
+#include "models/cpu_op.h"
+#include "models/model_spec.h"
 
 namespace ferry::engine {
 
@@ -49,6 +53,28 @@ class Device {
   virtual void synchronize() = 0;
   // Seconds the compute stream has spent waiting for events (stalls), since construction.
   virtual double compute_stall_seconds() const = 0;
+
+  // The compute stream's work, all in the arena. Each names itself (label) in errors and the trace.
+  virtual void zero(Stream stream, void* dst, int64_t bytes, std::string label) = 0;
+  // dst = src (overwrite) or dst += src, n fp32 elements.
+  virtual void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) = 0;
+  // One op of the model. The operands must stay valid until it has run; *loss (host memory, may be null)
+  // receives the loss's forward value once it has.
+  virtual void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands,
+                      float loss_weight, float* loss, std::string label) = 0;
+  // AdamW over buckets whose optimizer state lives on the device (policy resident), following `rule`'s
+  // arithmetic exactly: each bucket's gradient statistics, summed in bucket order, the step decision
+  // (written to *decision, host memory), the update, and each bucket's fp32 working copy.
+  struct OptimizerBucket {
+    float* master;
+    float* m;
+    float* v;
+    const float* grad;
+    float* working;
+    int64_t numel;
+  };
+  virtual void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr,
+                     float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) = 0;
 };
 
 }  // namespace ferry::engine

@@ -19,7 +19,6 @@
 
 #include "engine/work_queue.h"
 #include "memory/host_buffer.h"
-#include "models/cpu_op.h"
 
 namespace ferry::engine {
 
@@ -51,13 +50,11 @@ struct Executor::Impl {
   // it (its bucket's first gradient op) and to sum after it (its bucket's last, device optimizer only).
   struct OpBinding {
     std::string label;
-    std::vector<std::pair<int, std::byte*>> tensors;
-    std::vector<std::tuple<int, float*, float*>> params;
+    std::vector<std::byte*> inputs, outputs;  // as op.inputs / op.outputs
+    std::vector<float*> values, grads;        // as op.params
     std::vector<int> zero_grads_before, sum_grads_after;
   };
   std::vector<OpBinding> ops;
-  std::vector<std::byte*> tensor_ptr;  // patched by the compute stream before each op
-  std::vector<float*> value_ptr, grad_ptr;
   std::vector<std::string> bucket_label;
 
   memory::HostBuffer batch_staging;  // tokens then targets of one micro-batch
@@ -103,14 +100,15 @@ struct Executor::Impl {
   float* at(int64_t offset) const { return reinterpret_cast<float*>(arena + offset); }
   bool faulty(const std::string& label) const { return !options.inject_fault.empty() && label.find(options.inject_fault) != std::string::npos; }
 
-  void run(Stream stream, std::string label, std::function<void()> work) {
-    if (faulty(label)) work = [] { throw std::runtime_error("injected fault"); };
-    dev.run(stream, std::move(label), std::move(work));
+  // Tests: queues a failing task in place of the one named `label`, and says so.
+  bool inject(Stream stream, const std::string& label) {
+    if (!faulty(label)) return false;
+    dev.run(stream, label, [] { throw std::runtime_error("injected fault"); });
+    return true;
   }
   void copy(Stream stream, void* dst, const void* src, int64_t n, std::string label) {
     (stream == Stream::H2D ? h2d_bytes : d2h_bytes) += n;
-    if (faulty(label)) return run(stream, std::move(label), [] { throw std::runtime_error("injected fault"); });
-    dev.copy(stream, dst, src, n, std::move(label));
+    if (!inject(stream, label)) dev.copy(stream, dst, src, n, std::move(label));
   }
   void cpu_run(std::string label, std::function<void()> work) {
     if (faulty(label)) work = [] { throw std::runtime_error("injected fault"); };
@@ -238,13 +236,12 @@ void Executor::Impl::bind_ops() {
     std::string buckets;
     for (int b : p.op_buckets[t]) buckets += (buckets.empty() ? "" : ", ") + std::to_string(b);
     bind.label = op.name + (p.op_recompute[t] ? " (recompute)" : "") + (buckets.empty() ? "" : " [bucket " + buckets + "]");
-    for (const auto* list : {&op.inputs, &op.outputs})
-      for (int x : *list) bind.tensors.emplace_back(x, activation_at(x, t));
+    for (int x : op.inputs) bind.inputs.push_back(activation_at(x, t));
+    for (int x : op.outputs) bind.outputs.push_back(activation_at(x, t));
     for (int param : op.params) {
       const auto& slot = layout.slot(param);
-      float* value = at(weights_at(slot.bucket, t)) + slot.offset;
-      float* grad = op.pass == models::Pass::Backward ? at(grads_offset[slot.bucket]) + slot.offset : nullptr;
-      bind.params.emplace_back(param, value, grad);
+      bind.values.push_back(at(weights_at(slot.bucket, t)) + slot.offset);
+      bind.grads.push_back(op.pass == models::Pass::Backward ? at(grads_offset[slot.bucket]) + slot.offset : nullptr);
     }
   }
   for (int b = 0; b < p.n_buckets; ++b) {
@@ -252,31 +249,22 @@ void Executor::Impl::bind_ops() {
     ops[p.first_grad_op[b]].zero_grads_before.push_back(b);
     if (gradsum_offset[b] >= 0) ops[p.last_grad_op[b]].sum_grads_after.push_back(b);
   }
-  tensor_ptr.assign(spec.tensors.size(), nullptr);
-  value_ptr.assign(spec.params.size(), nullptr);
-  grad_ptr.assign(spec.params.size(), nullptr);
 }
 
 // AdamW on the device's copy of the optimizer state (policy resident), with the same kernels and the
 // same order of reductions as on the CPU path, so that both give bitwise the same weights.
 void Executor::Impl::device_adam(int64_t adam_step, double lr) {
-  auto grads = [&](int b) { return at(gradsum_offset[b] >= 0 ? gradsum_offset[b] : grads_offset[b]); };
-  double sum = 0;
-  bool finite = true;
-  for (int b = 0; b < p.n_buckets; ++b) {
-    if (p.first_grad_op[b] < 0) continue;
-    stats[b] = adamw.grad_stats(grads(b), cpu_optim::DType::F32, static_cast<size_t>(numel(b)));
-    sum += stats[b].sum_squares, finite = finite && stats[b].finite;
-  }
-  decision = cpu_optim::decide_step(sum, finite, options.grad_clip, loss_scale);
-  if (decision.report.skipped) return;
+  std::vector<Device::OptimizerBucket> buckets;
   for (int b = 0; b < p.n_buckets; ++b) {
     if (p.first_grad_op[b] < 0) continue;
     float* state = at(state_offset[b]);
-    const size_t n = static_cast<size_t>(numel(b));
-    adamw.step({{state, n}, {state + n, n}, {state + 2 * n, n}, grads(b), cpu_optim::DType::F32}, adam_step, lr, decision.grad_scale);
-    std::memcpy(at(resident_offset[b]), state, n * 4);  // the fp32 working copy
+    const int64_t n = numel(b);
+    buckets.push_back({state, state + n, state + 2 * n, at(gradsum_offset[b] >= 0 ? gradsum_offset[b] : grads_offset[b]),
+                       at(resident_offset[b]), n});
   }
+  const std::string label = "adamw (device)";
+  if (!inject(Stream::Compute, label))
+    dev.adamw(std::move(buckets), adamw, adam_step, lr, options.grad_clip, loss_scale, &decision, label);
 }
 
 memory::Plan Executor::device_plan(const offload::StepPlan& plan) {
@@ -474,33 +462,25 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
       if (point == p.n_ops) break;
       Impl::OpBinding& bind = m.ops[point];
       for (int b : bind.zero_grads_before) {
-        float* g = m.at(m.grads_offset[b]);
-        const size_t n = static_cast<size_t>(m.bytes(b));
-        m.run(Stream::Compute, "zero gradients of " + m.bucket_label[b], [g, n] { std::memset(g, 0, n); });
+        const std::string label = "zero gradients of " + m.bucket_label[b];
+        if (!m.inject(Stream::Compute, label)) m.dev.zero(Stream::Compute, m.at(m.grads_offset[b]), m.bytes(b), label);
       }
-      const models::OpSpec* op = &m.spec.ops[p.op_source[point]];
-      const bool is_loss = op->kind == models::OpKind::CrossEntropy && op->pass == models::Pass::Forward;
-      m.run(Stream::Compute, bind.label, [&m, &bind, op, is_loss, micro, loss_weight] {
-        for (const auto& [x, ptr] : bind.tensors) m.tensor_ptr[x] = ptr;
-        for (const auto& [param, value, grad] : bind.params) m.value_ptr[param] = value, m.grad_ptr[param] = grad;
-        const float loss = models::run_cpu_op(m.spec, *op, {m.tensor_ptr.data(), m.value_ptr.data(), m.grad_ptr.data()}, loss_weight);
-        if (is_loss) m.losses[micro] = loss;
-      });
+      const models::OpSpec& op = m.spec.ops[p.op_source[point]];
+      const bool is_loss = op.kind == models::OpKind::CrossEntropy && op.pass == models::Pass::Forward;
+      if (!m.inject(Stream::Compute, bind.label))
+        m.dev.run_op(m.spec, op, {bind.inputs, bind.outputs, bind.values, bind.grads}, loss_weight, is_loss ? &m.losses[micro] : nullptr,
+                     bind.label);
       for (int b : bind.sum_grads_after) {
-        float* sum = m.at(m.gradsum_offset[b]);
-        const float* g = m.at(m.grads_offset[b]);
-        const int64_t n = m.numel(b);
-        m.run(Stream::Compute, "sum gradients of " + m.bucket_label[b], [sum, g, n, micro] {
-          if (micro == 0) std::memcpy(sum, g, static_cast<size_t>(n) * 4);
-          else for (int64_t i = 0; i < n; ++i) sum[i] += g[i];
-        });
+        const std::string label = "sum gradients of " + m.bucket_label[b];
+        if (!m.inject(Stream::Compute, label))
+          m.dev.accumulate(Stream::Compute, m.at(m.gradsum_offset[b]), m.at(m.grads_offset[b]), m.numel(b), micro == 0, label);
       }
       op_done = m.dev.record(Stream::Compute);
     }
     if (!last_micro) m.barrier();
   }
 
-  if (device_adam) m.run(Stream::Compute, "adamw (device)", [&m, adam_step, lr] { m.device_adam(adam_step, lr); });
+  if (device_adam) m.device_adam(adam_step, lr);
   auto global_norm = [&m] {
     double sum = 0;
     bool finite = true;

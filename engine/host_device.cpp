@@ -115,4 +115,43 @@ void HostDevice::synchronize() {
 
 double HostDevice::compute_stall_seconds() const { return queues_[0]->blocked_seconds(); }
 
+void HostDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {
+  queue(s).run(std::move(label), [dst, bytes] { std::memset(dst, 0, static_cast<size_t>(bytes)); });
+}
+
+void HostDevice::accumulate(Stream s, float* dst, const float* src, int64_t n, bool overwrite, std::string label) {
+  queue(s).run(std::move(label), [dst, src, n, overwrite] {
+    if (overwrite) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+    else for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  });
+}
+
+void HostDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands,
+                        float loss_weight, float* loss, std::string label) {
+  queue(Stream::Compute).run(std::move(label), [&spec, &op, operands, loss_weight, loss] {
+    const float l = models::run_cpu_op(spec, op, operands, loss_weight);
+    if (loss) *loss = l;
+  });
+}
+
+void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr,
+                       float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) {
+  // The CPU path's arithmetic, on the host device's memory: CpuAdamW's kernels themselves.
+  queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule, step, lr, max_norm, loss_scale, decision] {
+    double sum = 0;
+    bool finite = true;
+    for (const auto& b : buckets) {
+      const auto st = rule.grad_stats(b.grad, cpu_optim::DType::F32, static_cast<size_t>(b.numel));
+      sum += st.sum_squares, finite = finite && st.finite;
+    }
+    *decision = cpu_optim::decide_step(sum, finite, max_norm, loss_scale);
+    if (decision->report.skipped) return;
+    for (const auto& b : buckets) {
+      const size_t n = static_cast<size_t>(b.numel);
+      rule.step({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, cpu_optim::DType::F32}, step, lr, decision->grad_scale);
+      std::memcpy(b.working, b.master, n * 4);
+    }
+  });
+}
+
 }  // namespace ferry::engine

@@ -34,6 +34,12 @@ class HostDevice final : public Device {
   void synchronize(const EventPtr& event) override;
   void synchronize() override;
   double compute_stall_seconds() const override;
+  void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
+  void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) override;
+  void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
+              float* loss, std::string label) override;
+  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr, float max_norm,
+             float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
 
  private:
   WorkQueue& queue(Stream s) { return *queues_[static_cast<int>(s)]; }

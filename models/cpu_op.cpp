@@ -18,33 +18,35 @@
 namespace ferry::models {
 
 float run_cpu_op(const ModelSpec& spec, const OpSpec& op, const OpOperands& at, float loss_weight) {
-  auto f32 = [&](int t) { return reinterpret_cast<float*>(at.tensors[t]); };
-  auto i32 = [&](int t) { return reinterpret_cast<const int32_t*>(at.tensors[t]); };
-  auto value = [&](int p) { return at.values[p]; };
-  auto grad = [&](int p) { return at.grads[p]; };
+  auto f32 = [](std::byte* p) { return reinterpret_cast<float*>(p); };
+  auto i32 = [](std::byte* p) { return reinterpret_cast<const int32_t*>(p); };
   float loss = 0.0f;
-  for (int t : op.creates)
-    if (spec.tensors[t].is_grad) std::memset(f32(t), 0, static_cast<size_t>(spec.tensors[t].bytes()));
+  // Gradient tensors begin life here at zero: backward ops accumulate into them.
+  for (int t : op.creates) {
+    if (!spec.tensors[t].is_grad) continue;
+    for (size_t k = 0; k < op.outputs.size(); ++k)
+      if (op.outputs[k] == t) std::memset(at.outputs[k], 0, static_cast<size_t>(spec.tensors[t].bytes()));
+  }
 
   const OpAttrs& a = op.attrs;
-  const auto& in = op.inputs;
-  const auto& out = op.outputs;
+  const auto& in = at.inputs;
+  const auto& out = at.outputs;
   const bool fwd = op.pass == Pass::Forward;
   switch (op.kind) {
     case OpKind::Embedding:
-      if (fwd) ops::embedding_forward(f32(out[0]), i32(in[0]), value(op.params[0]), value(op.params[1]), a.batch, a.seq, a.in,
-                                      op.params.size() > 2 ? value(op.params[2]) : nullptr);
-      else ops::embedding_backward(grad(op.params[0]), grad(op.params[1]), f32(in[0]), i32(in[1]), a.batch, a.seq, a.in,
-                                   op.params.size() > 2 ? grad(op.params[2]) : nullptr);
+      if (fwd) ops::embedding_forward(f32(out[0]), i32(in[0]), at.values[0], at.values[1], a.batch, a.seq, a.in,
+                                      at.values.size() > 2 ? at.values[2] : nullptr);
+      else ops::embedding_backward(at.grads[0], at.grads[1], f32(in[0]), i32(in[1]), a.batch, a.seq, a.in,
+                                   at.grads.size() > 2 ? at.grads[2] : nullptr);
       break;
     case OpKind::LayerNorm:
-      if (fwd) ops::layernorm_forward(f32(out[0]), f32(out[1]), f32(out[2]), f32(in[0]), value(op.params[0]), value(op.params[1]), a.rows, a.in, a.eps);
-      else ops::layernorm_backward(f32(out[0]), grad(op.params[0]), grad(op.params[1]), f32(in[0]), f32(in[1]), value(op.params[0]), f32(in[2]), f32(in[3]), a.rows, a.in);
+      if (fwd) ops::layernorm_forward(f32(out[0]), f32(out[1]), f32(out[2]), f32(in[0]), at.values[0], at.values[1], a.rows, a.in, a.eps);
+      else ops::layernorm_backward(f32(out[0]), at.grads[0], at.grads[1], f32(in[0]), f32(in[1]), at.values[0], f32(in[2]), f32(in[3]), a.rows, a.in);
       break;
     case OpKind::Linear: {
-      const bool has_bias = op.params.size() > 1;
-      if (fwd) ops::linear_forward(f32(out[0]), f32(in[0]), value(op.params[0]), has_bias ? value(op.params[1]) : nullptr, a.rows, a.in, a.out, a.weight_out_in);
-      else ops::linear_backward(f32(out[0]), grad(op.params[0]), has_bias ? grad(op.params[1]) : nullptr, f32(in[0]), f32(in[1]), value(op.params[0]), a.rows, a.in, a.out, a.weight_out_in);
+      const bool has_bias = at.values.size() > 1;
+      if (fwd) ops::linear_forward(f32(out[0]), f32(in[0]), at.values[0], has_bias ? at.values[1] : nullptr, a.rows, a.in, a.out, a.weight_out_in);
+      else ops::linear_backward(f32(out[0]), at.grads[0], has_bias ? at.grads[1] : nullptr, f32(in[0]), f32(in[1]), at.values[0], a.rows, a.in, a.out, a.weight_out_in);
       break;
     }
     case OpKind::Attention:

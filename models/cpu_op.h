@@ -3,17 +3,17 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 
 #include "models/model_spec.h"
 
 namespace ferry::models {
 
-// Where one op's operands are: tensors by spec tensor index, parameter values and gradients by spec
-// parameter index. Only the entries the op names need to be valid.
+// Where one op's operands are, by position: its input and output tensors (as op.inputs / op.outputs list
+// them) and its parameters' values and gradients (as op.params lists them; gradients may be null in forward).
 struct OpOperands {
-  std::byte* const* tensors;
-  float* const* values;
-  float* const* grads;
+  std::span<std::byte* const> inputs, outputs;
+  std::span<float* const> values, grads;
 };
 
 // Runs `op`: forward ops overwrite their outputs, backward ops accumulate into theirs and into their

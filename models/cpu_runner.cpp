@@ -68,7 +68,12 @@ std::span<const float> CpuRunner::tensor(const std::string& name) const {
 }
 
 void CpuRunner::run_op(const OpSpec& op) {
-  const float loss = run_cpu_op(spec_, op, {tensor_ptr_.data(), value_ptr_.data(), grad_ptr_.data()}, loss_weight_);
+  std::vector<std::byte*> in, out;
+  std::vector<float*> values, grads;
+  for (int t : op.inputs) in.push_back(tensor_ptr_[t]);
+  for (int t : op.outputs) out.push_back(tensor_ptr_[t]);
+  for (int p : op.params) values.push_back(value_ptr_[p]), grads.push_back(grad_ptr_[p]);
+  const float loss = run_cpu_op(spec_, op, {in, out, values, grads}, loss_weight_);
   if (op.kind == OpKind::CrossEntropy && op.pass == Pass::Forward) last_loss_ = loss;
 }
 
