@@ -38,6 +38,15 @@ TEST(CudaDevice, CopiesRoundTripThroughTheArenaInEventOrder) {
   dev.copy(Stream::D2H, dst, slot, n * 4, "down");
   dev.synchronize();
   for (int64_t i = 0; i < n; i += 4099) ASSERT_EQ(dst[i], src[i]) << i;
+  // zero() clears on the device, in stream order with the copies.
+  dev.zero(Stream::H2D, slot, 4096, "zero");
+  dev.wait(Stream::D2H, dev.record(Stream::H2D), "zero");
+  dev.copy(Stream::D2H, dst, slot, 4096, "down");
+  dev.synchronize();
+  for (int i = 0; i < 1024; ++i) ASSERT_EQ(dst[i], 0.0f) << i;
+  // Compute needs the kernels of issue 7: refused with the reason, never run on device memory by the CPU.
+  EXPECT_THROW(dev.accumulate(Stream::Compute, reinterpret_cast<float*>(slot), reinterpret_cast<float*>(slot), 1, false, "sum"),
+               std::logic_error);
 #endif
 }
 
