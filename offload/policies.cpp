@@ -300,30 +300,48 @@ StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, int64_t
     std::fill(c.begin(), c.begin() + k, true);
     return c;
   };
-  auto attempt = [&](int k) {
+  auto attempt = [&](Policy with, int k) {
     OffloadProblem p(spec, cost, bucket_bytes, budget, first_k(k), grad_accum);
-    Schedule s = make_schedule(p, policy);
+    Schedule s = make_schedule(p, with);
+    if (with != policy) s.policy = to_string(policy);
     return StepPlan{std::move(p), std::move(s)};
   };
-  if (checkpointing != Checkpointing::Auto) return attempt(checkpointing == Checkpointing::On ? layers : 0);
-  try {
-    return attempt(0);
-  } catch (const BudgetError&) {
-  }
-  // Binary search for the fewest blocks: checkpointing more never needs more memory.
-  int lo = 1, hi = layers;
-  std::optional<StepPlan> found;
-  while (lo <= hi) {
-    const int mid = (lo + hi) / 2;
+  if (checkpointing != Checkpointing::Auto) return attempt(policy, checkpointing == Checkpointing::On ? layers : 0);
+  // The fewest blocks with which `with` fits: checkpointing more never needs more memory, so bisect.
+  auto fewest = [&](Policy with) -> std::optional<StepPlan> {
     try {
-      found.emplace(attempt(mid));
-      hi = mid - 1;
+      return attempt(with, 0);
     } catch (const BudgetError&) {
-      lo = mid + 1;
+    }
+    int lo = 1, hi = layers;
+    std::optional<StepPlan> found;
+    while (lo <= hi) {
+      const int mid = (lo + hi) / 2;
+      try {
+        found.emplace(attempt(with, mid));
+        hi = mid - 1;
+      } catch (const BudgetError&) {
+        lo = mid + 1;
+      }
+    }
+    return found;
+  };
+  std::optional<StepPlan> best = fewest(policy);
+  if (!best) return attempt(policy, layers);  // throws, saying what the model needs with every block checkpointed
+  if (policy == Policy::Greedy) {
+    // Recomputing a few blocks may let everything stay on the device, which can beat any plan that
+    // offloads without recomputation: greedy also weighs the fewest blocks with which resident, then
+    // zero-offload, fit, and keeps the fastest plan.
+    double best_s = simulate(best->problem, best->schedule).step_s;
+    for (Policy anchor : {Policy::Resident, Policy::ZeroOffload}) {
+      const std::optional<StepPlan> other = fewest(anchor);
+      if (!other || other->problem.checkpointed_layers == best->problem.checkpointed_layers) continue;
+      StepPlan candidate = attempt(Policy::Greedy, other->problem.checkpointed_layers);
+      const double s = simulate(candidate.problem, candidate.schedule).step_s;
+      if (s < best_s) best_s = s, best.emplace(std::move(candidate));
     }
   }
-  if (found) return std::move(*found);
-  return attempt(layers);  // throws, saying what the model needs with every block checkpointed
+  return std::move(*best);
 }
 
 double lower_bound_step_s(const OffloadProblem& p) {

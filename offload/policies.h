@@ -50,8 +50,9 @@ struct StepPlan {
   Schedule schedule;
 };
 
-// The whole decision for one step: which blocks to checkpoint and the policy's schedule. BudgetError,
-// saying what the model needs at least, when nothing fits.
+// The whole decision for one step: which blocks to checkpoint and the policy's schedule. With auto, the
+// fewest blocks that make the policy fit; greedy also tries the fewest that make resident or zero-offload
+// fit and keeps the fastest. BudgetError, saying what the model needs at least, when nothing fits.
 StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget,
                    Policy policy, Checkpointing checkpointing, int grad_accum = 1);
 
