@@ -92,6 +92,55 @@ void gather_moments(const memory::HostBuckets& host, const models::ParameterStor
   }
 }
 
+// The host device's cost model: rates measured once and cached (or offload.cost_model), fp32 sizes, op
+// times profiled on this model and batch, and the link as device.host sets it.
+offload::CostModel host_device_cost_model(const Config& cfg, int threads, models::CpuRunner& profiler, const Batch& sample,
+                                          std::string* cache) {
+  offload::CostModel cost = cfg.offload.cost_model.empty() ? host_cost_model(threads, cache) : offload::CostModel::load(cfg.offload.cost_model);
+  cost.weight_bytes = cost.activation_bytes = 4;  // the host device computes in fp32
+  cost.fused_attention = false;
+  if (cfg.offload.cost_model.empty()) {
+    // The fastest of 3 to 10 passes, 1 s at least: single passes on a shared machine are noisy.
+    profiler.set_batch(sample.tokens, sample.targets, sample.attention_mask);
+    cost.profiled_op_s = profiler.profile_ops(3, 1.0, 10);
+    cost.name += "; op times profiled on this model";
+  }
+  if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;
+  return cost;
+}
+
+// The step's plan for the config: the budget (unset: what resident needs), the policy's schedule with
+// activation checkpointing as configured, and the delayed update where asked for and possible.
+std::optional<offload::StepPlan> plan_run(const Config& cfg, const models::ModelSpec& spec, const offload::CostModel& cost,
+                                          int64_t* budget, std::string* overlap_note) {
+  const int64_t bucket_bytes = cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
+  const offload::Policy policy = offload::parse_policy(cfg.offload.policy);
+  const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
+  *budget = cfg.offload.gpu_budget;
+  if (*budget <= 0) {
+    const offload::StepPlan all = offload::plan_step(spec, cost, bucket_bytes, int64_t(1) << 62, offload::Policy::Resident,
+                                                     checkpointing, cfg.train.grad_accum);
+    *budget = offload::simulate(all.problem, all.schedule).peak_device_bytes;
+  }
+  std::optional<offload::StepPlan> plan;
+  try {
+    plan.emplace(offload::plan_step(spec, cost, bucket_bytes, *budget, policy, checkpointing, cfg.train.grad_accum));
+  } catch (const offload::BudgetError& e) {
+    throw std::runtime_error(fmt::format("offload.gpu_budget: {} is too small: {}; raise it{}", memory::format_bytes(*budget), e.what(),
+                                         checkpointing == offload::Checkpointing::Off ? " or set train.activation_checkpointing: auto" : ""));
+  }
+  *overlap_note = cfg.offload.overlap;
+  if (cfg.offload.overlap == "delayed") {
+    if (plan->schedule.optimizer_on_device && policy == offload::Policy::Resident)
+      throw std::runtime_error("offload.overlap: delayed needs AdamW on the CPU; policy resident runs it on the device");
+    if (plan->schedule.optimizer_on_device)
+      *overlap_note = "delayed requested, not used: the plan keeps AdamW on the device";
+    else
+      plan->schedule = offload::with_delayed_update(plan->problem, std::move(plan->schedule));
+  }
+  return plan;
+}
+
 }  // namespace
 
 TrainSummary train(const Config& cfg, const TrainOptions& opt) {
@@ -139,46 +188,13 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     return mlm ? masked_lm(b, cfg.train.seed ^ 0x5EEDull, i, mask_id, random_below) : b;
   };
 
-  // The plan: the host device computes in fp32, so weights and activations take 4 bytes there.
-  std::string cost_cache;
-  offload::CostModel cost = cfg.offload.cost_model.empty() ? host_cost_model(threads, &cost_cache) : offload::CostModel::load(cfg.offload.cost_model);
-  cost.weight_bytes = cost.activation_bytes = 4;
-  cost.fused_attention = false;
   models::CpuRunner evaluator(spec, params);  // evaluation: the resident CPU path on the gathered master weights
-  if (cfg.offload.cost_model.empty()) {
-    // The host device's op times, profiled on this model and batch (the fastest of 3 to 10 passes, 1 s).
-    const Batch b = train_batch(0);
-    evaluator.set_batch(b.tokens, b.targets, b.attention_mask);
-    cost.profiled_op_s = evaluator.profile_ops(3, 1.0, 10);
-    params.zero_grads();
-    cost.name += "; op times profiled on this model";
-  }
-  if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;
-  const int64_t bucket_bytes = cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
-  const offload::Policy policy = offload::parse_policy(cfg.offload.policy);
-  const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
-  int64_t budget = cfg.offload.gpu_budget;
-  if (budget <= 0) {  // no budget: as much as keeping everything resident needs
-    const offload::StepPlan all = offload::plan_step(spec, cost, bucket_bytes, int64_t(1) << 62, offload::Policy::Resident,
-                                                     checkpointing, cfg.train.grad_accum);
-    budget = offload::simulate(all.problem, all.schedule).peak_device_bytes;
-  }
-  std::optional<offload::StepPlan> plan_holder;
-  try {
-    plan_holder.emplace(offload::plan_step(spec, cost, bucket_bytes, budget, policy, checkpointing, cfg.train.grad_accum));
-  } catch (const offload::BudgetError& e) {
-    throw std::runtime_error(fmt::format("offload.gpu_budget: {} is too small: {}; raise it{}", memory::format_bytes(budget), e.what(),
-                                         checkpointing == offload::Checkpointing::Off ? " or set train.activation_checkpointing: auto" : ""));
-  }
-  std::string overlap_note = cfg.offload.overlap;
-  if (cfg.offload.overlap == "delayed") {
-    if (plan_holder->schedule.optimizer_on_device && policy == offload::Policy::Resident)
-      throw std::runtime_error("offload.overlap: delayed needs AdamW on the CPU; policy resident runs it on the device");
-    if (plan_holder->schedule.optimizer_on_device)
-      overlap_note = "delayed requested, not used: the plan keeps AdamW on the device";
-    else
-      plan_holder->schedule = offload::with_delayed_update(plan_holder->problem, std::move(plan_holder->schedule));
-  }
+  std::string cost_cache;
+  const offload::CostModel cost = host_device_cost_model(cfg, threads, evaluator, train_batch(0), &cost_cache);
+  params.zero_grads();  // the profile ran backward
+  std::string overlap_note;
+  int64_t budget = 0;
+  std::optional<offload::StepPlan> plan_holder = plan_run(cfg, spec, cost, &budget, &overlap_note);
   const offload::StepPlan& plan = *plan_holder;
   const bool delayed = plan.schedule.delayed_update;
   const offload::SimResult predicted = offload::simulate(plan.problem, plan.schedule);
@@ -206,7 +222,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
       "{} resident / {} travelling; {} of {} block(s) checkpointed; overlap {}{}; predicted step {:.3f} s (cost model: {}{})",
       plan.schedule.policy, device.name(), memory::format_bytes(budget), cfg.offload.gpu_budget > 0 ? "" : " (unset: what resident needs)",
       memory::format_bytes(device_memory.peak), memory::format_bytes(device_memory.lower_bound), plan.problem.n_buckets,
-      bucket_bytes / double(1 << 20), memory::format_bytes(predicted.resident_bytes), memory::format_bytes(predicted.offloaded_bytes),
+      plan.problem.layout.target_bytes() / double(1 << 20), memory::format_bytes(predicted.resident_bytes), memory::format_bytes(predicted.offloaded_bytes),
       plan.problem.checkpointed_layers, cfg.model.n_layer, overlap_note,
       delayed ? fmt::format(" (synchronous for the first {} steps)", cfg.offload.sync_steps) : "", predicted.step_s * cfg.train.grad_accum, cost.name,
       cost_cache.empty() ? "" : ", cached in " + cost_cache));
