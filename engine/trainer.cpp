@@ -111,7 +111,7 @@ offload::CostModel host_device_cost_model(const Config& cfg, int threads, models
 
 // The step's plan for the config: the budget (unset: what resident needs), the policy's schedule with
 // activation checkpointing as configured, and the delayed update where asked for and possible.
-std::optional<offload::StepPlan> plan_run(const Config& cfg, const models::ModelSpec& spec, const offload::CostModel& cost,
+offload::StepPlan plan_run(const Config& cfg, const models::ModelSpec& spec, const offload::CostModel& cost,
                                           int64_t* budget, std::string* overlap_note) {
   const int64_t bucket_bytes = cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
   const offload::Policy policy = offload::parse_policy(cfg.offload.policy);
@@ -138,7 +138,7 @@ std::optional<offload::StepPlan> plan_run(const Config& cfg, const models::Model
     else
       plan->schedule = offload::with_delayed_update(plan->problem, std::move(plan->schedule));
   }
-  return plan;
+  return std::move(*plan);
 }
 
 }  // namespace
@@ -194,8 +194,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   params.zero_grads();  // the profile ran backward
   std::string overlap_note;
   int64_t budget = 0;
-  std::optional<offload::StepPlan> plan_holder = plan_run(cfg, spec, cost, &budget, &overlap_note);
-  const offload::StepPlan& plan = *plan_holder;
+  const offload::StepPlan plan = plan_run(cfg, spec, cost, &budget, &overlap_note);
   const bool delayed = plan.schedule.delayed_update;
   const offload::SimResult predicted = offload::simulate(plan.problem, plan.schedule);
   const memory::Plan device_memory = Executor::device_plan(plan);
