@@ -346,8 +346,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     const double elapsed = seconds_since(t_start);
     if (step % cfg.train.log_every == 0 || last || step == 1)
       progress.update(step, cfg.train.steps, static_cast<float>(loss), tokens_per_step / step_s, elapsed,
-                      fmt::format("h2d {:.2f} GB d2h {:.2f} GB | stall {:.0f}% | step {:.3f} s (predicted {:.3f})", r.h2d_bytes / 1e9,
-                                  r.d2h_bytes / 1e9, 100.0 * r.stall_s / step_s, step_s, sum.predicted_step_s));
+                      fmt::format("h2d {} d2h {} | stall {:.0f}% | step {:.3f} s (predicted {:.3f})", memory::format_bytes(r.h2d_bytes),
+                                  memory::format_bytes(r.d2h_bytes), 100.0 * r.stall_s / step_s, step_s, sum.predicted_step_s));
     if (val) progress.message(fmt::format("step {}: val_loss {:.4f}", step, *val));
     if (metrics.is_open()) {
       nlohmann::json j{{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
