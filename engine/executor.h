@@ -21,8 +21,7 @@
 namespace ferry::engine {
 
 struct ExecutorOptions {
-  float grad_clip = 0;       // max global gradient norm; 0: off
-  std::string inject_fault;  // tests only: every task whose label contains this fails instead of running
+  float grad_clip = 0;  // max global gradient norm; 0: off
 };
 
 struct StepResult {
@@ -72,7 +71,6 @@ class Executor {
   void set_pending_update(const PendingUpdate& update);  // then fill pending_gradients(b)
   std::span<float> pending_gradients(int bucket) const;
 
-  const memory::Plan& memory_plan() const;
   // Tests only: from now on, every task whose label contains `label` fails instead of running.
   void inject_fault(std::string label);
 

@@ -208,7 +208,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   std::unique_ptr<Trace> trace;
   if (!opt.trace.empty()) trace = std::make_unique<Trace>();
   HostDevice device({device_memory.peak, cfg.host_device.link_gbps, threads, trace.get()});
-  Executor executor(spec, plan, host, device, adamw, {static_cast<float>(cfg.optim.grad_clip), {}}, trace.get());
+  Executor executor(spec, plan, host, device, adamw, {static_cast<float>(cfg.optim.grad_clip)}, trace.get());
 
   progress.message(fmt::format(
       "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "

@@ -7,12 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cpu_optim/adamw.h"
 #include "engine/checkpoint.h"
 #include "engine/export.h"
 #include "engine/safetensors.h"
 #include "engine/weights.h"
-#include "memory/host_buffer.h"
 #include "models/bert.h"
 #include "models/cpu_runner.h"
 #include "golden_helpers.h"

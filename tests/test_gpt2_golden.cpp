@@ -5,10 +5,8 @@
 
 #include <cmath>
 
-#include "cpu_optim/adamw.h"
 #include "engine/safetensors.h"
 #include "engine/weights.h"
-#include "memory/host_buffer.h"
 #include "models/cpu_runner.h"
 #include "models/gpt2.h"
 #include "golden_helpers.h"
