@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
-#include "engine/cuda_devices.h"
+#include "engine/device/cuda_devices.h"
 #include "memory/arena.h"
 #include "memory/pinned_pool.h"
 
@@ -24,7 +24,7 @@ int run_pcie_bench(int reps, const std::string& json_path, const std::string& ma
   (void)reps, (void)json_path, (void)markdown_path, (void)command;
   throw std::runtime_error("pcie: this build has no CUDA (configure with -DFERRY_CUDA=ON where nvcc exists)");
 #else
-  if (engine::cuda_device_count() == 0) throw std::runtime_error("pcie: no CUDA device");
+  if (device::cuda_device_count() == 0) throw std::runtime_error("pcie: no CUDA device");
   auto check = [](cudaError_t e, const char* what) {
     if (e != cudaSuccess) throw std::runtime_error(fmt::format("pcie: {}: {}", what, cudaGetErrorString(e)));
   };

@@ -2,6 +2,7 @@
 // a wrong type or an out-of-range value is reported with the key, the value and what is allowed.
 #include "engine/config.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -291,6 +292,20 @@ int64_t parse_bytes(const std::string& text) {
   for (const auto& [name, scale] : units)
     if (unit == name && value >= 0) return static_cast<int64_t>(value * scale);
   throw std::invalid_argument("'" + text + "' is not a size; expected e.g. 8GiB, 512MiB or 1.5GB");
+}
+
+std::string config_hash(const Config& c) {
+  const std::string canonical = fmt::format(
+      "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.model.kind, c.model.n_layer, c.model.n_head,
+      c.model.n_embd, c.model.vocab_size, c.model.seq_len, c.data.path.filename().string(), c.data.tokenizer,
+      c.data.val_fraction, c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay,
+      c.optim.grad_clip, c.optim.warmup_steps, c.optim.schedule, c.optim.min_lr, c.train.batch_size,
+      c.train.grad_accum, c.train.steps) + fmt::format("|{}", c.train.seed) +
+      fmt::format("|{}|{}|{}|{}|{}|{}", c.data.mask_token_id, c.offload.overlap, c.offload.overlap == "delayed" ? c.offload.sync_steps : 0, c.train.precision,
+                  c.train.loss_scale_init, c.train.loss_scale_growth_interval);
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: stable across builds and platforms
+  for (unsigned char ch : canonical) h = (h ^ ch) * 0x100000001b3ull;
+  return fmt::format("{:016x}", h);
 }
 
 Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {

@@ -6,17 +6,9 @@
 #include <string>
 #include <vector>
 
-namespace ferry::engine {
+#include "models/registry.h"
 
-struct ModelConfig {
-  std::string kind = "gpt2";
-  int n_layer = 2;
-  int n_head = 4;
-  int n_embd = 64;
-  int vocab_size = 256;
-  int seq_len = 64;
-  std::filesystem::path init_from;  // Hugging Face weights to start from (file, folder or sharded index)
-};
+namespace ferry::engine {
 
 struct DataConfig {
   std::filesystem::path path;  // resolved against the config file's folder
@@ -75,7 +67,7 @@ int64_t parse_bytes(const std::string& text);
 
 struct Config {
   std::filesystem::path source;  // the YAML file
-  ModelConfig model;
+  models::ModelConfig model;
   DataConfig data;
   OptimConfig optim;
   TrainConfig train;
@@ -83,6 +75,11 @@ struct Config {
   std::string device = "auto";  // auto | cpu | cuda: `device: cpu`, or `device: {kind: cpu, host: {...}}`
   HostDeviceConfig host_device;  // device.host
 };
+
+// What must not change between a run and its resumption, as a stable hash: the model, the data, the
+// optimizer, the batch and step counts, the seed, the update rule (overlap) and the precision. (Logging,
+// evaluation, the offload policy and budget may change: they change no number.)
+std::string config_hash(const Config& config);
 
 // Loads `path`, applies `key=value` overrides (dotted keys, YAML values: "train.steps=10"), validates.
 Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});

@@ -16,7 +16,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "engine/work_queue.h"
+#include "engine/device/work_queue.h"
 #include "memory/host_buffer.h"
 
 namespace ferry::engine {
@@ -29,10 +29,10 @@ struct Executor::Impl {
   const offload::OffloadProblem& p;
   const offload::Schedule& s;
   memory::HostBuckets& host;
-  Device& dev;
+  device::Device& dev;
   const cpu_optim::CpuAdamW& adamw;
   ExecutorOptions options;
-  Trace* trace;
+  device::Trace* trace;
   std::string fault;  // tests only: tasks whose label contains it fail instead of running
 
   memory::Plan plan;
@@ -79,7 +79,7 @@ struct Executor::Impl {
     std::vector<int> order;
     int parity = 0;
   } pending;
-  std::vector<std::shared_ptr<HostEvent>> updated;  // per bucket: CPU AdamW has written its new working copy
+  std::vector<std::shared_ptr<device::HostEvent>> updated;  // per bucket: CPU AdamW has written its new working copy
 
   // Written by the workers during a step, read by the host thread after its barrier.
   std::vector<float> losses;
@@ -89,10 +89,10 @@ struct Executor::Impl {
   float loss_scale = 1.0f;                  // of this step
   int64_t h2d_bytes = 0, d2h_bytes = 0;  // queued this step (every copy is queued by the host thread)
 
-  std::unique_ptr<WorkQueue> cpu;  // CPU AdamW; declared last: drained and joined first
+  std::unique_ptr<device::WorkQueue> cpu;  // CPU AdamW; declared last: drained and joined first
 
-  Impl(const models::ModelSpec& sp, const offload::StepPlan& sp_plan, memory::HostBuckets& h, Device& d,
-       const cpu_optim::CpuAdamW& a, const ExecutorOptions& o, Trace* t)
+  Impl(const models::ModelSpec& sp, const offload::StepPlan& sp_plan, memory::HostBuckets& h, device::Device& d,
+       const cpu_optim::CpuAdamW& a, const ExecutorOptions& o, device::Trace* t)
       : spec(sp), p(sp_plan.problem), s(sp_plan.schedule), host(h), dev(d), adamw(a), options(o), trace(t) {}
 
   int64_t numel(int b) const { return p.bucket_numel(b); }
@@ -101,13 +101,13 @@ struct Executor::Impl {
   bool faulty(const std::string& label) const { return !fault.empty() && label.find(fault) != std::string::npos; }
 
   // Tests: queues a failing task in place of the one named `label`, and says so.
-  bool inject(Stream stream, const std::string& label) {
+  bool inject(device::Stream stream, const std::string& label) {
     if (!faulty(label)) return false;
     dev.run(stream, label, [] { throw std::runtime_error("injected fault"); });
     return true;
   }
-  void copy(Stream stream, void* dst, const void* src, int64_t n, std::string label) {
-    (stream == Stream::H2D ? h2d_bytes : d2h_bytes) += n;
+  void copy(device::Stream stream, void* dst, const void* src, int64_t n, std::string label) {
+    (stream == device::Stream::H2D ? h2d_bytes : d2h_bytes) += n;
     if (!inject(stream, label)) dev.copy(stream, dst, src, n, std::move(label));
   }
   void cpu_run(std::string label, std::function<void()> work) {
@@ -140,8 +140,8 @@ struct Executor::Impl {
   void queue_updates(const std::vector<int>& order, int grads, int64_t adam_step, double lr);
   // Queues the upload of resident bucket b's new working copy once CPU AdamW has written it.
   void queue_upload(int b) {
-    dev.wait(Stream::H2D, dev.from_host(updated[b]), "adamw of " + bucket_label[b]);
-    copy(Stream::H2D, at(resident_offset[b]), delayed() ? working_next[b] : working_now[b], bytes(b), "upload " + bucket_label[b]);
+    dev.wait(device::Stream::H2D, dev.from_host(updated[b]), "adamw of " + bucket_label[b]);
+    copy(device::Stream::H2D, at(resident_offset[b]), delayed() ? working_next[b] : working_now[b], bytes(b), "upload " + bucket_label[b]);
   }
   bool delayed() const { return s.delayed_update; }
   // Delayed update: applies the pending one now (before reading the host's weights, and at sync steps).
@@ -254,7 +254,7 @@ void Executor::Impl::bind_ops() {
 // AdamW on the device's copy of the optimizer state (policy resident), with the same kernels and the
 // same order of reductions as on the CPU path, so that both give bitwise the same weights.
 void Executor::Impl::device_adam(int64_t adam_step, double lr) {
-  std::vector<Device::OptimizerBucket> buckets;
+  std::vector<device::Device::OptimizerBucket> buckets;
   for (int b = 0; b < p.n_buckets; ++b) {
     if (p.first_grad_op[b] < 0) continue;
     float* state = at(state_offset[b]);
@@ -263,7 +263,7 @@ void Executor::Impl::device_adam(int64_t adam_step, double lr) {
                        at(resident_offset[b]), n});
   }
   const std::string label = "adamw (device)";
-  if (!inject(Stream::Compute, label))
+  if (!inject(device::Stream::Compute, label))
     dev.adamw(std::move(buckets), adamw, adam_step, lr, options.grad_clip, loss_scale, &decision, label);
 }
 
@@ -271,8 +271,8 @@ memory::Plan Executor::device_plan(const offload::StepPlan& plan) {
   return memory::Planner::plan(offload::lifetimes(offload::device_tensors(plan.problem, plan.schedule)));
 }
 
-Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, Device& device,
-                   const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, Trace* trace)
+Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, device::Device& device,
+                   const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, device::Trace* trace)
     : impl_(std::make_unique<Impl>(spec, plan, host, device, adamw, options, trace)) {
   Impl& m = *impl_;
   if (plan.problem.cost.weight_bytes != 4 || plan.problem.cost.activation_bytes != 4)
@@ -308,7 +308,7 @@ Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan,
     m.working_next.push_back(m.delayed() ? reinterpret_cast<float*>(m.working_alt.data() + offset[b]) : nullptr);
   }
   m.working_spare = m.working_next;
-  m.cpu = std::make_unique<WorkQueue>("cpu-adam", trace);
+  m.cpu = std::make_unique<device::WorkQueue>("cpu-adam", trace);
 }
 
 Executor::~Executor() {
@@ -329,13 +329,13 @@ void Executor::upload_state() {
   if (m.delayed()) m.working_next = m.working_spare;
   for (int b = 0; b < m.p.n_buckets; ++b) {
     if (m.resident_offset[b] >= 0)
-      m.copy(Stream::H2D, m.at(m.resident_offset[b]), m.host_region(b, R::Working), m.bytes(b), "upload " + m.bucket_label[b]);
+      m.copy(device::Stream::H2D, m.at(m.resident_offset[b]), m.host_region(b, R::Working), m.bytes(b), "upload " + m.bucket_label[b]);
     if (m.state_offset[b] >= 0) {
       const int64_t n = m.numel(b);
       float* state = m.at(m.state_offset[b]);
-      m.copy(Stream::H2D, state, m.host_region(b, R::Master), n * 4, "upload master " + m.bucket_label[b]);
-      m.copy(Stream::H2D, state + n, m.host_region(b, R::M), n * 4, "upload m " + m.bucket_label[b]);
-      m.copy(Stream::H2D, state + 2 * n, m.host_region(b, R::V), n * 4, "upload v " + m.bucket_label[b]);
+      m.copy(device::Stream::H2D, state, m.host_region(b, R::Master), n * 4, "upload master " + m.bucket_label[b]);
+      m.copy(device::Stream::H2D, state + n, m.host_region(b, R::M), n * 4, "upload m " + m.bucket_label[b]);
+      m.copy(device::Stream::H2D, state + 2 * n, m.host_region(b, R::V), n * 4, "upload v " + m.bucket_label[b]);
     }
   }
   m.barrier();
@@ -348,15 +348,15 @@ void Executor::download_state() {
     if (m.state_offset[b] < 0) continue;
     const int64_t n = m.numel(b);
     const float* state = m.at(m.state_offset[b]);
-    m.copy(Stream::D2H, m.host_region(b, R::Master), state, n * 4, "download master " + m.bucket_label[b]);
-    m.copy(Stream::D2H, m.host_region(b, R::M), state + n, n * 4, "download m " + m.bucket_label[b]);
-    m.copy(Stream::D2H, m.host_region(b, R::V), state + 2 * n, n * 4, "download v " + m.bucket_label[b]);
-    m.copy(Stream::D2H, m.host_region(b, R::Working), state, n * 4, "download working " + m.bucket_label[b]);
+    m.copy(device::Stream::D2H, m.host_region(b, R::Master), state, n * 4, "download master " + m.bucket_label[b]);
+    m.copy(device::Stream::D2H, m.host_region(b, R::M), state + n, n * 4, "download m " + m.bucket_label[b]);
+    m.copy(device::Stream::D2H, m.host_region(b, R::V), state + 2 * n, n * 4, "download v " + m.bucket_label[b]);
+    m.copy(device::Stream::D2H, m.host_region(b, R::Working), state, n * 4, "download working " + m.bucket_label[b]);
   }
   m.barrier();
 }
 
-StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_step, double lr, float loss_scale) {
+StepResult Executor::step(std::span<const dataset::Batch> micro_batches, int64_t adam_step, double lr, float loss_scale) {
   Impl& m = *impl_;
   const auto& p = m.p;
   const auto& s = m.s;
@@ -383,25 +383,25 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
   for (int micro = 0; micro < M; ++micro) {
     const bool last_micro = micro == M - 1;
     // The batch: into staging now (the previous micro-batch's copy has finished), to the device in order.
-    const Batch& batch = micro_batches[micro];
+    const dataset::Batch& batch = micro_batches[micro];
     const int64_t tok_bytes = m.spec.tensors[m.tokens_tensor].bytes(), tgt_bytes = m.spec.tensors[m.targets_tensor].bytes();
     if (static_cast<int64_t>(batch.tokens.size() * 4) != tok_bytes || static_cast<int64_t>(batch.targets.size() * 4) != tgt_bytes)
       throw std::invalid_argument(fmt::format("a micro-batch has {} tokens; the model step takes {}", batch.tokens.size(), tok_bytes / 4));
     std::memcpy(m.batch_staging.data(), batch.tokens.data(), static_cast<size_t>(tok_bytes));
     std::memcpy(m.batch_staging.data() + tok_bytes, batch.targets.data(), static_cast<size_t>(tgt_bytes));
-    m.copy(Stream::H2D, m.arena + m.activation_offset[m.entries_of_tensor[m.tokens_tensor].front()], m.batch_staging.data(), tok_bytes, "batch tokens");
-    m.copy(Stream::H2D, m.arena + m.activation_offset[m.entries_of_tensor[m.targets_tensor].front()], m.batch_staging.data() + tok_bytes, tgt_bytes, "batch targets");
+    m.copy(device::Stream::H2D, m.arena + m.activation_offset[m.entries_of_tensor[m.tokens_tensor].front()], m.batch_staging.data(), tok_bytes, "batch tokens");
+    m.copy(device::Stream::H2D, m.arena + m.activation_offset[m.entries_of_tensor[m.targets_tensor].front()], m.batch_staging.data() + tok_bytes, tgt_bytes, "batch targets");
     if (m.mask_tensor >= 0) {
       const auto& mask = batch.attention_mask.empty() ? m.no_padding : batch.attention_mask;
       if (static_cast<int64_t>(mask.size() * 4) != tok_bytes) throw std::invalid_argument("a micro-batch's attention mask has the wrong size");
       std::memcpy(m.batch_staging.data() + 2 * tok_bytes, mask.data(), static_cast<size_t>(tok_bytes));
-      m.copy(Stream::H2D, m.arena + m.activation_offset[m.entries_of_tensor[m.mask_tensor].front()], m.batch_staging.data() + 2 * tok_bytes,
+      m.copy(device::Stream::H2D, m.arena + m.activation_offset[m.entries_of_tensor[m.mask_tensor].front()], m.batch_staging.data() + 2 * tok_bytes,
              tok_bytes, "batch attention mask");
     }
-    m.dev.wait(Stream::Compute, m.dev.record(Stream::H2D), "batch");
+    m.dev.wait(device::Stream::Compute, m.dev.record(device::Stream::H2D), "batch");
 
-    EventPtr op_done;  // the compute stream has finished the previous op
-    std::vector<EventPtr> arrival(p.n_buckets), landed(p.n_buckets);
+    device::EventPtr op_done;  // the compute stream has finished the previous op
+    std::vector<device::EventPtr> arrival(p.n_buckets), landed(p.n_buckets);
     std::vector<size_t> next_window(p.n_buckets, 0);
     for (int point = 0; point <= p.n_ops; ++point) {
       for (const Action& a : s.before[point]) {
@@ -410,24 +410,24 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
           case Action::Kind::Prefetch: {
             if (next_window[b] >= m.windows[b].size()) throw std::logic_error("more prefetches of " + m.bucket_label[b] + " than windows");
             const Impl::Window& w = m.windows[b][next_window[b]++];
-            if (op_done) m.dev.wait(Stream::H2D, op_done, "op before prefetch of " + m.bucket_label[b]);
-            m.copy(Stream::H2D, m.at(w.offset), m.working_now[b], m.bytes(b), "prefetch " + m.bucket_label[b]);
-            arrival[b] = m.dev.record(Stream::H2D);
+            if (op_done) m.dev.wait(device::Stream::H2D, op_done, "op before prefetch of " + m.bucket_label[b]);
+            m.copy(device::Stream::H2D, m.at(w.offset), m.working_now[b], m.bytes(b), "prefetch " + m.bucket_label[b]);
+            arrival[b] = m.dev.record(device::Stream::H2D);
             break;
           }
-          case Action::Kind::Wait: m.dev.wait(Stream::Compute, arrival[b], m.bucket_label[b]); break;
+          case Action::Kind::Wait: m.dev.wait(device::Stream::Compute, arrival[b], m.bucket_label[b]); break;
           case Action::Kind::Release: break;  // its memory is reused only by later ops and by copies that wait for them
           case Action::Kind::OffloadGrads: {
-            if (op_done) m.dev.wait(Stream::D2H, op_done, "gradients of " + m.bucket_label[b]);
+            if (op_done) m.dev.wait(device::Stream::D2H, op_done, "gradients of " + m.bucket_label[b]);
             float* dst = micro == 0 ? m.grad_land[land][b] : reinterpret_cast<float*>(m.grad_staging.data() + m.staging_offset[b]);
-            m.copy(Stream::D2H, dst, m.at(m.grads_offset[b]), m.bytes(b), "offload gradients of " + m.bucket_label[b]);
-            landed[b] = m.dev.record(Stream::D2H);
+            m.copy(device::Stream::D2H, dst, m.at(m.grads_offset[b]), m.bytes(b), "offload gradients of " + m.bucket_label[b]);
+            landed[b] = m.dev.record(device::Stream::D2H);
             break;
           }
-          case Action::Kind::ReleaseGrads: m.dev.wait(Stream::Compute, landed[b], "gradients of " + m.bucket_label[b]); break;
+          case Action::Kind::ReleaseGrads: m.dev.wait(device::Stream::Compute, landed[b], "gradients of " + m.bucket_label[b]); break;
           case Action::Kind::CpuAdam: {
-            EventPtr e = landed[b];
-            Device* dev = &m.dev;
+            device::EventPtr e = landed[b];
+            device::Device* dev = &m.dev;
             m.cpu_run("wait for gradients of " + m.bucket_label[b], [dev, e] { dev->synchronize(e); });
             float* sum = m.grad_land[land][b];
             const int64_t n = m.numel(b);
@@ -450,7 +450,7 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
             if (!m.delayed()) {
               uploads.push_back(b);  // once its update is queued, after this step's last op
             } else if (applying) {    // after its last use in this step: the previous step's update
-              if (op_done) m.dev.wait(Stream::H2D, op_done, "op before upload of " + m.bucket_label[b]);
+              if (op_done) m.dev.wait(device::Stream::H2D, op_done, "op before upload of " + m.bucket_label[b]);
               m.queue_upload(b);
             }
             break;
@@ -461,19 +461,19 @@ StepResult Executor::step(std::span<const Batch> micro_batches, int64_t adam_ste
       Impl::OpBinding& bind = m.ops[point];
       for (int b : bind.zero_grads_before) {
         const std::string label = "zero gradients of " + m.bucket_label[b];
-        if (!m.inject(Stream::Compute, label)) m.dev.zero(Stream::Compute, m.at(m.grads_offset[b]), m.bytes(b), label);
+        if (!m.inject(device::Stream::Compute, label)) m.dev.zero(device::Stream::Compute, m.at(m.grads_offset[b]), m.bytes(b), label);
       }
       const models::OpSpec& op = m.spec.ops[p.op_source[point]];
       const bool is_loss = op.kind == models::OpKind::CrossEntropy && op.pass == models::Pass::Forward;
-      if (!m.inject(Stream::Compute, bind.label))
+      if (!m.inject(device::Stream::Compute, bind.label))
         m.dev.run_op(m.spec, op, {bind.inputs, bind.outputs, bind.values, bind.grads}, loss_weight, is_loss ? &m.losses[micro] : nullptr,
                      bind.label);
       for (int b : bind.sum_grads_after) {
         const std::string label = "sum gradients of " + m.bucket_label[b];
-        if (!m.inject(Stream::Compute, label))
-          m.dev.accumulate(Stream::Compute, m.at(m.gradsum_offset[b]), m.at(m.grads_offset[b]), m.numel(b), micro == 0, label);
+        if (!m.inject(device::Stream::Compute, label))
+          m.dev.accumulate(device::Stream::Compute, m.at(m.gradsum_offset[b]), m.at(m.grads_offset[b]), m.numel(b), micro == 0, label);
       }
-      op_done = m.dev.record(Stream::Compute);
+      op_done = m.dev.record(device::Stream::Compute);
     }
     if (!last_micro) m.barrier();
   }

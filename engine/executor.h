@@ -10,9 +10,9 @@
 #include <string>
 
 #include "cpu_optim/adamw.h"
-#include "engine/dataset.h"
-#include "engine/device.h"
-#include "engine/trace.h"
+#include "dataset/dataset.h"
+#include "engine/device/device.h"
+#include "engine/device/trace.h"
 #include "memory/host_buckets.h"
 #include "memory/planner.h"
 #include "models/model_spec.h"
@@ -39,8 +39,8 @@ class Executor {
 
   // host: the buckets' master weights, moments, working copies and gradient landing regions, laid out as
   // plan.problem.layout. The host device computes in fp32, so its working copies and gradients are fp32.
-  Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, Device& device,
-           const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, Trace* trace);
+  Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, device::Device& device,
+           const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, device::Trace* trace);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -58,7 +58,7 @@ class Executor {
   // With the delayed update (offload.overlap: delayed), the step's AdamW runs during the next step; the
   // result reports this step's loss and gradient norm, and whether its update will be skipped.
   // loss_scale: fp16's dynamic loss scale (gradients are computed scaled and unscaled inside AdamW).
-  StepResult step(std::span<const Batch> micro_batches, int64_t adam_step, double lr, float loss_scale = 1.0f);
+  StepResult step(std::span<const dataset::Batch> micro_batches, int64_t adam_step, double lr, float loss_scale = 1.0f);
   // Delayed update: the update of the last step, not applied yet; apply it now (a synchronous step), or
   // save and restore it with a checkpoint: its gradients are pending_gradients(b) per bucket.
   struct PendingUpdate {

@@ -18,17 +18,17 @@
 
 #include "cpu_optim/adamw.h"
 #include "engine/executor.h"
-#include "engine/host_cost_model.h"
-#include "engine/host_device.h"
+#include "engine/device/host_cost_model.h"
+#include "engine/device/host_device.h"
 #include "engine/loss_scaler.h"
-#include "engine/model.h"
-#include "engine/trace.h"
+#include "models/registry.h"
+#include "engine/device/trace.h"
 #include "cpu_optim/lr_schedule.h"
-#include "engine/checkpoint.h"
-#include "engine/cuda_devices.h"
-#include "engine/dataset.h"
+#include "formats/checkpoint.h"
+#include "engine/device/cuda_devices.h"
+#include "dataset/dataset.h"
 #include "engine/progress.h"
-#include "engine/weights.h"
+#include "formats/weights.h"
 #include "memory/bucket_layout.h"
 #include "memory/host_buckets.h"
 #include "memory/host_buffer.h"
@@ -49,7 +49,7 @@ template <class ValBatch>
 float evaluate(models::CpuRunner& runner, int batches, ValBatch&& val_batch) {
   double sum = 0;
   for (int i = 0; i < batches; ++i) {
-    const Batch b = val_batch(i);
+    const dataset::Batch b = val_batch(i);
     runner.set_batch(b.tokens, b.targets, b.attention_mask);
     sum += runner.forward();
   }
@@ -94,9 +94,9 @@ void gather_moments(const memory::HostBuckets& host, const models::ParameterStor
 
 // The host device's cost model: rates measured once and cached (or offload.cost_model), fp32 sizes, op
 // times profiled on this model and batch, and the link as device.host sets it.
-offload::CostModel host_device_cost_model(const Config& cfg, int threads, models::CpuRunner& profiler, const Batch& sample,
+offload::CostModel host_device_cost_model(const Config& cfg, int threads, models::CpuRunner& profiler, const dataset::Batch& sample,
                                           std::string* cache) {
-  offload::CostModel cost = cfg.offload.cost_model.empty() ? host_cost_model(threads, cache) : offload::CostModel::load(cfg.offload.cost_model);
+  offload::CostModel cost = cfg.offload.cost_model.empty() ? device::host_cost_model(threads, cache) : offload::CostModel::load(cfg.offload.cost_model);
   cost.weight_bytes = cost.activation_bytes = 4;  // the host device computes in fp32
   cost.fused_attention = false;
   if (cfg.offload.cost_model.empty()) {
@@ -147,7 +147,7 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   Progress progress(opt.progress);
 
   // The CUDA device's compute (issue 7) is not built yet: every run is on the host device.
-  const int gpus = cuda_device_count();
+  const int gpus = device::cuda_device_count();
   if (cfg.device == "cuda")
     throw std::runtime_error(fmt::format("device: cuda is not available yet ({}; Ferry's CUDA kernels are a later "
                                          "milestone); use device: cpu or auto",
@@ -161,31 +161,31 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   models::ops::set_matmul_threads(threads);
 
   const int64_t B = cfg.train.batch_size, T = cfg.model.seq_len;
-  const models::ModelSpec spec = build_model(cfg.model, B, T);
+  const models::ModelSpec spec = models::build_model(cfg.model, B, T);
   models::ParameterStore params(spec.params);
-  init_model(cfg.model, spec, params, cfg.train.seed);
+  models::init_model(cfg.model, spec, params, cfg.train.seed);
   const bool mlm = cfg.model.kind == "bert";  // masked-LM batches
   // [MASK]: data.mask_token_id (a WordPiece vocabulary's), else the last id, which the data then must not use.
   const bool mask_is_last = cfg.data.mask_token_id < 0;
   const int32_t mask_id = mask_is_last ? cfg.model.vocab_size - 1 : cfg.data.mask_token_id;
   const int32_t random_below = mask_is_last ? mask_id : cfg.model.vocab_size;
-  if (!cfg.model.init_from.empty()) load_weights(cfg.model.init_from, spec, params);
+  if (!cfg.model.init_from.empty()) formats::load_weights(cfg.model.init_from, spec, params);
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay},
                                    cfg.optim.isa, cfg.optim.cpu_threads, cpu_optim::Rounding::NearestEven,
                                                            cfg.train.seed});
-  const TextDataset data(cfg.data.path, cfg.data.val_fraction, T);
+  const dataset::TextDataset data(cfg.data.path, cfg.data.val_fraction, T);
   if (data.max_token() >= (mlm && mask_is_last ? mask_id : cfg.model.vocab_size))
     throw std::runtime_error("data.path: '" + cfg.data.path.string() + "' holds token id " + std::to_string(data.max_token()) +
                              (mlm && mask_is_last ? ", which BERT needs below model.vocab_size - 1 (the last id is [MASK]); raise model.vocab_size or set data.mask_token_id"
                                   : ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size)));
   // A step's micro-batch and a validation batch, as the model takes them.
   auto train_batch = [&](int64_t index) {
-    Batch b = data.train_batch(cfg.train.seed, index, B);
-    return mlm ? masked_lm(b, cfg.train.seed, index, mask_id, random_below) : b;
+    dataset::Batch b = data.train_batch(cfg.train.seed, index, B);
+    return mlm ? dataset::masked_lm(b, cfg.train.seed, index, mask_id, random_below) : b;
   };
   auto val_batch = [&](int i) {
-    Batch b = data.val_batch(i, cfg.train.eval_batches, B);
-    return mlm ? masked_lm(b, cfg.train.seed ^ 0x5EEDull, i, mask_id, random_below) : b;
+    dataset::Batch b = data.val_batch(i, cfg.train.eval_batches, B);
+    return mlm ? dataset::masked_lm(b, cfg.train.seed ^ 0x5EEDull, i, mask_id, random_below) : b;
   };
 
   models::CpuRunner evaluator(spec, params);  // evaluation: the resident CPU path on the gathered master weights
@@ -205,9 +205,9 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   memory::HostBuckets host(layout, pool, memory::DType::F32, memory::DType::F32);
   scatter_weights(params, host);  // the moments start at zero, as the pool does
 
-  std::unique_ptr<Trace> trace;
-  if (!opt.trace.empty()) trace = std::make_unique<Trace>();
-  HostDevice device({device_memory.peak, cfg.host_device.link_gbps, threads, trace.get()});
+  std::unique_ptr<device::Trace> trace;
+  if (!opt.trace.empty()) trace = std::make_unique<device::Trace>();
+  device::HostDevice device({device_memory.peak, cfg.host_device.link_gbps, threads, trace.get()});
   Executor executor(spec, plan, host, device, adamw, {static_cast<float>(cfg.optim.grad_clip)}, trace.get());
 
   progress.message(fmt::format(
@@ -226,11 +226,11 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
       delayed ? fmt::format(" (synchronous for the first {} steps)", cfg.offload.sync_steps) : "", predicted.step_s * cfg.train.grad_accum, cost.name,
       cost_cache.empty() ? "" : ", cached in " + cost_cache));
 
-  TrainState resumed;
+  formats::TrainState resumed;
   const std::string hash = config_hash(cfg);
   if (!opt.resume.empty()) {
     memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
-    resumed = load_checkpoint(opt.resume, spec, params, m.as<float>(), v.as<float>(), hash);
+    resumed = formats::load_checkpoint(opt.resume, spec, params, m.as<float>(), v.as<float>(), hash);
     scatter_weights(params, host);
     scatter_moments(params, m.as<float>(), v.as<float>(), host);
     progress.message(fmt::format("resumed from {} at step {}", opt.resume.string(), resumed.step));
@@ -291,20 +291,20 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
     gather_weights(host, params);
     memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
     gather_moments(host, params, m.as<float>(), v.as<float>());
-    TrainState state{step, optimizer_steps, sum.val_loss_start, scaler.value(), scaler.good_steps(), hash, cfg.model, cfg.data.tokenizer, {}};
+    formats::TrainState state{step, optimizer_steps, sum.val_loss_start, scaler.value(), scaler.good_steps(), hash, cfg.model, cfg.data.tokenizer, {}};
     if (const auto u = executor.pending_update()) {  // delayed: the last step's update travels with the checkpoint
-      state.pending = TrainState::PendingUpdate{u->adam_step, u->lr, u->decision.report.grad_norm, u->decision.grad_scale,
+      state.pending = formats::TrainState::PendingUpdate{u->adam_step, u->lr, u->decision.report.grad_norm, u->decision.grad_scale,
                                                 u->decision.report.skipped};
       for (int p = 0; p < params.count(); ++p) {
         const auto& slot = layout.slot(p);
         std::copy_n(executor.pending_gradients(slot.bucket).data() + slot.offset, slot.numel, params.grad(p).data());
       }
     }
-    sum.last_checkpoint = save_checkpoint(cfg.train.checkpoint_dir, spec, params, m.as<float>(), v.as<float>(), state,
+    sum.last_checkpoint = formats::save_checkpoint(cfg.train.checkpoint_dir, spec, params, m.as<float>(), v.as<float>(), state,
                                           cfg.train.keep_checkpoints);
   };
   const int first_step = static_cast<int>(resumed.step) + 1;
-  std::vector<Batch> micro(cfg.train.grad_accum);
+  std::vector<dataset::Batch> micro(cfg.train.grad_accum);
   for (int step = first_step; step <= cfg.train.steps; ++step) {
     if (trace) trace->enable(step < first_step + opt.trace_steps);
     if (!opt.inject_fault.empty() && step == opt.inject_fault_step) executor.inject_fault(opt.inject_fault);

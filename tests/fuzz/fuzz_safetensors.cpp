@@ -4,12 +4,12 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::byte> bytes(reinterpret_cast<const std::byte*>(data), reinterpret_cast<const std::byte*>(data) + size);
   try {
-    const auto f = ferry::engine::SafetensorsFile::parse(std::move(bytes), "fuzz");
+    const auto f = ferry::formats::SafetensorsFile::parse(std::move(bytes), "fuzz");
     for (const auto& e : f.entries()) {
       try {
         (void)f.read_f32(e.name);

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/token_shard.h"
+#include "dataset/token_shard.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::filesystem::path path =
@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   }
   try {
-    const ferry::engine::TokenShard shard(path);
+    const ferry::dataset::TokenShard shard(path);
     uint64_t sum = 0;
     for (uint16_t t : shard.tokens()) sum += t;  // touch every token the header promised
     (void)sum;

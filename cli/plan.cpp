@@ -1,0 +1,103 @@
+// run_plan: builds the offload problem of the config's model, plans it with every policy, reports.
+#include "cli/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/device/host_cost_model.h"
+#include "models/registry.h"
+#include "memory/host_buffer.h"
+#include "memory/bucket_layout.h"
+#include "models/gpt2.h"
+#include "offload/policies.h"
+
+namespace ferry::cli {
+int run_plan(const engine::Config& cfg, const PlanOptions& opt) {
+  const int64_t budget = opt.budget > 0 ? opt.budget : cfg.offload.gpu_budget;
+  if (budget <= 0)
+    throw std::runtime_error("offload.gpu_budget: missing; give --budget 8GiB or set offload.gpu_budget in the config");
+  const offload::Policy chosen = offload::parse_policy(opt.policy.empty() ? cfg.offload.policy : opt.policy);
+  const int threads = cfg.train.threads > 0 ? cfg.train.threads : static_cast<int>(std::thread::hardware_concurrency());
+  std::string cache;
+  const offload::CostModel cost =
+      cfg.offload.cost_model.empty() ? device::host_cost_model(threads, &cache) : offload::CostModel::load(cfg.offload.cost_model);
+  const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len);
+  const int64_t bucket_bytes =
+      cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
+  const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
+  const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
+  const double bound = offload::lower_bound_step_s(problem);
+
+  fmt::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}\n",
+             spec.kind, cfg.model.n_layer, cfg.model.n_embd, spec.param_count() / 1e6, cfg.train.batch_size, cfg.model.seq_len,
+             offload::to_string(chosen), memory::format_bytes(budget));
+  fmt::print("cost model: {}{}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "",
+             cache.empty() ? "" : ", cached in " + cache);
+  fmt::print("parameters: {} bucket(s) of up to {:.0f} MiB, {} of working copies\n", problem.n_buckets,
+             bucket_bytes / double(1 << 20), memory::format_bytes(problem.total_weight_bytes()));
+  fmt::print("activations: {} alive at the busiest op without checkpointing\n",
+             memory::format_bytes(*std::max_element(problem.activation_live.begin(), problem.activation_live.end())));
+
+  nlohmann::json all = nlohmann::json::array();
+  nlohmann::json main;
+  std::string line = "policies:";
+  int status = 3;
+  for (offload::Policy policy : offload::all_policies()) {
+    nlohmann::json j{{"policy", offload::to_string(policy)}, {"budget_bytes", budget}, {"lower_bound_step_s", bound}};
+    try {
+      offload::StepPlan plan = offload::plan_step(spec, cost, bucket_bytes, budget, policy, checkpointing, cfg.train.grad_accum);
+      if (cfg.offload.overlap == "delayed" && !plan.schedule.optimizer_on_device)
+        plan.schedule = offload::with_delayed_update(plan.problem, std::move(plan.schedule));
+      const offload::SimResult r = offload::simulate(plan.problem, plan.schedule);  // one micro-batch
+      j.update({{"fits", true}, {"checkpointed_blocks", plan.problem.checkpointed_layers}, {"peak_device_bytes", r.peak_device_bytes}, {"predicted_step_s", r.step_s},
+                {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"resident_bytes", r.resident_bytes},
+                {"offloaded_bytes", r.offloaded_bytes}, {"stall_s", r.stall_s}});
+      line += fmt::format(" {} {:.4f} s |", offload::to_string(policy), r.step_s);
+      if (policy == chosen) {
+        status = 0;
+        fmt::print("fits: yes, peak device memory {} of {}\n", memory::format_bytes(r.peak_device_bytes), memory::format_bytes(budget));
+        fmt::print("activation checkpointing ({}): {} of {} blocks\n", cfg.train.activation_checkpointing,
+                   plan.problem.checkpointed_layers, cfg.model.n_layer);
+        fmt::print("placement: {} resident, {} offloaded; {} host-to-device and {} device-to-host per step\n",
+                   memory::format_bytes(r.resident_bytes), memory::format_bytes(r.offloaded_bytes), memory::format_bytes(r.h2d_bytes), memory::format_bytes(r.d2h_bytes));
+        fmt::print("predicted step: {:.4f} s (lower bound {:.4f} s, {:.2f}x); compute {:.4f} s, stalls {:.4f} s, "
+                   "CPU AdamW {:.4f} s\n",
+                   r.step_s, bound, r.step_s / bound, r.compute_busy_s, r.stall_s, r.cpu_busy_s);
+        std::vector<int> ops(plan.problem.n_ops);
+        for (int i = 0; i < plan.problem.n_ops; ++i) ops[i] = i;
+        std::stable_sort(ops.begin(), ops.end(), [&](int a, int b) { return r.stall_before_op[a] > r.stall_before_op[b]; });
+        for (int k = 0; k < 5 && k < plan.problem.n_ops && r.stall_before_op[ops[k]] > 0; ++k)
+          fmt::print("  stall {:.2f} ms before {}{}\n", r.stall_before_op[ops[k]] * 1e3,
+                     spec.ops[plan.problem.op_source[ops[k]]].name, plan.problem.op_recompute[ops[k]] ? " (recompute)" : "");
+      }
+    } catch (const offload::BudgetError& e) {
+      j.update({{"fits", false}, {"error", e.what()}, {"peak_device_bytes", nullptr}, {"predicted_step_s", nullptr},
+                {"h2d_bytes", nullptr}, {"d2h_bytes", nullptr}, {"resident_bytes", nullptr},
+                {"offloaded_bytes", nullptr}, {"minimum_device_bytes", offload::minimum_device_bytes(problem)}});
+      line += fmt::format(" {} does not fit |", offload::to_string(policy));
+      if (policy == chosen) fmt::print("fits: no: {}\n", e.what());
+    }
+    if (policy == chosen) main = j;
+    all.push_back(j);
+  }
+  line.resize(line.size() - 2);  // the last " |"
+  fmt::print("{}\n", line);
+  if (!opt.json.empty()) {
+    main["policies"] = all;
+    main["cost_model"] = cost.to_json();
+    main["buckets"] = problem.n_buckets;
+    main["model"] = cfg.model.kind;
+    main["params"] = spec.param_count();
+    main["bucket_bytes"] = bucket_bytes;
+    std::ofstream out(opt.json);
+    if (!out) throw std::runtime_error("--json: cannot write '" + opt.json.string() + "'");
+    out << main.dump(2) << '\n';
+  }
+  return status;
+}
+
+}  // namespace ferry::cli

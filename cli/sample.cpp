@@ -1,0 +1,72 @@
+// sample(): one forward pass over the last seq_len tokens per new token (no KV cache on the CPU path),
+// reading the logits at the last real position; positions after it are padding the causal mask hides.
+#include "cli/sample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "formats/safetensors.h"
+#include "formats/weights.h"
+#include "models/cpu_runner.h"
+#include "models/gpt2.h"
+#include "models/rng.h"
+
+namespace ferry::cli {
+
+std::string sample(const SampleOptions& o) {
+  if (o.tokens < 0) throw std::invalid_argument("--tokens: must be >= 0");
+  if (o.temperature < 0) throw std::invalid_argument("--temperature: must be >= 0");
+  const auto [state, dir] = formats::read_checkpoint_state(o.checkpoint);
+  if (state.model.kind != "gpt2" || state.model.n_layer <= 0)
+    throw std::runtime_error("'" + dir.string() + "': sampling needs a GPT checkpoint written by `ferry train`");
+  if (state.tokenizer != "byte") throw std::runtime_error("'" + dir.string() + "': tokenizer " + state.tokenizer + " is not supported by sample yet");
+  const models::GptConfig cfg{state.model.n_layer, state.model.n_head, state.model.n_embd, state.model.vocab_size,
+                              state.model.seq_len};
+  const int64_t T = cfg.seq_len, V = cfg.vocab_size;
+  const models::ModelSpec spec = models::build_gpt2(cfg, 1, T);
+  models::ParameterStore params(spec.params);
+  formats::load_weights(formats::SafetensorsFile::open(dir / "model.safetensors"), spec, params);
+  models::CpuRunner runner(spec, params);
+
+  std::vector<int32_t> text;
+  for (unsigned char ch : o.prompt) text.push_back(ch);
+  if (text.empty()) text.push_back('\n');  // something to condition on
+  models::Rng rng(o.seed);
+  std::vector<int32_t> window(T), targets(T, 0);
+  std::vector<double> probs(V);
+  for (int n = 0; n < o.tokens; ++n) {
+    const int64_t len = std::min<int64_t>(T, static_cast<int64_t>(text.size()));
+    std::fill(window.begin(), window.end(), 0);
+    std::copy(text.end() - len, text.end(), window.begin());
+    runner.set_batch(window, targets);
+    runner.forward();
+    const float* logits = runner.tensor("lm_head.out").data() + (len - 1) * V;
+    int32_t next = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+    if (o.temperature > 0) {
+      std::vector<int> order(V);
+      std::iota(order.begin(), order.end(), 0);
+      const int k = o.top_k > 0 ? std::min<int>(o.top_k, static_cast<int>(V)) : static_cast<int>(V);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+      double total = 0;
+      for (int i = 0; i < k; ++i) total += probs[i] = std::exp((logits[order[i]] - logits[order[0]]) / o.temperature);
+      double u = rng.uniform() * total;
+      next = order[k - 1];
+      for (int i = 0; i < k; ++i)
+        if ((u -= probs[i]) <= 0) {
+          next = order[i];
+          break;
+        }
+    }
+    text.push_back(next);
+  }
+  std::string out;
+  for (int32_t t : text) out.push_back(static_cast<char>(t < 256 ? t : '?'));
+  if (o.prompt.empty()) out.erase(0, 1);
+  return out;
+}
+
+}  // namespace ferry::cli

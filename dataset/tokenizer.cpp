@@ -1,0 +1,228 @@
+// Byte and GPT-2 BPE tokenizers. GPT-2 BPE: bytes map to printable unicode symbols (bytes_to_unicode),
+// text is split by GPT-2's pre-tokenizer pattern, and each piece is merged pair by pair in merge-rank
+// order. The pattern's \p{L}, \p{N} and \s are the classes of engine/unicode.h.
+#include "dataset/tokenizer.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "dataset/unicode.h"
+
+namespace ferry::dataset {
+namespace {
+
+class ByteTokenizer : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int32_t> ids(text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<uint8_t>(text[i]);
+    return ids;
+  }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string s;
+    for (int32_t id : ids) s.push_back(static_cast<char>(id));
+    return s;
+  }
+  int vocab_size() const override { return 256; }
+};
+
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    s.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    s.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+  return s;
+}
+
+// GPT-2's reversible byte -> printable symbol map.
+std::vector<std::string> bytes_to_unicode() {
+  std::vector<int> bs;
+  for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
+  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
+  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
+  std::vector<std::string> map(256);
+  std::vector<bool> direct(256, false);
+  for (int b : bs) direct[b] = true, map[b] = utf8(static_cast<uint32_t>(b));
+  int n = 0;
+  for (int b = 0; b < 256; ++b)
+    if (!direct[b]) map[b] = utf8(static_cast<uint32_t>(256 + n++));
+  return map;
+}
+
+// GPT-2's pattern: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// over code points (classes from engine/unicode.h), cut back into byte ranges of the text.
+std::vector<std::string_view> pretokenize(std::string_view t) {
+  std::vector<size_t> at;  // byte offset of each code point, and the end
+  std::vector<CharClass> cls;
+  std::vector<char32_t> cps;
+  for (size_t i = 0; i < t.size();) {
+    const auto c = static_cast<unsigned char>(t[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    const size_t n = std::min(len, t.size() - i);
+    const std::vector<char32_t> one = utf8_decode(t.substr(i, n));
+    at.push_back(i);
+    cps.push_back(one.size() == 1 ? one[0] : 0xFFFD);
+    cls.push_back(classify(cps.back()));
+    i += one.size() == 1 ? n : 1;
+  }
+  const size_t n = cps.size();
+  at.push_back(t.size());
+  std::vector<std::string_view> out;
+  auto piece = [&](size_t from, size_t to) { out.push_back(t.substr(at[from], at[to] - at[from])); };
+  size_t i = 0;
+  while (i < n) {
+    if (cps[i] == '\'') {
+      bool contraction = false;
+      for (std::string_view suffix : {"re", "ve", "ll", "s", "t", "m", "d"}) {
+        bool match = i + suffix.size() < n;
+        for (size_t k = 0; match && k < suffix.size(); ++k) match = cps[i + 1 + k] == static_cast<char32_t>(suffix[k]);
+        if (match) {
+          piece(i, i + 1 + suffix.size());
+          i += 1 + suffix.size();
+          contraction = true;
+          break;
+        }
+      }
+      if (contraction) continue;
+    }
+    const size_t j = i + (cps[i] == ' ' && i + 1 < n && cls[i + 1] != CharClass::Space ? 1 : 0);
+    if (cls[j] != CharClass::Space) {
+      size_t k = j;
+      while (k < n && cls[k] == cls[j]) ++k;
+      piece(i, k);
+      i = k;
+      continue;
+    }
+    // A run of whitespace: all of it at the end of the text; otherwise all but its last character,
+    // which (if a space) starts the next piece.
+    size_t k = i;
+    while (k < n && cls[k] == CharClass::Space) ++k;
+    if (k == n) {
+      piece(i, k);
+      i = k;
+    } else if (k - i >= 2) {
+      piece(i, k - 1);
+      i = k - 1;
+    } else {
+      piece(i, i + 1);  // a lone non-space whitespace before a word
+      i = k;
+    }
+  }
+  return out;
+}
+
+class Gpt2Bpe : public Tokenizer {
+ public:
+  Gpt2Bpe(const std::filesystem::path& vocab_path, const std::filesystem::path& merges_path) : byte_symbol_(bytes_to_unicode()) {
+    std::ifstream vf(vocab_path);
+    if (!vf) throw std::runtime_error(vocab_path.string() + ": cannot open the vocabulary");
+    const nlohmann::json vocab = nlohmann::json::parse(vf, nullptr, false);
+    if (vocab.is_discarded() || !vocab.is_object()) throw std::runtime_error(vocab_path.string() + ": not a JSON object of token -> id");
+    for (const auto& [token, id] : vocab.items()) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0)
+        throw std::runtime_error(vocab_path.string() + ": the id of '" + token + "' is not a non-negative integer");
+      ids_[token] = id.get<int32_t>();
+      vocab_size_ = std::max(vocab_size_, id.get<int32_t>() + 1);
+    }
+    tokens_.resize(vocab_size_);
+    for (const auto& [token, id] : ids_) tokens_[id] = token;
+    std::ifstream mf(merges_path);
+    if (!mf) throw std::runtime_error(merges_path.string() + ": cannot open the merges");
+    std::string line;
+    int rank = 0, line_no = 0;
+    while (std::getline(mf, line)) {
+      ++line_no;
+      if (line.empty() || line.rfind("#version", 0) == 0) continue;
+      const auto sp = line.find(' ');
+      if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
+        throw std::runtime_error(merges_path.string() + ":" + std::to_string(line_no) + ": expected two symbols separated by one space");
+      ranks_[line] = rank++;
+    }
+    for (int b = 0; b < 256; ++b) symbol_byte_[byte_symbol_[b]] = static_cast<char>(b);
+    for (int b = 0; b < 256; ++b)
+      if (!ids_.contains(byte_symbol_[b]))
+        throw std::runtime_error(vocab_path.string() + ": lacks the symbol of byte " + std::to_string(b) + " (not a byte-level BPE vocabulary)");
+  }
+
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int32_t> out;
+    for (std::string_view piece : pretokenize(text))
+      for (const std::string& sym : merge(piece)) {
+        const auto it = ids_.find(sym);
+        if (it == ids_.end()) throw std::runtime_error("bpe: symbol '" + sym + "' is not in the vocabulary");
+        out.push_back(it->second);
+      }
+    return out;
+  }
+
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string out;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= vocab_size_) throw std::out_of_range("bpe: token id " + std::to_string(id) + " is outside the vocabulary");
+      const std::string& tok = tokens_[id];
+      for (size_t i = 0; i < tok.size();) {  // symbols are 1 or 2 UTF-8 bytes
+        const size_t len = (static_cast<unsigned char>(tok[i]) & 0xE0) == 0xC0 ? 2 : 1;
+        out.push_back(symbol_byte_.at(tok.substr(i, len)));
+        i += len;
+      }
+    }
+    return out;
+  }
+
+  int vocab_size() const override { return vocab_size_; }
+
+ private:
+  // BPE on one piece: start from byte symbols, merge the lowest-ranked adjacent pair until none is left.
+  std::vector<std::string> merge(std::string_view piece) const {
+    std::vector<std::string> s;
+    for (char ch : piece) s.push_back(byte_symbol_[static_cast<uint8_t>(ch)]);
+    while (s.size() > 1) {
+      int best = -1, best_rank = INT32_MAX;
+      for (size_t i = 0; i + 1 < s.size(); ++i) {
+        const auto it = ranks_.find(s[i] + " " + s[i + 1]);
+        if (it != ranks_.end() && it->second < best_rank) best_rank = it->second, best = static_cast<int>(i);
+      }
+      if (best < 0) break;
+      // Merge every occurrence of that pair, left to right, as GPT-2's reference does.
+      const std::string a = s[best], b = s[best + 1];
+      std::vector<std::string> merged;
+      for (size_t i = 0; i < s.size();) {
+        if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
+          merged.push_back(a + b);
+          i += 2;
+        } else {
+          merged.push_back(s[i++]);
+        }
+      }
+      s = std::move(merged);
+    }
+    return s;
+  }
+
+  std::vector<std::string> byte_symbol_;
+  std::unordered_map<std::string, char> symbol_byte_;
+  std::unordered_map<std::string, int32_t> ids_;
+  std::vector<std::string> tokens_;
+  std::unordered_map<std::string, int> ranks_;
+  int32_t vocab_size_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+
+std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt) {
+  return std::make_unique<Gpt2Bpe>(vocab_json, merges_txt);
+}
+
+}  // namespace ferry::dataset

@@ -1,0 +1,33 @@
+// Tokenizers: text to token ids and back. Byte-level (one token per byte), GPT-2's byte-level BPE
+// (vocab.json + merges.txt, as Hugging Face and OpenAI ship them) and BERT's WordPiece (vocab.txt).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry::dataset {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  virtual int vocab_size() const = 0;
+};
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+// Errors name the file and what is wrong (malformed JSON, a merge of unknown symbols, ...).
+std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt);
+
+// BERT's WordPiece from vocab.txt; lowercase: the uncased models' lowercasing and accent stripping.
+// Encoding adds no [CLS]/[SEP]. Errors name the file (an empty line, a duplicate, no [UNK]).
+std::unique_ptr<Tokenizer> load_wordpiece(const std::filesystem::path& vocab_txt, bool lowercase);
+// The id of a token (e.g. "[MASK]") in a vocab.txt; -1 when absent.
+int32_t wordpiece_token_id(const std::filesystem::path& vocab_txt, const std::string& token);
+
+}  // namespace ferry::dataset

@@ -1,0 +1,80 @@
+// Device: where a step's compute and copies run. Three in-order streams (compute, host-to-device,
+// device-to-host) ordered against each other only by events, and the one arena every device tensor lives
+// in. Implementations: HostDevice (a simulated GPU on the CPU, config `device: cpu`) and, with a GPU,
+// the CUDA device.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpu_optim/adamw.h"
+#include "engine/device/work_queue.h"
+#include "memory/arena.h"
+#include "models/cpu_op.h"
+#include "models/model_spec.h"
+
+namespace ferry::device {
+
+enum class Stream { Compute, H2D, D2H };
+const char* to_string(Stream stream);
+
+// A point in one stream's work: done once everything queued on that stream before it has finished.
+class Event {
+ public:
+  virtual ~Event() = default;
+};
+using EventPtr = std::shared_ptr<Event>;
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual std::string name() const = 0;
+  // The arena: allocated once at construction; nothing else is ever allocated on the device.
+  virtual const memory::Arena& arena() const = 0;
+
+  // Queues work on a stream. `label` names it in errors and traces ("h.0.attn.c_attn.fwd").
+  // The host device runs `work` on the stream's thread.
+  virtual void run(Stream stream, std::string label, std::function<void()> work) = 0;
+  // Queues a copy between pinned host memory and the arena on the H2D or D2H stream. Thread-safe.
+  virtual void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) = 0;
+  virtual EventPtr record(Stream stream) = 0;
+  // Work queued on `stream` after this waits for `event`.
+  virtual void wait(Stream stream, const EventPtr& event, std::string label) = 0;
+  // An event of this device that is done when a host event is (e.g. CPU AdamW has updated a bucket), so
+  // that a stream can wait for host work. A failed host event fails the streams that wait for it.
+  virtual EventPtr from_host(std::shared_ptr<HostEvent> event) = 0;
+  // The calling thread waits for `event`; throws if work before it failed.
+  virtual void synchronize(const EventPtr& event) = 0;
+  // The calling thread waits for every stream; throws the first failure.
+  virtual void synchronize() = 0;
+  // Seconds the compute stream has spent waiting for events (stalls), since construction.
+  virtual double compute_stall_seconds() const = 0;
+
+  // The compute stream's work, all in the arena. Each names itself (label) in errors and the trace.
+  virtual void zero(Stream stream, void* dst, int64_t bytes, std::string label) = 0;
+  // dst = src (overwrite) or dst += src, n fp32 elements.
+  virtual void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) = 0;
+  // One op of the model. The operands must stay valid until it has run; *loss (host memory, may be null)
+  // receives the loss's forward value once it has.
+  virtual void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands,
+                      float loss_weight, float* loss, std::string label) = 0;
+  // AdamW over buckets whose optimizer state lives on the device (policy resident), following `rule`'s
+  // arithmetic exactly: each bucket's gradient statistics, summed in bucket order, the step decision
+  // (written to *decision, host memory), the update, and each bucket's fp32 working copy.
+  struct OptimizerBucket {
+    float* master;
+    float* m;
+    float* v;
+    const float* grad;
+    float* working;
+    int64_t numel;
+  };
+  virtual void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr,
+                     float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) = 0;
+};
+
+}  // namespace ferry::device

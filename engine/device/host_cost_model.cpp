@@ -1,0 +1,111 @@
+// measure_host_cost_model: short timings of the real kernels the host device runs.
+#include "engine/device/host_cost_model.h"
+
+#include <tbb/global_control.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <chrono>
+#include <cstring>
+#include <vector>
+#include <nlohmann/json.hpp>
+
+#include "cpu_optim/adamw.h"
+#include "memory/host_buffer.h"
+#include "models/ops/matmul.h"
+
+namespace ferry::device {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Best of a few repetitions of f, in seconds.
+template <class F>
+double best_seconds(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+offload::CostModel measure_host_cost_model(int threads) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
+  models::ops::set_matmul_threads(threads);
+  offload::CostModel c;
+  c.name = "host device (measured at start-up)";
+  c.assumed = false;
+  c.activation_bytes = 4;  // the host device computes in fp32
+  c.weight_bytes = 4;
+  c.op_overhead_s = 20e-6;
+
+  const int64_t M = 512, K = 768, N = 2304;
+  std::vector<float> A(M * K, 0.01f), B(K * N, 0.01f), C(M * N);
+  auto mm = [&] { models::ops::matmul(C.data(), A.data(), B.data(), nullptr, M, N, K, false, false, false); };
+  mm();
+  c.flops_per_s = 2.0 * M * N * K / best_seconds(5, mm);
+
+  const size_t bytes = size_t(64) << 20;
+  memory::HostBuffer from(bytes), to(bytes);
+  auto copy = [&] { std::memcpy(to.data(), from.data(), bytes); };
+  copy();
+  const double copy_s = best_seconds(3, copy);
+  c.memory_bytes_per_s = 2.0 * double(bytes) / copy_s;  // read + write
+  c.h2d = c.d2h = {double(bytes) / copy_s / 1e9, 2e-6};
+
+  const size_t n = size_t(4) << 20;
+  memory::HostBuffer p(n * 4), m(n * 4), v(n * 4), g(n * 4);
+  const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
+  const cpu_optim::Bucket bucket{p.as<float>(), m.as<float>(), v.as<float>(), g.data(), cpu_optim::DType::F32};
+  int64_t step = 0;
+  c.cpu_adam_params_per_s = double(n) / best_seconds(3, [&] { adamw.step(bucket, ++step, 1e-4, 1.0f); });
+  c.cpu_norm_params_per_s = double(n) / best_seconds(3, [&] { adamw.grad_stats(g.data(), cpu_optim::DType::F32, n); });
+  c.device_adam_params_per_s = c.cpu_adam_params_per_s;  // the host device's "device" is this CPU
+  return c;
+}
+
+offload::CostModel host_cost_model(int threads, std::string* cache_path) {
+  std::string cpu = "cpu";
+  {
+    std::ifstream info("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(info, line))
+      if (line.rfind("model name", 0) == 0) {
+        cpu = line.substr(line.find(':') + 2);
+        break;
+      }
+  }
+  for (char& ch : cpu)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '-';
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::filesystem::path dir = xdg && *xdg ? std::filesystem::path(xdg) / "ferry"
+                                    : home && *home ? std::filesystem::path(home) / ".cache" / "ferry"
+                                                    : std::filesystem::temp_directory_path() / "ferry";
+  const std::filesystem::path file = dir / ("host-" + cpu + "-" + std::to_string(threads) + "t.json");
+  if (cache_path) *cache_path = file.string();
+  if (std::filesystem::is_regular_file(file)) {
+    try {
+      std::ifstream in(file);
+      const auto j = nlohmann::json::parse(in);
+      if (j.contains("cpu_norm_params_per_s")) return offload::CostModel::from_json(j, file.string());
+    } catch (const std::exception&) {
+    }
+    // a damaged cache, or one from before a rate was measured: measured again below
+  }
+  offload::CostModel c = measure_host_cost_model(threads);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  if (std::ofstream out(tmp); out && (out << c.to_json().dump(2) << '\n')) std::filesystem::rename(tmp, file, ec);
+  return c;
+}
+
+}  // namespace ferry::device

@@ -1,0 +1,157 @@
+// HostDevice: streams as WorkQueues; a throttled copy moves the bytes in chunks and sleeps until the
+// link would have delivered them.
+#include "engine/device/host_device.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "models/ops/matmul.h"
+
+namespace ferry::device {
+namespace {
+
+struct HostDeviceEvent final : Event {
+  std::shared_ptr<HostEvent> done;
+};
+
+const std::shared_ptr<HostEvent>& host_event(const EventPtr& e) {
+  const auto* h = dynamic_cast<const HostDeviceEvent*>(e.get());
+  if (!h) throw std::logic_error("an event from another device was given to the host device");
+  return h->done;
+}
+
+}  // namespace
+
+const char* to_string(Stream s) {
+  switch (s) {
+    case Stream::Compute: return "compute";
+    case Stream::H2D: return "h2d";
+    case Stream::D2H: return "d2h";
+  }
+  return "?";
+}
+
+HostDevice::HostDevice(const Options& o) : options_(o), arena_(memory::Arena::Backing::Host, o.arena_bytes) {
+  for (Stream s : {Stream::Compute, Stream::H2D, Stream::D2H})
+    queues_[static_cast<int>(s)] = std::make_unique<WorkQueue>(to_string(s), o.trace);
+  // OpenMP's thread count is per thread: the compute stream's thread sets its own, once.
+  if (o.compute_threads > 0) {
+    const int threads = o.compute_threads;
+    queue(Stream::Compute).run("set threads", [threads] { models::ops::set_matmul_threads(threads); });
+  }
+}
+
+HostDevice::~HostDevice() {
+  // Finish what is queued (its memory is still ours) before the queues and the arena go.
+  for (auto& q : queues_) {
+    try {
+      q->drain();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+std::string HostDevice::name() const {
+  return options_.link_gbps > 0 ? fmt::format("host device (link {:g} GB/s each way)", options_.link_gbps)
+                                : std::string("host device (copies at memcpy speed)");
+}
+
+void HostDevice::run(Stream s, std::string label, std::function<void()> work) { queue(s).run(std::move(label), std::move(work)); }
+
+void HostDevice::copy(Stream s, void* dst, const void* src, int64_t bytes, std::string label) {
+  if (s == Stream::Compute) throw std::logic_error("copies go on the h2d or d2h stream");
+  const double gbps = options_.link_gbps;
+  queue(s).run(std::move(label), [dst, src, bytes, gbps] {
+    if (gbps <= 0) {
+      std::memcpy(dst, src, static_cast<size_t>(bytes));
+      return;
+    }
+    constexpr int64_t kChunk = int64_t(1) << 20;
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t done = 0; done < bytes;) {
+      const int64_t n = std::min(kChunk, bytes - done);
+      std::memcpy(static_cast<std::byte*>(dst) + done, static_cast<const std::byte*>(src) + done, static_cast<size_t>(n));
+      done += n;
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                std::chrono::duration<double>(double(done) / (gbps * 1e9))));
+    }
+  });
+}
+
+EventPtr HostDevice::record(Stream s) {
+  auto e = std::make_shared<HostDeviceEvent>();
+  e->done = queue(s).record();
+  return e;
+}
+
+void HostDevice::wait(Stream s, const EventPtr& e, std::string label) { queue(s).wait(host_event(e), std::move(label)); }
+
+EventPtr HostDevice::from_host(std::shared_ptr<HostEvent> event) {
+  auto e = std::make_shared<HostDeviceEvent>();
+  e->done = std::move(event);
+  return e;
+}
+
+void HostDevice::synchronize(const EventPtr& e) {
+  const std::string error = host_event(e)->wait();
+  if (!error.empty()) throw std::runtime_error(error);
+}
+
+void HostDevice::synchronize() {
+  std::string error;  // drain every queue, then report the first failure
+  for (auto& q : queues_) {
+    try {
+      q->drain();
+    } catch (const std::exception& e) {
+      if (error.empty()) error = e.what();
+    }
+  }
+  if (!error.empty()) throw std::runtime_error(error);
+}
+
+double HostDevice::compute_stall_seconds() const { return queues_[0]->blocked_seconds(); }
+
+void HostDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {
+  queue(s).run(std::move(label), [dst, bytes] { std::memset(dst, 0, static_cast<size_t>(bytes)); });
+}
+
+void HostDevice::accumulate(Stream s, float* dst, const float* src, int64_t n, bool overwrite, std::string label) {
+  queue(s).run(std::move(label), [dst, src, n, overwrite] {
+    if (overwrite) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+    else for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  });
+}
+
+void HostDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands,
+                        float loss_weight, float* loss, std::string label) {
+  queue(Stream::Compute).run(std::move(label), [&spec, &op, operands, loss_weight, loss] {
+    const float l = models::run_cpu_op(spec, op, operands, loss_weight);
+    if (loss) *loss = l;
+  });
+}
+
+void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr,
+                       float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) {
+  // The CPU path's arithmetic, on the host device's memory: CpuAdamW's kernels themselves.
+  queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule, step, lr, max_norm, loss_scale, decision] {
+    double sum = 0;
+    bool finite = true;
+    for (const auto& b : buckets) {
+      const auto st = rule.grad_stats(b.grad, cpu_optim::DType::F32, static_cast<size_t>(b.numel));
+      sum += st.sum_squares, finite = finite && st.finite;
+    }
+    *decision = cpu_optim::decide_step(sum, finite, max_norm, loss_scale);
+    if (decision->report.skipped) return;
+    for (const auto& b : buckets) {
+      const size_t n = static_cast<size_t>(b.numel);
+      rule.step({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, cpu_optim::DType::F32}, step, lr, decision->grad_scale);
+      std::memcpy(b.working, b.master, n * 4);
+    }
+  });
+}
+
+}  // namespace ferry::device

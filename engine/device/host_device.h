@@ -1,0 +1,51 @@
+// HostDevice: a simulated GPU on the CPU that really executes: the arena is a capped host allocation,
+// each stream is an in-order worker thread, events are real completion signals, and copies really move
+// bytes between the pinned pool and the arena, optionally throttled to a link bandwidth so that overlap
+// and stalls behave as over PCIe.
+#pragma once
+
+#include <array>
+#include <memory>
+
+#include "engine/device/device.h"
+#include "engine/device/trace.h"
+#include "engine/device/work_queue.h"
+
+namespace ferry::device {
+
+class HostDevice final : public Device {
+ public:
+  struct Options {
+    int64_t arena_bytes = 0;
+    double link_gbps = 0;     // per direction, GB/s (1e9 bytes); 0: copies at memcpy speed
+    int compute_threads = 0;  // oneDNN/OpenMP threads of the compute stream; 0: leave the default
+    Trace* trace = nullptr;   // null: no trace
+  };
+  explicit HostDevice(const Options& options);
+  ~HostDevice() override;
+
+  std::string name() const override;
+  const memory::Arena& arena() const override { return arena_; }
+  void run(Stream stream, std::string label, std::function<void()> work) override;
+  void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) override;
+  EventPtr record(Stream stream) override;
+  void wait(Stream stream, const EventPtr& event, std::string label) override;
+  EventPtr from_host(std::shared_ptr<HostEvent> event) override;
+  void synchronize(const EventPtr& event) override;
+  void synchronize() override;
+  double compute_stall_seconds() const override;
+  void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
+  void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) override;
+  void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
+              float* loss, std::string label) override;
+  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr, float max_norm,
+             float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
+
+ private:
+  WorkQueue& queue(Stream s) { return *queues_[static_cast<int>(s)]; }
+  Options options_;
+  memory::Arena arena_;
+  std::array<std::unique_ptr<WorkQueue>, 3> queues_;
+};
+
+}  // namespace ferry::device

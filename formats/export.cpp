@@ -1,0 +1,67 @@
+// export_checkpoint: validate the weights against the model shape, copy them, write a GPT2Config or BertConfig.
+#include "formats/export.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "formats/checkpoint.h"
+#include "formats/safetensors.h"
+#include "formats/weights.h"
+#include "models/registry.h"
+
+namespace ferry::formats {
+
+void export_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& out) {
+  const auto [state, dir] = read_checkpoint_state(checkpoint);
+  const models::ModelConfig& m = state.model;
+  if ((m.kind != "gpt2" && m.kind != "bert") || m.n_layer <= 0)
+    throw std::runtime_error("'" + dir.string() + "': export needs a GPT-2 or BERT checkpoint written by `ferry train`");
+  const models::ModelSpec spec = build_model(m, 1, 1);
+  models::ParameterStore params(spec.params);
+  load_weights(dir / "model.safetensors", spec, params);  // every tensor present, with its shape
+  std::filesystem::create_directories(out);
+  std::vector<SafetensorsTensorRef> refs;
+  for (int i = 0; i < params.count(); ++i) refs.push_back({spec.params[i].name, spec.params[i].shape, params.value(i).data()});
+  write_safetensors(out / "model.safetensors", refs, {{"format", "pt"}});
+  const nlohmann::json config =
+      m.kind == "bert" ? nlohmann::json{{"architectures", {"BertForMaskedLM"}},
+                                        {"model_type", "bert"},
+                                        {"num_hidden_layers", m.n_layer},
+                                        {"num_attention_heads", m.n_head},
+                                        {"hidden_size", m.n_embd},
+                                        {"intermediate_size", 4 * m.n_embd},
+                                        {"vocab_size", m.vocab_size},
+                                        {"max_position_embeddings", m.seq_len},
+                                        {"type_vocab_size", 2},
+                                        {"hidden_act", "gelu"},
+                                        {"layer_norm_eps", 1e-12},
+                                        {"hidden_dropout_prob", 0.0},
+                                        {"attention_probs_dropout_prob", 0.0},
+                                        {"tie_word_embeddings", true},
+                                        {"pad_token_id", 0},
+                                        {"torch_dtype", "float32"}}
+                       : nlohmann::json{{"architectures", {"GPT2LMHeadModel"}},
+                                        {"model_type", "gpt2"},
+                                        {"n_layer", m.n_layer},
+                                        {"n_head", m.n_head},
+                                        {"n_embd", m.n_embd},
+                                        {"vocab_size", m.vocab_size},
+                                        {"n_positions", m.seq_len},
+                                        {"n_ctx", m.seq_len},
+                                        {"n_inner", nullptr},
+                                        {"activation_function", "gelu_new"},
+                                        {"layer_norm_epsilon", 1e-5},
+                                        {"resid_pdrop", 0.0},
+                                        {"embd_pdrop", 0.0},
+                                        {"attn_pdrop", 0.0},
+                                        {"tie_word_embeddings", true},
+                                        {"bos_token_id", 0},
+                                        {"eos_token_id", 0},
+                                        {"torch_dtype", "float32"}};
+  std::ofstream f(out / "config.json");
+  f << config.dump(2) << '\n';
+  if (!f) throw std::runtime_error("export: cannot write '" + (out / "config.json").string() + "'");
+}
+
+}  // namespace ferry::formats

@@ -1,0 +1,195 @@
+// Safetensors reader/writer. The reader trusts nothing in the file: header size, JSON, dtypes, shapes
+// and offsets are all checked before any tensor is touched, so a malformed file is an error, not a crash.
+#include "formats/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "cpu_optim/half.h"
+
+namespace ferry::formats {
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+size_t dtype_size(const std::string& dtype) {
+  static const std::map<std::string, size_t> sizes{{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+                                                   {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1}};
+  auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+[[noreturn]] void fail(const std::string& origin, const std::string& what) {
+  throw std::runtime_error(origin + ": not a valid safetensors file: " + what);
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw std::runtime_error(path.string() + ": cannot open (does the file exist?)");
+  const auto size = static_cast<size_t>(in.tellg());
+  std::vector<std::byte> bytes(size);
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
+  if (!in) throw std::runtime_error(path.string() + ": read failed");
+  return parse(std::move(bytes), path.string());
+}
+
+SafetensorsFile SafetensorsFile::parse(std::vector<std::byte> bytes, const std::string& origin) {
+  SafetensorsFile f;
+  f.origin_ = origin;
+  if (bytes.size() < 8) fail(origin, "shorter than the 8-byte header length");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(bytes[i]);
+  if (header_len > kMaxHeaderBytes || header_len > bytes.size() - 8)
+    fail(origin, "header length " + std::to_string(header_len) + " exceeds the file (" +
+                     std::to_string(bytes.size()) + " bytes)");
+  const std::string header(reinterpret_cast<const char*>(bytes.data()) + 8, header_len);
+  nlohmann::json j = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) fail(origin, "header is not a JSON object");
+  f.data_start_ = 8 + header_len;
+  const size_t data_size = bytes.size() - f.data_start_;
+
+  for (auto& [name, v] : j.items()) {
+    if (name == "__metadata__") {
+      if (!v.is_object()) fail(origin, "__metadata__ is not an object");
+      for (auto& [k, s] : v.items()) {
+        if (!s.is_string()) fail(origin, "__metadata__." + k + " is not a string");
+        f.metadata_[k] = s.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "': ";
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      fail(origin, where + "needs dtype, shape and data_offsets");
+    SafetensorsEntry e;
+    e.name = name;
+    if (!v["dtype"].is_string()) fail(origin, where + "dtype is not a string");
+    e.dtype = v["dtype"].get<std::string>();
+    const size_t esize = dtype_size(e.dtype);
+    if (esize == 0) fail(origin, where + "unknown dtype " + e.dtype);
+    if (!v["shape"].is_array()) fail(origin, where + "shape is not an array");
+    uint64_t numel = 1;
+    for (auto& d : v["shape"]) {
+      if (!d.is_number_unsigned()) fail(origin, where + "shape has a negative or non-integer dimension");
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / dim) fail(origin, where + "shape overflows");
+      numel *= dim;
+      e.shape.push_back(static_cast<int64_t>(dim));
+    }
+    auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      fail(origin, where + "data_offsets must be two non-negative integers");
+    e.begin = off[0].get<size_t>();
+    e.end = off[1].get<size_t>();
+    if (e.begin > e.end || e.end > data_size)
+      fail(origin, where + "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                       "] lie outside the data section (" + std::to_string(data_size) + " bytes)");
+    if (e.end - e.begin != numel * esize)
+      fail(origin, where + "holds " + std::to_string(e.end - e.begin) + " bytes but its shape and dtype need " +
+                       std::to_string(numel * esize));
+    f.entries_.push_back(std::move(e));
+  }
+  // Tensors must not overlap one another.
+  std::vector<const SafetensorsEntry*> sorted;
+  for (auto& e : f.entries_) sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i]->begin < sorted[i - 1]->end && sorted[i]->begin != sorted[i]->end)
+      fail(origin, "tensors '" + sorted[i - 1]->name + "' and '" + sorted[i]->name + "' overlap");
+  f.bytes_ = std::move(bytes);
+  return f;
+}
+
+const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
+  for (const auto& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+const SafetensorsEntry& SafetensorsFile::require(const std::string& name) const {
+  const auto* e = find(name);
+  if (!e) throw std::runtime_error(origin_ + ": no tensor named '" + name + "'");
+  return *e;
+}
+
+std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
+  const auto& e = require(name);
+  const std::byte* p = bytes_.data() + data_start_ + e.begin;
+  const size_t n = (e.end - e.begin) / dtype_size(e.dtype);
+  std::vector<float> out(n);
+  if (e.dtype == "F32") {
+    std::memcpy(out.data(), p, n * 4);
+  } else if (e.dtype == "BF16" || e.dtype == "F16") {
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      out[i] = e.dtype == "BF16" ? cpu_optim::bf16_to_float(h) : cpu_optim::half_to_float(h);
+    }
+  } else {
+    throw std::runtime_error(origin_ + ": tensor '" + name + "' is " + e.dtype + ", expected F32, F16 or BF16");
+  }
+  return out;
+}
+
+std::vector<int32_t> SafetensorsFile::read_i32(const std::string& name) const {
+  const auto& e = require(name);
+  const std::byte* p = bytes_.data() + data_start_ + e.begin;
+  const size_t n = (e.end - e.begin) / dtype_size(e.dtype);
+  std::vector<int32_t> out(n);
+  if (e.dtype == "I32") {
+    std::memcpy(out.data(), p, n * 4);
+  } else if (e.dtype == "I64") {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t v;
+      std::memcpy(&v, p + 8 * i, 8);
+      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+        throw std::runtime_error(origin_ + ": tensor '" + name + "' has a value outside int32");
+      out[i] = static_cast<int32_t>(v);
+    }
+  } else {
+    throw std::runtime_error(origin_ + ": tensor '" + name + "' is " + e.dtype + ", expected I32 or I64");
+  }
+  return out;
+}
+
+void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsTensorRef>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  size_t offset = 0;
+  for (const auto& t : tensors) {
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 4 * n}}};
+    offset += 4 * n;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned, as the format recommends
+  const auto tmp = std::filesystem::path(path.string() + ".tmp");
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error(tmp.string() + ": cannot create");
+    uint64_t len = h.size();
+    char le[8];
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+    out.write(le, 8);
+    out.write(h.data(), static_cast<std::streamsize>(h.size()));
+    for (const auto& t : tensors) {
+      size_t n = 1;
+      for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+      out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(4 * n));
+    }
+    out.flush();
+    if (!out) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace ferry::formats

@@ -1,0 +1,55 @@
+// Safetensors files (Hugging Face's tensor format): a validating reader and an atomic writer.
+// Layout: u64 little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}, the data.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ferry::formats {
+
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;  // "F32", "F16", "BF16", "I32", "I64", ...
+  std::vector<int64_t> shape;
+  size_t begin = 0, end = 0;  // byte range in the data section
+};
+
+class SafetensorsFile {
+ public:
+  // Reads and validates a whole file; every defect is an error naming the file and what is wrong.
+  static SafetensorsFile open(const std::filesystem::path& path);
+  // Validates bytes already in memory; `origin` names them in errors.
+  static SafetensorsFile parse(std::vector<std::byte> bytes, const std::string& origin);
+
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  const SafetensorsEntry* find(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // A tensor converted to fp32 (from F32, F16 or BF16) or to int32 (from I32 or I64, range-checked).
+  std::vector<float> read_f32(const std::string& name) const;
+  std::vector<int32_t> read_i32(const std::string& name) const;
+
+ private:
+  const SafetensorsEntry& require(const std::string& name) const;
+  std::string origin_;
+  std::vector<std::byte> bytes_;
+  size_t data_start_ = 0;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+struct SafetensorsTensorRef {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data;  // fp32, numel(shape) values
+};
+
+// Writes fp32 tensors to `path` atomically (a temporary file renamed into place).
+void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsTensorRef>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace ferry::formats

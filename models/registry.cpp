@@ -1,0 +1,22 @@
+// build_model / init_model: dispatch on model.kind.
+#include "models/registry.h"
+
+#include <stdexcept>
+
+#include "models/bert.h"
+#include "models/gpt2.h"
+
+namespace ferry::models {
+
+ModelSpec build_model(const ModelConfig& m, int64_t batch, int64_t seq) {
+  if (m.kind == "gpt2") return build_gpt2({m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len}, batch, seq);
+  if (m.kind == "bert") return build_bert({m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len, 0}, batch, seq);
+  throw std::invalid_argument("model.kind: '" + m.kind + "' is not a model; expected gpt2 or bert");
+}
+
+void init_model(const ModelConfig& m, const ModelSpec& spec, ParameterStore& params, uint64_t seed) {
+  if (m.kind == "bert") return init_bert(spec, params, seed);
+  init_gpt2(spec, {m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len}, params, seed);
+}
+
+}  // namespace ferry::models

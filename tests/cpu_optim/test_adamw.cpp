@@ -1,0 +1,420 @@
+// CPU AdamW: every ISA path x gradient dtype x upload dtype against a double-precision reference (2 ulp),
+// the paths bitwise equal to the scalar path, exact half-precision copy-out, stochastic rounding, the fused
+// stats pass, overflow skips, odd sizes and unaligned starts, ISA selection, clipping and the schedule.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "cpu_optim/adamw.h"
+#include "cpu_optim/half.h"
+#include "cpu_optim/lr_schedule.h"
+#include "formats/safetensors.h"
+#include "models/rng.h"
+
+#include <nlohmann/json.hpp>
+
+#include <immintrin.h>
+
+#include <bit>
+
+namespace ferry::cpu_optim {
+namespace {
+
+using models::Rng;
+
+const AdamWHyper kHyper{1e-2, 0.9, 0.95, 1e-8, 0.1};
+
+// fp32 unit in the last place at |x|.
+double ulp(double x) {
+  const float a = std::abs(static_cast<float>(x));
+  return static_cast<double>(std::nextafter(a, INFINITY)) - a;
+}
+
+std::string label(Isa isa, DType g, DType u, bool upload) {
+  auto name = [](DType t) { return t == DType::F32 ? "f32" : t == DType::BF16 ? "bf16" : "f16"; };
+  return std::string(to_string(isa)) + " grad " + name(g) + " upload " + (upload ? name(u) : "none");
+}
+
+// Gradients of a dtype, and their exact fp32 values.
+struct Grads {
+  std::vector<float> f32;
+  std::vector<uint16_t> half;
+  DType type;
+  const void* data() const { return type == DType::F32 ? static_cast<const void*>(f32.data()) : half.data(); }
+};
+
+Grads make_grads(Rng& rng, size_t n, DType type, double std = 0.05) {
+  Grads g{std::vector<float>(n), std::vector<uint16_t>(n), type};
+  for (size_t i = 0; i < n; ++i) {
+    const float x = static_cast<float>(rng.normal() * std);
+    if (type == DType::BF16) {
+      g.half[i] = float_to_bf16(x), g.f32[i] = bf16_to_float(g.half[i]);
+    } else if (type == DType::F16) {
+      g.half[i] = float_to_half(x), g.f32[i] = half_to_float(g.half[i]);
+    } else {
+      g.f32[i] = x;
+    }
+  }
+  return g;
+}
+
+struct State {
+  std::vector<float> p, m, v;
+  std::vector<uint16_t> upload;
+};
+
+State make_state(Rng& rng, size_t n) {
+  State s{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n), std::vector<uint16_t>(n)};
+  for (size_t i = 0; i < n; ++i) {
+    s.p[i] = static_cast<float>(rng.normal());
+    s.m[i] = static_cast<float>(rng.normal() * 0.01);
+    s.v[i] = static_cast<float>(std::abs(rng.normal()) * 1e-3);
+  }
+  return s;
+}
+
+CpuAdamW optimizer(Isa isa, Rounding rounding = Rounding::NearestEven, int threads = 2) {
+  return CpuAdamW(AdamWOptions{kHyper, to_string(isa), threads, rounding, 42});
+}
+
+// The ISA paths under test: every path this CPU can run. FERRY_CPU_ISA would override the request, so the
+// tests clear it.
+std::vector<Isa> paths() {
+  unsetenv("FERRY_CPU_ISA");
+  return supported_isas();
+}
+
+TEST(AdamW, EveryPathDtypeAndUploadMatchesDoubleReferenceAndTheScalarPathBitwise) {
+  const size_t n = 3 * 16384 + 37;  // several tiles and a ragged end
+  for (Isa isa : paths()) {
+    for (DType gt : {DType::F32, DType::BF16, DType::F16}) {
+      for (int up = 0; up < 3; ++up) {
+        const bool upload = up > 0;
+        const DType ut = up == 2 ? DType::F16 : DType::BF16;
+        SCOPED_TRACE(label(isa, gt, ut, upload));
+        Rng rng(7);
+        State s = make_state(rng, n), scalar = s;
+        const CpuAdamW opt = optimizer(isa), ref_opt = optimizer(Isa::Scalar);
+        double worst_m = 0, worst_v = 0, worst_p = 0;
+        for (int step = 1; step <= 4; ++step) {
+          const Grads g = make_grads(rng, n, gt);
+          const State before = s;
+          const float scale = 0.8f;
+          opt.step({s.p, s.m, s.v, g.data(), gt, upload ? s.upload.data() : nullptr, ut}, step, kHyper.lr, scale);
+          ref_opt.step({scalar.p, scalar.m, scalar.v, g.data(), gt, upload ? scalar.upload.data() : nullptr, ut}, step,
+                       kHyper.lr, scale);
+          ASSERT_EQ(0, std::memcmp(s.p.data(), scalar.p.data(), n * 4)) << "step " << step;
+          ASSERT_EQ(0, std::memcmp(s.m.data(), scalar.m.data(), n * 4)) << "step " << step;
+          ASSERT_EQ(0, std::memcmp(s.v.data(), scalar.v.data(), n * 4)) << "step " << step;
+          if (upload) {
+            ASSERT_EQ(s.upload, scalar.upload) << "step " << step;
+          }
+
+          // The same step in double from the fp32 state before it, with the coefficients rounded to fp32 as
+          // the kernels (and torch's fp32 kernels) use them; errors in ulp of the largest term of each sum.
+          const double b1 = float(kHyper.beta1), omb1 = float(1 - kHyper.beta1);
+          const double b2 = float(kHyper.beta2), omb2 = float(1 - kHyper.beta2);
+          const double step_size = float(kHyper.lr / (1 - std::pow(kHyper.beta1, step)));
+          const double inv_bc2_sqrt = float(1 / std::sqrt(1 - std::pow(kHyper.beta2, step)));
+          const double decay = float(1 - kHyper.lr * kHyper.weight_decay), eps = float(kHyper.eps);
+          int bad = 0;
+          for (size_t i = 0; i < n && bad < 5; ++i) {
+            // m and v from the fp32 state before the step; p from that and the kernel's new m and v.
+            const double gi = double(float(g.f32[i] * scale));
+            const double m = b1 * before.m[i] + omb1 * gi;
+            const double m_terms = std::max({std::abs(b1 * before.m[i]), std::abs(omb1 * gi), std::abs(m)});
+            const double v = b2 * before.v[i] + omb2 * gi * gi;
+            const double update = step_size * s.m[i] / (std::sqrt(double(s.v[i])) * inv_bc2_sqrt + eps);
+            const double decayed = before.p[i] * decay;
+            const double p = decayed - update;
+            const double p_terms = std::max({std::abs(decayed), std::abs(update), std::abs(p)});
+            worst_m = std::max(worst_m, std::abs(s.m[i] - m) / ulp(m_terms));
+            worst_v = std::max(worst_v, std::abs(s.v[i] - v) / ulp(v));
+            worst_p = std::max(worst_p, std::abs(s.p[i] - p) / (2 * ulp(p_terms) + ulp(update)));
+            // p: 2 ulp of its larger term, plus 1 ulp of the update for the roundings of its denominator (sqrt,
+            // then one fma), which show when the update and the decayed weight cancel.
+            if (std::abs(s.m[i] - m) > 2 * ulp(m_terms) || std::abs(s.v[i] - v) > 2 * ulp(v) ||
+                std::abs(s.p[i] - p) > 2 * ulp(p_terms) + ulp(update)) {
+              ADD_FAILURE() << "element " << i << " step " << step << ": p " << s.p[i] << " vs " << p << " ("
+                            << std::abs(s.p[i] - p) / ulp(p_terms) << " ulp), m " << s.m[i] << " vs " << m << " ("
+                            << std::abs(s.m[i] - m) / ulp(m_terms) << " ulp), v " << s.v[i] << " vs " << v << " ("
+                            << std::abs(s.v[i] - v) / ulp(v) << " ulp)";
+              ++bad;
+            }
+            if (upload) {
+              const uint16_t want = ut == DType::F16 ? float_to_half(s.p[i]) : float_to_bf16(s.p[i]);
+              if (s.upload[i] != want) {
+                ADD_FAILURE() << "upload " << i << ": " << s.upload[i] << " vs correctly rounded " << want;
+                ++bad;
+              }
+            }
+          }
+        }
+        std::printf("%-32s worst error, ulp of the largest term: m %.2f v %.2f; p, share of its bound: %.2f\n",
+                    label(isa, gt, ut, upload).c_str(), worst_m, worst_v, worst_p);
+      }
+    }
+  }
+}
+
+TEST(AdamW, OddSizesAndUnalignedStartsTouchExactlyTheirElements) {
+  for (Isa isa : paths()) {
+    for (size_t n : {0, 1, 7, 15, 16, 17, 31, 33, 100}) {
+      for (size_t offset : {0, 1, 3}) {
+        SCOPED_TRACE(std::string(to_string(isa)) + " n " + std::to_string(n) + " offset " + std::to_string(offset));
+        Rng rng(n * 10 + offset);
+        const size_t total = n + offset + 5;
+        State s = make_state(rng, total), ref = s;
+        const Grads g = make_grads(rng, total, DType::BF16);
+        auto bucket = [&](State& st) {
+          return Bucket{{st.p.data() + offset, n}, {st.m.data() + offset, n}, {st.v.data() + offset, n},
+                        g.half.data() + offset, DType::BF16, st.upload.data() + offset, DType::BF16};
+        };
+        optimizer(isa).step(bucket(s), 3, 1e-3, 1.0f);
+        optimizer(Isa::Scalar).step(bucket(ref), 3, 1e-3, 1.0f);
+        EXPECT_EQ(s.p, ref.p);
+        EXPECT_EQ(s.upload, ref.upload);
+        Rng again(n * 10 + offset);
+        const State untouched = make_state(again, total);  // the initial state
+        for (size_t i = 0; i < total; ++i) {
+          if (i >= offset && i < offset + n) continue;
+          EXPECT_EQ(s.p[i], untouched.p[i]) << i;
+          EXPECT_EQ(s.m[i], untouched.m[i]) << i;
+          EXPECT_EQ(s.upload[i], 0) << i;
+        }
+        EXPECT_EQ(optimizer(isa).grad_stats(g.half.data() + offset, DType::BF16, n).sum_squares,
+                  optimizer(isa).grad_stats(g.half.data() + offset, DType::BF16, n).sum_squares);
+      }
+    }
+  }
+}
+
+TEST(AdamW, StochasticRoundingIsUnbiasedDeterministicAndTheSameOnEveryPath) {
+  const size_t n = 200000;
+  const float x = 1.0f + 0.3f * 0x1p-7f;  // 30% of the way from bf16 1.0 to the next value up
+  std::vector<uint16_t> first;
+  for (Isa isa : paths()) {
+    SCOPED_TRACE(to_string(isa));
+    std::vector<float> p(n, x), m(n), v(n), g(n, 0.0f);
+    std::vector<uint16_t> up(n);
+    // lr 0: the weights stay x, so the upload shows the rounding alone.
+    const CpuAdamW opt(AdamWOptions{{0.0, 0.9, 0.95, 1e-8, 0.0}, to_string(isa), 2, Rounding::Stochastic, 5});
+    opt.step({p, m, v, g.data(), DType::F32, up.data(), DType::BF16}, 1, 0.0, 1.0f);
+    size_t ups = 0;
+    for (uint16_t h : up) {
+      ASSERT_TRUE(h == 0x3f80 || h == 0x3f81) << h;  // one of the two neighbours
+      ups += h == 0x3f81;
+    }
+    EXPECT_NEAR(double(ups) / n, 0.3, 0.01);
+    if (first.empty()) first = up;
+    EXPECT_EQ(up, first);  // bitwise the same bits on every path
+    std::vector<uint16_t> step2(n);
+    opt.step({p, m, v, g.data(), DType::F32, step2.data(), DType::BF16}, 2, 0.0, 1.0f);
+    EXPECT_NE(step2, up);  // a new step draws new bits
+  }
+  std::vector<float> p(4, 1.0f), m(4), v(4), g(4);
+  std::vector<uint16_t> up(4);
+  const CpuAdamW f16(AdamWOptions{kHyper, "auto", 1, Rounding::Stochastic, 1});
+  EXPECT_THROW(f16.step({p, m, v, g.data(), DType::F32, up.data(), DType::F16}, 1, 1e-3, 1.0f), std::invalid_argument);
+}
+
+TEST(AdamW, InfOrNanGradientSkipsTheStepAndChangesNothing) {
+  for (Isa isa : paths()) {
+    for (DType gt : {DType::F32, DType::BF16, DType::F16}) {
+      for (int kind = 0; kind < 2; ++kind) {
+        SCOPED_TRACE(label(isa, gt, DType::BF16, true) + (kind ? " nan" : " inf"));
+        Rng rng(3);
+        const size_t n = 1000;
+        State a = make_state(rng, n), b = make_state(rng, n);
+        Grads ga = make_grads(rng, n, gt), gb = make_grads(rng, n, gt);
+        const size_t bad = 777;  // in the second bucket only
+        if (gt == DType::F32) {
+          gb.f32[bad] = kind ? NAN : INFINITY;
+        } else {
+          gb.half[bad] = gt == DType::BF16 ? (kind ? 0x7fc0 : 0x7f80) : (kind ? 0x7e00 : 0x7c00);
+        }
+        const State a0 = a, b0 = b;
+        const std::vector<Bucket> buckets{{a.p, a.m, a.v, ga.data(), gt, a.upload.data(), DType::BF16},
+                                          {b.p, b.m, b.v, gb.data(), gt, b.upload.data(), DType::BF16}};
+        const StepReport r = optimizer(isa).apply(buckets, 1, 1e-3, 1.0f);
+        EXPECT_TRUE(r.skipped);
+        for (const auto* pair : {&a, &b}) {
+          const State& before = pair == &a ? a0 : b0;
+          EXPECT_EQ(0, std::memcmp(pair->p.data(), before.p.data(), n * 4));
+          EXPECT_EQ(0, std::memcmp(pair->m.data(), before.m.data(), n * 4));
+          EXPECT_EQ(0, std::memcmp(pair->v.data(), before.v.data(), n * 4));
+          EXPECT_EQ(pair->upload, before.upload);
+        }
+      }
+    }
+  }
+}
+
+TEST(AdamW, ApplyClipsToTheGlobalNormAcrossBuckets) {
+  Rng rng(9);
+  const size_t n = 5000;
+  State a = make_state(rng, n), b = make_state(rng, n), a2 = a, b2 = b;
+  const Grads ga = make_grads(rng, n, DType::F32, 1.0), gb = make_grads(rng, n, DType::F32, 1.0);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += double(ga.f32[i]) * ga.f32[i] + double(gb.f32[i]) * gb.f32[i];
+  const CpuAdamW opt = optimizer(best_isa());
+  const std::vector<Bucket> buckets{{a.p, a.m, a.v, ga.data(), DType::F32}, {b.p, b.m, b.v, gb.data(), DType::F32}};
+  const StepReport r = opt.apply(buckets, 1, 1e-3, 2.0f, /*loss_scale=*/4.0f);
+  EXPECT_FALSE(r.skipped);
+  EXPECT_NEAR(r.grad_norm, std::sqrt(sum) / 4.0, 1e-9 * std::sqrt(sum));
+  // The same as stepping each bucket with the clip coefficient over the loss scale.
+  const float scale = clip_scale(r.grad_norm, 2.0f) / 4.0f;
+  opt.step({a2.p, a2.m, a2.v, ga.data(), DType::F32}, 1, 1e-3, scale);
+  opt.step({b2.p, b2.m, b2.v, gb.data(), DType::F32}, 1, 1e-3, scale);
+  EXPECT_EQ(a.p, a2.p);
+  EXPECT_EQ(b.p, b2.p);
+}
+
+TEST(GradStats, SumOfSquaresPerPathAndDtype) {
+  Rng rng(4);
+  for (DType gt : {DType::F32, DType::BF16, DType::F16}) {
+    const Grads g = make_grads(rng, 100003, gt, 1.0);
+    double want = 0;
+    for (float x : g.f32) want += double(x) * x;
+    for (Isa isa : paths()) {
+      const GradStats s = optimizer(isa).grad_stats(g.data(), gt, g.f32.size());
+      EXPECT_NEAR(s.sum_squares, want, 1e-12 * want) << to_string(isa);
+      EXPECT_TRUE(s.finite);
+    }
+  }
+}
+
+// Independent reference for bf16 rounding: the nearer of the two bf16 neighbours in double, ties to even.
+uint16_t bf16_reference(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const auto lo = static_cast<uint16_t>(bits >> 16), hi = static_cast<uint16_t>(lo + 1);
+  auto value = [](uint16_t h) {  // the exponent-all-ones neighbour counts as 2^128 (where rounding overflows)
+    return (h & 0x7f80) == 0x7f80 ? std::copysign(std::ldexp(1.0, 128), double(bf16_to_float(h))) : double(bf16_to_float(h));
+  };
+  const double dl = std::abs(double(x) - value(lo)), dh = std::abs(double(x) - value(hi));
+  if (dl != dh) return dl < dh ? lo : hi;
+  return (lo & 1) ? hi : lo;
+}
+
+__attribute__((target("f16c"))) uint16_t f16_hardware(float x) {
+  return static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+}
+__attribute__((target("f16c"))) float f16_hardware_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+TEST(HalfConversions, RoundToNearestEvenAgainstIndependentReferences) {
+  Rng rng(12);
+  const bool f16c = isa_supported(Isa::Avx2);  // AVX2 path implies F16C
+  for (int i = 0; i < 2000000; ++i) {
+    const auto bits = static_cast<uint32_t>(rng.next_u64());
+    const float x = std::bit_cast<float>(bits);
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(x))));
+      EXPECT_TRUE(std::isnan(half_to_float(float_to_half(x))));
+      continue;
+    }
+    ASSERT_EQ(float_to_bf16(x), bf16_reference(x)) << x;
+    if (f16c) {
+      ASSERT_EQ(float_to_half(x), f16_hardware(x)) << x;
+    }
+    // fp16 values near its range: rescale the random bits into [2^-26, 2^17)
+    const float y = std::ldexp(1.0f + float(bits & 0xffff) / 65536.0f, int(bits >> 16) % 43 - 26) * ((bits >> 31) ? -1 : 1);
+    if (f16c) {
+      ASSERT_EQ(float_to_half(y), f16_hardware(y)) << y;
+    }
+  }
+  for (uint32_t h = 0; h < 0x10000; ++h) {  // every half converts exactly and back
+    const float f = half_to_float(static_cast<uint16_t>(h));
+    if (!std::isnan(f)) {
+      ASSERT_EQ(float_to_half(f), h) << h;
+    }
+    if (f16c && !std::isnan(f)) {
+      ASSERT_EQ(f, f16_hardware_to_float(static_cast<uint16_t>(h))) << h;
+    }
+  }
+}
+
+TEST(IsaSelection, RequestsEnvironmentAndErrors) {
+  unsetenv("FERRY_CPU_ISA");
+  EXPECT_EQ(resolve_isa("auto"), best_isa());
+  EXPECT_EQ(resolve_isa("scalar"), Isa::Scalar);
+  setenv("FERRY_CPU_ISA", "scalar", 1);
+  EXPECT_EQ(resolve_isa("auto"), Isa::Scalar);
+  setenv("FERRY_CPU_ISA", "sse9", 1);
+  try {
+    resolve_isa("auto");
+    ADD_FAILURE();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("FERRY_CPU_ISA: unknown ISA 'sse9'"), std::string::npos) << e.what();
+  }
+  unsetenv("FERRY_CPU_ISA");
+  EXPECT_THROW(resolve_isa("avx3"), std::runtime_error);
+}
+
+TEST(GradNorm, ClipScaleFollowsTorch) {
+  EXPECT_FLOAT_EQ(clip_scale(4.0, 1.0f), static_cast<float>(1.0 / (4.0 + 1e-6)));
+  EXPECT_EQ(clip_scale(0.5, 1.0f), 1.0f);
+  EXPECT_EQ(clip_scale(100.0, 0.0f), 1.0f);  // clipping off
+}
+
+TEST(LrSchedule, WarmupThenCosineToTheFloor) {
+  LrSchedule s{LrSchedule::Kind::Cosine, 1.0f, 0.1f, 10, 110};
+  EXPECT_FLOAT_EQ(s.at(0), 0.1f);
+  EXPECT_FLOAT_EQ(s.at(9), 1.0f);
+  EXPECT_FLOAT_EQ(s.at(10), 1.0f);
+  EXPECT_NEAR(s.at(60), 0.55f, 1e-6);
+  EXPECT_FLOAT_EQ(s.at(110), 0.1f);
+  EXPECT_FLOAT_EQ(s.at(500), 0.1f);
+  for (int i = 11; i < 110; ++i) EXPECT_LE(s.at(i), s.at(i - 1));
+  LrSchedule c{LrSchedule::Kind::Constant, 0.5f, 0.0f, 0, 10};
+  EXPECT_FLOAT_EQ(c.at(7), 0.5f);
+}
+
+}  // namespace
+}  // namespace ferry::cpu_optim
+
+namespace ferry::cpu_optim {
+namespace {
+
+TEST(AdamW, MatchesTorchOptimAdamW) {
+  // tests/data/adamw_reference.safetensors: torch.optim.AdamW (foreach=False) on fixed random tensors.
+  const auto ref = formats::SafetensorsFile::open(std::string(FERRY_TEST_DATA) + "/adamw_reference.safetensors");
+  const auto h = nlohmann::json::parse(ref.metadata().at("adamw"));
+  const AdamWHyper hyper{h["lr"], h["beta1"], h["beta2"], h["eps"], h["weight_decay"]};
+  const std::vector<float> p0 = ref.read_f32("param0"), grads = ref.read_f32("grads");
+  const std::vector<float> want_p = ref.read_f32("param"), want_m = ref.read_f32("exp_avg"), want_v = ref.read_f32("exp_avg_sq");
+  const size_t n = p0.size(), steps = grads.size() / n;
+  for (Isa isa : paths()) {
+    SCOPED_TRACE(to_string(isa));
+    std::vector<float> p = p0, m(n), v(n);
+    std::vector<double> m_seen(n);
+    const CpuAdamW opt(AdamWOptions{hyper, to_string(isa), 2});
+    double worst = 0;
+    for (size_t k = 0; k < steps; ++k) {
+      opt.step({p, m, v, grads.data() + k * n, DType::F32}, static_cast<int64_t>(k + 1), hyper.lr, 1.0f);
+      for (size_t i = 0; i < n; ++i) {
+        // torch evaluates m with lerp and without FMA: each step a few ulp of the larger term of each sum apart,
+        // and the differences carry into the next step (8 ulp allowed over 5 steps).
+        const double m_prev = k ? want_m[(k - 1) * n + i] : 0.0, p_prev = k ? want_p[(k - 1) * n + i] : p0[i];
+        const double g = grads[k * n + i];
+        // Differences carried from earlier steps scale with the values then: keep the largest seen.
+        const double m_scale = m_seen[i] = std::max({m_seen[i], std::abs(hyper.beta1 * m_prev),
+                                                     std::abs((1 - hyper.beta1) * g), std::abs(double(want_m[k * n + i]))});
+        const double p_scale = std::max(std::abs(p_prev), std::abs(double(want_p[k * n + i])));
+        worst = std::max({worst, std::abs(p[i] - want_p[k * n + i]) / ulp(p_scale),
+                          std::abs(m[i] - want_m[k * n + i]) / ulp(m_scale),
+                          std::abs(v[i] - want_v[k * n + i]) / ulp(want_v[k * n + i])});
+        ASSERT_LE(std::abs(p[i] - want_p[k * n + i]), 8 * ulp(p_scale)) << "step " << k + 1 << " element " << i;
+        ASSERT_LE(std::abs(m[i] - want_m[k * n + i]), 8 * ulp(m_scale)) << "step " << k + 1 << " element " << i;
+        ASSERT_LE(std::abs(v[i] - want_v[k * n + i]), 8 * ulp(want_v[k * n + i])) << "step " << k + 1 << " element " << i;
+      }
+    }
+    std::printf("%s: worst difference from torch over %zu steps (p, m, v): %.2f ulp\n", to_string(isa), steps, worst);
+  }
+}
+
+}  // namespace
+}  // namespace ferry::cpu_optim

@@ -1,0 +1,113 @@
+// Tokenizers: GPT-2 byte-level BPE and BERT WordPiece against ids from Hugging Face `tokenizers`
+// (tests/data/make_bpe_reference.py, make_wordpiece_reference.py), round trips, and malformed vocabularies.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "dataset/token_shard.h"
+#include "dataset/tokenizer.h"
+#include "test_helpers.h"
+
+namespace ferry::dataset {
+namespace {
+
+TEST(Gpt2Bpe, MatchesHuggingFaceTokenizers) {
+  const auto bpe = load_gpt2_bpe(testing::data_path("bpe_vocab.json"), testing::data_path("bpe_merges.txt"));
+  EXPECT_EQ(bpe->vocab_size(), 1000);
+  std::ifstream in(testing::data_path("bpe_expected.json"));
+  const auto cases = nlohmann::json::parse(in);
+  ASSERT_GT(cases.size(), 10u);
+  for (const auto& c : cases) {
+    const std::string text = c["text"];
+    const auto ids = bpe->encode(text);
+    EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>()) << "text: '" << text << "'";
+    EXPECT_EQ(bpe->decode(ids), text);
+  }
+}
+
+TEST(WordPiece, MatchesHuggingFaceTokenizers) {
+  const auto wp = load_wordpiece(testing::data_path("wordpiece_vocab.txt"), true);
+  EXPECT_EQ(wp->vocab_size(), 1000);
+  EXPECT_EQ(wordpiece_token_id(testing::data_path("wordpiece_vocab.txt"), "[MASK]"), 4);
+  std::ifstream in(testing::data_path("wordpiece_expected.json"));
+  const auto cases = nlohmann::json::parse(in);
+  ASSERT_GT(cases.size(), 10u);
+  for (const auto& c : cases) {
+    const std::string text = c["text"];
+    EXPECT_EQ(wp->encode(text), c["ids"].get<std::vector<int32_t>>()) << "text: '" << text << "'";
+  }
+  // Decoding joins the pieces back into lowercased words.
+  EXPECT_EQ(wp->decode(wp->encode("The quick brown fox.")), "the quick brown fox .");
+}
+
+TEST(WordPiece, MalformedVocabulariesAreClearErrors) {
+  const auto dir = std::filesystem::temp_directory_path();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return dir / name;
+  };
+  auto error_of = [](const std::filesystem::path& p) {
+    try {
+      load_wordpiece(p, true);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(error_of(write("wp_no_unk.txt", "[PAD]\na\nb\n")).find("no [UNK]"), std::string::npos);
+  EXPECT_NE(error_of(write("wp_dup.txt", "[UNK]\na\na\n")).find("'a' appears twice"), std::string::npos);
+  EXPECT_NE(error_of(write("wp_empty_line.txt", "[UNK]\n\na\n")).find("line 2 is empty"), std::string::npos);
+  EXPECT_NE(error_of(dir / "wp_missing.txt").find("cannot read"), std::string::npos);
+}
+
+TEST(ByteTokenizer, RoundTripsEveryByte) {
+  const auto t = make_byte_tokenizer();
+  std::string all;
+  for (int b = 0; b < 256; ++b) all.push_back(static_cast<char>(b));
+  const auto ids = t->encode(all);
+  EXPECT_EQ(ids.size(), 256u);
+  EXPECT_EQ(ids[200], 200);
+  EXPECT_EQ(t->decode(ids), all);
+}
+
+TEST(Gpt2Bpe, MalformedFilesAreClearErrors) {
+  const auto dir = std::filesystem::temp_directory_path();
+  std::ofstream(dir / "bad_vocab.json") << "[1, 2";
+  EXPECT_THROW(load_gpt2_bpe(dir / "bad_vocab.json", testing::data_path("bpe_merges.txt")), std::runtime_error);
+  std::ofstream(dir / "small_vocab.json") << R"({"a": 0})";
+  try {
+    load_gpt2_bpe(dir / "small_vocab.json", testing::data_path("bpe_merges.txt"));
+    ADD_FAILURE();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a byte-level BPE vocabulary"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir / "bad_merges.txt") << "#version: 0.2\nab\n";
+  EXPECT_THROW(load_gpt2_bpe(testing::data_path("bpe_vocab.json"), dir / "bad_merges.txt"), std::runtime_error);
+  EXPECT_THROW(load_gpt2_bpe(dir / "missing.json", dir / "missing.txt"), std::runtime_error);
+}
+
+TEST(TokenShard, RoundTripAndCorruptFiles) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::vector<int32_t> tokens{0, 1, 999, 65535, 42};
+  write_token_shard(dir / "shard.bin", tokens);
+  ASSERT_TRUE(is_token_shard(dir / "shard.bin"));
+  {
+    const TokenShard shard(dir / "shard.bin");
+    EXPECT_EQ(std::vector<int32_t>(shard.tokens().begin(), shard.tokens().end()), tokens);
+  }
+  EXPECT_THROW(write_token_shard(dir / "big.bin", std::vector<int32_t>{70000}), std::runtime_error);
+  std::filesystem::resize_file(dir / "shard.bin", 1024 + 4);  // truncated
+  try {
+    TokenShard truncated(dir / "shard.bin");
+    ADD_FAILURE();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("announces 5 tokens but the file holds 2"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir / "notashard.bin") << std::string(2000, 'x');
+  EXPECT_FALSE(is_token_shard(dir / "notashard.bin"));
+  EXPECT_THROW(TokenShard(dir / "notashard.bin"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace ferry::engine

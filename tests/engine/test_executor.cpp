@@ -1,0 +1,353 @@
+// The host device and the Executor: streams ordered only by events, failures that name their task, and
+// offloaded training that changes no number: every policy, with gradient accumulation and activation
+// checkpointing on and off, gives bitwise the losses of `resident`, inside its budget, allocating nothing
+// on the device after start-up.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "cpu_optim/adamw.h"
+#include "cpu_optim/lr_schedule.h"
+#include "engine/config.h"
+#include "dataset/dataset.h"
+#include "engine/device/host_device.h"
+#include "models/registry.h"
+#include "engine/trainer.h"
+#include "memory/arena.h"
+#include "models/cpu_runner.h"
+#include "models/gpt2.h"
+#include "offload/policies.h"
+#include "test_helpers.h"
+
+namespace ferry::engine {
+namespace {
+
+const auto kText = testing::source_path("configs/data/fortunes.txt");
+const auto kCostModel = testing::source_path("configs/cost_models/h100-assumed.json");
+
+// A small GPT whose parameters make several buckets of 0.25 MiB.
+Config small_config(const std::string& policy, bool checkpointing, int accum, int64_t budget, int steps = 20) {
+  Config c = parse_config("model: {n_layer: 2, n_head: 2, n_embd: 128, seq_len: 16}\n"
+                          "data: {path: " + kText.string() + ", val_fraction: 0.05}\n"
+                          "optim: {lr: 3.0e-3, warmup_steps: 3, grad_clip: 1.0}\n"
+                          "train: {batch_size: 4, steps: " + std::to_string(steps) + ", seed: 7, eval_batches: 1, threads: 2}\n"
+                          "offload: {bucket_mb: 0.25, cost_model: " + kCostModel.string() + "}\n"
+                          "device: cpu\n",
+                          "small", ".");
+  c.offload.policy = policy;
+  c.train.activation_checkpointing = checkpointing ? "true" : "false";
+  c.train.grad_accum = accum;
+  c.offload.gpu_budget = budget;
+  return c;
+}
+
+// A budget that forces offload: a little above what the model needs with every bucket offloaded.
+int64_t tight_budget(const Config& c, double factor = 1.5) {
+  offload::CostModel cost = offload::CostModel::load(kCostModel);
+  cost.weight_bytes = cost.activation_bytes = 4;
+  cost.fused_attention = false;
+  const auto spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
+  std::vector<bool> ckpt(c.model.n_layer, c.train.activation_checkpointing == "true");
+  const offload::OffloadProblem p(spec, cost, c.offload.bucket_bytes, 1, ckpt, c.train.grad_accum);
+  return static_cast<int64_t>(offload::minimum_device_bytes(p) * factor);
+}
+
+TrainSummary run(const Config& c, TrainOptions opt = {}) {
+  opt.progress = nullptr;
+  return train(c, opt);
+}
+
+TEST(Executor, EveryPolicyTrainsBitwiseLikeResident) {
+  for (int accum : {1, 2}) {
+    const TrainSummary reference = run(small_config("resident", false, accum, 0));
+    ASSERT_EQ(reference.losses.size(), 20u);
+    const int64_t batch_bytes = int64_t(4) * 16 * 8 * accum;  // tokens and targets
+    EXPECT_EQ(reference.h2d_bytes, batch_bytes);
+    EXPECT_EQ(reference.d2h_bytes, 0);
+    for (bool ckpt : {false, true})
+      for (const char* policy : {"resident", "zero-offload", "chunk-lru", "greedy"}) {
+        Config c = small_config(policy, ckpt, accum, 0);
+        const bool tight = std::string(policy) == "chunk-lru" || std::string(policy) == "greedy";
+        if (tight) c.offload.gpu_budget = tight_budget(c, std::string(policy) == "chunk-lru" ? 2.0 : 1.5);
+        const TrainSummary s = run(c);
+        const std::string what = std::string(policy) + (ckpt ? ", checkpointing" : "") + ", grad_accum " + std::to_string(accum);
+        EXPECT_EQ(s.losses, reference.losses) << what;
+        EXPECT_EQ(s.val_loss, reference.val_loss) << what;
+        EXPECT_EQ(s.checkpointed_blocks, ckpt ? 2 : 0) << what;
+        EXPECT_LE(s.peak_device_bytes, s.budget_bytes) << what;
+        if (std::string(policy) != "resident") EXPECT_GT(s.d2h_bytes, 0) << what;  // gradients went to the host
+        if (tight) EXPECT_GT(s.h2d_bytes, batch_bytes) << what;                      // and weights travelled
+        if (tight) EXPECT_LT(s.peak_device_bytes, reference.peak_device_bytes) << what;
+      }
+  }
+}
+
+// The update rules written out plainly on the resident CPU path, with the optimizer's arithmetic in the
+// executor's order (per-bucket statistics summed in bucket order, AdamW bucket by bucket). Step t computes
+// its gradients, then applies the pending update of step t-1 (the delayed rule), then keeps its own as
+// pending; steps up to sync_steps apply their own at once (sync_steps >= steps: the ordinary rule).
+std::vector<float> reference_losses(const Config& c, int sync_steps) {
+  const models::GptConfig g{c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.vocab_size, c.model.seq_len};
+  const auto spec = models::build_gpt2(g, c.train.batch_size, c.model.seq_len);
+  models::ParameterStore params(spec.params);
+  models::init_gpt2(spec, g, params, c.train.seed);
+  offload::CostModel cost;
+  cost.weight_bytes = 4;
+  const offload::OffloadProblem problem(spec, cost, c.offload.bucket_bytes, 1);
+  const auto& layout = problem.layout;
+  const int nb = static_cast<int>(layout.buckets().size());
+  struct Bucket {
+    std::vector<float> master, m, v, grad;
+  };
+  std::vector<Bucket> buckets(nb);
+  for (int b = 0; b < nb; ++b)
+    for (auto* v : {&buckets[b].master, &buckets[b].m, &buckets[b].v, &buckets[b].grad}) v->assign(layout.buckets()[b].numel, 0.0f);
+  auto for_each_param = [&](auto&& f) {
+    for (int p = 0; p < params.count(); ++p) f(p, layout.slot(p));
+  };
+  for_each_param([&](int p, const auto& slot) { std::copy_n(params.value(p).data(), slot.numel, buckets[slot.bucket].master.data() + slot.offset); });
+  const cpu_optim::CpuAdamW adamw({{c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay}, "auto", 0});
+  const cpu_optim::LrSchedule lr{cpu_optim::LrSchedule::Kind::Cosine, static_cast<float>(c.optim.lr), static_cast<float>(c.optim.min_lr),
+                                 c.optim.warmup_steps, c.train.steps};
+  const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
+  models::CpuRunner runner(spec, params);
+  struct Update {
+    std::vector<std::vector<float>> grads;
+    cpu_optim::StepDecision decision;
+    int64_t adam_step;
+    double lr;
+  };
+  std::optional<Update> pending;
+  auto apply = [&](const Update& u) {
+    if (u.decision.report.skipped) return;
+    for (int b = 0; b < nb; ++b) {
+      Bucket& k = buckets[b];
+      adamw.step({k.master, k.m, k.v, u.grads[b].data(), cpu_optim::DType::F32}, u.adam_step, u.lr, u.decision.grad_scale);
+    }
+    for_each_param([&](int p, const auto& slot) { std::copy_n(buckets[slot.bucket].master.data() + slot.offset, slot.numel, params.value(p).data()); });
+  };
+  std::vector<float> losses;
+  int64_t optimizer_steps = 0;
+  for (int step = 1; step <= c.train.steps; ++step) {
+    params.zero_grads();
+    const dataset::Batch batch = data.train_batch(c.train.seed, step - 1, c.train.batch_size);
+    runner.set_batch(batch.tokens, batch.targets);
+    losses.push_back(runner.forward_backward(1.0f));
+    Update u{{}, {}, optimizer_steps + 1, lr.at(step - 1)};
+    double sum = 0;
+    bool finite = true;
+    for (int b = 0; b < nb; ++b) {
+      std::vector<float> grad(layout.buckets()[b].numel, 0.0f);
+      for (int p : layout.buckets()[b].params) std::copy_n(params.grad(p).data(), layout.slot(p).numel, grad.data() + layout.slot(p).offset);
+      const auto st = adamw.grad_stats(grad.data(), cpu_optim::DType::F32, grad.size());
+      sum += st.sum_squares, finite = finite && st.finite;
+      u.grads.push_back(std::move(grad));
+    }
+    u.decision = cpu_optim::decide_step(sum, finite, static_cast<float>(c.optim.grad_clip));
+    if (!u.decision.report.skipped) ++optimizer_steps;
+    if (pending) apply(*pending), pending.reset();
+    if (step <= sync_steps) apply(u);
+    else pending = std::move(u);
+  }
+  return losses;
+}
+
+TEST(Executor, MatchesThePlainUpdateRulesBitwise) {
+  const Config plain = small_config("resident", false, 1, 0, 12);
+  EXPECT_EQ(run(plain).losses, reference_losses(plain, 1 << 30));
+  for (const char* policy : {"zero-offload", "chunk-lru", "greedy"})
+    for (bool ckpt : {false, true}) {
+      Config c = small_config(policy, ckpt, 1, 0, 12);
+      if (std::string(policy) != "zero-offload") c.offload.gpu_budget = tight_budget(c, std::string(policy) == "chunk-lru" ? 2.0 : 1.5);
+      c.offload.overlap = "delayed";
+      c.offload.sync_steps = 3;
+      const TrainSummary s = run(c);
+      const std::vector<float> expected = reference_losses(c, 3);
+      EXPECT_EQ(s.losses, expected) << policy << (ckpt ? ", checkpointing" : "");
+      // The stale rule is a different trajectory from the ordinary one after the synchronous steps.
+      EXPECT_EQ(s.losses[3], run(small_config("resident", false, 1, 0, 12)).losses[3]);
+      EXPECT_NE(s.losses[5], run(small_config("resident", false, 1, 0, 12)).losses[5]);
+    }
+  Config resident = small_config("resident", false, 1, 0, 4);
+  resident.offload.overlap = "delayed";
+  EXPECT_THROW(run(resident), std::runtime_error);  // AdamW on the device has nothing to delay
+}
+
+TEST(LossScaling, APowerOfTwoScaleChangesNoNumber) {
+  const TrainSummary plain = run(small_config("zero-offload", false, 2, 0, 10));
+  for (const char* policy : {"resident", "zero-offload"}) {
+    Config c = small_config(policy, false, 2, 0, 10);
+    c.train.precision = "fp16";
+    c.train.loss_scale_init = 1024;
+    c.train.loss_scale_growth_interval = 3;  // grows to 8192 within the run
+    const TrainSummary s = run(c);
+    EXPECT_EQ(s.losses, plain.losses) << policy;
+    EXPECT_EQ(s.skipped_steps, 0) << policy;
+  }
+}
+
+TEST(LossScaling, OverflowSkipsTheStepAndBacksOff) {
+  const auto metrics = std::filesystem::temp_directory_path() / "ferry_test_loss_scale.jsonl";
+  Config c = small_config("greedy", false, 1, 0, 12);
+  c.offload.gpu_budget = tight_budget(c);
+  c.train.precision = "fp16";
+  c.train.loss_scale_init = std::ldexp(1.0, 130);  // beyond fp32: the first steps overflow
+  c.train.loss_scale_growth_interval = 4;
+  TrainOptions opt;
+  opt.metrics = metrics;
+  const TrainSummary s = run(c, opt);
+  std::ifstream in(metrics);
+  std::vector<double> scales;
+  std::vector<bool> skipped;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    scales.push_back(j["loss_scale"].get<double>());
+    skipped.push_back(j.value("skipped", false));
+  }
+  ASSERT_EQ(scales.size(), 12u);
+  EXPECT_GT(s.skipped_steps, 0);
+  EXPECT_LT(s.skipped_steps, 12);
+  for (size_t i = 0; i + 1 < scales.size(); ++i) {
+    if (skipped[i]) EXPECT_EQ(scales[i + 1], scales[i] / 2) << i;  // backs off after an overflow
+  }
+  EXPECT_TRUE(skipped.front());
+  EXPECT_FALSE(skipped.back());
+  // A skipped step changes nothing: up to the first good step, every loss is the initial weights' loss
+  // on that step's batch (a run with lr 0 never changes its weights).
+  Config frozen = small_config("greedy", false, 1, c.offload.gpu_budget, 12);
+  frozen.optim.lr = frozen.optim.min_lr = 0;
+  const TrainSummary still = run(frozen);
+  const size_t first_good = std::find(skipped.begin(), skipped.end(), false) - skipped.begin();
+  for (size_t i = 0; i <= first_good; ++i) EXPECT_EQ(s.losses[i], still.losses[i]) << i;
+  EXPECT_NE(s.losses[first_good + 1], still.losses[first_good + 1]);
+  std::filesystem::remove(metrics);
+}
+
+TEST(LossScaling, ResumesWithItsScaleAndItsPendingDelayedUpdate) {
+  const auto dir = std::filesystem::temp_directory_path() / "ferry_test_loss_scale_resume";
+  std::filesystem::remove_all(dir);
+  Config c = small_config("zero-offload", false, 1, 0, 10);
+  c.train.precision = "fp16";
+  c.train.loss_scale_init = std::ldexp(1.0, 127);  // overflows at first, then settles, then grows
+  c.train.loss_scale_growth_interval = 2;
+  c.offload.overlap = "delayed";
+  c.offload.sync_steps = 2;
+  const TrainSummary whole = run(c);
+  c.train.checkpoint_dir = dir;
+  TrainOptions first;
+  first.stop_after = 5;
+  const TrainSummary a = run(c, first);
+  ASSERT_TRUE(a.interrupted);
+  TrainOptions resume;
+  resume.resume = dir;
+  const TrainSummary b = run(c, resume);
+  std::vector<float> joined = a.losses;
+  joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+  EXPECT_EQ(joined, whole.losses);
+  EXPECT_EQ(a.skipped_steps + b.skipped_steps, whole.skipped_steps);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Executor, BertTrainsThroughEveryPolicyLikeResident) {
+  auto bert = [](const std::string& policy) {
+    Config c = small_config(policy, false, 1, 0, 10);
+    c.model.kind = "bert";
+    c.model.vocab_size = 257;
+    return c;
+  };
+  const TrainSummary reference = run(bert("resident"));
+  EXPECT_LT(reference.losses.back(), reference.losses.front());
+  for (const char* policy : {"zero-offload", "chunk-lru", "greedy"}) {
+    Config c = bert(policy);
+    if (std::string(policy) != "zero-offload") c.offload.gpu_budget = tight_budget(c, 2.0);
+    const TrainSummary s = run(c);
+    EXPECT_EQ(s.losses, reference.losses) << policy;
+    EXPECT_EQ(s.val_loss, reference.val_loss) << policy;
+  }
+}
+
+TEST(Executor, NothingIsAllocatedOnTheDeviceAfterStartUp) {
+  Config c = small_config("greedy", false, 1, 0, 8);
+  c.offload.gpu_budget = tight_budget(c);
+  const int64_t before = memory::Arena::allocation_count();
+  std::atomic<bool> stop{false};
+  // Two runs of different lengths allocate the same number of arenas: none per step.
+  run(c);
+  const int64_t per_run = memory::Arena::allocation_count() - before;
+  c.train.steps = 16;
+  run(c);
+  EXPECT_EQ(memory::Arena::allocation_count() - before, 2 * per_run);
+  EXPECT_LE(per_run, 2);  // the device arena and the evaluator's
+}
+
+TEST(Executor, AFailureNamesTheOpOrBucketAndKeepsTheLastCheckpoint) {
+  const auto dir = std::filesystem::temp_directory_path() / "ferry_test_executor_fault";
+  for (const char* fault : {"h.1.mlp.c_fc.fwd", "prefetch bucket 2", "offload gradients of bucket 1"}) {
+    std::filesystem::remove_all(dir);
+    Config c = small_config("chunk-lru", false, 1, 0, 8);
+    c.offload.gpu_budget = tight_budget(c, 2.0);
+    c.train.checkpoint_dir = dir;
+    c.train.checkpoint_every = 2;
+    TrainOptions opt;
+    opt.inject_fault = fault;
+    opt.inject_fault_step = 5;
+    try {
+      run(c, opt);
+      FAIL() << "no error for " << fault;
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(fault), std::string::npos) << what;
+      EXPECT_NE(what.find("bucket"), std::string::npos) << what;
+      EXPECT_NE(what.find("injected fault"), std::string::npos) << what;
+    }
+    // The checkpoint of step 4 is intact: resuming from it gives the uninterrupted run's losses.
+    ASSERT_TRUE(std::filesystem::exists(dir / "step-00000004")) << fault;
+    TrainOptions resume;
+    resume.resume = dir;
+    const TrainSummary rest = run(c, resume);
+    const TrainSummary whole = run(small_config("chunk-lru", false, 1, c.offload.gpu_budget, 8));
+    ASSERT_EQ(rest.losses.size(), 4u);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(rest.losses[i], whole.losses[4 + i]) << fault;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Executor, TraceHasATrackPerStreamAndASlicePerTask) {
+  const auto path = std::filesystem::temp_directory_path() / "ferry_test_trace.json";
+  Config c = small_config("greedy", false, 1, 0, 3);
+  c.offload.gpu_budget = tight_budget(c);
+  TrainOptions opt;
+  opt.trace = path;
+  opt.trace_steps = 1;
+  run(c, opt);
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(in);
+  std::set<std::string> tracks, names;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") tracks.insert(e["args"]["name"].get<std::string>());
+    if (e["ph"] == "X") names.insert(e["name"].get<std::string>());
+  }
+  EXPECT_EQ(tracks, (std::set<std::string>{"compute", "h2d", "d2h", "cpu-adam"}));
+  auto has = [&](const std::string& prefix) {
+    for (const auto& n : names)
+      if (n.rfind(prefix, 0) == 0) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("h.0.attn.c_attn.fwd"));
+  EXPECT_TRUE(has("h.1.mlp.c_proj.bwd"));
+  EXPECT_TRUE(has("prefetch bucket"));
+  EXPECT_TRUE(has("offload gradients of bucket"));
+  EXPECT_TRUE(has("adamw bucket"));
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace ferry::engine

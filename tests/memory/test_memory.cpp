@@ -1,0 +1,145 @@
+// Parameter buckets and their host regions, the pinned pool, and the device arena.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+
+#include "engine/device/cuda_devices.h"
+#include "memory/arena.h"
+#include "memory/bucket_layout.h"
+#include "memory/host_buckets.h"
+#include "memory/pinned_pool.h"
+#include "models/gpt2.h"
+#include "models/rng.h"
+
+namespace ferry::memory {
+namespace {
+
+std::vector<BucketLayout::Param> random_params(models::Rng& rng, int n) {
+  std::vector<BucketLayout::Param> p;
+  for (int i = 0; i < n; ++i) {
+    const int64_t rows = 1 + rng.below(300), cols = rng.below(3) == 0 ? 1 : 1 + rng.below(500);
+    p.push_back({n - 1 - i, cols == 1 ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, cols}});
+  }
+  return p;
+}
+
+TEST(BucketLayout, RandomParametersPackInOrderWithoutStraddling) {
+  models::Rng rng(77);
+  for (int trial = 0; trial < 300; ++trial) {
+    const auto params = random_params(rng, 1 + static_cast<int>(rng.below(80)));
+    const int64_t target = 2 * (1 + rng.below(200000));
+    const DType travelling = rng.below(2) ? DType::BF16 : DType::F32;
+    const BucketLayout layout(params, target, travelling);
+    size_t next = 0;  // parameters appear in the given order, bucket after bucket
+    for (size_t b = 0; b < layout.buckets().size(); ++b) {
+      const auto& bucket = layout.buckets()[b];
+      ASSERT_FALSE(bucket.params.empty());
+      int64_t end = 0, used = 0;
+      for (int id : bucket.params) {
+        ASSERT_EQ(id, params[next++].id);
+        const auto& s = layout.slot(id);
+        ASSERT_EQ(s.bucket, static_cast<int>(b));
+        ASSERT_EQ(s.offset % BucketLayout::kAlignElements, 0);
+        ASSERT_GE(s.offset, end);  // no overlap, in order
+        end = s.offset + s.numel;
+        used = end;
+      }
+      ASSERT_LE(end, bucket.numel);
+      // Over the target only when the bucket holds a single parameter larger than it.
+      if (used * dtype_bytes(travelling) > target) {
+        ASSERT_EQ(bucket.params.size(), 1u);
+      }
+      // Greedy: the next bucket's first parameter would not have fit in this one.
+      if (b + 1 < layout.buckets().size()) {
+        const auto& s = layout.slot(layout.buckets()[b + 1].params.front());
+        ASSERT_GT((bucket.numel + s.numel) * dtype_bytes(travelling), target);
+      }
+    }
+    ASSERT_EQ(next, params.size());
+  }
+}
+
+TEST(BucketLayout, Gpt2SmallInFirstUseOrder) {
+  const models::ModelSpec spec = models::build_gpt2({12, 12, 768, 50257, 1024}, 1, 8);
+  std::vector<BucketLayout::Param> params;
+  for (int id : spec.params_in_first_use_order()) params.push_back({id, spec.params[id].shape});
+  EXPECT_EQ(spec.params[params.front().id].name, "transformer.wte.weight");
+  const BucketLayout layout(params, BucketLayout::kDefaultBucketBytes, DType::BF16);
+  EXPECT_GE(layout.total_numel(), spec.param_count());
+  EXPECT_LT(layout.total_numel(), spec.param_count() + 148 * BucketLayout::kAlignElements);
+  // wte (77 MB in bf16) is bigger than a bucket and travels alone; each block (14 MB) fits in one.
+  EXPECT_EQ(layout.buckets()[0].params.size(), 1u);
+  EXPECT_EQ(layout.slot(spec.param_index("transformer.h.5.ln_1.weight")).bucket,
+            layout.slot(spec.param_index("transformer.h.5.mlp.c_proj.bias")).bucket);
+  EXPECT_THROW(BucketLayout(params, 0, DType::BF16), std::invalid_argument);
+}
+
+TEST(HostBuckets, RegionsAndViewsAreDisjointAlignedAndTyped) {
+  models::Rng rng(5);
+  const auto params = random_params(rng, 40);
+  const BucketLayout layout(params, 300000, DType::BF16);
+  PinnedHostPool pool(HostBuckets::bytes_needed(layout, DType::BF16, DType::BF16), {});
+  const HostBuckets host(layout, pool, DType::BF16, DType::BF16);
+  EXPECT_LE(pool.used(), pool.size());
+  using R = HostBuckets::Region;
+  // Fill every view of every parameter with a pattern of its own, then read them all back.
+  for (const auto& p : params) {
+    for (R r : {R::Master, R::M, R::V, R::Working, R::Grad}) {
+      const TensorView v = host.view(p.id, r);
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(v.data) % 256, 0u);
+      ASSERT_EQ(v.shape, p.shape);
+      ASSERT_EQ(v.dtype, r == R::Working || r == R::Grad ? DType::BF16 : DType::F32);
+      std::memset(v.data, (p.id * 5 + static_cast<int>(r)) & 0xff, static_cast<size_t>(v.bytes()));
+    }
+  }
+  for (const auto& p : params) {
+    for (R r : {R::Master, R::M, R::V, R::Working, R::Grad}) {
+      const TensorView v = host.view(p.id, r);
+      const auto* b = static_cast<const unsigned char*>(v.data);
+      for (int64_t i = 0; i < v.bytes(); ++i) ASSERT_EQ(b[i], (p.id * 5 + static_cast<int>(r)) & 0xff) << p.id;
+    }
+  }
+  // A bucket's fp32 regions span exactly its padded element count.
+  EXPECT_EQ(host.master(0).size(), static_cast<size_t>(layout.buckets()[0].numel));
+}
+
+TEST(PinnedHostPool, CarvesAlignedRegionsAndSaysWhenFull) {
+  PinnedHostPool pool(10000, {false, true});
+  if (!pool.locked()) std::printf("mlock: %s\n", pool.lock_error().c_str());
+  std::byte* a = pool.carve(100, 256);
+  std::byte* b = pool.carve(100, 256);
+  EXPECT_EQ(b - a, 256);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 256, 0u);
+  EXPECT_THROW(pool.carve(20000), std::runtime_error);
+  if (device::cuda_device_count() == 0) {
+    EXPECT_THROW(PinnedHostPool(1 << 20, {true, false}), std::runtime_error);  // no CUDA build or no GPU
+  }
+}
+
+TEST(Arena, OneAllocationBoundsCheckedAndCounted) {
+  const int64_t before = Arena::allocation_count();
+  {
+    Arena arena(Arena::Backing::Host, 1 << 20);
+    EXPECT_EQ(Arena::allocation_count(), before + 1);
+    EXPECT_GE(Arena::bytes_held(), 1 << 20);
+    EXPECT_EQ(arena.at(4096, 100), arena.data() + 4096);
+    EXPECT_THROW(arena.at((1 << 20) - 10, 100), std::out_of_range);
+    EXPECT_THROW(arena.at(-1, 1), std::out_of_range);
+    Arena moved = std::move(arena);
+    EXPECT_EQ(moved.size(), 1 << 20);
+    EXPECT_EQ(Arena::allocation_count(), before + 1);  // moving allocates nothing
+  }
+  EXPECT_EQ(Arena::bytes_held(), 0);
+}
+
+TEST(Arena, CudaBacking) {
+  if (device::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const int64_t before = Arena::allocation_count();
+  Arena arena(Arena::Backing::Cuda, 64 << 20);
+  EXPECT_EQ(Arena::allocation_count(), before + 1);
+  EXPECT_NE(arena.data(), nullptr);
+}
+
+}  // namespace
+}  // namespace ferry::memory

@@ -1,0 +1,62 @@
+// GPT-2 against Hugging Face transformers: logits, loss, every gradient, and 5 AdamW steps with clipping,
+// from the committed reference (tests/data/make_gpt2_reference.py).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "formats/safetensors.h"
+#include "formats/weights.h"
+#include "models/cpu_runner.h"
+#include "models/gpt2.h"
+#include "golden_helpers.h"
+#include "test_helpers.h"
+
+namespace ferry {
+namespace {
+
+struct Golden : ::testing::Test {
+  formats::SafetensorsFile ref = formats::SafetensorsFile::open(testing::data_path("gpt2_tiny_reference.safetensors"));
+  formats::SafetensorsFile weights = formats::SafetensorsFile::open(testing::data_path("gpt2_tiny.safetensors"));
+  nlohmann::json cfg = nlohmann::json::parse(ref.metadata().at("config"));
+  models::GptConfig gpt{cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"]};
+  std::vector<int32_t> tokens = ref.read_i32("input_ids");
+  std::vector<int32_t> targets = ref.read_i32("targets");
+  int64_t B = ref.find("input_ids")->shape[0], T = ref.find("input_ids")->shape[1];
+  models::ModelSpec spec = models::build_gpt2(gpt, B, T);
+  models::ParameterStore params{spec.params};
+
+  void SetUp() override { formats::load_weights(weights, spec, params); }
+};
+
+TEST_F(Golden, LogitsAndLossMatchTransformers) {
+  models::CpuRunner runner(spec, params);
+  runner.set_batch(tokens, targets);
+  const float loss = runner.forward();
+  const auto logits = ref.read_f32("logits");
+  EXPECT_LT(testing::max_rel_error(runner.tensor("lm_head.out"), logits, 1e-2), 1e-4);
+  EXPECT_NEAR(loss, ref.read_f32("loss")[0], 1e-4 * ref.read_f32("loss")[0]);
+}
+
+TEST_F(Golden, EveryGradientMatchesTransformers) {
+  models::CpuRunner runner(spec, params);
+  runner.set_batch(tokens, targets);
+  params.zero_grads();
+  runner.forward_backward();
+  for (int i = 0; i < params.count(); ++i) {
+    const auto expected = ref.read_f32("grad." + spec.params[i].name);
+    // Relative to the tensor's largest gradient: tiny entries carry fp32 rounding noise of the big ones.
+    double scale = 0;
+    for (float g : expected) scale = std::max(scale, double(std::abs(g)));
+    EXPECT_LT(testing::max_rel_error(params.grad(i), expected, scale), 1e-3) << spec.params[i].name;
+  }
+}
+
+TEST_F(Golden, FiveAdamWStepsWithClippingMatchTorch) {
+  models::CpuRunner runner(spec, params);
+  runner.set_batch(tokens, targets);
+  testing::expect_adamw_like_torch(ref, params, runner);
+}
+
+}  // namespace
+}  // namespace ferry
