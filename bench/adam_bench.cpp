@@ -32,12 +32,12 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void plain_update(
 
 struct Mode {
   std::string name;
-  cpu_optim::DType grad;
+  DType grad;
   bool upload;
-  cpu_optim::DType upload_type;
+  DType upload_type;
   cpu_optim::Rounding rounding;
   double bytes_per_param() const {
-    const double grad_bytes = grad == cpu_optim::DType::F32 ? 4 : 2;
+    const double grad_bytes = grad == DType::F32 ? 4 : 2;
     return 12 + grad_bytes + 12 + (upload ? 2 : 0);  // read p, m, v, grad; write p, m, v, upload
   }
 };
@@ -46,7 +46,6 @@ struct Mode {
 
 int run_adam_bench(int64_t n, int threads_opt, int reps, const std::string& json_path,
                    const std::string& markdown_path, const std::string& command) {
-  using cpu_optim::DType;
   using cpu_optim::Rounding;
   const size_t N = static_cast<size_t>(n);
   memory::HostBuffer p(N * 4), m(N * 4), v(N * 4), g32(N * 4), g16(N * 2), out(N * 2);

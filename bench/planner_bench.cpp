@@ -121,7 +121,7 @@ int run_planner_bench(const std::string& json_path, const std::string& markdown_
   auto gib = [](int64_t b) { return fmt::format("{:.3f} GiB", b / double(1 << 30)); };
   for (const auto& c : cases) {
     std::vector<double> times;
-    memory::Plan plan;
+    memory::ArenaLayout plan;
     for (int r = 0; r < 5; ++r) {
       const auto t0 = Clock::now();
       plan = memory::Planner::plan(c.tensors);

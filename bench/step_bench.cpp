@@ -45,7 +45,7 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
              spec.param_count() / 1e6, B, T, threads, warmup, steps);
 
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
-  const cpu_optim::Bucket bucket{params.values(), m.as<float>(), v.as<float>(), params.grads().data(), cpu_optim::DType::F32};
+  const cpu_optim::Bucket bucket{params.values(), m.as<float>(), v.as<float>(), params.grads().data(), DType::F32};
   std::vector<double> times;
   // Where the time goes, summed over timed steps: "<kind>.<fwd|bwd>" per op, plus the optimizer.
   std::map<std::string, double> breakdown;

@@ -14,10 +14,10 @@
 #include <string>
 
 #include "cpu_optim/isa.h"
+#include "memory/dtype.h"
 
 namespace ferry::cpu_optim {
 
-enum class DType { F32, BF16, F16 };
 enum class Rounding { NearestEven, Stochastic };  // of the half-precision copy-out
 
 // Kept in double, as PyTorch keeps its Python-float hyper-parameters: the per-step coefficients are

@@ -19,6 +19,7 @@ __m256 load_grad8(const void* grad, DType type, size_t i) {
     }
     case DType::F16:
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(grad) + i)));
+    case DType::I32: break;  // gradients are never integers (CpuAdamW refuses them)
   }
   return _mm256_setzero_ps();
 }

@@ -20,6 +20,7 @@ __m512 load_grad16(const void* grad, DType type, size_t i, __mmask16 k) {
       return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
     case DType::F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(grad) + i));
+    case DType::I32: break;  // gradients are never integers (CpuAdamW refuses them)
   }
   return _mm512_setzero_ps();
 }

@@ -12,6 +12,7 @@ float load_grad(const void* grad, DType type, size_t i) {
     case DType::F32: return static_cast<const float*>(grad)[i];
     case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(grad)[i]);
     case DType::F16: return half_to_float(static_cast<const uint16_t*>(grad)[i]);
+    case DType::I32: break;  // gradients are never integers (CpuAdamW refuses them)
   }
   return 0;
 }

@@ -35,7 +35,7 @@ struct Executor::Impl {
   device::Trace* trace;
   std::string fault;  // tests only: tasks whose label contains it fail instead of running
 
-  memory::Plan plan;
+  memory::ArenaLayout plan;
   std::byte* arena = nullptr;
   struct Window {
     int first, last;
@@ -162,7 +162,7 @@ void Executor::Impl::queue_updates(const std::vector<int>& order, int grads, int
         return;
       }
       float* master = host_region(b, R::Master);
-      adamw.step({{master, n}, {host_region(b, R::M), n}, {host_region(b, R::V), n}, grad_land[grads][b], cpu_optim::DType::F32},
+      adamw.step({{master, n}, {host_region(b, R::M), n}, {host_region(b, R::V), n}, grad_land[grads][b], DType::F32},
                  adam_step, lr, update_decision.grad_scale);
       std::memcpy(out, master, n * 4);  // the fp32 working copy
     });
@@ -267,7 +267,7 @@ void Executor::Impl::device_adam(int64_t adam_step, double lr) {
     dev.adamw(std::move(buckets), adamw, adam_step, lr, options.grad_clip, loss_scale, &decision, label);
 }
 
-memory::Plan Executor::device_plan(const offload::StepPlan& plan) {
+memory::ArenaLayout Executor::device_plan(const offload::StepPlan& plan) {
   return memory::Planner::plan(offload::lifetimes(offload::device_tensors(plan.problem, plan.schedule)));
 }
 
@@ -439,7 +439,7 @@ StepResult Executor::step(std::span<const dataset::Batch> micro_batches, int64_t
             }
             if (last_micro) {
               m.cpu_run("gradient stats of " + m.bucket_label[b], [&m, b, sum, n] {
-                m.stats[b] = m.adamw.grad_stats(sum, cpu_optim::DType::F32, static_cast<size_t>(n));
+                m.stats[b] = m.adamw.grad_stats(sum, DType::F32, static_cast<size_t>(n));
               });
               update_order.push_back(b);
             }

@@ -35,7 +35,7 @@ struct StepResult {
 class Executor {
  public:
   // Where the plan's device tensors go in the arena (the device's arena must hold plan.peak bytes).
-  static memory::Plan device_plan(const offload::StepPlan& plan);
+  static memory::ArenaLayout device_plan(const offload::StepPlan& plan);
 
   // host: the buckets' master weights, moments, working copies and gradient landing regions, laid out as
   // plan.problem.layout. The host device computes in fp32, so its working copies and gradients are fp32.

@@ -197,12 +197,12 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   const offload::StepPlan plan = plan_run(cfg, spec, cost, &budget, &overlap_note);
   const bool delayed = plan.schedule.delayed_update;
   const offload::SimResult predicted = offload::simulate(plan.problem, plan.schedule);
-  const memory::Plan device_memory = Executor::device_plan(plan);
+  const memory::ArenaLayout device_memory = Executor::device_plan(plan);
 
   // Host side: every bucket's master weights, moments, working copy and gradient landing region.
   const memory::BucketLayout& layout = plan.problem.layout;
-  memory::PinnedHostPool pool(memory::HostBuckets::bytes_needed(layout, memory::DType::F32, memory::DType::F32), {});
-  memory::HostBuckets host(layout, pool, memory::DType::F32, memory::DType::F32);
+  memory::PinnedHostPool pool(memory::HostBuckets::bytes_needed(layout, DType::F32, DType::F32), {});
+  memory::HostBuckets host(layout, pool, DType::F32, DType::F32);
   scatter_weights(params, host);  // the moments start at zero, as the pool does
 
   std::unique_ptr<device::Trace> trace;

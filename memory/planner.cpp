@@ -14,8 +14,8 @@ int64_t align(int64_t v, int64_t alignment) { return (v + alignment - 1) & ~(ali
 
 // Places tensors in the given order; each goes into the smallest gap between time-overlapping tensors
 // already placed that holds it, or above them all.
-Plan place(std::span<const TensorLifetime> tensors, const std::vector<int>& order) {
-  Plan plan;
+ArenaLayout place(std::span<const TensorLifetime> tensors, const std::vector<int>& order) {
+  ArenaLayout plan;
   plan.offsets.assign(tensors.size(), 0);
   // Placed tensors in offset order, as parallel arrays. Each placement first picks out, without branches,
   // the placed tensors alive together with the new one (a few hundred of thousands, typically), then
@@ -69,7 +69,7 @@ int64_t Planner::lower_bound(std::span<const TensorLifetime> tensors) {
   return most;
 }
 
-Plan Planner::plan(std::span<const TensorLifetime> tensors) {
+ArenaLayout Planner::plan(std::span<const TensorLifetime> tensors) {
   for (const auto& t : tensors) {
     if (t.bytes < 0 || t.first < 0 || t.last < t.first || t.alignment <= 0 || (t.alignment & (t.alignment - 1)))
       throw std::invalid_argument("planner: each tensor needs bytes >= 0, 0 <= first <= last, a power-of-two alignment");
@@ -97,9 +97,9 @@ Plan Planner::plan(std::span<const TensorLifetime> tensors) {
     }));
     orders.push_back(ordered([&](int a, int b) { return length(a) > length(b); }));
   }
-  Plan best;
+  ArenaLayout best;
   for (const auto& order : orders) {
-    Plan p = place(tensors, order);
+    ArenaLayout p = place(tensors, order);
     if (best.offsets.empty() || p.peak < best.peak) best = std::move(p);
   }
   if (best.offsets.empty()) best.offsets.assign(tensors.size(), 0);
@@ -107,7 +107,7 @@ Plan Planner::plan(std::span<const TensorLifetime> tensors) {
   return best;
 }
 
-std::string Planner::check(std::span<const TensorLifetime> tensors, const Plan& plan) {
+std::string Planner::check(std::span<const TensorLifetime> tensors, const ArenaLayout& plan) {
   if (plan.offsets.size() != tensors.size()) return "plan has " + std::to_string(plan.offsets.size()) + " offsets for " +
                                                     std::to_string(tensors.size()) + " tensors";
   // Sweep ops in order, keeping the live tensors sorted by offset; check each new one against its neighbours.

@@ -17,7 +17,8 @@ struct TensorLifetime {
   int last = 0;             // last op that uses it (inclusive)
 };
 
-struct Plan {
+// Where every tensor sits in the arena, and how big the arena must be.
+struct ArenaLayout {
   std::vector<int64_t> offsets;  // one per tensor, aligned; zero-size tensors get 0
   int64_t peak = 0;              // bytes of arena the plan needs
   int64_t lower_bound = 0;       // the most bytes alive at any one op: no plan can need less
@@ -27,11 +28,11 @@ struct Planner {
   // Greedy by size with best-fit gaps (TFLite's arena planner, Pisarchyk & Lee 2020), tried with several
   // orderings of the tensors, keeping the plan with the lowest peak. Deterministic for the same input.
   // Orderings beyond the first are only tried while the instance is small enough to stay fast.
-  static Plan plan(std::span<const TensorLifetime> tensors);
+  static ArenaLayout plan(std::span<const TensorLifetime> tensors);
 
   // Checks a plan: alignment, and no two tensors alive at the same op overlapping in memory. Returns an
   // empty string when valid, else what is wrong (for tests and debug builds).
-  static std::string check(std::span<const TensorLifetime> tensors, const Plan& plan);
+  static std::string check(std::span<const TensorLifetime> tensors, const ArenaLayout& plan);
 
   // The most bytes alive at one op.
   static int64_t lower_bound(std::span<const TensorLifetime> tensors);

@@ -4,11 +4,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "memory/dtype.h"
+
 namespace ferry::memory {
-
-enum class DType { F32, BF16, F16 };
-
-constexpr int64_t dtype_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
 struct TensorView {
   void* data = nullptr;

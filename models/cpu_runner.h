@@ -37,12 +37,12 @@ class CpuRunner {
   // A tensor's current contents; meaningful only while it is alive (its memory is reused after).
   std::span<const float> tensor(const std::string& name) const;
   float last_loss() const { return last_loss_; }
-  const memory::Plan& activation_plan() const { return plan_; }
+  const memory::ArenaLayout& activation_plan() const { return plan_; }
 
  private:
   const ModelSpec& spec_;
   ParameterStore& params_;
-  memory::Plan plan_;     // offset of every tensor in arena_
+  memory::ArenaLayout plan_;     // offset of every tensor in arena_
   memory::Arena arena_;   // the host device's arena: allocated once, here
   std::vector<std::byte*> tensor_ptr_;       // per tensor: its place in arena_
   std::vector<float*> value_ptr_, grad_ptr_;  // per parameter: its place in params_

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/dtype.h"
 #include "memory/planner.h"
 
 namespace ferry::models {
@@ -18,8 +19,6 @@ struct ParamSpec {
   Shape shape;
 };
 
-enum class DType { F32, I32 };
-
 // A tensor that is not a parameter: batch data, an activation, or an activation's gradient.
 struct TensorSpec {
   std::string name;  // e.g. "h.0.ln_1.out", "h.0.ln_1.out.grad"
@@ -27,7 +26,7 @@ struct TensorSpec {
   DType dtype = DType::F32;
   bool is_grad = false;  // gradients start at zero when created: backward ops accumulate into them
   bool is_input = false; // filled from the batch before the step, not by an op
-  int64_t bytes() const { return numel(shape) * 4; }
+  int64_t bytes() const { return numel(shape) * dtype_bytes(dtype); }
 };
 
 enum class OpKind { Embedding, LayerNorm, Linear, Attention, Gelu, Residual, CrossEntropy };

@@ -10,7 +10,7 @@ namespace {
 memory::BucketLayout make_layout(const models::ModelSpec& spec, int64_t bucket_size, const CostModel& c) {
   std::vector<memory::BucketLayout::Param> order;
   for (int id : spec.params_in_first_use_order()) order.push_back({id, spec.params[id].shape});
-  return memory::BucketLayout(order, bucket_size, c.weight_bytes == 4 ? memory::DType::F32 : memory::DType::BF16);
+  return memory::BucketLayout(order, bucket_size, c.weight_bytes == 4 ? DType::F32 : DType::BF16);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ inline void expect_adamw_like_torch(const formats::SafetensorsFile& ref, models:
   const auto losses = ref.read_f32("adamw_losses");
   const auto norms = ref.read_f32("adamw_grad_norms");
   memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
-  const cpu_optim::Bucket bucket{params.values(), m.as<float>(), v.as<float>(), params.grads().data(), cpu_optim::DType::F32};
+  const cpu_optim::Bucket bucket{params.values(), m.as<float>(), v.as<float>(), params.grads().data(), DType::F32};
   for (int step = 1; step <= static_cast<int>(norms.size()); ++step) {
     params.zero_grads();
     const float loss = runner.forward_backward();

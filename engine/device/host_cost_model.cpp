@@ -63,10 +63,10 @@ offload::CostModel measure_host_cost_model(int threads) {
   const size_t n = size_t(4) << 20;
   memory::HostBuffer p(n * 4), m(n * 4), v(n * 4), g(n * 4);
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
-  const cpu_optim::Bucket bucket{p.as<float>(), m.as<float>(), v.as<float>(), g.data(), cpu_optim::DType::F32};
+  const cpu_optim::Bucket bucket{p.as<float>(), m.as<float>(), v.as<float>(), g.data(), DType::F32};
   int64_t step = 0;
   c.cpu_adam_params_per_s = double(n) / best_seconds(3, [&] { adamw.step(bucket, ++step, 1e-4, 1.0f); });
-  c.cpu_norm_params_per_s = double(n) / best_seconds(3, [&] { adamw.grad_stats(g.data(), cpu_optim::DType::F32, n); });
+  c.cpu_norm_params_per_s = double(n) / best_seconds(3, [&] { adamw.grad_stats(g.data(), DType::F32, n); });
   c.device_adam_params_per_s = c.cpu_adam_params_per_s;  // the host device's "device" is this CPU
   return c;
 }

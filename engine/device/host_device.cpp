@@ -141,14 +141,14 @@ void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::Cp
     double sum = 0;
     bool finite = true;
     for (const auto& b : buckets) {
-      const auto st = rule.grad_stats(b.grad, cpu_optim::DType::F32, static_cast<size_t>(b.numel));
+      const auto st = rule.grad_stats(b.grad, DType::F32, static_cast<size_t>(b.numel));
       sum += st.sum_squares, finite = finite && st.finite;
     }
     *decision = cpu_optim::decide_step(sum, finite, max_norm, loss_scale);
     if (decision->report.skipped) return;
     for (const auto& b : buckets) {
       const size_t n = static_cast<size_t>(b.numel);
-      rule.step({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, cpu_optim::DType::F32}, step, lr, decision->grad_scale);
+      rule.step({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, DType::F32}, step, lr, decision->grad_scale);
       std::memcpy(b.working, b.master, n * 4);
     }
   });

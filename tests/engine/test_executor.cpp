@@ -130,7 +130,7 @@ std::vector<float> reference_losses(const Config& c, int sync_steps) {
     if (u.decision.report.skipped) return;
     for (int b = 0; b < nb; ++b) {
       Bucket& k = buckets[b];
-      adamw.step({k.master, k.m, k.v, u.grads[b].data(), cpu_optim::DType::F32}, u.adam_step, u.lr, u.decision.grad_scale);
+      adamw.step({k.master, k.m, k.v, u.grads[b].data(), DType::F32}, u.adam_step, u.lr, u.decision.grad_scale);
     }
     for_each_param([&](int p, const auto& slot) { std::copy_n(buckets[slot.bucket].master.data() + slot.offset, slot.numel, params.value(p).data()); });
   };
@@ -147,7 +147,7 @@ std::vector<float> reference_losses(const Config& c, int sync_steps) {
     for (int b = 0; b < nb; ++b) {
       std::vector<float> grad(layout.buckets()[b].numel, 0.0f);
       for (int p : layout.buckets()[b].params) std::copy_n(params.grad(p).data(), layout.slot(p).numel, grad.data() + layout.slot(p).offset);
-      const auto st = adamw.grad_stats(grad.data(), cpu_optim::DType::F32, grad.size());
+      const auto st = adamw.grad_stats(grad.data(), DType::F32, grad.size());
       sum += st.sum_squares, finite = finite && st.finite;
       u.grads.push_back(std::move(grad));
     }

@@ -29,14 +29,14 @@ TEST(Planner, RandomInstancesGiveValidPlansAboveTheLowerBound) {
   for (int trial = 0; trial < 3000; ++trial) {
     const int n = 1 + static_cast<int>(rng.below(trial < 2900 ? 40 : 600));
     const auto tensors = random_instance(rng, n, 1 + static_cast<int>(rng.below(60)));
-    const Plan p = Planner::plan(tensors);
+    const ArenaLayout p = Planner::plan(tensors);
     ASSERT_EQ(Planner::check(tensors, p), "") << "trial " << trial;
     ASSERT_GE(p.peak, p.lower_bound) << "trial " << trial;
     ASSERT_EQ(p.lower_bound, Planner::lower_bound(tensors));
     int64_t sum = 0;
     for (const auto& t : tensors) sum += t.bytes + t.alignment;
     ASSERT_LE(p.peak, sum);
-    const Plan again = Planner::plan(tensors);
+    const ArenaLayout again = Planner::plan(tensors);
     ASSERT_EQ(again.offsets, p.offsets) << "not deterministic, trial " << trial;
   }
 }
@@ -45,7 +45,7 @@ TEST(Planner, TensorsThatNeverMeetShareMemory) {
   // A chain: each tensor dies before the next is born, so all fit in the largest one.
   std::vector<TensorLifetime> chain;
   for (int i = 0; i < 50; ++i) chain.push_back({int64_t(1000 + i * 10), 256, i, i});
-  const Plan p = Planner::plan(chain);
+  const ArenaLayout p = Planner::plan(chain);
   EXPECT_EQ(p.peak, 1490);
   EXPECT_EQ(p.lower_bound, 1490);
 }
@@ -58,7 +58,7 @@ TEST(Planner, EdgeCases) {
   // All alive at once (sizes already aligned): the peak is their sum, exactly the lower bound.
   std::vector<TensorLifetime> all;
   for (int i = 0; i < 20; ++i) all.push_back({256 * (i + 1), 256, 0, 5});
-  const Plan p = Planner::plan(all);
+  const ArenaLayout p = Planner::plan(all);
   EXPECT_EQ(p.peak, p.lower_bound);
   EXPECT_EQ(Planner::check(all, p), "");
   // Zero-size tensors take no room.
@@ -70,9 +70,9 @@ TEST(Planner, EdgeCases) {
 
 TEST(Planner, CheckerCatchesOverlapAndMisalignment) {
   const std::vector<TensorLifetime> t{{512, 256, 0, 4}, {512, 256, 2, 6}};
-  Plan p = Planner::plan(t);
+  ArenaLayout p = Planner::plan(t);
   ASSERT_EQ(Planner::check(t, p), "");
-  Plan bad = p;
+  ArenaLayout bad = p;
   bad.offsets[1] = bad.offsets[0] + 256;
   bad.peak = std::max(bad.peak, bad.offsets[1] + 512);
   EXPECT_NE(Planner::check(t, bad).find("overlap"), std::string::npos);
@@ -94,7 +94,7 @@ TEST(Planner, Gpt2StepActivationsPlanValidlyNearTheLowerBound) {
                                   std::tuple(models::GptConfig{2, 4, 64, 101, 32}, 2, 32)}) {
     const models::ModelSpec spec = models::build_gpt2(cfg, B, T);
     const std::vector<TensorLifetime> t = spec.tensor_lifetimes();
-    const Plan p = Planner::plan(t);
+    const ArenaLayout p = Planner::plan(t);
     EXPECT_EQ(Planner::check(t, p), "");
     EXPECT_LE(double(p.peak) / double(p.lower_bound), 1.03) << cfg.n_layer << " layers";
     int64_t sum = 0;
