@@ -1,7 +1,7 @@
 // Executor: runs every step's Schedule on a Device. Compute on one stream, host-to-device and
 // device-to-host copies on two others, CPU AdamW on a worker of its own, ordered only by events, so that
-// copies and the optimizer overlap the compute. Every device tensor sits where the Planner put it in the
-// device's arena; nothing is allocated on the device after start-up.
+// copies and the optimizer overlap the compute. Every device tensor sits where the plan's memory layout
+// put it in the device's arena; nothing is allocated on the device after start-up.
 #pragma once
 
 #include <memory>
@@ -14,7 +14,6 @@
 #include "engine/device/device.h"
 #include "engine/device/trace.h"
 #include "memory/host_buckets.h"
-#include "memory/planner.h"
 #include "models/model_spec.h"
 #include "offload/policies.h"
 
@@ -34,11 +33,10 @@ struct StepResult {
 
 class Executor {
  public:
-  // Where the plan's device tensors go in the arena (the device's arena must hold plan.peak bytes).
-  static memory::ArenaLayout device_plan(const offload::StepPlan& plan);
-
   // host: the buckets' master weights, moments, working copies and gradient landing regions, laid out as
   // plan.problem.layout. The host device computes in fp32, so its working copies and gradients are fp32.
+  // The device's arena must hold plan.memory's layout. With red zones in the plan (tests), every op is
+  // followed by a check that no tensor it touched was written past its end (host device only).
   Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, device::Device& device,
            const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, device::Trace* trace);
   ~Executor();
@@ -59,6 +57,7 @@ class Executor {
   // result reports this step's loss and gradient norm, and whether its update will be skipped.
   // loss_scale: fp16's dynamic loss scale (gradients are computed scaled and unscaled inside AdamW).
   StepResult step(std::span<const dataset::Batch> micro_batches, int64_t adam_step, double lr, float loss_scale = 1.0f);
+
   // Delayed update: the update of the last step, not applied yet; apply it now (a synchronous step), or
   // save and restore it with a checkpoint: its gradients are pending_gradients(b) per bucket.
   struct PendingUpdate {

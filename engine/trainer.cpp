@@ -7,56 +7,42 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
-#include <optional>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
 #include "cpu_optim/adamw.h"
-#include "engine/executor.h"
-#include "engine/device/host_cost_model.h"
-#include "engine/device/host_device.h"
-#include "engine/loss_scaler.h"
-#include "models/registry.h"
-#include "engine/device/trace.h"
 #include "cpu_optim/lr_schedule.h"
-#include "formats/checkpoint.h"
 #include "engine/device/cuda_devices.h"
-#include "dataset/dataset.h"
+#include "engine/device/host_device.h"
+#include "engine/device/trace.h"
+#include "engine/executor.h"
+#include "engine/loss_scaler.h"
 #include "engine/progress.h"
+#include "engine/step_planning.h"
+#include "formats/checkpoint.h"
 #include "formats/weights.h"
-#include "memory/bucket_layout.h"
+#include "memory/device_allocations.h"
 #include "memory/host_buckets.h"
 #include "memory/host_buffer.h"
 #include "memory/pinned_pool.h"
-#include "offload/policies.h"
 #include "models/cpu_runner.h"
-#include "models/gpt2.h"
 #include "models/ops/matmul.h"
+#include "models/registry.h"
 
 namespace ferry::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using Region = memory::HostBuckets::Region;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-template <class ValBatch>
-float evaluate(models::CpuRunner& runner, int batches, ValBatch&& val_batch) {
-  double sum = 0;
-  for (int i = 0; i < batches; ++i) {
-    const dataset::Batch b = val_batch(i);
-    runner.set_batch(b.tokens, b.targets, b.attention_mask);
-    sum += runner.forward();
-  }
-  return static_cast<float>(sum / batches);
-}
-
-using Region = memory::HostBuckets::Region;
 
 // The ParameterStore (flat, per parameter) and flat moment buffers (allocated only while a checkpoint is
 // read or written), to and from the host buckets: checkpoints, initial weights and evaluation use the
@@ -92,303 +78,360 @@ void gather_moments(const memory::HostBuckets& host, const models::ParameterStor
   }
 }
 
-// The host device's cost model: rates measured once and cached (or offload.cost_model), fp32 sizes, op
-// times profiled on this model and batch, and the link as device.host sets it.
-offload::CostModel host_device_cost_model(const Config& cfg, int threads, models::CpuRunner& profiler, const dataset::Batch& sample,
-                                          std::string* cache) {
-  offload::CostModel cost = cfg.offload.cost_model.empty() ? device::host_cost_model(threads, cache) : offload::CostModel::load(cfg.offload.cost_model);
-  cost.weight_bytes = cost.activation_bytes = 4;  // the host device computes in fp32
-  cost.fused_attention = false;
-  if (cfg.offload.cost_model.empty()) {
-    // The fastest of 3 to 10 passes, 1 s at least: single passes on a shared machine are noisy.
-    profiler.set_batch(sample.tokens, sample.targets, sample.attention_mask);
-    cost.profiled_op_s = profiler.profile_ops(3, 1.0, 10);
-    cost.name += "; op times profiled on this model";
-  }
-  if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;
-  return cost;
-}
-
-// The step's plan for the config: the budget (unset: what resident needs), the policy's schedule with
-// activation checkpointing as configured, and the delayed update where asked for and possible.
-offload::StepPlan plan_run(const Config& cfg, const models::ModelSpec& spec, const offload::CostModel& cost,
-                                          int64_t* budget, std::string* overlap_note) {
-  const int64_t bucket_bytes = cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
-  const offload::Policy policy = offload::parse_policy(cfg.offload.policy);
-  const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
-  *budget = cfg.offload.gpu_budget;
-  if (*budget <= 0) {
-    const offload::StepPlan all = offload::plan_step(spec, cost, bucket_bytes, int64_t(1) << 62, offload::Policy::Resident,
-                                                     checkpointing, cfg.train.grad_accum);
-    *budget = offload::simulate(all.problem, all.schedule).peak_device_bytes;
-  }
-  std::optional<offload::StepPlan> plan;
-  try {
-    plan.emplace(offload::plan_step(spec, cost, bucket_bytes, *budget, policy, checkpointing, cfg.train.grad_accum));
-  } catch (const offload::BudgetError& e) {
-    throw std::runtime_error(fmt::format("offload.gpu_budget: {} is too small: {}; raise it{}", memory::format_bytes(*budget), e.what(),
-                                         checkpointing == offload::Checkpointing::Off ? " or set train.activation_checkpointing: auto" : ""));
-  }
-  *overlap_note = cfg.offload.overlap;
-  if (cfg.offload.overlap == "delayed") {
-    if (plan->schedule.optimizer_on_device && policy == offload::Policy::Resident)
-      throw std::runtime_error("offload.overlap: delayed needs AdamW on the CPU; policy resident runs it on the device");
-    if (plan->schedule.optimizer_on_device)
-      *overlap_note = "delayed requested, not used: the plan keeps AdamW on the device";
-    else
-      plan->schedule = offload::with_delayed_update(plan->problem, std::move(plan->schedule));
-  }
-  return std::move(*plan);
-}
-
-}  // namespace
-
-TrainSummary train(const Config& cfg, const TrainOptions& opt) {
-  Progress progress(opt.progress);
-
-  // The CUDA device's compute (issue 7) is not built yet: every run is on the host device.
+// Which device the config asks for: the CUDA backend has no kernels yet, so every run is on the host
+// device; `auto` says what it saw.
+std::string host_device_note(const Config& cfg) {
   const int gpus = device::cuda_device_count();
   if (cfg.device == "cuda")
     throw std::runtime_error(fmt::format("device: cuda is not available yet ({}; Ferry's CUDA kernels are a later "
                                          "milestone); use device: cpu or auto",
                                          gpus > 0 ? fmt::format("{} CUDA device(s) visible", gpus) : "no CUDA device visible"));
-  const std::string device_note =
-      cfg.device == "cpu" ? "cpu"
-      : gpus > 0          ? fmt::format("auto -> cpu ({} CUDA device(s) found; the CUDA backend is not built yet)", gpus)
-                          : "auto -> cpu (no CUDA device)";
-  const int threads = cfg.train.threads > 0 ? cfg.train.threads : static_cast<int>(std::thread::hardware_concurrency());
-  tbb::global_control tbb_threads(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
-  models::ops::set_matmul_threads(threads);
+  if (cfg.device == "cpu") return "cpu";
+  return gpus > 0 ? fmt::format("auto -> cpu ({} CUDA device(s) found; the CUDA backend is not built yet)", gpus)
+                  : "auto -> cpu (no CUDA device)";
+}
 
-  const int64_t B = cfg.train.batch_size, T = cfg.model.seq_len;
-  const models::ModelSpec spec = models::build_model(cfg.model, B, T);
+// The training and validation batches of a run, as the model takes them (masked-LM batches for BERT).
+class Batches {
+ public:
+  Batches(const Config& cfg)
+      : cfg_(cfg), data_(cfg.data.path, cfg.data.val_fraction, cfg.model.seq_len), mlm_(cfg.model.kind == "bert"),
+        mask_is_last_(cfg.data.mask_token_id < 0), mask_id_(mask_is_last_ ? cfg.model.vocab_size - 1 : cfg.data.mask_token_id) {
+    // [MASK]: data.mask_token_id (a WordPiece vocabulary's), else the last id, which the data then must not use.
+    const bool last_is_mask = mlm_ && mask_is_last_;
+    if (data_.max_token() >= (last_is_mask ? mask_id_ : cfg.model.vocab_size))
+      throw std::runtime_error(
+          "data.path: '" + cfg.data.path.string() + "' holds token id " + std::to_string(data_.max_token()) +
+          (last_is_mask ? ", which BERT needs below model.vocab_size - 1 (the last id is [MASK]); raise model.vocab_size or set data.mask_token_id"
+                        : ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size)));
+  }
+  const dataset::TextDataset& data() const { return data_; }
+  dataset::Batch train(int64_t index) const {
+    dataset::Batch b = data_.train_batch(cfg_.train.seed, index, cfg_.train.batch_size);
+    return mlm_ ? dataset::masked_lm(b, cfg_.train.seed, index, mask_id_, random_below()) : b;
+  }
+  dataset::Batch val(int i) const {
+    dataset::Batch b = data_.val_batch(i, cfg_.train.eval_batches, cfg_.train.batch_size);
+    return mlm_ ? dataset::masked_lm(b, cfg_.train.seed ^ 0x5EEDull, i, mask_id_, random_below()) : b;
+  }
+
+ private:
+  int32_t random_below() const { return mask_is_last_ ? mask_id_ : cfg_.model.vocab_size; }
+  const Config& cfg_;
+  dataset::TextDataset data_;
+  bool mlm_, mask_is_last_;
+  int32_t mask_id_;
+};
+
+cpu_optim::AdamWOptions adamw_options(const Config& cfg) {
+  const auto& o = cfg.optim;
+  return {{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, o.isa, o.cpu_threads, cpu_optim::Rounding::NearestEven, cfg.train.seed};
+}
+
+// One call of train(): everything a run holds, set up in the constructor, then the step loop.
+class Run {
+ public:
+  Run(const Config& cfg, const TrainOptions& opt);
+  TrainSummary train();
+
+ private:
+  offload::CostModel measure_cost();
+  void announce();
+  void start_or_resume();
+  float evaluate();
+  void checkpoint(int step);
+  void log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val);
+  bool run_step(int step, int first_step);  // false: stop here
+  void summarise();
+
+  const Config& cfg_;
+  const TrainOptions& opt_;
+  Progress progress_;
+  const int threads_;
+  tbb::global_control tbb_threads_;
+  const int64_t allocations_at_entry_ = memory::DeviceAllocations::count();
+  const models::ModelSpec spec_;
+  models::ParameterStore params_;
+  const cpu_optim::CpuAdamW adamw_;
+  const Batches batches_;
+  models::CpuRunner evaluator_;  // evaluation: the resident CPU path on the gathered master weights
+  std::string device_note_, cost_cache_;
+  offload::CostModel cost_;
+  offload::StepPlan plan_;
+  offload::SimResult predicted_;
+  memory::PinnedHostPool pool_;
+  memory::HostBuckets host_;
+  std::unique_ptr<device::Trace> trace_;
+  device::HostDevice device_;
+  Executor executor_;
+  LossScaler scaler_;
+  const cpu_optim::LrSchedule schedule_;
+  const std::string hash_;
+  formats::TrainState resumed_;
+  std::ofstream metrics_;
+  TrainSummary sum_;
+  double train_s_ = 0;
+  std::vector<double> step_times_;
+  int64_t optimizer_steps_ = 0;  // updates applied: Adam's bias correction counts these
+  Clock::time_point t_start_;
+  int64_t allocations_after_set_up_ = 0;
+};
+
+int resolved_threads(const Config& cfg) {
+  return cfg.train.threads > 0 ? cfg.train.threads : static_cast<int>(std::thread::hardware_concurrency());
+}
+
+models::ParameterStore initial_weights(const Config& cfg, const models::ModelSpec& spec) {
   models::ParameterStore params(spec.params);
   models::init_model(cfg.model, spec, params, cfg.train.seed);
-  const bool mlm = cfg.model.kind == "bert";  // masked-LM batches
-  // [MASK]: data.mask_token_id (a WordPiece vocabulary's), else the last id, which the data then must not use.
-  const bool mask_is_last = cfg.data.mask_token_id < 0;
-  const int32_t mask_id = mask_is_last ? cfg.model.vocab_size - 1 : cfg.data.mask_token_id;
-  const int32_t random_below = mask_is_last ? mask_id : cfg.model.vocab_size;
   if (!cfg.model.init_from.empty()) formats::load_weights(cfg.model.init_from, spec, params);
-  const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay},
-                                   cfg.optim.isa, cfg.optim.cpu_threads, cpu_optim::Rounding::NearestEven,
-                                                           cfg.train.seed});
-  const dataset::TextDataset data(cfg.data.path, cfg.data.val_fraction, T);
-  if (data.max_token() >= (mlm && mask_is_last ? mask_id : cfg.model.vocab_size))
-    throw std::runtime_error("data.path: '" + cfg.data.path.string() + "' holds token id " + std::to_string(data.max_token()) +
-                             (mlm && mask_is_last ? ", which BERT needs below model.vocab_size - 1 (the last id is [MASK]); raise model.vocab_size or set data.mask_token_id"
-                                  : ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size)));
-  // A step's micro-batch and a validation batch, as the model takes them.
-  auto train_batch = [&](int64_t index) {
-    dataset::Batch b = data.train_batch(cfg.train.seed, index, B);
-    return mlm ? dataset::masked_lm(b, cfg.train.seed, index, mask_id, random_below) : b;
-  };
-  auto val_batch = [&](int i) {
-    dataset::Batch b = data.val_batch(i, cfg.train.eval_batches, B);
-    return mlm ? dataset::masked_lm(b, cfg.train.seed ^ 0x5EEDull, i, mask_id, random_below) : b;
-  };
+  return params;
+}
 
-  models::CpuRunner evaluator(spec, params);  // evaluation: the resident CPU path on the gathered master weights
-  std::string cost_cache;
-  const offload::CostModel cost = host_device_cost_model(cfg, threads, evaluator, train_batch(0), &cost_cache);
-  params.zero_grads();  // the profile ran backward
-  std::string overlap_note;
-  int64_t budget = 0;
-  const offload::StepPlan plan = plan_run(cfg, spec, cost, &budget, &overlap_note);
-  const bool delayed = plan.schedule.delayed_update;
-  const offload::SimResult predicted = offload::simulate(plan.problem, plan.schedule);
-  const memory::ArenaLayout device_memory = Executor::device_plan(plan);
+Run::Run(const Config& cfg, const TrainOptions& opt)
+    : cfg_(cfg),
+      opt_(opt),
+      progress_(opt.progress),
+      threads_(resolved_threads(cfg)),
+      tbb_threads_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)),
+      spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len)),
+      params_(initial_weights(cfg, spec_)),
+      adamw_(adamw_options(cfg)),
+      batches_(cfg),
+      evaluator_(spec_, params_),
+      device_note_(host_device_note(cfg)),  // refuses device: cuda before anything is measured
+      cost_(measure_cost()),
+      plan_(plan_for_config(cfg, spec_, cost_, 0, "", opt.red_zone_bytes)),
+      predicted_(offload::simulate(plan_.problem, plan_.schedule)),
+      pool_(memory::HostBuckets::bytes_needed(plan_.problem.layout, DType::F32, DType::F32), {}),
+      host_(plan_.problem.layout, pool_, DType::F32, DType::F32),
+      trace_(opt.trace.empty() ? nullptr : std::make_unique<device::Trace>()),
+      device_({plan_.memory.layout.peak, cfg.host_device.link_gbps, threads_, trace_.get()}),
+      executor_(spec_, plan_, host_, device_, adamw_, {static_cast<float>(cfg.optim.grad_clip)}, trace_.get()),
+      scaler_(cfg.train.precision == "fp16" ? cfg.train.loss_scale_init : 1.0, cfg.train.loss_scale_growth_interval),
+      schedule_{cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,
+                static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps},
+      hash_(config_hash(cfg)) {
+  scatter_weights(params_, host_);  // the moments start at zero, as the pool does
+  announce();
+  start_or_resume();
+  allocations_after_set_up_ = memory::DeviceAllocations::count();
+  sum_.device_allocations_at_start_up = allocations_after_set_up_ - allocations_at_entry_;
+  if (!opt.metrics.empty()) {
+    metrics_.open(opt.metrics, opt.resume.empty() ? std::ios::trunc : std::ios::app);
+    if (!metrics_) throw std::runtime_error("--metrics: cannot write '" + opt.metrics.string() + "'");
+  }
+}
 
-  // Host side: every bucket's master weights, moments, working copy and gradient landing region.
-  const memory::BucketLayout& layout = plan.problem.layout;
-  memory::PinnedHostPool pool(memory::HostBuckets::bytes_needed(layout, DType::F32, DType::F32), {});
-  memory::HostBuckets host(layout, pool, DType::F32, DType::F32);
-  scatter_weights(params, host);  // the moments start at zero, as the pool does
+// The cost model; its profile (when the host device is measured) also runs the evaluator's ops once, or
+// else a forward pass does: either way they are compiled and their workspaces sized at start-up.
+offload::CostModel Run::measure_cost() {
+  models::ops::set_matmul_threads(threads_);
+  offload::CostModel cost = host_device_cost_model(cfg_, evaluator_, batches_.train(0), &cost_cache_);
+  params_.zero_grads();  // the profile ran backward
+  if (!cost.profiled_op_s.empty()) return cost;
+  const dataset::Batch b = batches_.train(0);
+  evaluator_.set_batch(b.tokens, b.targets, b.attention_mask);
+  evaluator_.forward();
+  return cost;
+}
 
-  std::unique_ptr<device::Trace> trace;
-  if (!opt.trace.empty()) trace = std::make_unique<device::Trace>();
-  device::HostDevice device({device_memory.peak, cfg.host_device.link_gbps, threads, trace.get()});
-  Executor executor(spec, plan, host, device, adamw, {static_cast<float>(cfg.optim.grad_clip)}, trace.get());
-
-  progress.message(fmt::format(
+void Run::announce() {
+  const auto& m = cfg_.model;
+  const auto& p = plan_.problem;
+  const int64_t budget = p.budget_bytes;
+  progress_.message(fmt::format(
       "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "
       "{} train / {} val tokens, AdamW on the CPU: {} x{}",
-      spec.kind, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, spec.param_count() / 1e6, device_note,
-      threads, B, T, cfg.train.grad_accum, data.train_tokens(), data.val_tokens(), cpu_optim::to_string(adamw.isa()),
-      adamw.threads()));
-  progress.message(fmt::format(
+      spec_.kind, m.n_layer, m.n_head, m.n_embd, spec_.param_count() / 1e6, device_note_, threads_, cfg_.train.batch_size, m.seq_len,
+      cfg_.train.grad_accum, batches_.data().train_tokens(), batches_.data().val_tokens(), cpu_optim::to_string(adamw_.isa()),
+      adamw_.threads()));
+  const bool delayed = plan_.schedule.delayed_update;
+  const std::string overlap = cfg_.offload.overlap == "delayed" && !delayed ? "delayed requested, not used: the plan keeps AdamW on the device"
+                                                                             : cfg_.offload.overlap;
+  progress_.message(fmt::format(
       "offload: policy {}, {}; budget {}{}, device arena {} (planned; lower bound {}); {} bucket(s) of up to {:.1f} MiB, "
       "{} resident / {} travelling; {} of {} block(s) checkpointed; overlap {}{}; predicted step {:.3f} s (cost model: {}{})",
-      plan.schedule.policy, device.name(), memory::format_bytes(budget), cfg.offload.gpu_budget > 0 ? "" : " (unset: what resident needs)",
-      memory::format_bytes(device_memory.peak), memory::format_bytes(device_memory.lower_bound), plan.problem.n_buckets,
-      plan.problem.layout.target_bytes() / double(1 << 20), memory::format_bytes(predicted.resident_bytes), memory::format_bytes(predicted.offloaded_bytes),
-      plan.problem.checkpointed_layers, cfg.model.n_layer, overlap_note,
-      delayed ? fmt::format(" (synchronous for the first {} steps)", cfg.offload.sync_steps) : "", predicted.step_s * cfg.train.grad_accum, cost.name,
-      cost_cache.empty() ? "" : ", cached in " + cost_cache));
+      plan_.schedule.policy, device_.name(), memory::format_bytes(budget), cfg_.offload.gpu_budget > 0 ? "" : " (unset: what resident needs)",
+      memory::format_bytes(plan_.memory.layout.peak), memory::format_bytes(plan_.memory.layout.lower_bound), p.n_buckets,
+      p.layout.target_bytes() / double(1 << 20), memory::format_bytes(predicted_.resident_bytes),
+      memory::format_bytes(predicted_.offloaded_bytes), p.checkpointed_layers, m.n_layer, overlap,
+      delayed ? fmt::format(" (synchronous for the first {} steps)", cfg_.offload.sync_steps) : "",
+      predicted_.step_s * cfg_.train.grad_accum, cost_.name, cost_cache_.empty() ? "" : ", cached in " + cost_cache_));
+}
 
-  formats::TrainState resumed;
-  const std::string hash = config_hash(cfg);
-  if (!opt.resume.empty()) {
-    memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
-    resumed = formats::load_checkpoint(opt.resume, spec, params, m.as<float>(), v.as<float>(), hash);
-    scatter_weights(params, host);
-    scatter_moments(params, m.as<float>(), v.as<float>(), host);
-    progress.message(fmt::format("resumed from {} at step {}", opt.resume.string(), resumed.step));
+void Run::start_or_resume() {
+  if (!opt_.resume.empty()) {
+    memory::HostBuffer m(params_.values().size_bytes()), v(params_.values().size_bytes());
+    resumed_ = formats::load_checkpoint(opt_.resume, spec_, params_, m.as<float>(), v.as<float>(), hash_);
+    scatter_weights(params_, host_);
+    scatter_moments(params_, m.as<float>(), v.as<float>(), host_);
+    progress_.message(fmt::format("resumed from {} at step {}", opt_.resume.string(), resumed_.step));
   }
-  executor.upload_state();
-  if (resumed.pending) {
-    if (!delayed) throw std::runtime_error("--resume: the checkpoint holds a delayed update; resume with offload.overlap: delayed");
-    const auto& u = *resumed.pending;
-    executor.set_pending_update({u.adam_step, u.lr, {{u.grad_norm, u.skipped}, u.grad_scale}});
-    for (int p = 0; p < params.count(); ++p) {
-      const auto& slot = layout.slot(p);
-      std::copy_n(params.grad(p).data(), slot.numel, executor.pending_gradients(slot.bucket).data() + slot.offset);
+  executor_.upload_state();
+  optimizer_steps_ = resumed_.optimizer_steps;
+  if (cfg_.train.precision == "fp16" && !opt_.resume.empty()) scaler_.restore(resumed_.loss_scale, resumed_.loss_scale_good_steps);
+  if (!resumed_.pending) return;
+  if (!plan_.schedule.delayed_update)
+    throw std::runtime_error("--resume: the checkpoint holds a delayed update; resume with offload.overlap: delayed");
+  const auto& u = *resumed_.pending;
+  executor_.set_pending_update({u.adam_step, u.lr, {{u.grad_norm, u.skipped}, u.grad_scale}});
+  for (int p = 0; p < params_.count(); ++p) {
+    const auto& slot = plan_.problem.layout.slot(p);
+    std::copy_n(params_.grad(p).data(), slot.numel, executor_.pending_gradients(slot.bucket).data() + slot.offset);
+  }
+}
+
+float Run::evaluate() {
+  executor_.download_state();
+  gather_weights(host_, params_);
+  double sum = 0;
+  for (int i = 0; i < cfg_.train.eval_batches; ++i) {
+    const dataset::Batch b = batches_.val(i);
+    evaluator_.set_batch(b.tokens, b.targets, b.attention_mask);
+    sum += evaluator_.forward();
+  }
+  return static_cast<float>(sum / cfg_.train.eval_batches);
+}
+
+void Run::checkpoint(int step) {
+  if (cfg_.train.checkpoint_dir.empty()) return;
+  executor_.download_state();
+  gather_weights(host_, params_);
+  memory::HostBuffer m(params_.values().size_bytes()), v(params_.values().size_bytes());
+  gather_moments(host_, params_, m.as<float>(), v.as<float>());
+  formats::TrainState state{step, optimizer_steps_, sum_.val_loss_start, scaler_.value(), scaler_.good_steps(), hash_, cfg_.model,
+                            cfg_.data.tokenizer, {}};
+  if (const auto u = executor_.pending_update()) {  // delayed: the last step's update travels with the checkpoint
+    state.pending = formats::TrainState::PendingUpdate{u->adam_step, u->lr, u->decision.report.grad_norm, u->decision.grad_scale,
+                                                       u->decision.report.skipped};
+    for (int p = 0; p < params_.count(); ++p) {
+      const auto& slot = plan_.problem.layout.slot(p);
+      std::copy_n(executor_.pending_gradients(slot.bucket).data() + slot.offset, slot.numel, params_.grad(p).data());
     }
   }
-  const bool fp16 = cfg.train.precision == "fp16";
-  LossScaler scaler(fp16 ? cfg.train.loss_scale_init : 1.0, cfg.train.loss_scale_growth_interval);
-  if (fp16 && !opt.resume.empty()) scaler.restore(resumed.loss_scale, resumed.loss_scale_good_steps);
+  sum_.last_checkpoint = formats::save_checkpoint(cfg_.train.checkpoint_dir, spec_, params_, m.as<float>(), v.as<float>(), state,
+                                                  cfg_.train.keep_checkpoints);
+}
 
-  std::ofstream metrics;
-  if (!opt.metrics.empty()) {
-    metrics.open(opt.metrics, opt.resume.empty() ? std::ios::trunc : std::ios::app);
-    if (!metrics) throw std::runtime_error("--metrics: cannot write '" + opt.metrics.string() + "'");
-  }
+void Run::log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val) {
+  const double elapsed = seconds_since(t_start_);
+  const int64_t tokens_per_step = int64_t(cfg_.train.batch_size) * cfg_.model.seq_len * cfg_.train.grad_accum;
+  const bool last = step == cfg_.train.steps;
+  if (step % cfg_.train.log_every == 0 || last || step == 1)
+    progress_.update(step, cfg_.train.steps, r.loss, tokens_per_step / step_s, elapsed,
+                     fmt::format("h2d {} d2h {} | stall {:.0f}% | step {:.3f} s (predicted {:.3f})", memory::format_bytes(r.h2d_bytes),
+                                 memory::format_bytes(r.d2h_bytes), 100.0 * r.stall_s / step_s, step_s, sum_.predicted_step_s));
+  if (val) progress_.message(fmt::format("step {}: val_loss {:.4f}", step, *val));
+  if (!metrics_.is_open()) return;
+  nlohmann::json j{{"step", step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
+                   {"tokens_per_s", tokens_per_step / step_s}, {"elapsed_s", elapsed},
+                   {"step_s", step_s}, {"predicted_step_s", sum_.predicted_step_s}, {"stall_s", r.stall_s},
+                   {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"arena_bytes", sum_.arena_bytes},
+                   {"peak_device_bytes", device_.measured_peak_bytes()}};
+  if (cfg_.train.precision == "fp16") j["loss_scale"] = loss_scale;
+  if (r.skipped) j["skipped"] = true;
+  if (val) j["val_loss"] = *val;
+  metrics_ << j.dump() << '\n' << std::flush;
+}
 
-  const cpu_optim::LrSchedule schedule{
-      cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,
-      static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps};
-
-  TrainSummary sum;
-  sum.policy = plan.schedule.policy;
-  sum.checkpointed_blocks = plan.problem.checkpointed_layers;
-  sum.peak_device_bytes = device.arena().size();
-  sum.budget_bytes = budget;
-  sum.predicted_step_s = predicted.step_s * cfg.train.grad_accum;
-  const bool has_val = data.val_tokens() > 0;
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  auto evaluate_now = [&] {
-    executor.download_state();
-    gather_weights(host, params);
-    return evaluate(evaluator, cfg.train.eval_batches, val_batch);
-  };
-  const auto t_start = Clock::now();
-  if (opt.resume.empty()) {
-    sum.val_loss_start = has_val ? evaluate_now() : nan;
-    if (has_val) progress.message(fmt::format("step 0: val_loss {:.4f}", sum.val_loss_start));
+// One step: its micro-batches through the executor, then bookkeeping, evaluation, logging, checkpoints.
+bool Run::run_step(int step, int first_step) {
+  if (trace_) trace_->enable(step < first_step + opt_.trace_steps);
+  if (!opt_.inject_fault.empty() && step == opt_.inject_fault_step) executor_.inject_fault(opt_.inject_fault);
+  const auto t0 = Clock::now();
+  std::vector<dataset::Batch> micro(cfg_.train.grad_accum);
+  for (int i = 0; i < cfg_.train.grad_accum; ++i) micro[i] = batches_.train(int64_t(step - 1) * cfg_.train.grad_accum + i);
+  const float lr = schedule_.at(step - 1);
+  const double loss_scale = scaler_.value();
+  const StepResult r = executor_.step(micro, optimizer_steps_ + 1, lr, scaler_.scale());
+  if (cfg_.train.precision == "fp16") scaler_.update(!r.skipped);
+  const bool last = step == cfg_.train.steps;
+  // Synchronous steps: the first ones, and the last (its update belongs to the result).
+  if (plan_.schedule.delayed_update && (step <= cfg_.offload.sync_steps || last)) executor_.apply_pending_update();
+  if (!r.skipped) {
+    ++optimizer_steps_;
   } else {
-    sum.val_loss_start = static_cast<float>(resumed.val_loss_start);
+    ++sum_.skipped_steps;
+    progress_.message(cfg_.train.precision == "fp16"
+                          ? fmt::format("step {}: the gradients overflowed at loss scale {:g}; the update was skipped and the scale "
+                                        "is now {:g}", step, loss_scale, scaler_.value())
+                          : fmt::format("step {}: an inf/nan gradient; the update was skipped", step));
   }
-  sum.val_loss = sum.val_loss_start;
+  const double step_s = seconds_since(t0);
+  train_s_ += step_s;
+  step_times_.push_back(step_s);
+  sum_.h2d_bytes = r.h2d_bytes, sum_.d2h_bytes = r.d2h_bytes;
+  sum_.stall_s += r.stall_s;
+  sum_.losses.push_back(r.loss);
+  if (!std::isfinite(r.loss))
+    throw std::runtime_error(fmt::format("step {}: the loss is {}; lower optim.lr or raise optim.warmup_steps", step, r.loss));
+  std::optional<float> val;
+  if (batches_.data().val_tokens() > 0 && (last || (cfg_.train.eval_every > 0 && step % cfg_.train.eval_every == 0)))
+    sum_.val_loss = *(val = evaluate());
+  log(step, r, step_s, lr, loss_scale, val);
+  const bool stopping = (opt_.stop && opt_.stop->load()) || (opt_.stop_after > 0 && step - first_step + 1 >= opt_.stop_after);
+  if ((cfg_.train.checkpoint_every > 0 && step % cfg_.train.checkpoint_every == 0 && !last) || (stopping && !last)) {
+    checkpoint(step);
+    if (!sum_.last_checkpoint.empty()) progress_.message(fmt::format("step {}: checkpoint {}", step, sum_.last_checkpoint.string()));
+  }
+  if (!stopping || last) return true;
+  sum_.interrupted = true;
+  sum_.steps = step;
+  return false;
+}
 
-  double train_s = 0;
-  std::vector<double> step_times;
-  int64_t optimizer_steps = resumed.optimizer_steps;  // updates applied: Adam's bias correction counts these
-  const int64_t tokens_per_step = B * T * cfg.train.grad_accum;
-  auto checkpoint = [&](int step) {
-    if (cfg.train.checkpoint_dir.empty()) return;
-    executor.download_state();
-    gather_weights(host, params);
-    memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
-    gather_moments(host, params, m.as<float>(), v.as<float>());
-    formats::TrainState state{step, optimizer_steps, sum.val_loss_start, scaler.value(), scaler.good_steps(), hash, cfg.model, cfg.data.tokenizer, {}};
-    if (const auto u = executor.pending_update()) {  // delayed: the last step's update travels with the checkpoint
-      state.pending = formats::TrainState::PendingUpdate{u->adam_step, u->lr, u->decision.report.grad_norm, u->decision.grad_scale,
-                                                u->decision.report.skipped};
-      for (int p = 0; p < params.count(); ++p) {
-        const auto& slot = layout.slot(p);
-        std::copy_n(executor.pending_gradients(slot.bucket).data() + slot.offset, slot.numel, params.grad(p).data());
-      }
-    }
-    sum.last_checkpoint = formats::save_checkpoint(cfg.train.checkpoint_dir, spec, params, m.as<float>(), v.as<float>(), state,
-                                          cfg.train.keep_checkpoints);
-  };
-  const int first_step = static_cast<int>(resumed.step) + 1;
-  std::vector<dataset::Batch> micro(cfg.train.grad_accum);
-  for (int step = first_step; step <= cfg.train.steps; ++step) {
-    if (trace) trace->enable(step < first_step + opt.trace_steps);
-    if (!opt.inject_fault.empty() && step == opt.inject_fault_step) executor.inject_fault(opt.inject_fault);
-    const auto t0 = Clock::now();
-    for (int i = 0; i < cfg.train.grad_accum; ++i)
-      micro[i] = train_batch(int64_t(step - 1) * cfg.train.grad_accum + i);
-    const float lr = schedule.at(step - 1);
-    const float loss_scale = scaler.scale();
-    const double loss_scale_value = scaler.value();
-    const StepResult r = executor.step(micro, optimizer_steps + 1, lr, loss_scale);
-    if (fp16) scaler.update(!r.skipped);
-    // Synchronous steps: the first ones, and the last (its update belongs to the result).
-    if (delayed && (step <= cfg.offload.sync_steps || step == cfg.train.steps)) executor.apply_pending_update();
-    const double loss = r.loss;
-    if (!r.skipped) {
-      ++optimizer_steps;
-    } else {
-      ++sum.skipped_steps;
-      progress.message(fp16 ? fmt::format("step {}: the gradients overflowed at loss scale {:g}; the update was skipped and the scale "
-                                          "is now {:g}", step, loss_scale_value, scaler.value())
-                            : fmt::format("step {}: an inf/nan gradient; the update was skipped", step));
-    }
-    const double norm = r.grad_norm;
-    const double step_s = seconds_since(t0);
-    train_s += step_s;
-    step_times.push_back(step_s);
-    sum.h2d_bytes = r.h2d_bytes, sum.d2h_bytes = r.d2h_bytes;
-    sum.stall_s += r.stall_s;
-    sum.losses.push_back(static_cast<float>(loss));
-    if (!std::isfinite(loss))
-      throw std::runtime_error(fmt::format("step {}: the loss is {}; lower optim.lr or raise optim.warmup_steps", step, loss));
-
-    std::optional<float> val;
-    const bool last = step == cfg.train.steps;
-    if (has_val && (last || (cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0))) {
-      val = evaluate_now();
-      sum.val_loss = *val;
-    }
-    const double elapsed = seconds_since(t_start);
-    if (step % cfg.train.log_every == 0 || last || step == 1)
-      progress.update(step, cfg.train.steps, static_cast<float>(loss), tokens_per_step / step_s, elapsed,
-                      fmt::format("h2d {} d2h {} | stall {:.0f}% | step {:.3f} s (predicted {:.3f})", memory::format_bytes(r.h2d_bytes),
-                                  memory::format_bytes(r.d2h_bytes), 100.0 * r.stall_s / step_s, step_s, sum.predicted_step_s));
-    if (val) progress.message(fmt::format("step {}: val_loss {:.4f}", step, *val));
-    if (metrics.is_open()) {
-      nlohmann::json j{{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                       {"tokens_per_s", tokens_per_step / step_s}, {"elapsed_s", elapsed},
-                       {"step_s", step_s}, {"predicted_step_s", sum.predicted_step_s}, {"stall_s", r.stall_s},
-                       {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"peak_device_bytes", sum.peak_device_bytes}};
-      if (fp16) j["loss_scale"] = loss_scale_value;
-      if (r.skipped) j["skipped"] = true;
-      if (val) j["val_loss"] = *val;
-      metrics << j.dump() << '\n' << std::flush;
-    }
-    const bool stopping = (opt.stop && opt.stop->load()) || (opt.stop_after > 0 && step - first_step + 1 >= opt.stop_after);
-    if ((cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0 && !last) || (stopping && !last)) {
-      checkpoint(step);
-      if (!sum.last_checkpoint.empty()) progress.message(fmt::format("step {}: checkpoint {}", step, sum.last_checkpoint.string()));
-    }
-    if (stopping && !last) {
-      sum.interrupted = true;
-      sum.steps = step;
-      break;
-    }
-  }
-  if (!sum.interrupted) checkpoint(cfg.train.steps);
-  progress.finish();
-  if (trace) {
-    trace->write(opt.trace);
-    progress.message(fmt::format("trace: {} ({} slices); open it in ui.perfetto.dev", opt.trace.string(), trace->slices()));
-  }
-  if (!sum.interrupted) sum.steps = cfg.train.steps;
-  sum.wall_s = seconds_since(t_start);
-  const size_t ran = sum.losses.size();  // steps run by this call (fewer when resumed or stopped)
-  sum.tokens_per_s = ran ? static_cast<double>(tokens_per_step) * double(ran) / train_s : 0.0;
-  if (!step_times.empty()) {
-    std::sort(step_times.begin(), step_times.end());
-    sum.median_step_s = step_times[step_times.size() / 2];
+void Run::summarise() {
+  sum_.device_allocations_after_start_up = memory::DeviceAllocations::count() - allocations_after_set_up_;
+  sum_.measured_peak_device_bytes = device_.measured_peak_bytes();
+  if (!sum_.interrupted) sum_.steps = cfg_.train.steps;
+  sum_.wall_s = seconds_since(t_start_);
+  const size_t ran = sum_.losses.size();  // steps run by this call (fewer when resumed or stopped)
+  const int64_t tokens_per_step = int64_t(cfg_.train.batch_size) * cfg_.model.seq_len * cfg_.train.grad_accum;
+  sum_.tokens_per_s = ran ? static_cast<double>(tokens_per_step) * double(ran) / train_s_ : 0.0;
+  if (!step_times_.empty()) {
+    std::sort(step_times_.begin(), step_times_.end());
+    sum_.median_step_s = step_times_[step_times_.size() / 2];
   }
   const size_t tail = std::min<size_t>(10, ran);
   double tail_sum = 0;
-  for (size_t i = ran - tail; i < ran; ++i) tail_sum += sum.losses[i];
-  sum.train_loss = tail ? static_cast<float>(tail_sum / static_cast<double>(tail)) : nan;
-  return sum;
+  for (size_t i = ran - tail; i < ran; ++i) tail_sum += sum_.losses[i];
+  sum_.train_loss = tail ? static_cast<float>(tail_sum / static_cast<double>(tail)) : std::numeric_limits<float>::quiet_NaN();
+}
+
+TrainSummary Run::train() {
+  sum_.policy = plan_.schedule.policy;
+  sum_.checkpointed_blocks = plan_.problem.checkpointed_layers;
+  sum_.arena_bytes = plan_.memory.layout.peak;
+  sum_.budget_bytes = plan_.problem.budget_bytes;
+  sum_.predicted_step_s = predicted_.step_s * cfg_.train.grad_accum;
+  const bool has_val = batches_.data().val_tokens() > 0;
+  t_start_ = Clock::now();
+  if (opt_.resume.empty()) {
+    sum_.val_loss_start = has_val ? evaluate() : std::numeric_limits<float>::quiet_NaN();
+    if (has_val) progress_.message(fmt::format("step 0: val_loss {:.4f}", sum_.val_loss_start));
+  } else {
+    sum_.val_loss_start = static_cast<float>(resumed_.val_loss_start);
+  }
+  sum_.val_loss = sum_.val_loss_start;
+  const int first_step = static_cast<int>(resumed_.step) + 1;
+  for (int step = first_step; step <= cfg_.train.steps; ++step)
+    if (!run_step(step, first_step)) break;
+  if (!sum_.interrupted) checkpoint(cfg_.train.steps);
+  progress_.finish();
+  if (trace_) {
+    trace_->write(opt_.trace);
+    progress_.message(fmt::format("trace: {} ({} slices); open it in ui.perfetto.dev", opt_.trace.string(), trace_->slices()));
+  }
+  summarise();
+  return sum_;
+}
+
+}  // namespace
+
+TrainSummary train(const Config& config, const TrainOptions& options) {
+  Run run(config, options);
+  return run.train();
 }
 
 }  // namespace ferry::engine

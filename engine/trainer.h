@@ -22,6 +22,7 @@ struct TrainOptions {
   int trace_steps = 2;
   std::string inject_fault;       // for tests: from step inject_fault_step on, executor tasks whose label
   int inject_fault_step = 1;      // contains inject_fault fail
+  int64_t red_zone_bytes = 0;     // for tests: a red zone after every device tensor, checked after every op
 };
 
 struct TrainSummary {
@@ -38,7 +39,10 @@ struct TrainSummary {
   // The offload plan and what it did.
   std::string policy;
   int checkpointed_blocks = 0;
-  int64_t peak_device_bytes = 0;   // the device arena: the Planner's peak
+  int64_t arena_bytes = 0;         // the device arena: the plan's peak
+  int64_t measured_peak_device_bytes = 0;  // measured on the device: the highest arena byte written
+  int64_t device_allocations_at_start_up = 0;    // device allocations while the run was set up
+  int64_t device_allocations_after_start_up = 0;  // and afterwards: none, if nothing is allocated per step
   int64_t budget_bytes = 0;
   double predicted_step_s = 0;     // the Simulator's step time (x micro-batches)
   double median_step_s = 0;        // measured

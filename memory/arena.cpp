@@ -1,7 +1,7 @@
 // Arena: one allocation per arena, counted; cudaMalloc on CUDA builds, a host buffer on the host device.
 #include "memory/arena.h"
 
-#include <atomic>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -9,19 +9,16 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "memory/device_allocations.h"
+
 namespace ferry::memory {
-namespace {
-
-std::atomic<int64_t> g_allocations{0};
-std::atomic<int64_t> g_bytes{0};
-
-}  // namespace
 
 Arena::Arena(Backing backing, int64_t bytes) : backing_(backing), size_(bytes) {
   if (bytes < 0) throw std::invalid_argument("arena: negative size");
   if (backing == Backing::Host) {
     host_ = HostBuffer(static_cast<size_t>(bytes));
     data_ = host_.data();
+    std::memset(data_, static_cast<int>(kUnwritten), static_cast<size_t>(bytes));
   } else {
 #ifdef FERRY_WITH_CUDA
     void* p = nullptr;
@@ -35,8 +32,7 @@ Arena::Arena(Backing backing, int64_t bytes) : backing_(backing), size_(bytes) {
     throw std::runtime_error("device arena: this build has no CUDA support (configure with -DFERRY_CUDA=ON)");
 #endif
   }
-  g_allocations += 1;
-  g_bytes += bytes;
+  DeviceAllocations::record(bytes);
 }
 
 Arena::~Arena() { release(); }
@@ -47,7 +43,7 @@ void Arena::release() {
   if (backing_ == Backing::Cuda && data_) cudaFree(data_);
 #endif
   host_ = HostBuffer();
-  g_bytes -= size_;
+  DeviceAllocations::release(size_);
   data_ = nullptr;
   size_ = 0;
 }
@@ -73,7 +69,11 @@ std::byte* Arena::at(int64_t offset, int64_t bytes) const {
   return data_ + offset;
 }
 
-int64_t Arena::allocation_count() { return g_allocations.load(); }
-int64_t Arena::bytes_held() { return g_bytes.load(); }
+int64_t Arena::touched_bytes() const {
+  if (backing_ != Backing::Host) throw std::logic_error("arena: touched bytes are measured on a host-backed arena only");
+  int64_t end = size_;
+  while (end > 0 && data_[end - 1] == kUnwritten) --end;  // from the top: the highest tensor is usually written to its end
+  return end;
+}
 
 }  // namespace ferry::memory

@@ -1,6 +1,6 @@
 // Arena: the one device allocation, made at start-up; every tensor that lives on the device sits at an
 // offset the Planner chose. After start-up nothing else is allocated on the device, which the process-wide
-// allocation count lets tests assert.
+// count of device allocations (device_allocations.h) lets tests assert.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +13,9 @@ namespace ferry::memory {
 class Arena {
  public:
   enum class Backing { Host, Cuda };  // the host device's capped buffer, or cudaMalloc
+  // A host-backed arena starts filled with this byte: bytes that still hold it were never written, which
+  // gives the host device its measured peak (touched_bytes); red zones between tensors keep it too.
+  static constexpr std::byte kUnwritten{0xA5};
 
   Arena(Backing backing, int64_t bytes);
   ~Arena();
@@ -27,9 +30,9 @@ class Arena {
   // The tensor at `offset`, checked to lie inside the arena (a planning bug is an error, not corruption).
   std::byte* at(int64_t offset, int64_t bytes) const;
 
-  // Device allocations made by arenas in this process so far, and the bytes they hold now.
-  static int64_t allocation_count();
-  static int64_t bytes_held();
+  // Host backing: one past the highest byte ever written (bytes from there to the end still hold
+  // kUnwritten): the device memory the run really touched, measured rather than planned.
+  int64_t touched_bytes() const;
 
  private:
   void release();

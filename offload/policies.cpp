@@ -304,7 +304,8 @@ StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, int64_t
     OffloadProblem p(spec, cost, bucket_bytes, budget, first_k(k), grad_accum);
     Schedule s = make_schedule(p, with);
     if (with != policy) s.policy = to_string(policy);
-    return StepPlan{std::move(p), std::move(s)};
+    DeviceMemory mem = lay_out(p, s);
+    return StepPlan{std::move(p), std::move(s), std::move(mem)};
   };
   if (checkpointing != Checkpointing::Auto) return attempt(policy, checkpointing == Checkpointing::On ? layers : 0);
   // The fewest blocks with which `with` fits: checkpointing more never needs more memory, so bisect.
@@ -342,6 +343,13 @@ StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, int64_t
     }
   }
   return std::move(*best);
+}
+
+DeviceMemory lay_out(const OffloadProblem& p, const Schedule& s, int64_t red_zone_bytes) {
+  DeviceMemory m{device_tensors(p, s), {}, red_zone_bytes};
+  for (auto& t : m.tensors) t.life.bytes += red_zone_bytes;
+  m.layout = memory::Planner::plan(lifetimes(m.tensors));
+  return m;
 }
 
 double lower_bound_step_s(const OffloadProblem& p) {

@@ -45,9 +45,18 @@ Schedule with_delayed_update(const OffloadProblem& problem, Schedule schedule);
 enum class Checkpointing { Off, On, Auto };
 Checkpointing parse_checkpointing(const std::string& name);  // false | true | auto
 
+// SHIM (replaced by the offload branch): the device memory of a plan, laid out once.
+struct DeviceMemory {
+  std::vector<DeviceTensor> tensors;
+  memory::ArenaLayout layout;
+  int64_t red_zone_bytes = 0;
+};
+DeviceMemory lay_out(const OffloadProblem& problem, const Schedule& schedule, int64_t red_zone_bytes = 0);
+
 struct StepPlan {
   OffloadProblem problem;  // with the chosen blocks checkpointed
   Schedule schedule;
+  DeviceMemory memory;
 };
 
 // The whole decision for one step: which blocks to checkpoint and the policy's schedule. With auto, the

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <stdexcept>
 
 namespace ferry::device {
@@ -40,7 +42,17 @@ CudaDevice::CudaDevice(const Options& o)
   for (auto& s : streams_) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check(cudaHostAlloc(reinterpret_cast<void**>(&flags_), sizeof(int) * static_cast<size_t>(o.host_waits), cudaHostAllocMapped),
         "cudaHostAlloc (host-wait flags)");
+  size_t total = 0;
+  check(cudaMemGetInfo(&free_after_start_, &total), "cudaMemGetInfo");
   watcher_ = std::thread([this] { watch(); });
+}
+
+int64_t CudaDevice::measured_peak_bytes() const {
+  // Anything allocated on the device after start-up (a library workspace, a stray cudaMalloc) shows
+  // as less free memory than right after the arena was allocated.
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return arena_.size();
+  return arena_.size() + std::max<int64_t>(0, static_cast<int64_t>(free_after_start_) - static_cast<int64_t>(free));
 }
 
 CudaDevice::~CudaDevice() {

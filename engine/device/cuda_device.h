@@ -41,6 +41,7 @@ class CudaDevice final : public Device {
   void synchronize() override;
   // Not measured on the CUDA device yet (it would need timing events around every wait): 0.
   double compute_stall_seconds() const override { return 0; }
+  int64_t measured_peak_bytes() const override;
   void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
   void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) override;
   void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
@@ -57,6 +58,7 @@ class CudaDevice final : public Device {
 
   Options options_;
   std::string name_;
+  size_t free_after_start_ = 0;  // cudaMemGetInfo's free bytes once the arena is allocated
   memory::Arena arena_;
   std::array<cudaStream_t, 3> streams_{};
   int* flags_ = nullptr;  // pinned, host_waits of them

@@ -53,6 +53,9 @@ class Device {
   virtual void synchronize() = 0;
   // Seconds the compute stream has spent waiting for events (stalls), since construction.
   virtual double compute_stall_seconds() const = 0;
+  // Device memory really used so far, measured, not planned: on the host device the arena's highest byte
+  // ever written; on a GPU the arena plus whatever else was allocated on it since start-up.
+  virtual int64_t measured_peak_bytes() const = 0;
 
   // The compute stream's work, all in the arena. Each names itself (label) in errors and the trace.
   virtual void zero(Stream stream, void* dst, int64_t bytes, std::string label) = 0;

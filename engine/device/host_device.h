@@ -34,6 +34,7 @@ class HostDevice final : public Device {
   void synchronize(const EventPtr& event) override;
   void synchronize() override;
   double compute_stall_seconds() const override;
+  int64_t measured_peak_bytes() const override { return arena_.touched_bytes(); }
   void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
   void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) override;
   void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,

@@ -7,11 +7,11 @@
 // The products are oneDNN batched matmuls over (batch, head) reading q, k, v in place through strides;
 // the masked softmax and its backward are plain loops. The CUDA path will use a fused kernel.
 #include <cmath>
-#include <vector>
 
 #include "models/ops/matmul.h"
 #include "models/ops/ops.h"
 #include "models/ops/parallel.h"
+#include "models/ops/workspace.h"
 
 namespace ferry::models::ops {
 namespace {
@@ -68,9 +68,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   const int64_t B = s.B, T = s.T, NH = s.NH, hs = s.C / s.NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const Views v = views(s);
-  thread_local std::vector<float> scratch;
-  if (static_cast<int64_t>(scratch.size()) < B * NH * T * T) scratch.resize(B * NH * T * T);
-  float* ds = scratch.data();
+  float* ds = workspace(Scratch::Op, B * NH * T * T * 4);
   // dP = dout v^T;  dv += P^T dout
   batched_matmul(ds, v.probs, dout, v.head_of_out, vv, v.head_of_in_t, B, NH, T, T, hs, false);
   batched_matmul(dv, v.head_of_in, att, v.probs_t, dout, v.head_of_out, B, NH, T, hs, T, true);

@@ -4,17 +4,17 @@
 // The probabilities are never kept between passes (backward recomputes them). The softmaxes run in
 // oneDNN (vectorised exp over rows of up to 50k entries; scalar libm exp cost ~10% of a GPT-2 step).
 #include <tuple>
-#include <vector>
 
 #include "models/ops/onednn.h"
 #include "models/ops/ops.h"
 #include "models/ops/parallel.h"
+#include "models/ops/workspace.h"
 
 namespace ferry::models::ops {
 namespace {
 
 struct Softmax {
-  dnnl::memory::desc md;
+  dnnl::memory::desc md, scratchpad;
   dnnl::primitive prim;
 };
 
@@ -24,24 +24,22 @@ const Softmax& softmax_for(int64_t N, int64_t V, bool log) {
     Softmax s;
     s.md = dnnl::memory::desc({N, V}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
     const auto prop = dnnl::prop_kind::forward_inference;
-    if (log)
-      s.prim = dnnl::logsoftmax_forward(
-          dnnl::logsoftmax_forward::primitive_desc(dnnl::logsoftmax_forward::desc(prop, s.md, 1), onednn::engine()));
-    else
-      s.prim = dnnl::softmax_forward(
-          dnnl::softmax_forward::primitive_desc(dnnl::softmax_forward::desc(prop, s.md, 1), onednn::engine()));
+    if (log) {
+      dnnl::logsoftmax_forward::primitive_desc pd(dnnl::logsoftmax_forward::desc(prop, s.md, 1), onednn::attributes(), onednn::engine());
+      s.prim = dnnl::logsoftmax_forward(pd), s.scratchpad = pd.scratchpad_desc();
+    } else {
+      dnnl::softmax_forward::primitive_desc pd(dnnl::softmax_forward::desc(prop, s.md, 1), onednn::attributes(), onednn::engine());
+      s.prim = dnnl::softmax_forward(pd), s.scratchpad = pd.scratchpad_desc();
+    }
     return s;
   });
 }
 
 float* softmax_into_scratch(const float* logits, int64_t N, int64_t V, bool log) {
-  thread_local std::vector<float> scratch;
-  if (static_cast<int64_t>(scratch.size()) < N * V) scratch.resize(N * V);
+  float* probs = workspace(Scratch::Op, N * V * 4);
   const Softmax& s = softmax_for(N, V, log);
-  s.prim.execute(onednn::stream(),
-                 {{DNNL_ARG_SRC, onednn::wrap(s.md, logits)}, {DNNL_ARG_DST, onednn::wrap(s.md, scratch.data())}});
-  onednn::stream().wait();
-  return scratch.data();
+  onednn::execute(s.prim, s.scratchpad, {{DNNL_ARG_SRC, onednn::wrap(s.md, logits)}, {DNNL_ARG_DST, onednn::wrap(s.md, probs)}});
+  return probs;
 }
 
 }  // namespace

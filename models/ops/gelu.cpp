@@ -6,17 +6,17 @@
 // GPT-2 step on the CPU).
 #include <tuple>
 #include <utility>
-#include <vector>
 
 #include "models/ops/onednn.h"
 #include "models/ops/ops.h"
 #include "models/ops/parallel.h"
+#include "models/ops/workspace.h"
 
 namespace ferry::models::ops {
 namespace {
 
 struct Gelu {
-  dnnl::memory::desc md;
+  dnnl::memory::desc md, fwd_scratchpad, bwd_scratchpad;
   dnnl::eltwise_forward fwd;
   dnnl::eltwise_backward bwd;
 };
@@ -27,10 +27,11 @@ const Gelu& gelu_for(int64_t n, bool exact) {
     g.md = dnnl::memory::desc({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
     const auto alg = exact ? dnnl::algorithm::eltwise_gelu_erf : dnnl::algorithm::eltwise_gelu_tanh;
     dnnl::eltwise_forward::primitive_desc fpd(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, g.md, 0.f, 0.f), onednn::engine());
-    g.fwd = dnnl::eltwise_forward(fpd);
-    g.bwd = dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
-        dnnl::eltwise_backward::desc(alg, g.md, g.md, 0.f, 0.f), onednn::engine(), fpd));
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, g.md, 0.f, 0.f), onednn::attributes(), onednn::engine());
+    dnnl::eltwise_backward::primitive_desc bpd(dnnl::eltwise_backward::desc(alg, g.md, g.md, 0.f, 0.f), onednn::attributes(),
+                                               onednn::engine(), fpd);
+    g.fwd = dnnl::eltwise_forward(fpd), g.fwd_scratchpad = fpd.scratchpad_desc();
+    g.bwd = dnnl::eltwise_backward(bpd), g.bwd_scratchpad = bpd.scratchpad_desc();
     return g;
   });
 }
@@ -39,20 +40,15 @@ const Gelu& gelu_for(int64_t n, bool exact) {
 
 void gelu_forward(float* out, const float* x, int64_t N, bool exact) {
   const Gelu& g = gelu_for(N, exact);
-  g.fwd.execute(onednn::stream(), {{DNNL_ARG_SRC, onednn::wrap(g.md, x)}, {DNNL_ARG_DST, onednn::wrap(g.md, out)}});
-  onednn::stream().wait();
+  onednn::execute(g.fwd, g.fwd_scratchpad, {{DNNL_ARG_SRC, onednn::wrap(g.md, x)}, {DNNL_ARG_DST, onednn::wrap(g.md, out)}});
 }
 
 void gelu_backward(float* dx, const float* dout, const float* x, int64_t N, bool exact) {
   // oneDNN overwrites its output; ops accumulate, so compute into scratch and add.
-  thread_local std::vector<float> scratch;
-  if (static_cast<int64_t>(scratch.size()) < N) scratch.resize(N);
+  float* s = workspace(Scratch::Op, N * 4);
   const Gelu& g = gelu_for(N, exact);
-  g.bwd.execute(onednn::stream(), {{DNNL_ARG_SRC, onednn::wrap(g.md, x)},
-                                   {DNNL_ARG_DIFF_DST, onednn::wrap(g.md, dout)},
-                                   {DNNL_ARG_DIFF_SRC, onednn::wrap(g.md, scratch.data())}});
-  onednn::stream().wait();
-  const float* s = scratch.data();
+  onednn::execute(g.bwd, g.bwd_scratchpad,
+                  {{DNNL_ARG_SRC, onednn::wrap(g.md, x)}, {DNNL_ARG_DIFF_DST, onednn::wrap(g.md, dout)}, {DNNL_ARG_DIFF_SRC, onednn::wrap(g.md, s)}});
   parallel_chunks(N, 1 << 15, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) dx[i] += s[i];
   });

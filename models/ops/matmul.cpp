@@ -12,7 +12,7 @@ namespace ferry::models::ops {
 namespace {
 
 struct Matmul {
-  dnnl::memory::desc a, b, bias, c;
+  dnnl::memory::desc a, b, bias, c, scratchpad;
   dnnl::matmul prim;
 };
 
@@ -30,22 +30,22 @@ void matmul(float* C, const float* A, const float* B, const float* bias, int64_t
     m.b = dnnl::memory::desc({K, N}, f32, trans_b ? tag::ba : tag::ab);
     m.c = dnnl::memory::desc({M, N}, f32, tag::ab);
     if (has_bias) m.bias = dnnl::memory::desc({1, N}, f32, tag::ab);
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = onednn::attributes();
     if (accumulate) {
       dnnl::post_ops po;
       po.append_sum(1.0f);
       attr.set_post_ops(po);
     }
     auto desc = has_bias ? dnnl::matmul::desc(m.a, m.b, m.bias, m.c) : dnnl::matmul::desc(m.a, m.b, m.c);
-    m.prim = dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, onednn::engine()));
+    const dnnl::matmul::primitive_desc pd(desc, attr, onednn::engine());
+    m.prim = dnnl::matmul(pd), m.scratchpad = pd.scratchpad_desc();
     return m;
   });
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, onednn::wrap(p.a, A)},
                                              {DNNL_ARG_WEIGHTS, onednn::wrap(p.b, B)},
                                              {DNNL_ARG_DST, onednn::wrap(p.c, C)}};
   if (has_bias) args.emplace(DNNL_ARG_BIAS, onednn::wrap(p.bias, bias));
-  p.prim.execute(onednn::stream(), args);
-  onednn::stream().wait();
+  onednn::execute(p.prim, p.scratchpad, std::move(args));
 }
 
 void batched_matmul(float* C, StridedBatch c, const float* A, StridedBatch a, const float* B_, StridedBatch b,
@@ -58,19 +58,18 @@ void batched_matmul(float* C, StridedBatch c, const float* A, StridedBatch a, co
     m.a = dnnl::memory::desc({B, H, M, K}, f32, {a.batch, a.head, a.row, a.col});
     m.b = dnnl::memory::desc({B, H, K, N}, f32, {b.batch, b.head, b.row, b.col});
     m.c = dnnl::memory::desc({B, H, M, N}, f32, {c.batch, c.head, c.row, c.col});
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = onednn::attributes();
     if (accumulate) {
       dnnl::post_ops po;
       po.append_sum(1.0f);
       attr.set_post_ops(po);
     }
-    m.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(m.a, m.b, m.c), attr, onednn::engine()));
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m.a, m.b, m.c), attr, onednn::engine());
+    m.prim = dnnl::matmul(pd), m.scratchpad = pd.scratchpad_desc();
     return m;
   });
-  p.prim.execute(onednn::stream(), {{DNNL_ARG_SRC, onednn::wrap(p.a, A)},
-                                    {DNNL_ARG_WEIGHTS, onednn::wrap(p.b, B_)},
-                                    {DNNL_ARG_DST, onednn::wrap(p.c, C)}});
-  onednn::stream().wait();
+  onednn::execute(p.prim, p.scratchpad,
+                  {{DNNL_ARG_SRC, onednn::wrap(p.a, A)}, {DNNL_ARG_WEIGHTS, onednn::wrap(p.b, B_)}, {DNNL_ARG_DST, onednn::wrap(p.c, C)}});
 }
 
 void set_matmul_threads(int threads) {

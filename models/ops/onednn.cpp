@@ -1,6 +1,8 @@
 // The CPU engine and per-thread streams of oneDNN.
 #include "models/ops/onednn.h"
 
+#include "models/ops/workspace.h"
+
 namespace ferry::models::ops::onednn {
 
 dnnl::engine& engine() {
@@ -11,6 +13,19 @@ dnnl::engine& engine() {
 dnnl::stream& stream() {
   thread_local dnnl::stream s(engine());
   return s;
+}
+
+dnnl::primitive_attr attributes() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+void execute(const dnnl::primitive& primitive, const dnnl::memory::desc& scratchpad, std::unordered_map<int, dnnl::memory> args) {
+  if (const size_t bytes = scratchpad.get_size(); bytes > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad, engine(), workspace(Scratch::Library, static_cast<int64_t>(bytes))));
+  primitive.execute(stream(), args);
+  stream().wait();
 }
 
 }  // namespace ferry::models::ops::onednn

@@ -7,6 +7,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 
 namespace ferry::models::ops::onednn {
 
@@ -23,6 +24,13 @@ const Primitive& cached(const Key& key, Make&& make) {
   if (it == cache.end()) it = cache.emplace(key, make()).first;
   return it->second;
 }
+
+// Attributes every primitive is created with: its scratchpad comes from the op's workspace (ops/workspace.h)
+// rather than from allocations inside oneDNN, so that library scratch is sized at start-up and counted.
+dnnl::primitive_attr attributes();
+// Runs a primitive on this thread's stream with its scratchpad (`scratchpad`: the primitive descriptor's
+// scratchpad_desc()) in this thread's library workspace, and waits for it.
+void execute(const dnnl::primitive& primitive, const dnnl::memory::desc& scratchpad, std::unordered_map<int, dnnl::memory> args);
 
 // A dense fp32 tensor of the given dims wrapped around caller memory.
 inline dnnl::memory wrap(const dnnl::memory::desc& md, const float* p) {

@@ -6,6 +6,7 @@
 
 #include "engine/device/cuda_devices.h"
 #include "memory/arena.h"
+#include "memory/device_allocations.h"
 #include "memory/bucket_layout.h"
 #include "memory/host_buckets.h"
 #include "memory/pinned_pool.h"
@@ -118,26 +119,38 @@ TEST(PinnedHostPool, CarvesAlignedRegionsAndSaysWhenFull) {
 }
 
 TEST(Arena, OneAllocationBoundsCheckedAndCounted) {
-  const int64_t before = Arena::allocation_count();
+  const int64_t before = DeviceAllocations::count();
   {
     Arena arena(Arena::Backing::Host, 1 << 20);
-    EXPECT_EQ(Arena::allocation_count(), before + 1);
-    EXPECT_GE(Arena::bytes_held(), 1 << 20);
+    EXPECT_EQ(DeviceAllocations::count(), before + 1);
+    EXPECT_GE(DeviceAllocations::bytes_held(), 1 << 20);
     EXPECT_EQ(arena.at(4096, 100), arena.data() + 4096);
     EXPECT_THROW(arena.at((1 << 20) - 10, 100), std::out_of_range);
     EXPECT_THROW(arena.at(-1, 1), std::out_of_range);
     Arena moved = std::move(arena);
     EXPECT_EQ(moved.size(), 1 << 20);
-    EXPECT_EQ(Arena::allocation_count(), before + 1);  // moving allocates nothing
+    EXPECT_EQ(DeviceAllocations::count(), before + 1);  // moving allocates nothing
   }
-  EXPECT_EQ(Arena::bytes_held(), 0);
+  EXPECT_EQ(DeviceAllocations::bytes_held(), 0);
+}
+
+TEST(Arena, TouchedBytesAreTheHighestByteEverWritten) {
+  Arena arena(Arena::Backing::Host, 4096);
+  EXPECT_EQ(arena.touched_bytes(), 0);  // filled with the unwritten byte at start-up
+  arena.data()[100] = std::byte{0};
+  EXPECT_EQ(arena.touched_bytes(), 101);
+  arena.data()[3000] = std::byte{7};
+  arena.data()[3000] = Arena::kUnwritten;  // a write of the pattern itself cannot be told apart
+  EXPECT_EQ(arena.touched_bytes(), 101);
+  arena.data()[4095] = std::byte{1};
+  EXPECT_EQ(arena.touched_bytes(), 4096);
 }
 
 TEST(Arena, CudaBacking) {
   if (device::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const int64_t before = Arena::allocation_count();
+  const int64_t before = DeviceAllocations::count();
   Arena arena(Arena::Backing::Cuda, 64 << 20);
-  EXPECT_EQ(Arena::allocation_count(), before + 1);
+  EXPECT_EQ(DeviceAllocations::count(), before + 1);
   EXPECT_NE(arena.data(), nullptr);
 }
 

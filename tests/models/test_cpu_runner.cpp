@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "memory/arena.h"
+#include "memory/device_allocations.h"
 #include "models/cpu_runner.h"
 #include "models/gpt2.h"
 
@@ -14,14 +15,14 @@ TEST(CpuRunner, NothingIsAllocatedInTheArenaAfterStartUp) {
   const ModelSpec spec = build_gpt2({2, 2, 32, 256, 16}, 2, 16);
   ParameterStore params(spec.params);
   init_gpt2(spec, {2, 2, 32, 256, 16}, params, 1);
-  const int64_t before = memory::Arena::allocation_count();
+  const int64_t before = memory::DeviceAllocations::count();
   CpuRunner runner(spec, params);
-  EXPECT_EQ(memory::Arena::allocation_count(), before + 1);  // the one arena, at start-up
+  EXPECT_EQ(memory::DeviceAllocations::count(), before + 1);  // the one arena, at start-up
   std::vector<int32_t> tokens(32, 7), targets(32, 9);
   runner.set_batch(tokens, targets);
   const float first = runner.forward_backward();
   for (int step = 0; step < 3; ++step) EXPECT_EQ(runner.forward_backward(), first);  // the batch survives each step
-  EXPECT_EQ(memory::Arena::allocation_count(), before + 1);
+  EXPECT_EQ(memory::DeviceAllocations::count(), before + 1);
 }
 
 }  // namespace

@@ -1,0 +1,107 @@
+// HostOptimizer: the host side of a step for the buckets whose AdamW runs on the CPU. It owns the
+// gradient landing regions, the working copies that travel to the device, and the CPU worker that
+// gathers each bucket's gradient statistics as they land, decides the step once every bucket is in
+// (global norm, clipping, inf/nan skip) and updates each bucket with a fused copy-out into its working
+// copy. With the delayed update (ZeRO-Offload's), a step's updates run during the next step: gradients
+// alternate between two landing regions and working copies are swapped once the updates are in.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cpu_optim/adamw.h"
+#include "engine/device/device.h"
+#include "engine/device/work_queue.h"
+#include "engine/faults.h"
+#include "memory/host_buckets.h"
+#include "memory/host_buffer.h"
+#include "offload/problem.h"
+
+namespace ferry::engine {
+
+class HostOptimizer {
+ public:
+  HostOptimizer(const offload::OffloadProblem& problem, memory::HostBuckets& host, const cpu_optim::CpuAdamW& adamw,
+                bool delayed, float max_norm, const Faults& faults, device::Trace* trace);
+  ~HostOptimizer();
+
+  // Where micro-batch `micro`'s gradients of bucket b land: the landing region for the first, a staging
+  // buffer that is summed into it for the others.
+  float* landing(int bucket, int micro) const;
+  // Queues, on the CPU worker: wait for the gradients to land (`landed`), sum a later micro-batch's into
+  // the landing region, and after the last micro-batch the bucket's statistics.
+  void gather(int bucket, device::Device& device, device::EventPtr landed, int micro, bool last_micro);
+
+  // The step decision from every bucket's statistics (global norm, clip scale, inf/nan skip).
+  void queue_decision(float loss_scale);
+  const cpu_optim::StepDecision& decision() const { return decision_; }
+  // Queues AdamW on `order`'s buckets with this step's gradients and decision; each bucket's `updated`
+  // event follows its update (uploads wait for it).
+  void queue_updates(const std::vector<int>& order, int64_t adam_step, double lr);
+  std::shared_ptr<device::HostEvent> updated(int bucket) const { return updated_[bucket]; }
+
+  // The working copy prefetches read, and the one an upload sends after this step's update.
+  const float* working(int bucket) const { return working_now_[bucket]; }
+  const float* updated_working(int bucket) const { return delayed_ ? working_next_[bucket] : working_now_[bucket]; }
+
+  // Waits for the CPU worker; throws its first failure.
+  void drain() { worker_->drain(); }
+  // The host buckets were rewritten (start, resume): they are the whole state; nothing is pending.
+  void reset();
+
+  // Delayed update: the update of the last step, not applied yet.
+  struct Pending {
+    int64_t adam_step = 0;
+    double lr = 0;
+    cpu_optim::StepDecision decision;
+    std::vector<int> order;  // buckets to update
+    int parity = 0;          // which landing region holds its gradients
+  };
+  bool has_pending() const { return has_pending_; }
+  const Pending& pending() const { return pending_; }
+  // Queues the pending update on the CPU worker (at the start of a step, or to flush it).
+  void queue_pending();
+  // After the step's barrier: the pending update (if queued) is applied; this step's becomes pending.
+  void end_delayed_step(int64_t adam_step, double lr, std::vector<int> order);
+  void end_pending() { swap_working(pending_.order), has_pending_ = false; }
+  // A checkpoint's pending update: its gradients go to pending_gradients(b), then it applies next step.
+  void set_pending(int64_t adam_step, double lr, const cpu_optim::StepDecision& decision);
+  std::span<float> pending_gradients(int bucket) const;
+  int landing_parity() const { return delayed_ ? parity_ : 0; }
+
+ private:
+  void queue_update(int bucket, int grads, int64_t adam_step, double lr);
+  void swap_working(const std::vector<int>& order);
+  float* region(int bucket, memory::HostBuckets::Region r) const { return host_.region(bucket, r).as<float>(); }
+  void run(std::string label, std::function<void()> work);
+
+  const offload::OffloadProblem& p_;
+  memory::HostBuckets& host_;
+  const cpu_optim::CpuAdamW& adamw_;
+  const bool delayed_;
+  const float max_norm_;
+  const Faults& faults_;
+  std::vector<std::string> label_;
+
+  std::vector<float*> grad_land_[2];  // per parity, per bucket
+  memory::HostBuffer staging_;        // micro-batches after the first land here
+  std::vector<int64_t> staging_offset_;
+  std::vector<float*> working_now_, working_next_, working_spare_;
+  memory::HostBuffer grad_alt_, working_alt_;  // the delayed update's second regions
+  int parity_ = 0;
+
+  std::vector<cpu_optim::GradStats> stats_;  // written by the worker, read by the decision
+  cpu_optim::StepDecision decision_;         // of this step's gradients
+  cpu_optim::StepDecision applying_;         // of the gradients the queued updates apply
+  std::vector<std::shared_ptr<device::HostEvent>> updated_;
+  bool has_pending_ = false;
+  Pending pending_;
+
+  std::unique_ptr<device::WorkQueue> worker_;  // last: drained and joined first
+};
+
+}  // namespace ferry::engine

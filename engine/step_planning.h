@@ -1,0 +1,31 @@
+// The step plan of an experiment, decided in one place for `ferry train` and `ferry plan`: the cost model
+// (a file, or the host device measured and profiled), the device budget, the policy, activation
+// checkpointing and the overlap of the CPU optimizer, as the config asks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dataset/dataset.h"
+#include "engine/config.h"
+#include "models/cpu_runner.h"
+#include "models/model_spec.h"
+#include "offload/cost_model.h"
+#include "offload/policies.h"
+
+namespace ferry::engine {
+
+// The cost model of a run on the host device: offload.cost_model when given, else the host's rates
+// (measured once and cached; `cache` receives the file) with every op of this model profiled on `sample`
+// by `profiler`. fp32 sizes (the host device computes in fp32) and the link device.host sets.
+offload::CostModel host_device_cost_model(const Config& config, models::CpuRunner& profiler, const dataset::Batch& sample,
+                                          std::string* cache);
+
+// The step plan for the config on `cost`: budget `budget` (0: offload.gpu_budget; both unset: what
+// resident needs), the configured policy (or `policy` when not empty), checkpointing, gradient
+// accumulation and overlap. red_zone_bytes pads every device tensor (tests). A budget the policy cannot
+// fit is a std::runtime_error that says what the model needs and which key to change.
+offload::StepPlan plan_for_config(const Config& config, const models::ModelSpec& spec, const offload::CostModel& cost,
+                                  int64_t budget = 0, const std::string& policy = "", int64_t red_zone_bytes = 0);
+
+}  // namespace ferry::engine
