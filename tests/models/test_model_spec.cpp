@@ -1,15 +1,199 @@
-// The GPT-2 ModelSpec: Hugging Face names and shapes, parameter count, and the op list's invariants
-// (every read follows a write, lifetimes derived consistently, backward mirrors forward).
+// The GPT-2 and BERT ModelSpecs: Hugging Face names and shapes, parameter count, and the op list's invariants
+// (every read follows a write, lifetimes derived consistently, the derived backward mirrors forward).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
+#include "models/bert.h"
 #include "models/gpt2.h"
 #include "models/rng.h"
 
 namespace ferry::models {
 namespace {
+
+int pick(Rng& rng, int lo, int hi) { return lo + static_cast<int>(rng.below(static_cast<uint64_t>(hi - lo + 1))); }
+
+ModelSpec random_gpt2(Rng& rng) {
+  const int NH = pick(rng, 1, 4);
+  const GptConfig cfg{pick(rng, 1, 4), NH, NH * pick(rng, 1, 16), pick(rng, 2, 301), pick(rng, 1, 64)};
+  return build_gpt2(cfg, pick(rng, 1, 4), pick(rng, 1, cfg.seq_len));
+}
+
+ModelSpec random_bert(Rng& rng) {
+  const int NH = pick(rng, 1, 4);
+  const BertConfig cfg{pick(rng, 1, 4), NH, NH * pick(rng, 1, 16), pick(rng, 2, 301), pick(rng, 1, 64), pick(rng, 0, 80)};
+  return build_bert(cfg, pick(rng, 1, 4), pick(rng, 1, cfg.seq_len));
+}
+
+// 20 specs of each model at random shapes.
+std::vector<ModelSpec> random_specs() {
+  Rng rng(42);
+  std::vector<ModelSpec> specs;
+  for (int trial = 0; trial < 20; ++trial) specs.push_back(random_gpt2(rng)), specs.push_back(random_bert(rng));
+  return specs;
+}
+
+std::vector<std::string> names(const ModelSpec& spec, const std::vector<int>& tensors) {
+  std::vector<std::string> out;
+  for (int t : tensors) out.push_back(t >= 0 ? spec.tensors[t].name : "(none)");
+  return out;
+}
+
+// Replays lifetimes: reads hit live tensors, each tensor is created and freed exactly once, in order.
+void expect_lifetimes_consistent(const ModelSpec& spec) {
+  std::set<int> live;
+  std::map<int, int> created, freed;
+  for (const auto& t : spec.tensors) EXPECT_GT(numel(t.shape), 0) << t.name;
+  for (int i = 0; i < static_cast<int>(spec.tensors.size()); ++i)
+    if (spec.tensors[i].is_input) live.insert(i);
+  for (const auto& op : spec.ops) {
+    for (int t : op.creates) {
+      EXPECT_EQ(created[t]++, 0) << spec.tensors[t].name;
+      live.insert(t);
+    }
+    for (int t : op.inputs) EXPECT_TRUE(live.contains(t)) << op.name << " reads dead " << spec.tensors[t].name;
+    for (int t : op.outputs) EXPECT_TRUE(live.contains(t)) << op.name << " writes dead " << spec.tensors[t].name;
+    for (int t : op.frees) {
+      EXPECT_EQ(freed[t]++, 0) << spec.tensors[t].name;
+      live.erase(t);
+    }
+  }
+  EXPECT_EQ(freed.size(), spec.tensors.size());
+}
+
+TEST(ModelSpecs, OpListInvariantsHoldForRandomShapes) {
+  for (const ModelSpec& spec : random_specs()) {
+    SCOPED_TRACE(spec.kind + " with " + std::to_string(spec.ops.size()) + " ops");
+    expect_lifetimes_consistent(spec);
+    // Every parameter is used by a forward op, and by as many backward ops.
+    std::vector<int> fwd_uses(spec.params.size()), bwd_uses(spec.params.size());
+    for (const auto& op : spec.ops)
+      for (int p : op.params) (op.pass == Pass::Forward ? fwd_uses : bwd_uses)[p]++;
+    for (size_t p = 0; p < spec.params.size(); ++p) {
+      EXPECT_GT(fwd_uses[p], 0) << spec.params[p].name;
+      EXPECT_EQ(fwd_uses[p], bwd_uses[p]) << spec.params[p].name;
+    }
+    EXPECT_GT(spec.step_flops(), 2.0 * spec.forward_flops());  // backward costs about twice forward
+  }
+}
+
+// Backward FLOPs over forward, per kind: two matmuls for one (Linear), or about twice the elementwise work.
+double backward_flop_ratio(OpKind kind) {
+  if (kind == OpKind::LayerNorm) return 12.0 / 8.0;
+  if (kind == OpKind::CrossEntropy) return 4.0 / 3.0;
+  return 2.0;
+}
+
+bool same_attrs(const OpAttrs& a, const OpAttrs& b) {
+  return a.rows == b.rows && a.in == b.in && a.out == b.out && a.weight_out_in == b.weight_out_in &&
+         a.batch == b.batch && a.seq == b.seq && a.heads == b.heads && a.causal == b.causal &&
+         a.exact_gelu == b.exact_gelu && a.eps == b.eps;
+}
+
+// The backward op of forward op `f`, as the slot conventions of models/cpu_op.cpp spell it: it reads the
+// gradient of f's result (the loss has none: it is the root), f's inputs (a residual needs none), and every
+// output f saved beside its result; it writes the gradients of f's inputs that are not batch inputs.
+void expect_mirror(const ModelSpec& spec, const std::map<std::string, int>& index, const OpSpec& f, const OpSpec& b) {
+  auto grad = [&](int t) {
+    const auto it = index.find(spec.tensors[t].name + ".grad");
+    if (it == index.end()) ADD_FAILURE() << f.name << ": no gradient tensor for " << spec.tensors[t].name;
+    return it == index.end() ? -1 : it->second;
+  };
+  std::vector<int> reads, writes;
+  if (f.kind != OpKind::CrossEntropy) reads.push_back(grad(f.outputs.at(0)));
+  if (f.kind != OpKind::Residual) reads.insert(reads.end(), f.inputs.begin(), f.inputs.end());
+  reads.insert(reads.end(), f.outputs.begin() + 1, f.outputs.end());
+  for (int t : f.inputs)
+    if (!spec.tensors[t].is_input) writes.push_back(grad(t));
+
+  ASSERT_TRUE(f.name.ends_with(".fwd")) << f.name;
+  EXPECT_EQ(b.name, f.name.substr(0, f.name.size() - 4) + ".bwd");
+  EXPECT_EQ(b.pass, Pass::Backward);
+  EXPECT_EQ(b.kind, f.kind);
+  EXPECT_EQ(b.layer, f.layer);
+  EXPECT_EQ(b.params, f.params);
+  EXPECT_TRUE(same_attrs(b.attrs, f.attrs));
+  EXPECT_EQ(names(spec, b.inputs), names(spec, reads));
+  EXPECT_EQ(names(spec, b.outputs), names(spec, writes));
+  EXPECT_DOUBLE_EQ(b.flops, f.flops * backward_flop_ratio(f.kind));
+}
+
+TEST(ModelSpecs, DerivedBackwardMirrorsForwardForRandomShapes) {
+  for (const ModelSpec& spec : random_specs()) {
+    SCOPED_TRACE(spec.kind + " with " + std::to_string(spec.ops.size()) + " ops");
+    std::map<std::string, int> index;
+    for (int t = 0; t < static_cast<int>(spec.tensors.size()); ++t)
+      EXPECT_TRUE(index.emplace(spec.tensors[t].name, t).second) << "two tensors named " << spec.tensors[t].name;
+
+    // Forward ops first, then one backward op each, in exact reverse order.
+    const auto first_bwd = std::find_if(spec.ops.begin(), spec.ops.end(), [](const OpSpec& op) { return op.pass == Pass::Backward; });
+    const size_t n_fwd = static_cast<size_t>(first_bwd - spec.ops.begin());
+    ASSERT_EQ(spec.ops.size(), 2 * n_fwd);
+    for (size_t i = 0; i < n_fwd; ++i) {
+      SCOPED_TRACE(spec.ops[i].name);
+      EXPECT_EQ(spec.ops[i].pass, Pass::Forward);
+      expect_mirror(spec, index, spec.ops[i], spec.ops[2 * n_fwd - 1 - i]);
+    }
+
+    // Gradients: "<name>.grad" of an activation, its shape, never of a batch input; forward ops touch none,
+    // and every gradient is written before any op reads it.
+    for (const TensorSpec& t : spec.tensors) {
+      if (!t.is_grad) continue;
+      const auto of = index.find(t.name.substr(0, t.name.size() - 5));
+      ASSERT_TRUE(t.name.ends_with(".grad") && of != index.end()) << t.name;
+      EXPECT_FALSE(spec.tensors[of->second].is_input) << t.name;
+      EXPECT_EQ(spec.tensors[of->second].shape, t.shape) << t.name;
+    }
+    std::set<int> written;
+    for (const OpSpec& op : spec.ops) {
+      for (int t : op.inputs)
+        EXPECT_TRUE(!spec.tensors[t].is_grad || written.contains(t)) << op.name << " reads unwritten " << spec.tensors[t].name;
+      for (int t : op.outputs) {
+        EXPECT_EQ(spec.tensors[t].is_grad, op.pass == Pass::Backward) << op.name << " writes " << spec.tensors[t].name;
+        written.insert(t);
+      }
+    }
+  }
+}
+
+// A few backward ops spelled out, slot by slot, as models/cpu_op.cpp documents them.
+TEST(ModelSpecs, BackwardSlotsFollowTheCpuConventions) {
+  struct Expected {
+    std::string op;
+    std::vector<std::string> inputs, outputs;
+  };
+  const std::vector<Expected> gpt2 = {
+      {"loss.bwd", {"lm_head.out", "targets"}, {"lm_head.out.grad"}},
+      {"lm_head.bwd", {"lm_head.out.grad", "ln_f.out"}, {"ln_f.out.grad"}},
+      {"h.0.res_1.bwd", {"h.0.res_1.out.grad"}, {"embed.out.grad", "h.0.attn.c_proj.out.grad"}},
+      {"h.0.attn.bwd", {"h.0.attn.out.grad", "h.0.attn.c_attn.out", "h.0.attn.probs"}, {"h.0.attn.c_attn.out.grad"}},
+      {"h.0.ln_1.bwd", {"h.0.ln_1.out.grad", "embed.out", "h.0.ln_1.mean", "h.0.ln_1.rstd"}, {"embed.out.grad"}},
+      {"h.1.mlp.gelu.bwd", {"h.1.mlp.gelu.out.grad", "h.1.mlp.c_fc.out"}, {"h.1.mlp.c_fc.out.grad"}},
+      {"embed.bwd", {"embed.out.grad", "tokens"}, {}},
+  };
+  const std::vector<Expected> bert = {
+      {"layer.1.attn.bwd",
+       {"layer.1.attn.out.grad", "layer.1.attn.q.out", "layer.1.attn.k.out", "layer.1.attn.v.out", "attention_mask",
+        "layer.1.attn.probs"},
+       {"layer.1.attn.q.out.grad", "layer.1.attn.k.out.grad", "layer.1.attn.v.out.grad"}},
+      {"layer.1.attn.res.bwd", {"layer.1.attn.res.out.grad"}, {"layer.1.attn.dense.out.grad", "layer.0.ffn.ln.out.grad"}},
+      {"layer.0.attn.q.bwd", {"layer.0.attn.q.out.grad", "embed.ln.out"}, {"embed.ln.out.grad"}},
+      {"embed.bwd", {"embed.out.grad", "tokens"}, {}},
+  };
+  const std::pair<ModelSpec, std::vector<Expected>> cases[] = {{build_gpt2({2, 2, 16, 50, 8}, 2, 8), gpt2},
+                                                               {build_bert({2, 2, 16, 50, 8}, 2, 8), bert}};
+  for (const auto& [spec, expected] : cases)
+    for (const Expected& e : expected) {
+      const auto op = std::find_if(spec.ops.begin(), spec.ops.end(), [&](const OpSpec& o) { return o.name == e.op; });
+      ASSERT_NE(op, spec.ops.end()) << e.op;
+      EXPECT_EQ(names(spec, op->inputs), e.inputs) << e.op;
+      EXPECT_EQ(names(spec, op->outputs), e.outputs) << e.op;
+    }
+}
 
 TEST(Gpt2Spec, Gpt2SmallHasHuggingFaceNamesShapesAndCount) {
   const ModelSpec spec = build_gpt2({12, 12, 768, 50257, 1024}, 1, 8);
@@ -19,53 +203,6 @@ TEST(Gpt2Spec, Gpt2SmallHasHuggingFaceNamesShapesAndCount) {
   EXPECT_EQ(spec.params[spec.param_index("transformer.h.11.mlp.c_proj.weight")].shape, (Shape{3072, 768}));
   EXPECT_EQ(spec.params[spec.param_index("transformer.wpe.weight")].shape, (Shape{1024, 768}));
   EXPECT_THROW(spec.param_index("lm_head.weight"), std::out_of_range);  // tied to transformer.wte.weight
-}
-
-TEST(Gpt2Spec, OpListInvariantsHoldForRandomShapes) {
-  Rng rng(42);
-  for (int trial = 0; trial < 20; ++trial) {
-    const int NH = 1 + static_cast<int>(rng.below(4));
-    const GptConfig cfg{1 + static_cast<int>(rng.below(4)), NH, NH * (1 + static_cast<int>(rng.below(16))),
-                        2 + static_cast<int>(rng.below(300)), 1 + static_cast<int>(rng.below(64))};
-    const int64_t B = 1 + rng.below(4), T = 1 + rng.below(cfg.seq_len);
-    const ModelSpec spec = build_gpt2(cfg, B, T);
-
-    // Replay lifetimes: reads hit live tensors, each tensor is created and freed exactly once, in order.
-    std::set<int> live;
-    std::map<int, int> created, freed;
-    for (const auto& t : spec.tensors) EXPECT_GT(numel(t.shape), 0) << t.name;
-    for (int i = 0; i < static_cast<int>(spec.tensors.size()); ++i)
-      if (spec.tensors[i].is_input) live.insert(i);
-    for (const auto& op : spec.ops) {
-      for (int t : op.creates) {
-        EXPECT_EQ(created[t]++, 0) << spec.tensors[t].name;
-        live.insert(t);
-      }
-      for (int t : op.inputs) EXPECT_TRUE(live.contains(t)) << op.name << " reads dead " << spec.tensors[t].name;
-      for (int t : op.outputs) EXPECT_TRUE(live.contains(t)) << op.name << " writes dead " << spec.tensors[t].name;
-      for (int t : op.frees) {
-        EXPECT_EQ(freed[t]++, 0) << spec.tensors[t].name;
-        live.erase(t);
-      }
-    }
-    EXPECT_EQ(freed.size(), spec.tensors.size());
-
-    // Every parameter is used by a forward and by a backward op; backward ops mirror forward ops in reverse.
-    std::vector<int> fwd_uses(spec.params.size()), bwd_uses(spec.params.size());
-    std::vector<std::string> fwd_names, bwd_names;
-    for (const auto& op : spec.ops) {
-      for (int p : op.params) (op.pass == Pass::Forward ? fwd_uses : bwd_uses)[p]++;
-      const std::string stem = op.name.substr(0, op.name.rfind('.'));
-      (op.pass == Pass::Forward ? fwd_names : bwd_names).push_back(stem);
-    }
-    for (size_t p = 0; p < spec.params.size(); ++p) {
-      EXPECT_GT(fwd_uses[p], 0) << spec.params[p].name;
-      EXPECT_EQ(fwd_uses[p], bwd_uses[p]) << spec.params[p].name;
-    }
-    std::reverse(bwd_names.begin(), bwd_names.end());
-    EXPECT_EQ(fwd_names, bwd_names);
-    EXPECT_GT(spec.step_flops(), 2.0 * spec.forward_flops());  // backward costs about twice forward
-  }
 }
 
 TEST(Gpt2Spec, StepFlopsAreSixPerParameterPerTokenPlusAttention) {
@@ -81,6 +218,13 @@ TEST(Gpt2Spec, StepFlopsAreSixPerParameterPerTokenPlusAttention) {
 TEST(Gpt2Spec, RejectsBadShapes) {
   EXPECT_THROW(build_gpt2({2, 3, 64, 256, 32}, 1, 8), std::invalid_argument);  // 64 % 3 != 0
   EXPECT_THROW(build_gpt2({2, 4, 64, 256, 32}, 1, 33), std::invalid_argument);  // T > seq_len
+}
+
+TEST(BertSpec, BertBaseHasHuggingFaceNamesShapesAndCount) {
+  const ModelSpec spec = build_bert({12, 12, 768, 30522, 512}, 1, 8);
+  EXPECT_EQ(spec.param_count(), 109514298);  // BertForMaskedLM("bert-base-uncased").num_parameters()
+  EXPECT_EQ(spec.params[spec.param_index("bert.encoder.layer.11.intermediate.dense.weight")].shape, (Shape{3072, 768}));
+  EXPECT_THROW(build_bert({2, 3, 64, 256, 32}, 1, 8), std::invalid_argument);  // 64 % 3 != 0
 }
 
 }  // namespace
