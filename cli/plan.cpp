@@ -1,17 +1,20 @@
-// run_plan: builds the offload problem of the config's model, plans it with every policy, reports.
+// `ferry plan`: its options, and run_plan: builds the offload problem of the config's model, plans it with
+// every policy, reports.
 #include "cli/plan.h"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <thread>
+#include <vector>
 
+#include "cli/commands.h"
 #include "engine/device/host_cost_model.h"
 #include "models/registry.h"
 #include "memory/host_buffer.h"
-#include "memory/bucket_layout.h"
 #include "models/gpt2.h"
 #include "offload/policies.h"
 
@@ -21,13 +24,11 @@ int run_plan(const engine::Config& cfg, const PlanOptions& opt) {
   if (budget <= 0)
     throw std::runtime_error("offload.gpu_budget: missing; give --budget 8GiB or set offload.gpu_budget in the config");
   const offload::Policy chosen = offload::parse_policy(opt.policy.empty() ? cfg.offload.policy : opt.policy);
-  const int threads = cfg.train.threads > 0 ? cfg.train.threads : static_cast<int>(std::thread::hardware_concurrency());
   std::string cache;
   const offload::CostModel cost =
-      cfg.offload.cost_model.empty() ? device::host_cost_model(threads, &cache) : offload::CostModel::load(cfg.offload.cost_model);
+      cfg.offload.cost_model.empty() ? device::host_cost_model(cfg.threads(), &cache) : offload::CostModel::load(cfg.offload.cost_model);
   const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len);
-  const int64_t bucket_bytes =
-      cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
+  const int64_t bucket_bytes = cfg.bucket_bytes();
   const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
   const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
   const double bound = offload::lower_bound_step_s(problem);
@@ -98,6 +99,33 @@ int run_plan(const engine::Config& cfg, const PlanOptions& opt) {
     out << main.dump(2) << '\n';
   }
   return status;
+}
+
+Command add_plan(CLI::App& app) {
+  struct PlanArgs {
+    std::string config, policy, budget, json;
+    std::vector<std::string> overrides;
+  };
+  auto args = std::make_shared<PlanArgs>();
+  auto* plan = app.add_subcommand("plan", "Plan the offload of an experiment without training: fit, placement, "
+                                          "predicted step time, all policies side by side");
+  plan->add_option("-c,--config", args->config, "Experiment file (YAML)")->required()->check(CLI::ExistingFile);
+  plan->add_option("--budget", args->budget, "Device memory budget, e.g. 8GiB or 512MiB (default: offload.gpu_budget)");
+  plan->add_option("--policy", args->policy, "resident | zero-offload | chunk-lru | greedy (default: offload.policy)");
+  plan->add_option("--json", args->json, "Also write the plan as JSON (policy, fits, budget_bytes, peak_device_bytes, "
+                                         "predicted_step_s, lower_bound_step_s, h2d_bytes, d2h_bytes, resident_bytes, "
+                                         "offloaded_bytes, and every policy under policies)");
+  plan->add_option("--set", args->overrides, "Override any config key, e.g. --set offload.bucket_mb=64 (repeatable)");
+  plan->footer("Exit status: 0 when the plan fits the budget, 3 when it does not.\n"
+               "offload.cost_model: a JSON cost model (configs/cost_models/h100-assumed.json plans for an H100 on\n"
+               "any machine); without one, the host device is measured at start-up (about a second).");
+  return {plan, [args] {
+            PlanOptions opt;
+            opt.policy = args->policy;
+            opt.json = args->json;
+            if (!args->budget.empty()) opt.budget = engine::parse_bytes(args->budget);
+            return run_plan(engine::load_config(args->config, args->overrides), opt);
+          }};
 }
 
 }  // namespace ferry::cli

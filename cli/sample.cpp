@@ -1,13 +1,18 @@
-// sample(): one forward pass over the last seq_len tokens per new token (no KV cache on the CPU path),
+// `ferry sample`: its options, and sample(): one forward pass over the last seq_len tokens per new token (no KV cache on the CPU path),
 // reading the logits at the last real position; positions after it are padding the causal mask hides.
 #include "cli/sample.h"
 
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <vector>
 
+#include "cli/commands.h"
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
@@ -67,6 +72,30 @@ std::string sample(const SampleOptions& o) {
   for (int32_t t : text) out.push_back(static_cast<char>(t < 256 ? t : '?'));
   if (o.prompt.empty()) out.erase(0, 1);
   return out;
+}
+
+Command add_sample(CLI::App& app) {
+  struct SampleArgs {
+    SampleOptions options;
+    std::string checkpoint;
+  };
+  auto args = std::make_shared<SampleArgs>();
+  SampleOptions& o = args->options;
+  auto* sample_cmd = app.add_subcommand("sample", "Generate text from a GPT checkpoint written by `ferry train`");
+  sample_cmd->add_option("--checkpoint", args->checkpoint, "A checkpoint folder, or a train.checkpoint_dir (the newest)")
+      ->required();
+  sample_cmd->add_option("--prompt", o.prompt, "Text to continue");
+  sample_cmd->add_option("--tokens", o.tokens, "Tokens to generate (default 200)")->check(CLI::NonNegativeNumber);
+  sample_cmd->add_option("--temperature", o.temperature, "Softmax temperature; 0 picks the most likely token (default 0.8)")
+      ->check(CLI::NonNegativeNumber);
+  sample_cmd->add_option("--top-k", o.top_k, "Sample among the k most likely tokens; 0: all (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  sample_cmd->add_option("--seed", o.seed, "Seed of the sampling (default 1)");
+  return {sample_cmd, [args] {
+            args->options.checkpoint = args->checkpoint;
+            fmt::print("{}\n", sample(args->options));
+            return 0;
+          }};
 }
 
 }  // namespace ferry::cli

@@ -12,6 +12,9 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
+
+#include "memory/bucket_layout.h"
 
 namespace ferry::engine {
 namespace {
@@ -124,156 +127,211 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   leaf_parent[parts.back()] = value;
 }
 
+constexpr double kIntMax = std::numeric_limits<int>::max();
+
+// The YAML text as a mapping of sections, with the --set overrides applied.
+YAML::Node load_root(const std::string& yaml, const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("invalid YAML at line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap())
+    throw ConfigError("the top level must be a mapping with sections model, data, optim, train, offload, device");
+  for (const auto& o : overrides) apply_override(root, o);
+  return root;
+}
+
+// A misspelt section would otherwise be ignored and its keys silently take their defaults.
+void check_section_names(const YAML::Node& root) {
+  const std::vector<std::string> sections{"model", "data", "optim", "train", "offload", "device"};
+  std::vector<std::string> seen;
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    if (std::find(sections.begin(), sections.end(), key) == sections.end())
+      throw ConfigError(key + ": unknown section; expected model, data, optim, train, offload or device");
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      throw ConfigError(key + ": section given twice; merge them into one");
+    seen.push_back(key);
+  }
+}
+
+void read_model(const YAML::Node& node, models::ModelConfig& model, const std::filesystem::path& base_dir) {
+  read_section(node, "model",
+               {choice("kind", model.kind, {"gpt2", "bert"}),
+                number("n_layer", model.n_layer, 1, 1024, "an integer in [1, 1024]"),
+                number("n_head", model.n_head, 1, 1024, "an integer in [1, 1024]"),
+                number("n_embd", model.n_embd, 1, 65536, "an integer in [1, 65536]"),
+                number("vocab_size", model.vocab_size, 1, 1 << 22, "an integer in [1, 4194304]"),
+                number("seq_len", model.seq_len, 1, 1 << 20, "an integer in [1, 1048576]"),
+                existing_path("init_from", model.init_from, base_dir, false)});
+}
+
+// Returns data.path as written: it is resolved and checked with the keys across sections (whether a
+// small vocabulary is allowed depends on it being a token shard).
+std::string read_data(const YAML::Node& node, DataConfig& data) {
+  std::string data_path;
+  read_section(node, "data",
+               {{"path", [&](const YAML::Node& n, const std::string& where) {
+                   if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a file path");
+                   data_path = n.Scalar();
+                 }},
+                choice("tokenizer", data.tokenizer, {"byte"}),
+                number("val_fraction", data.val_fraction, 0.0, 0.5, "a fraction in [0, 0.5]"),
+                number("mask_token_id", data.mask_token_id, -1, 1 << 22, "a token id >= 0, or -1 for the last id of the vocabulary")});
+  return data_path;
+}
+
+void read_optim(const YAML::Node& node, OptimConfig& optim) {
+  read_section(node, "optim",
+               {number("lr", optim.lr, 0.0, 10.0, "a learning rate in [0, 10]"),
+                {"betas",
+                 [&](const YAML::Node& n, const std::string& where) {
+                   double b1 = 0, b2 = 0;
+                   if (!n.IsSequence() || n.size() != 2 || !YAML::convert<double>::decode(n[0], b1) ||
+                       !YAML::convert<double>::decode(n[1], b2) || b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1)
+                     throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected [beta1, beta2] with each in [0, 1)");
+                   optim.beta1 = b1, optim.beta2 = b2;
+                 }},
+                number("eps", optim.eps, 0.0, 1.0, "a number in [0, 1]"),
+                number("weight_decay", optim.weight_decay, 0.0, 10.0, "a number in [0, 10]"),
+                number("grad_clip", optim.grad_clip, 0.0, 1e9, "a max global norm >= 0 (0 disables)"),
+                number("warmup_steps", optim.warmup_steps, 0, kIntMax, "an integer >= 0"),
+                choice("schedule", optim.schedule, {"cosine", "constant"}),
+                number("min_lr", optim.min_lr, 0.0, 10.0, "a learning rate in [0, 10]"),
+                number("cpu_threads", optim.cpu_threads, 0, 4096, "an integer >= 0 (0: all cores)"),
+                choice("isa", optim.isa, {"auto", "scalar", "avx2", "avx512"})});
+}
+
+void read_train(const YAML::Node& node, TrainConfig& train) {
+  read_section(node, "train",
+               {number("batch_size", train.batch_size, 1, 1 << 20, "an integer >= 1"),
+                number("grad_accum", train.grad_accum, 1, 1 << 20, "an integer >= 1"),
+                number("steps", train.steps, 1, kIntMax, "an integer >= 1"),
+                number("seed", train.seed, 0, 1.8e19, "an integer >= 0"),
+                number("log_every", train.log_every, 1, kIntMax, "an integer >= 1"),
+                number("eval_every", train.eval_every, 0, kIntMax, "an integer >= 0 (0: start and end only)"),
+                number("eval_batches", train.eval_batches, 1, 1 << 20, "an integer >= 1"),
+                number("threads", train.threads, 0, 4096, "an integer >= 0 (0: all cores)"),
+                number("checkpoint_every", train.checkpoint_every, 0, kIntMax, "an integer >= 0 (0: only when interrupted)"),
+                number("keep_checkpoints", train.keep_checkpoints, 1, 1 << 20, "an integer >= 1"),
+                choice("precision", train.precision, {"bf16", "fp16"}),
+                {"loss_scale_init", [&](const YAML::Node& n, const std::string& where) {
+                   double v = 0;
+                   if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || v < 1 || v > 1e38 || std::exp2(std::round(std::log2(v))) != v)
+                     throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected a power of two >= 1, e.g. 65536");
+                   train.loss_scale_init = v;
+                 }},
+                number("loss_scale_growth_interval", train.loss_scale_growth_interval, 1, kIntMax, "an integer >= 1"),
+                {"checkpoint_dir", [&](const YAML::Node& n, const std::string& where) {
+                   if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a folder path");
+                   train.checkpoint_dir = n.Scalar();  // relative to where ferry runs, like --metrics
+                 }},
+                {"activation_checkpointing", [&](const YAML::Node& n, const std::string& where) {
+                   // YAML reads true/false as booleans; keep their spelling
+                   const std::string v = n.IsScalar() ? n.Scalar() : "";
+                   if (v != "auto" && v != "true" && v != "false")
+                     throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected auto, true or false");
+                   train.activation_checkpointing = v;
+                 }}});
+}
+
+void read_offload(const YAML::Node& node, OffloadConfig& offload, const std::filesystem::path& base_dir) {
+  read_section(node, "offload",
+               {{"bucket_mb", [&](const YAML::Node& n, const std::string& where) {
+                   double mb = 0;
+                   if (n.IsScalar() && n.Scalar() == "auto") return;
+                   if (!n.IsScalar() || !YAML::convert<double>::decode(n, mb) || mb < 0.25 || mb > 65536)
+                     throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected auto or MiB in [0.25, 65536]");
+                   offload.bucket_bytes = static_cast<int64_t>(mb * (1 << 20));
+                 }},
+                choice("policy", offload.policy, {"resident", "zero-offload", "chunk-lru", "greedy"}),
+                {"gpu_budget", [&](const YAML::Node& n, const std::string& where) {
+                   try {
+                     if (!n.IsScalar()) throw std::invalid_argument("");
+                     offload.gpu_budget = parse_bytes(n.Scalar());
+                   } catch (const std::invalid_argument&) {
+                     throw ConfigError(where + ": " + scalar_text(n) + " is not a size; expected e.g. 8GiB, 512MiB or 1.5GB");
+                   }
+                 }},
+                existing_path("cost_model", offload.cost_model, base_dir, true),
+                choice("overlap", offload.overlap, {"backward", "delayed"}),
+                number("sync_steps", offload.sync_steps, 0, kIntMax, "an integer >= 0")});
+}
+
+// `device: cpu`, or `device: {kind: cpu, host: {link_gbps: 8}}`.
+void read_device(const YAML::Node& node, std::string& device, HostDeviceConfig& host) {
+  if (node && node.IsMap()) {
+    read_section(node, "device",
+                 {choice("kind", device, {"auto", "cpu", "cuda"}),
+                  {"host", [&](const YAML::Node& n, const std::string& where) {
+                     read_section(n, where, {number("link_gbps", host.link_gbps, 0.0, 1e4, "GB/s in [0, 10000] (0: unthrottled)")});
+                   }}});
+  } else if (node) {
+    choice("device", device, {"auto", "cpu", "cuda"}).read(node, "device");
+  }
+}
+
+// data.path, as written, made absolute against the config file's folder; the file must exist.
+std::filesystem::path resolve_data_path(const std::string& data_path, const std::filesystem::path& base_dir) {
+  if (data_path.empty()) throw ConfigError("data.path: missing; name the training text file");
+  const std::filesystem::path path = std::filesystem::path(data_path).is_absolute() ? std::filesystem::path(data_path)
+                                                                                    : base_dir / data_path;
+  if (!std::filesystem::is_regular_file(path))
+    throw ConfigError("data.path: '" + path.string() + "' does not exist or is not a file");
+  return path;
+}
+
+// What no single key can check; also fills data.path and the default of optim.min_lr, which depend on others.
+void check_across_keys(Config& c, const std::string& data_path, const std::filesystem::path& base_dir) {
+  if (c.model.n_embd % c.model.n_head != 0)
+    throw ConfigError("model.n_embd: " + std::to_string(c.model.n_embd) + " is not a multiple of model.n_head (" +
+                      std::to_string(c.model.n_head) + ")");
+  const int byte_vocab = c.model.kind == "bert" ? 257 : 256;  // BERT: the bytes and [MASK]
+  if (c.data.tokenizer == "byte" && c.model.vocab_size < byte_vocab && !data_path.ends_with(".bin"))
+    throw ConfigError("model.vocab_size: " + std::to_string(c.model.vocab_size) + " is smaller than the byte tokenizer's 256 symbols" +
+                      (c.model.kind == "bert" ? std::string(" plus BERT's [MASK]; use at least 257") : std::string("; use at least 256")));
+  c.data.path = resolve_data_path(data_path, base_dir);
+  if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
+    throw ConfigError("train.checkpoint_every: " + std::to_string(c.train.checkpoint_every) +
+                      " needs train.checkpoint_dir (where to write them)");
+  if (c.data.mask_token_id >= c.model.vocab_size)
+    throw ConfigError("data.mask_token_id: " + std::to_string(c.data.mask_token_id) + " is not below model.vocab_size " +
+                      std::to_string(c.model.vocab_size));
+  if (c.optim.min_lr > c.optim.lr)
+    throw ConfigError("optim.min_lr: " + std::to_string(c.optim.min_lr) + " is above optim.lr");
+  if (c.optim.min_lr < 0) c.optim.min_lr = c.optim.lr / 10;
+}
+
 }  // namespace
 
 Config parse_config(const std::string& yaml, const std::string& origin, const std::filesystem::path& base_dir,
                     const std::vector<std::string>& overrides) {
   Config c;
   try {
-    YAML::Node root;
-    try {
-      root = YAML::Load(yaml);
-    } catch (const YAML::Exception& e) {
-      throw ConfigError("invalid YAML at line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
-    }
-    if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-    if (!root.IsMap())
-      throw ConfigError("the top level must be a mapping with sections model, data, optim, train, offload, device");
-    for (const auto& o : overrides) apply_override(root, o);
-
-    const double imax = std::numeric_limits<int>::max();
-    std::string data_path;
-    std::string device = c.device;
-    const std::vector<std::string> sections{"model", "data", "optim", "train", "offload", "device"};
-    std::vector<std::string> seen;
-    for (const auto& kv : root) {
-      const std::string key = kv.first.as<std::string>();
-      if (std::find(sections.begin(), sections.end(), key) == sections.end())
-        throw ConfigError(key + ": unknown section; expected model, data, optim, train, offload or device");
-      if (std::find(seen.begin(), seen.end(), key) != seen.end())
-        throw ConfigError(key + ": section given twice; merge them into one");
-      seen.push_back(key);
-    }
-    read_section(root["model"], "model",
-                 {choice("kind", c.model.kind, {"gpt2", "bert"}),
-                  number("n_layer", c.model.n_layer, 1, 1024, "an integer in [1, 1024]"),
-                  number("n_head", c.model.n_head, 1, 1024, "an integer in [1, 1024]"),
-                  number("n_embd", c.model.n_embd, 1, 65536, "an integer in [1, 65536]"),
-                  number("vocab_size", c.model.vocab_size, 1, 1 << 22, "an integer in [1, 4194304]"),
-                  number("seq_len", c.model.seq_len, 1, 1 << 20, "an integer in [1, 1048576]"),
-                  existing_path("init_from", c.model.init_from, base_dir, false)});
-    read_section(root["data"], "data",
-                 {{"path", [&](const YAML::Node& n, const std::string& where) {
-                     if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a file path");
-                     data_path = n.Scalar();
-                   }},
-                  choice("tokenizer", c.data.tokenizer, {"byte"}),
-                  number("val_fraction", c.data.val_fraction, 0.0, 0.5, "a fraction in [0, 0.5]"),
-                  number("mask_token_id", c.data.mask_token_id, -1, 1 << 22, "a token id >= 0, or -1 for the last id of the vocabulary")});
-    read_section(root["optim"], "optim",
-                 {number("lr", c.optim.lr, 0.0, 10.0, "a learning rate in [0, 10]"),
-                  {"betas",
-                   [&](const YAML::Node& n, const std::string& where) {
-                     double b1 = 0, b2 = 0;
-                     if (!n.IsSequence() || n.size() != 2 || !YAML::convert<double>::decode(n[0], b1) ||
-                         !YAML::convert<double>::decode(n[1], b2) || b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1)
-                       throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected [beta1, beta2] with each in [0, 1)");
-                     c.optim.beta1 = b1, c.optim.beta2 = b2;
-                   }},
-                  number("eps", c.optim.eps, 0.0, 1.0, "a number in [0, 1]"),
-                  number("weight_decay", c.optim.weight_decay, 0.0, 10.0, "a number in [0, 10]"),
-                  number("grad_clip", c.optim.grad_clip, 0.0, 1e9, "a max global norm >= 0 (0 disables)"),
-                  number("warmup_steps", c.optim.warmup_steps, 0, imax, "an integer >= 0"),
-                  choice("schedule", c.optim.schedule, {"cosine", "constant"}),
-                  number("min_lr", c.optim.min_lr, 0.0, 10.0, "a learning rate in [0, 10]"),
-                  number("cpu_threads", c.optim.cpu_threads, 0, 4096, "an integer >= 0 (0: all cores)"),
-                  choice("isa", c.optim.isa, {"auto", "scalar", "avx2", "avx512"})});
-    read_section(root["train"], "train",
-                 {number("batch_size", c.train.batch_size, 1, 1 << 20, "an integer >= 1"),
-                  number("grad_accum", c.train.grad_accum, 1, 1 << 20, "an integer >= 1"),
-                  number("steps", c.train.steps, 1, imax, "an integer >= 1"),
-                  number("seed", c.train.seed, 0, 1.8e19, "an integer >= 0"),
-                  number("log_every", c.train.log_every, 1, imax, "an integer >= 1"),
-                  number("eval_every", c.train.eval_every, 0, imax, "an integer >= 0 (0: start and end only)"),
-                  number("eval_batches", c.train.eval_batches, 1, 1 << 20, "an integer >= 1"),
-                  number("threads", c.train.threads, 0, 4096, "an integer >= 0 (0: all cores)"),
-                  number("checkpoint_every", c.train.checkpoint_every, 0, imax, "an integer >= 0 (0: only when interrupted)"),
-                  number("keep_checkpoints", c.train.keep_checkpoints, 1, 1 << 20, "an integer >= 1"),
-                  choice("precision", c.train.precision, {"bf16", "fp16"}),
-                  {"loss_scale_init", [&](const YAML::Node& n, const std::string& where) {
-                     double v = 0;
-                     if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || v < 1 || v > 1e38 || std::exp2(std::round(std::log2(v))) != v)
-                       throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected a power of two >= 1, e.g. 65536");
-                     c.train.loss_scale_init = v;
-                   }},
-                  number("loss_scale_growth_interval", c.train.loss_scale_growth_interval, 1, imax, "an integer >= 1"),
-                  {"checkpoint_dir", [&](const YAML::Node& n, const std::string& where) {
-                     if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a folder path");
-                     c.train.checkpoint_dir = n.Scalar();  // relative to where ferry runs, like --metrics
-                   }},
-                  {"activation_checkpointing", [&](const YAML::Node& n, const std::string& where) {
-                     // YAML reads true/false as booleans; keep their spelling
-                     const std::string v = n.IsScalar() ? n.Scalar() : "";
-                     if (v != "auto" && v != "true" && v != "false")
-                       throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected auto, true or false");
-                     c.train.activation_checkpointing = v;
-                   }}});
-    read_section(root["offload"], "offload",
-                 {{"bucket_mb", [&](const YAML::Node& n, const std::string& where) {
-                     double mb = 0;
-                     if (n.IsScalar() && n.Scalar() == "auto") return;
-                     if (!n.IsScalar() || !YAML::convert<double>::decode(n, mb) || mb < 0.25 || mb > 65536)
-                       throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected auto or MiB in [0.25, 65536]");
-                     c.offload.bucket_bytes = static_cast<int64_t>(mb * (1 << 20));
-                   }},
-                  choice("policy", c.offload.policy, {"resident", "zero-offload", "chunk-lru", "greedy"}),
-                  {"gpu_budget", [&](const YAML::Node& n, const std::string& where) {
-                     try {
-                       if (!n.IsScalar()) throw std::invalid_argument("");
-                       c.offload.gpu_budget = parse_bytes(n.Scalar());
-                     } catch (const std::invalid_argument&) {
-                       throw ConfigError(where + ": " + scalar_text(n) + " is not a size; expected e.g. 8GiB, 512MiB or 1.5GB");
-                     }
-                   }},
-                  existing_path("cost_model", c.offload.cost_model, base_dir, true),
-                  choice("overlap", c.offload.overlap, {"backward", "delayed"}),
-                  number("sync_steps", c.offload.sync_steps, 0, imax, "an integer >= 0")});
-    if (root["device"] && root["device"].IsMap()) {
-      read_section(root["device"], "device",
-                   {choice("kind", c.device, {"auto", "cpu", "cuda"}),
-                    {"host", [&](const YAML::Node& n, const std::string& where) {
-                       read_section(n, where, {number("link_gbps", c.host_device.link_gbps, 0.0, 1e4, "GB/s in [0, 10000] (0: unthrottled)")});
-                     }}});
-    } else if (root["device"]) {
-      choice("device", c.device, {"auto", "cpu", "cuda"}).read(root["device"], "device");
-    }
-
-    // Checks across keys.
-    if (c.model.n_embd % c.model.n_head != 0)
-      throw ConfigError("model.n_embd: " + std::to_string(c.model.n_embd) + " is not a multiple of model.n_head (" +
-                        std::to_string(c.model.n_head) + ")");
-    const int byte_vocab = c.model.kind == "bert" ? 257 : 256;  // BERT: the bytes and [MASK]
-    if (c.data.tokenizer == "byte" && c.model.vocab_size < byte_vocab && !data_path.ends_with(".bin"))
-      throw ConfigError("model.vocab_size: " + std::to_string(c.model.vocab_size) + " is smaller than the byte tokenizer's 256 symbols" +
-                        (c.model.kind == "bert" ? std::string(" plus BERT's [MASK]; use at least 257") : std::string("; use at least 256")));
-    if (data_path.empty()) throw ConfigError("data.path: missing; name the training text file");
-    c.data.path = std::filesystem::path(data_path).is_absolute() ? std::filesystem::path(data_path)
-                                                                  : base_dir / data_path;
-    if (!std::filesystem::is_regular_file(c.data.path))
-      throw ConfigError("data.path: '" + c.data.path.string() + "' does not exist or is not a file");
-    if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
-      throw ConfigError("train.checkpoint_every: " + std::to_string(c.train.checkpoint_every) +
-                        " needs train.checkpoint_dir (where to write them)");
-    if (c.data.mask_token_id >= c.model.vocab_size)
-      throw ConfigError("data.mask_token_id: " + std::to_string(c.data.mask_token_id) + " is not below model.vocab_size " +
-                        std::to_string(c.model.vocab_size));
-    if (c.optim.min_lr > c.optim.lr)
-      throw ConfigError("optim.min_lr: " + std::to_string(c.optim.min_lr) + " is above optim.lr");
-    if (c.optim.min_lr < 0) c.optim.min_lr = c.optim.lr / 10;
+    const YAML::Node root = load_root(yaml, overrides);
+    check_section_names(root);
+    read_model(root["model"], c.model, base_dir);
+    const std::string data_path = read_data(root["data"], c.data);
+    read_optim(root["optim"], c.optim);
+    read_train(root["train"], c.train);
+    read_offload(root["offload"], c.offload, base_dir);
+    read_device(root["device"], c.device, c.host_device);
+    check_across_keys(c, data_path, base_dir);
   } catch (const ConfigError& e) {
     throw std::runtime_error(origin + ": " + e.what());
   }
   return c;
+}
+
+int Config::threads() const {
+  return train.threads > 0 ? train.threads : static_cast<int>(std::thread::hardware_concurrency());
+}
+
+int64_t Config::bucket_bytes() const {
+  return offload.bucket_bytes > 0 ? offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
 }
 
 int64_t parse_bytes(const std::string& text) {

@@ -74,6 +74,12 @@ struct Config {
   OffloadConfig offload;
   std::string device = "auto";  // auto | cpu | cuda: `device: cpu`, or `device: {kind: cpu, host: {...}}`
   HostDeviceConfig host_device;  // device.host
+
+  // Defaults that `ferry plan` and the trainer both need, resolved in one place so that they cannot disagree.
+  // train.threads, where 0 means every core (std::thread::hardware_concurrency()).
+  int threads() const;
+  // offload.bucket_mb in bytes, where auto means memory::BucketLayout::kDefaultBucketBytes.
+  int64_t bucket_bytes() const;
 };
 
 // What must not change between a run and its resumption, as a stable hash: the model, the data, the

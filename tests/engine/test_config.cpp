@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "engine/config.h"
+#include "memory/bucket_layout.h"
 #include "test_helpers.h"
 
 namespace ferry::engine {
@@ -126,6 +128,27 @@ TEST(Config, OffloadOverlapAndPrecision) {
             std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"train.loss_scale_init=1000"}).find("expected a power of two"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"train.precision=fp8"}).find("train.precision"), std::string::npos);
+}
+
+TEST(Config, ChecksAcrossKeysNameBothKeys) {
+  EXPECT_NE(error_of(kMinimal, {"train.checkpoint_every=5"}).find("train.checkpoint_every: 5 needs train.checkpoint_dir"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"data.mask_token_id=256"}).find("data.mask_token_id: 256 is not below model.vocab_size 256"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"optim.lr=0.001", "optim.min_lr=0.01"}).find("optim.min_lr: 0.010000 is above optim.lr"),
+            std::string::npos);
+  // A token shard may have a vocabulary smaller than the byte tokenizer's (the shard's own tokenizer made it).
+  EXPECT_NE(error_of(kMinimal, {"data.path=data/tokens.bin", "model.vocab_size=100"}).find("data.path: '"), std::string::npos);
+}
+
+// The plan and the trainer read these two defaults from the config, so they agree.
+TEST(Config, ThreadsAndBucketBytesResolveTheirDefaults) {
+  const Config defaults = parse(kMinimal);
+  EXPECT_EQ(defaults.threads(), static_cast<int>(std::thread::hardware_concurrency()));
+  EXPECT_EQ(defaults.bucket_bytes(), memory::BucketLayout::kDefaultBucketBytes);
+  const Config given = parse(kMinimal, {"train.threads=3", "offload.bucket_mb=8"});
+  EXPECT_EQ(given.threads(), 3);
+  EXPECT_EQ(given.bucket_bytes(), 8 << 20);
 }
 
 TEST(Config, EveryShippedConfigLoads) {

@@ -1,0 +1,24 @@
+// The ferry subcommands: each adds itself, with its options and help, to the CLI11 app and says how to run.
+// main() parses and runs the one chosen; the exit status is what `run` returns.
+#pragma once
+
+#include <functional>
+
+namespace CLI {
+class App;
+}
+
+namespace ferry::cli {
+
+struct Command {
+  CLI::App* app;            // the subcommand: true when chosen on the command line
+  std::function<int()> run;  // runs it with the parsed options; returns the exit status, throws on error
+};
+
+Command add_train(CLI::App& app);     // cli/train.cpp
+Command add_plan(CLI::App& app);      // cli/plan.cpp
+Command add_sample(CLI::App& app);    // cli/sample.cpp
+Command add_export(CLI::App& app);    // cli/export.cpp
+Command add_tokenize(CLI::App& app);  // cli/tokenize.cpp
+
+}  // namespace ferry::cli

@@ -1,0 +1,106 @@
+// `ferry train`: runs an experiment from a YAML file; Ctrl-C or SIGTERM ends it after the step with a
+// checkpoint, and exit status 130.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "engine/config.h"
+#include "engine/progress.h"
+#include "engine/trainer.h"
+
+namespace ferry::cli {
+namespace {
+
+constexpr const char* kTrainFooter =
+    "Sections and keys of the config file:\n"
+    "  model:  kind (gpt2 | bert), n_layer, n_head, n_embd, vocab_size, seq_len, init_from (HF safetensors)\n"
+    "  data:   path (relative to the config file), tokenizer (byte), val_fraction,\n"
+    "          mask_token_id (BERT's [MASK]; default the last id of the vocabulary)\n"
+    "  optim:  lr, betas [b1, b2], eps, weight_decay, grad_clip (0: off), warmup_steps,\n"
+    "          schedule (cosine | constant), min_lr (cosine floor, default lr/10),\n"
+    "          cpu_threads (AdamW threads, 0: all cores), isa (auto | avx512 | avx2 | scalar;\n"
+    "          the environment variable FERRY_CPU_ISA overrides it)\n"
+    "  train:  batch_size, grad_accum, steps, seed, log_every, eval_every (0: start and end),\n"
+    "          checkpoint_dir, checkpoint_every (0: at the end and when interrupted), keep_checkpoints,\n"
+    "          eval_batches, threads (the model's ops, 0: all cores),\n"
+    "          activation_checkpointing (auto | true | false), precision (bf16 | fp16: dynamic loss\n"
+    "          scaling from loss_scale_init, doubling after loss_scale_growth_interval good steps)\n"
+    "  offload: policy (resident | zero-offload | chunk-lru | greedy), gpu_budget (e.g. 6GiB, 48MiB;\n"
+    "          unset: what resident needs), bucket_mb (auto | MiB per parameter bucket),\n"
+    "          overlap (backward | delayed: AdamW one step behind, as ZeRO-Offload's DPU),\n"
+    "          sync_steps (delayed: the first steps update synchronously), cost_model (JSON file;\n"
+    "          unset: the host device is measured once and cached)\n"
+    "  device: auto | cpu | cuda, or {kind: cpu, host: {link_gbps: 16}} (the host device's copies\n"
+    "          throttled like a PCIe link)\n"
+    "Example: ferry train --config configs/gpt-tiny.yaml --steps 50 --set offload.policy=greedy \\\n"
+    "           --set offload.gpu_budget=48MiB --set device.host.link_gbps=8 --trace trace.json";
+
+constexpr int kInterruptedStatus = 130;  // the shell's 128 + SIGINT
+
+struct TrainArgs {
+  std::string config_path, metrics_path, trace_path, resume;
+  std::vector<std::string> overrides;
+  int steps = 0;
+  long long seed = -1;
+  int trace_steps = 2;
+};
+
+// Set by SIGINT / SIGTERM: the trainer finishes the step, writes a checkpoint (with train.checkpoint_dir)
+// and returns, so the run can be resumed.
+std::atomic<bool> g_stop{false};
+
+int run_train(TrainArgs args) {
+  if (args.steps > 0) args.overrides.push_back("train.steps=" + std::to_string(args.steps));
+  if (args.seed >= 0) args.overrides.push_back("train.seed=" + std::to_string(args.seed));
+  const engine::Config cfg = engine::load_config(args.config_path, args.overrides);
+  engine::TrainOptions opt;
+  opt.metrics = args.metrics_path;
+  opt.resume = args.resume;
+  opt.trace = args.trace_path;
+  opt.trace_steps = args.trace_steps;
+  std::signal(SIGINT, [](int) { g_stop = true; });
+  std::signal(SIGTERM, [](int) { g_stop = true; });
+  opt.stop = &g_stop;
+  const auto s = engine::train(cfg, opt);
+  if (s.interrupted) {
+    fmt::print("interrupted after step {}{}\n", s.steps,
+               s.last_checkpoint.empty() ? std::string(" (no train.checkpoint_dir: nothing saved)")
+                                         : "; resume with --resume " + s.last_checkpoint.string());
+    return kInterruptedStatus;
+  }
+  fmt::print("done: {} steps in {} | train loss {:.4f} | val loss {:.4f} (from {:.4f}, {:+.1f}%) | {:.0f} tokens/s\n",
+             s.steps, engine::format_duration(s.wall_s), s.train_loss, s.val_loss, s.val_loss_start,
+             100.0 * (s.val_loss - s.val_loss_start) / s.val_loss_start, s.tokens_per_s);
+  return 0;
+}
+
+}  // namespace
+
+Command add_train(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  auto* train = app.add_subcommand("train", "Train a model from a YAML experiment file");
+  train->add_option("-c,--config", args->config_path, "Experiment file (YAML)")->required()->check(CLI::ExistingFile);
+  train->add_option("--steps", args->steps, "Override train.steps")->check(CLI::PositiveNumber);
+  train->add_option("--seed", args->seed, "Override train.seed")->check(CLI::NonNegativeNumber);
+  train->add_option("--metrics", args->metrics_path, "Write one JSON line per step to this file "
+                                                      "(step, loss, val_loss when evaluated, lr, grad_norm, tokens_per_s, elapsed_s, "
+                                                      "step_s, predicted_step_s, stall_s, h2d_bytes, d2h_bytes, peak_device_bytes; "
+                                                      "loss_scale with fp16)");
+  train->add_option("--trace", args->trace_path, "Write a Chrome/Perfetto trace (open in ui.perfetto.dev): a track per stream "
+                                                 "and the CPU AdamW worker, a slice per op, copy and optimizer task");
+  train->add_option("--trace-steps", args->trace_steps, "Steps the trace covers, from the first (default 2)")
+      ->check(CLI::PositiveNumber);
+  train->add_option("--set", args->overrides, "Override any config key, e.g. --set optim.lr=1e-3 (repeatable)");
+  train->add_option("--resume", args->resume, "Continue from a checkpoint folder, or the newest in a train.checkpoint_dir; "
+                                              "the config must match the run that wrote it");
+  train->footer(kTrainFooter);
+  return {train, [args] { return run_train(*args); }};
+}
+
+}  // namespace ferry::cli
