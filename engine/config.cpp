@@ -327,7 +327,7 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
 }
 
 int Config::threads() const {
-  return train.threads > 0 ? train.threads : static_cast<int>(std::thread::hardware_concurrency());
+  return train.threads > 0 ? train.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 int64_t Config::bucket_bytes() const {

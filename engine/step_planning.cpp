@@ -6,19 +6,16 @@
 
 #include <optional>
 #include <stdexcept>
-#include <thread>
 
 #include "engine/device/host_cost_model.h"
-#include "memory/bucket_layout.h"
 #include "memory/host_buffer.h"
 
 namespace ferry::engine {
 
 offload::CostModel host_device_cost_model(const Config& cfg, models::CpuRunner& profiler, const dataset::Batch& sample,
                                           std::string* cache) {
-  const int threads = cfg.train.threads > 0 ? cfg.train.threads : static_cast<int>(std::thread::hardware_concurrency());
   const bool measured = cfg.offload.cost_model.empty();
-  offload::CostModel cost = measured ? device::host_cost_model(threads, cache) : offload::CostModel::load(cfg.offload.cost_model);
+  offload::CostModel cost = measured ? device::host_cost_model(cfg.threads(), cache) : offload::CostModel::load(cfg.offload.cost_model);
   cost.weight_bytes = cost.activation_bytes = 4;  // the host device computes in fp32
   cost.fused_attention = false;
   if (measured) {
@@ -33,7 +30,7 @@ offload::CostModel host_device_cost_model(const Config& cfg, models::CpuRunner& 
 
 offload::StepPlan plan_for_config(const Config& cfg, const models::ModelSpec& spec, const offload::CostModel& cost, int64_t budget,
                                   const std::string& policy_name, int64_t red_zone_bytes) {
-  const int64_t bucket_bytes = cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
+  const int64_t bucket_bytes = cfg.bucket_bytes();
   const offload::Policy policy = offload::parse_policy(policy_name.empty() ? cfg.offload.policy : policy_name);
   const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
   if (budget <= 0) budget = cfg.offload.gpu_budget;

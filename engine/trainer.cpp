@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
-#include <thread>
 
 #include "cpu_optim/adamw.h"
 #include "cpu_optim/lr_schedule.h"
@@ -177,10 +176,6 @@ class Run {
   int64_t allocations_after_set_up_ = 0;
 };
 
-int resolved_threads(const Config& cfg) {
-  return cfg.train.threads > 0 ? cfg.train.threads : static_cast<int>(std::thread::hardware_concurrency());
-}
-
 models::ParameterStore initial_weights(const Config& cfg, const models::ModelSpec& spec) {
   models::ParameterStore params(spec.params);
   models::init_model(cfg.model, spec, params, cfg.train.seed);
@@ -192,7 +187,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
     : cfg_(cfg),
       opt_(opt),
       progress_(opt.progress),
-      threads_(resolved_threads(cfg)),
+      threads_(cfg.threads()),
       tbb_threads_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)),
       spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len)),
       params_(initial_weights(cfg, spec_)),

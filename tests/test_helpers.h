@@ -1,4 +1,5 @@
-// Shared helpers for the tests: paths to committed data and tolerance checks with useful messages.
+// Shared helpers for the tests: paths to committed data, private scratch paths, and tolerance checks with
+// useful messages.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,10 +9,17 @@
 #include <span>
 #include <string>
 
+#include <unistd.h>
+
 namespace ferry::testing {
 
 inline std::filesystem::path data_path(const std::string& name) { return std::filesystem::path(FERRY_TEST_DATA) / name; }
 inline std::filesystem::path source_path(const std::string& name) { return std::filesystem::path(FERRY_SOURCE_DIR) / name; }
+// A path in the temporary folder that no other test process uses (ctest runs tests in parallel, and
+// several checkouts may run the suite at once on one machine).
+inline std::filesystem::path scratch_path(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("ferry-test-" + std::to_string(::getpid()) + "-" + name);
+}
 
 // Largest |a-b| / max(|b|, floor) over two arrays; `floor` keeps near-zero references from dominating.
 inline double max_rel_error(std::span<const float> a, std::span<const float> b, double floor) {

@@ -32,7 +32,7 @@ Config tiny_config(int steps, uint64_t seed) {
 }
 
 TEST(Trainer, LearnsAndWritesMetrics) {
-  const auto metrics = std::filesystem::temp_directory_path() / "ferry_test_metrics.jsonl";
+  const auto metrics = testing::scratch_path("metrics.jsonl");
   TrainOptions opt;
   opt.metrics = metrics;
   opt.progress = nullptr;
@@ -84,7 +84,7 @@ TEST(Trainer, EveryAdamWPathTrainsBitwiseAlike) {
 }
 
 TEST(Checkpoints, AStoppedRunResumesBitIdentically) {
-  const auto root = std::filesystem::temp_directory_path() / "ferry_test_checkpoints";
+  const auto root = testing::scratch_path("checkpoints");
   std::filesystem::remove_all(root);
   TrainOptions quiet;
   quiet.progress = nullptr;
@@ -130,7 +130,7 @@ TEST(Checkpoints, AStoppedRunResumesBitIdentically) {
 }
 
 TEST(Sample, ContinuesAPromptFromACheckpointDeterministically) {
-  const auto root = std::filesystem::temp_directory_path() / "ferry_test_sample";
+  const auto root = testing::scratch_path("sample");
   std::filesystem::remove_all(root);
   TrainOptions quiet;
   quiet.progress = nullptr;

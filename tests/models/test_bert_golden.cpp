@@ -71,7 +71,7 @@ TEST_F(BertGolden, FiveAdamWStepsWithClippingMatchTorch) {
 // A checkpoint of these weights, exported, is a BertForMaskedLM folder: the same tensors under the same
 // names and a config.json with this shape (by hand: transformers loads it and gives the reference logits).
 TEST_F(BertGolden, ExportsAHuggingFaceFolder) {
-  const auto root = std::filesystem::temp_directory_path() / "ferry_test_bert_export";
+  const auto root = testing::scratch_path("bert_export");
   std::filesystem::remove_all(root);
   models::ModelConfig model{"bert", bert.n_layer, bert.n_head, bert.n_embd, bert.vocab_size, bert.seq_len, {}};
   std::vector<float> zeros(params.values().size(), 0.0f);
