@@ -1,4 +1,4 @@
-// CpuAdamW: per-step coefficients, the tile loop on a oneTBB arena, ISA dispatch, and the whole-model apply().
+// CpuAdamW: per-step coefficients, the tile loop on a oneTBB arena, ISA dispatch, and the checks of a bucket.
 #include "cpu_optim/adamw.h"
 
 #include <tbb/blocked_range.h>
@@ -30,13 +30,12 @@ void for_tiles(tbb::task_arena& arena, size_t n, Body&& body) {
   });
 }
 
-void check_bucket(const Bucket& b) {
-  const size_t n = b.param.size();
-  if (b.m.size() != n || b.v.size() != n)
-    throw std::invalid_argument("adamw: param, m and v of a bucket must have the same length");
-  if (n > 0 && !b.grad) throw std::invalid_argument("adamw: bucket without gradients");
-  if (b.upload && b.upload_type == DType::F32)
-    throw std::invalid_argument("adamw: the upload copy is bf16 or fp16 (the fp32 master is the param itself)");
+// The kernels pass over an int32 buffer without reading or writing it (their switches have no case for
+// it), so a wrong dtype is refused here rather than read as zero gradients or left unwritten.
+void check_float_type(DType type, const char* what) {
+  if (type != DType::F32 && type != DType::BF16 && type != DType::F16)
+    throw std::invalid_argument(std::string("adamw: ") + what + " are " + to_string(type) +
+                                "; AdamW takes fp32, bf16 or fp16");
 }
 
 }  // namespace
@@ -54,6 +53,8 @@ CpuAdamW::CpuAdamW(const AdamWOptions& options)
 CpuAdamW::~CpuAdamW() = default;
 
 GradStats CpuAdamW::grad_stats(const void* grad, DType type, size_t n) const {
+  check_float_type(type, "gradients");
+  if (n > 0 && !grad) throw std::invalid_argument("adamw: statistics of null gradients");
   std::vector<double> partial((n + kTile - 1) / kTile, 0.0);
   for_tiles(*arena_, n, [&](size_t t, size_t i0, size_t i1) {
     switch (isa_) {
@@ -68,11 +69,21 @@ GradStats CpuAdamW::grad_stats(const void* grad, DType type, size_t n) const {
   return s;
 }
 
-void CpuAdamW::step(const Bucket& b, int64_t step, double lr, float grad_scale) const {
-  check_bucket(b);
-  if (step < 1) throw std::invalid_argument("adamw: step counts from 1");
-  if (b.upload && b.upload_type == DType::F16 && options_.rounding == Rounding::Stochastic)
+void CpuAdamW::check(const Bucket& b) const {
+  const size_t n = b.param.size();
+  if (b.m.size() != n || b.v.size() != n)
+    throw std::invalid_argument("adamw: param, m and v of a bucket must have the same length");
+  if (n > 0 && !b.grad) throw std::invalid_argument("adamw: bucket without gradients");
+  check_float_type(b.grad_type, "gradients");
+  if (!b.upload) return;
+  check_float_type(b.upload_type, "the upload copy's elements");
+  if (b.upload_type == DType::F16 && options_.rounding == Rounding::Stochastic)
     throw std::invalid_argument("adamw: stochastic rounding is implemented for bf16 uploads, not fp16");
+}
+
+void CpuAdamW::step(const Bucket& b, int64_t step, double lr, float grad_scale) const {
+  check(b);
+  if (step < 1) throw std::invalid_argument("adamw: step counts from 1");
   const AdamWHyper& h = options_.hyper;
   const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
@@ -90,36 +101,6 @@ void CpuAdamW::step(const Bucket& b, int64_t step, double lr, float grad_scale) 
       case Isa::Scalar: detail::adamw_scalar(a, i0, i1); break;
     }
   });
-}
-
-StepReport CpuAdamW::apply(std::span<const Bucket> buckets, int64_t step_no, double lr, float max_norm,
-                           float loss_scale) const {
-  double sum = 0;
-  bool finite = true;
-  for (const Bucket& b : buckets) {
-    check_bucket(b);
-    const GradStats s = grad_stats(b.grad, b.grad_type, b.param.size());
-    sum += s.sum_squares;
-    finite = finite && s.finite;
-  }
-  const StepDecision d = decide_step(sum, finite, max_norm, loss_scale);
-  if (!d.report.skipped)
-    for (const Bucket& b : buckets) step(b, step_no, lr, d.grad_scale);
-  return d.report;
-}
-
-StepDecision decide_step(double sum_squares, bool finite, float max_norm, float loss_scale) {
-  StepDecision d;
-  d.report.grad_norm = std::sqrt(sum_squares) / loss_scale;
-  d.report.skipped = !finite;
-  d.grad_scale = clip_scale(d.report.grad_norm, max_norm) / loss_scale;
-  return d;
-}
-
-float clip_scale(double global_norm, float max_norm) {
-  if (max_norm <= 0) return 1.0f;
-  const double coef = max_norm / (global_norm + 1e-6);
-  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
 }
 
 }  // namespace ferry::cpu_optim

@@ -1,8 +1,9 @@
 // CpuAdamW: AdamW on host memory at the speed of memory, with PyTorch's semantics (decoupled weight
 // decay, bias correction). One fused pass per element over a bucket: unscale the gradient (fp32, bf16 or
-// fp16), update m, v and the fp32 master weight, and optionally write the new weight as bf16/fp16 into an
-// upload buffer. A second, read-only pass gives the gradients' sum of squares and whether any is inf/nan.
+// fp16), update m, v and the fp32 master weight, and optionally write the new weight as bf16/fp16/fp32 into
+// an upload buffer. A second, read-only pass gives the gradients' sum of squares and whether any is inf/nan.
 // AVX-512 / AVX2 / scalar kernels chosen at run time (isa.h), parallel with oneTBB over cache-sized tiles.
+// The sequence of a whole step (statistics, decision, update) is OptimizerStep (optimizer_step.h).
 #pragma once
 
 #include <tbb/task_arena.h>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "cpu_optim/isa.h"
+#include "cpu_optim/step_decision.h"
 #include "memory/dtype.h"
 
 namespace ferry::cpu_optim {
@@ -44,17 +46,7 @@ struct Bucket {
   const void* grad = nullptr;
   DType grad_type = DType::F32;
   void* upload = nullptr;           // null: no copy-out
-  DType upload_type = DType::BF16;  // BF16 or F16
-};
-
-struct GradStats {
-  double sum_squares = 0;  // of the gradients as stored (before any scaling)
-  bool finite = true;      // false when any gradient is inf or nan
-};
-
-struct StepReport {
-  double grad_norm = 0;  // global L2 norm of the unscaled gradients (grads / loss_scale)
-  bool skipped = false;  // an inf/nan gradient: nothing was changed
+  DType upload_type = DType::BF16;  // BF16, F16, or F32 (bitwise the new master, for an fp32 working copy)
 };
 
 class CpuAdamW {
@@ -66,15 +58,19 @@ class CpuAdamW {
   int threads() const { return threads_; }
   const AdamWHyper& hyper() const { return options_.hyper; }
 
-  // Fused read-only pass over n gradients.
+  // Fused read-only pass over n gradients (fp32, bf16 or fp16).
   GradStats grad_stats(const void* grad, DType type, size_t n) const;
+
+  // Throws std::invalid_argument when step() would refuse the bucket, so that a caller can check every
+  // bucket before it changes any.
+  void check(const Bucket& bucket) const;
 
   // One AdamW step on one bucket: step counts from 1, lr is this step's learning rate, and every gradient
   // is multiplied by grad_scale first (clip coefficient / loss scale).
   void step(const Bucket& bucket, int64_t step, double lr, float grad_scale) const;
 
-  // The whole optimizer step over every bucket of a model: the stats pass, a skip (nothing changes) when
-  // any gradient is inf/nan, otherwise global-norm clipping to max_norm (<= 0: off) and the update.
+  // The whole optimizer step over every bucket of a model: OptimizerStep(*this, buckets.size(), max_norm,
+  // loss_scale).run(buckets, step, lr).
   StepReport apply(std::span<const Bucket> buckets, int64_t step, double lr, float max_norm,
                    float loss_scale = 1.0f) const;
 
@@ -84,17 +80,5 @@ class CpuAdamW {
   int threads_;
   std::unique_ptr<tbb::task_arena> arena_;
 };
-
-// What apply() decides from the stats of every bucket (summed in bucket order): the global norm, whether
-// the step is skipped (an inf/nan gradient), and the scale every gradient gets (clip / loss scale).
-struct StepDecision {
-  StepReport report;
-  float grad_scale = 1.0f;
-};
-StepDecision decide_step(double sum_squares, bool finite, float max_norm, float loss_scale = 1.0f);
-
-// The scale that clips a global norm to max_norm, as torch.nn.utils.clip_grad_norm_ (max_norm / (norm +
-// 1e-6), at most 1); 1 when max_norm <= 0.
-float clip_scale(double global_norm, float max_norm);
 
 }  // namespace ferry::cpu_optim

@@ -71,6 +71,42 @@ struct Coefficients16 {
         inv_bc2_sqrt(_mm512_set1_ps(c.inv_bc2_sqrt)), eps(_mm512_set1_ps(c.eps)), scale(_mm512_set1_ps(c.grad_scale)) {}
 };
 
+// The copy-out of 16 new weights (fewer under the tail mask k). The upload copy is only read again by the
+// DMA engine: aligned full vectors stream past the caches, which also saves reading each line before
+// writing it.
+template <bool kMasked>
+inline void store_upload16_f32(const KernelArgs& a, __m512 p, size_t i, __mmask16 k) {
+  float* out = static_cast<float*>(a.upload) + i;
+  if (kMasked)
+    _mm512_mask_storeu_ps(out, k, p);
+  else if ((reinterpret_cast<uintptr_t>(out) & 63) == 0)
+    _mm512_stream_ps(out, p);
+  else
+    _mm512_storeu_ps(out, p);
+}
+
+template <bool kNativeBf16, bool kMasked>
+inline void store_upload16(const KernelArgs& a, __m512 p, size_t i, __mmask16 k) {
+  if (a.upload_type == DType::F32) {
+    store_upload16_f32<kMasked>(a, p, i, k);
+    return;
+  }
+  __m256i h;
+  if (a.upload_type == DType::F16)
+    h = _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  else if (kNativeBf16)
+    h = to_bf16_native(p);
+  else
+    h = to_bf16(p, a, i);
+  auto* out = static_cast<uint16_t*>(a.upload) + i;
+  if (kMasked)
+    _mm256_mask_storeu_epi16(out, k, h);
+  else if ((reinterpret_cast<uintptr_t>(out) & 31) == 0)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out), h);
+  else
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), h);
+}
+
 // One vector of 16 elements (fewer under the tail mask k).
 template <bool kNativeBf16, bool kMasked>
 inline void adamw16(const KernelArgs& a, const Coefficients16& c, size_t i, __mmask16 k) {
@@ -91,23 +127,7 @@ inline void adamw16(const KernelArgs& a, const Coefficients16& c, size_t i, __mm
     _mm512_storeu_ps(a.v + i, v);
     _mm512_storeu_ps(a.param + i, p);
   }
-  if (!a.upload) return;
-  __m256i h;
-  if (a.upload_type == DType::F16)
-    h = _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  else if (kNativeBf16)
-    h = to_bf16_native(p);
-  else
-    h = to_bf16(p, a, i);
-  auto* upload = static_cast<uint16_t*>(a.upload) + i;
-  if (kMasked)
-    _mm256_mask_storeu_epi16(upload, k, h);
-  else if ((reinterpret_cast<uintptr_t>(upload) & 31) == 0)
-    // The upload copy is only read again by the DMA engine: stream it past the caches, which also saves
-    // reading each line before writing it.
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(upload), h);
-  else
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(upload), h);
+  if (a.upload) store_upload16<kNativeBf16, kMasked>(a, p, i, k);
 }
 
 template <bool kNativeBf16>

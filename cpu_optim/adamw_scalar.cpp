@@ -18,13 +18,16 @@ float load_grad(const void* grad, DType type, size_t i) {
 }
 
 void store_upload(const KernelArgs& a, size_t i, float p) {
-  auto* out = static_cast<uint16_t*>(a.upload);
-  if (a.upload_type == DType::F16) {
-    out[i] = float_to_half(p);
-  } else if (a.rounding == Rounding::Stochastic) {
-    out[i] = float_to_bf16_stochastic(p, random_bits(a.c.random_key, static_cast<uint32_t>(i)));
-  } else {
-    out[i] = float_to_bf16(p);
+  switch (a.upload_type) {
+    case DType::F32: static_cast<float*>(a.upload)[i] = p; break;
+    case DType::F16: static_cast<uint16_t*>(a.upload)[i] = float_to_half(p); break;
+    case DType::BF16:
+      static_cast<uint16_t*>(a.upload)[i] =
+          a.rounding == Rounding::Stochastic
+              ? float_to_bf16_stochastic(p, random_bits(a.c.random_key, static_cast<uint32_t>(i)))
+              : float_to_bf16(p);
+      break;
+    case DType::I32: break;  // never a copy of weights (CpuAdamW refuses it)
   }
 }
 

@@ -14,7 +14,7 @@ struct KernelArgs {
   float* v;
   const void* grad;
   DType grad_type;
-  void* upload;  // may be null
+  void* upload;  // may be null; else upload_type is BF16, F16 or F32
   DType upload_type;
   Rounding rounding;
   AdamWCoefficients c;

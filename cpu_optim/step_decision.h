@@ -1,0 +1,42 @@
+// What an optimizer step decides from its gradients' statistics before any weight changes: the global
+// norm, whether the step is skipped (an inf/nan gradient), and the one scale every gradient gets.
+#pragma once
+
+#include <cmath>
+
+namespace ferry::cpu_optim {
+
+struct GradStats {
+  double sum_squares = 0;  // of the gradients as stored (before any scaling)
+  bool finite = true;      // false when any gradient is inf or nan
+};
+
+struct StepReport {
+  double grad_norm = 0;  // global L2 norm of the unscaled gradients (grads / loss_scale)
+  bool skipped = false;  // an inf/nan gradient: nothing was changed
+};
+
+// A plain value, so that a decision made in one step can be kept (or saved) and applied in a later one.
+struct StepDecision {
+  StepReport report;
+  float grad_scale = 1.0f;  // clip coefficient / loss scale
+};
+
+// The scale that clips a global norm to max_norm, as torch.nn.utils.clip_grad_norm_ (max_norm / (norm +
+// 1e-6), at most 1); 1 when max_norm <= 0.
+inline float clip_scale(double global_norm, float max_norm) {
+  if (max_norm <= 0) return 1.0f;
+  const double coef = max_norm / (global_norm + 1e-6);
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+}
+
+// The decision from the statistics of every gradient of the model, summed by the caller in a fixed order.
+inline StepDecision decide_step(double sum_squares, bool finite, float max_norm, float loss_scale = 1.0f) {
+  StepDecision d;
+  d.report.grad_norm = std::sqrt(sum_squares) / loss_scale;
+  d.report.skipped = !finite;
+  d.grad_scale = clip_scale(d.report.grad_norm, max_norm) / loss_scale;
+  return d;
+}
+
+}  // namespace ferry::cpu_optim
