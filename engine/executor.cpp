@@ -269,7 +269,7 @@ void Executor::Impl::device_adam() {
 
 void Executor::Impl::finish_step() {
   if (st.device_adam) device_adam();
-  if (!st.update_order.empty()) cpu.queue_decision(st.loss_scale);
+  if (!st.update_order.empty()) cpu.queue_decision();
   if (!st.update_order.empty() && !delayed()) {
     cpu.queue_updates(st.update_order, st.adam_step, st.lr);
     for (int b : st.uploads) queue_upload(b);
@@ -357,6 +357,7 @@ StepResult Executor::step(std::span<const dataset::Batch> micro_batches, int64_t
   x.st.adam_step = adam_step, x.st.lr = lr, x.st.loss_scale = loss_scale;
   x.st.losses.assign(M, 0.0f);
   // Delayed update: the previous step's AdamW runs on the CPU while this step computes.
+  x.cpu.begin_step(loss_scale);
   x.st.applying_pending = x.delayed() && x.cpu.has_pending();
   if (x.st.applying_pending) x.cpu.queue_pending();
   for (int micro = 0; micro < M; ++micro) {
@@ -370,7 +371,7 @@ StepResult Executor::step(std::span<const dataset::Batch> micro_batches, int64_t
   double loss = 0;
   for (float l : x.st.losses) loss += l;
   r.loss = static_cast<float>(loss / M);
-  const cpu_optim::StepDecision& d = x.st.device_adam ? x.st.device_decision : x.delayed() ? x.cpu.pending().decision : x.cpu.decision();
+  const cpu_optim::StepDecision& d = x.st.device_adam ? x.st.device_decision : x.delayed() ? x.cpu.pending().decision() : x.cpu.decision();
   r.grad_norm = d.report.grad_norm;
   r.skipped = d.report.skipped;
   r.h2d_bytes = x.st.h2d_bytes, r.d2h_bytes = x.st.d2h_bytes;
@@ -383,7 +384,7 @@ void Executor::apply_pending_update() { impl_->flush_pending(); }
 std::optional<Executor::PendingUpdate> Executor::pending_update() const {
   if (!impl_->cpu.has_pending()) return std::nullopt;
   const auto& u = impl_->cpu.pending();
-  return PendingUpdate{u.adam_step, u.lr, u.decision};
+  return PendingUpdate{u.adam_step, u.lr, u.decision()};
 }
 
 void Executor::set_pending_update(const PendingUpdate& update) { impl_->cpu.set_pending(update.adam_step, update.lr, update.decision); }

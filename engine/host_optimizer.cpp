@@ -28,7 +28,6 @@ HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, memory::HostBucke
     working_next_.push_back(delayed ? reinterpret_cast<float*>(working_alt_.data() + offset[b]) : nullptr);
   }
   working_spare_ = working_next_;
-  stats_.assign(nb, {});
   updated_.assign(nb, nullptr);
   worker_ = std::make_unique<device::WorkQueue>("cpu-adam", trace);
 }
@@ -39,6 +38,12 @@ HostOptimizer::~HostOptimizer() {
   } catch (const std::exception&) {
     // reported by the step that failed
   }
+}
+
+void HostOptimizer::begin_step(float loss_scale) {
+  step_.emplace(adamw_, static_cast<size_t>(p_.n_buckets), max_norm_, loss_scale);
+  for (int b = 0; b < p_.n_buckets; ++b)
+    if (p_.first_grad_op[b] < 0) step_->record_stats(static_cast<size_t>(b), cpu_optim::GradStats{});  // no gradients
 }
 
 void HostOptimizer::run(std::string label, std::function<void()> work) {
@@ -62,47 +67,39 @@ void HostOptimizer::gather(int b, device::Device& device, device::EventPtr lande
     });
   }
   if (last_micro)
-    run("gradient stats of " + label_[b], [this, b, sum, n] { stats_[b] = adamw_.grad_stats(sum, DType::F32, static_cast<size_t>(n)); });
+    run("gradient stats of " + label_[b], [this, b, sum, n] { step_->record_stats(static_cast<size_t>(b), sum, DType::F32, static_cast<size_t>(n)); });
 }
 
-void HostOptimizer::queue_decision(float loss_scale) {
-  run("global gradient norm", [this, loss_scale] {
-    double sum = 0;
-    bool finite = true;
-    for (const auto& s : stats_) sum += s.sum_squares, finite = finite && s.finite;  // bucket order: reproducible
-    decision_ = cpu_optim::decide_step(sum, finite, max_norm_, loss_scale);
-    if (!delayed_) applying_ = decision_;
-  });
+void HostOptimizer::queue_decision() {
+  run("global gradient norm", [this] { step_->decide(); });
 }
 
-void HostOptimizer::queue_update(int b, int grads, int64_t adam_step, double lr) {
-  run("adamw " + label_[b], [this, b, grads, adam_step, lr] {
+// AdamW on bucket b under `step`'s decision, its fp32 working copy written by the same fused pass.
+void HostOptimizer::queue_update(const cpu_optim::OptimizerStep& step, int b, int grads, int64_t adam_step, double lr) {
+  run("adamw " + label_[b], [this, &step, b, grads, adam_step, lr] {
     const size_t n = static_cast<size_t>(p_.bucket_numel(b));
     float* out = delayed_ ? working_next_[b] : working_now_[b];
-    if (applying_.report.skipped) {
-      if (delayed_) std::copy_n(working_now_[b], n, out);  // the next working copy is the current one
-      return;
-    }
-    adamw_.step({{region(b, Region::Master), n}, {region(b, Region::M), n}, {region(b, Region::V), n}, grad_land_[grads][b],
-                 DType::F32, out, DType::F32},
-                adam_step, lr, applying_.grad_scale);
+    if (step.decision().report.skipped && delayed_) std::copy_n(working_now_[b], n, out);  // the next copy is the current one
+    step.update(static_cast<size_t>(b), {{region(b, Region::Master), n}, {region(b, Region::M), n}, {region(b, Region::V), n},
+                                         grad_land_[grads][b], DType::F32, out, DType::F32},
+                adam_step, lr);
   });
   updated_[b] = worker_->record();
 }
 
 void HostOptimizer::queue_updates(const std::vector<int>& order, int64_t adam_step, double lr) {
-  for (int b : order) queue_update(b, landing_parity(), adam_step, lr);
+  for (int b : order) queue_update(*step_, b, landing_parity(), adam_step, lr);
 }
 
 void HostOptimizer::queue_pending() {
   if (!has_pending_) return;
-  run("decision of the pending update", [this, d = pending_.decision] { applying_ = d; });
-  for (int b : pending_.order) queue_update(b, pending_.parity, pending_.adam_step, pending_.lr);
+  for (int b : pending_.order) queue_update(*pending_.step, b, pending_.parity, pending_.adam_step, pending_.lr);
 }
 
 void HostOptimizer::end_delayed_step(int64_t adam_step, double lr, std::vector<int> order) {
   if (has_pending_) swap_working(pending_.order);
-  pending_ = {adam_step, lr, decision_, std::move(order), parity_};
+  pending_ = {adam_step, lr, std::move(step_), std::move(order), parity_};
+  step_.reset();
   has_pending_ = true;
   parity_ ^= 1;
 }
@@ -122,7 +119,7 @@ void HostOptimizer::set_pending(int64_t adam_step, double lr, const cpu_optim::S
   std::vector<int> order;
   for (int b = p_.n_buckets - 1; b >= 0; --b)  // backward's landing order; updates are independent of it
     if (p_.first_grad_op[b] >= 0) order.push_back(b);
-  pending_ = {adam_step, lr, decision, std::move(order), 0};
+  pending_ = {adam_step, lr, cpu_optim::OptimizerStep(adamw_, decision), std::move(order), 0};
   has_pending_ = true;
   parity_ = 1;
 }

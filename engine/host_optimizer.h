@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "cpu_optim/adamw.h"
+#include "cpu_optim/optimizer_step.h"
 #include "engine/device/device.h"
 #include "engine/device/work_queue.h"
 #include "engine/faults.h"
@@ -29,6 +31,8 @@ class HostOptimizer {
                 bool delayed, float max_norm, const Faults& faults, device::Trace* trace);
   ~HostOptimizer();
 
+  // A new step: its statistics are gathered as gradients land, under this loss scale.
+  void begin_step(float loss_scale);
   // Where micro-batch `micro`'s gradients of bucket b land: the landing region for the first, a staging
   // buffer that is summed into it for the others.
   float* landing(int bucket, int micro) const;
@@ -37,8 +41,8 @@ class HostOptimizer {
   void gather(int bucket, device::Device& device, device::EventPtr landed, int micro, bool last_micro);
 
   // The step decision from every bucket's statistics (global norm, clip scale, inf/nan skip).
-  void queue_decision(float loss_scale);
-  const cpu_optim::StepDecision& decision() const { return decision_; }
+  void queue_decision();
+  const cpu_optim::StepDecision& decision() const { return step_->decision(); }
   // Queues AdamW on `order`'s buckets with this step's gradients and decision; each bucket's `updated`
   // event follows its update (uploads wait for it).
   void queue_updates(const std::vector<int>& order, int64_t adam_step, double lr);
@@ -57,9 +61,10 @@ class HostOptimizer {
   struct Pending {
     int64_t adam_step = 0;
     double lr = 0;
-    cpu_optim::StepDecision decision;
+    std::optional<cpu_optim::OptimizerStep> step;  // decided
     std::vector<int> order;  // buckets to update
     int parity = 0;          // which landing region holds its gradients
+    const cpu_optim::StepDecision& decision() const { return step->decision(); }
   };
   bool has_pending() const { return has_pending_; }
   const Pending& pending() const { return pending_; }
@@ -74,7 +79,7 @@ class HostOptimizer {
   int landing_parity() const { return delayed_ ? parity_ : 0; }
 
  private:
-  void queue_update(int bucket, int grads, int64_t adam_step, double lr);
+  void queue_update(const cpu_optim::OptimizerStep& step, int bucket, int grads, int64_t adam_step, double lr);
   void swap_working(const std::vector<int>& order);
   float* region(int bucket, memory::HostBuckets::Region r) const { return host_.region(bucket, r).as<float>(); }
   void run(std::string label, std::function<void()> work);
@@ -94,9 +99,7 @@ class HostOptimizer {
   memory::HostBuffer grad_alt_, working_alt_;  // the delayed update's second regions
   int parity_ = 0;
 
-  std::vector<cpu_optim::GradStats> stats_;  // written by the worker, read by the decision
-  cpu_optim::StepDecision decision_;         // of this step's gradients
-  cpu_optim::StepDecision applying_;         // of the gradients the queued updates apply
+  std::optional<cpu_optim::OptimizerStep> step_;  // this step's: statistics as gradients land, then the decision
   std::vector<std::shared_ptr<device::HostEvent>> updated_;
   bool has_pending_ = false;
   Pending pending_;

@@ -37,7 +37,7 @@ offload::StepPlan plan_for_config(const Config& cfg, const models::ModelSpec& sp
   if (budget <= 0) {
     const offload::StepPlan all = offload::plan_step(spec, cost, bucket_bytes, int64_t(1) << 62, offload::Policy::Resident,
                                                      checkpointing, cfg.train.grad_accum);
-    budget = all.memory.layout.peak;
+    budget = offload::lay_out(all.problem, all.schedule, red_zone_bytes).layout.peak;
   }
   std::optional<offload::StepPlan> plan;
   try {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cpu_optim/optimizer_step.h"
 #include "models/ops/matmul.h"
 
 namespace ferry::device {
@@ -136,21 +137,17 @@ void HostDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op,
 
 void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr,
                        float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) {
-  // The CPU path's arithmetic, on the host device's memory: CpuAdamW's kernels themselves.
+  // The CPU path's arithmetic, on the host device's memory: the same OptimizerStep, so both give bitwise
+  // the same weights.
   queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule, step, lr, max_norm, loss_scale, decision] {
-    double sum = 0;
-    bool finite = true;
-    for (const auto& b : buckets) {
-      const auto st = rule.grad_stats(b.grad, DType::F32, static_cast<size_t>(b.numel));
-      sum += st.sum_squares, finite = finite && st.finite;
-    }
-    *decision = cpu_optim::decide_step(sum, finite, max_norm, loss_scale);
-    if (decision->report.skipped) return;
+    std::vector<cpu_optim::Bucket> views;
     for (const auto& b : buckets) {
       const size_t n = static_cast<size_t>(b.numel);
-      rule.step({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, DType::F32}, step, lr, decision->grad_scale);
-      std::memcpy(b.working, b.master, n * 4);
+      views.push_back({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, DType::F32, b.working, DType::F32});
     }
+    cpu_optim::OptimizerStep optimizer_step(rule, views.size(), max_norm, loss_scale);
+    optimizer_step.run(views, step, lr);
+    *decision = optimizer_step.decision();
   });
 }
 

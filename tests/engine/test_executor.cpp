@@ -16,6 +16,7 @@
 
 #include "cpu_optim/adamw.h"
 #include "cpu_optim/lr_schedule.h"
+#include "cpu_optim/optimizer_step.h"
 #include "engine/config.h"
 #include "dataset/dataset.h"
 #include "engine/device/host_device.h"
@@ -130,16 +131,15 @@ std::vector<float> reference_losses(const Config& c, int sync_steps) {
   models::CpuRunner runner(spec, params);
   struct Update {
     std::vector<std::vector<float>> grads;
-    cpu_optim::StepDecision decision;
+    std::optional<cpu_optim::OptimizerStep> step;  // statistics recorded, decided
     int64_t adam_step;
     double lr;
   };
   std::optional<Update> pending;
   auto apply = [&](const Update& u) {
-    if (u.decision.report.skipped) return;
     for (int b = 0; b < nb; ++b) {
       Bucket& k = buckets[b];
-      adamw.step({k.master, k.m, k.v, u.grads[b].data(), DType::F32}, u.adam_step, u.lr, u.decision.grad_scale);
+      u.step->update(b, {k.master, k.m, k.v, u.grads[b].data(), DType::F32}, u.adam_step, u.lr);
     }
     for_each_param([&](int p, const auto& slot) { std::copy_n(buckets[slot.bucket].master.data() + slot.offset, slot.numel, params.value(p).data()); });
   };
@@ -150,18 +150,15 @@ std::vector<float> reference_losses(const Config& c, int sync_steps) {
     const dataset::Batch batch = data.train_batch(c.train.seed, step - 1, c.train.batch_size);
     runner.set_batch(batch.tokens, batch.targets);
     losses.push_back(runner.forward_backward(1.0f));
-    Update u{{}, {}, optimizer_steps + 1, lr.at(step - 1)};
-    double sum = 0;
-    bool finite = true;
+    Update u{{}, std::nullopt, optimizer_steps + 1, lr.at(step - 1)};
+    u.step.emplace(adamw, nb, static_cast<float>(c.optim.grad_clip));
     for (int b = 0; b < nb; ++b) {
       std::vector<float> grad(layout.buckets()[b].numel, 0.0f);
       for (int p : layout.buckets()[b].params) std::copy_n(params.grad(p).data(), layout.slot(p).numel, grad.data() + layout.slot(p).offset);
-      const auto st = adamw.grad_stats(grad.data(), DType::F32, grad.size());
-      sum += st.sum_squares, finite = finite && st.finite;
+      u.step->record_stats(b, grad.data(), DType::F32, grad.size());
       u.grads.push_back(std::move(grad));
     }
-    u.decision = cpu_optim::decide_step(sum, finite, static_cast<float>(c.optim.grad_clip));
-    if (!u.decision.report.skipped) ++optimizer_steps;
+    if (!u.step->decide().report.skipped) ++optimizer_steps;
     if (pending) apply(*pending), pending.reset();
     if (step <= sync_steps) apply(u);
     else pending = std::move(u);
