@@ -19,10 +19,142 @@
 #include "models/rng.h"
 
 namespace ferry::bench {
+namespace {
+
+struct StepTimes {
+  std::vector<double> seconds;  // per timed step
+  // Summed over the timed steps: "<kind>.<fwd|bwd>" per op, plus the optimizer.
+  std::map<std::string, double> by_op;
+};
+
+// Runs `warmup` untimed then `steps` timed training steps (every op, then AdamW over all parameters).
+StepTimes time_steps(const models::ModelSpec& spec, models::ParameterStore& params, models::CpuRunner& runner,
+                     int threads, int warmup, int steps) {
+  memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
+  const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
+  const cpu_optim::Bucket bucket{params.values(), m.as<float>(), v.as<float>(), params.grads().data(), DType::F32};
+  StepTimes times;
+  for (int s = 1; s <= warmup + steps; ++s) {
+    const bool timed = s > warmup;
+    const auto t0 = Clock::now();
+    params.zero_grads();
+    for (const auto& op : spec.ops) {
+      const auto t_op = Clock::now();
+      runner.run_op(op);
+      if (timed)
+        times.by_op[fmt::format("{}.{}", models::to_string(op.kind), op.pass == models::Pass::Forward ? "fwd" : "bwd")] +=
+            seconds_since(t_op);
+    }
+    const auto t_opt = Clock::now();
+    adamw.apply({&bucket, 1}, s, 3e-4, 1.0f);
+    if (timed) times.by_op["optimizer (norm + adamw)"] += seconds_since(t_opt);
+    const double dt = seconds_since(t0);
+    if (timed) times.seconds.push_back(dt);
+    fmt::print(stderr, "  step {}/{}: {:.1f} ms{}\n", s, warmup + steps, dt * 1e3, timed ? "" : " (warm-up)");
+  }
+  return times;
+}
+
+struct MatmulTiming {
+  const models::OpSpec* op = nullptr;  // the forward Linear timed
+  double gflops = 0;                   // median rate
+  size_t runs = 0;
+};
+
+// The largest matmul of the step, by FLOPs, in its forward shape alone: at least 5 runs and 2 seconds.
+MatmulTiming time_largest_matmul(const models::ModelSpec& spec, models::Rng& rng) {
+  const models::OpSpec* biggest = nullptr;
+  for (const auto& op : spec.ops)
+    if (op.kind == models::OpKind::Linear && op.pass == models::Pass::Forward &&
+        (!biggest || op.attrs.in * op.attrs.out > biggest->attrs.in * biggest->attrs.out))
+      biggest = &op;
+  const auto& a = biggest->attrs;
+  std::vector<float> X(a.rows * a.in), W(a.in * a.out), Y(a.rows * a.out);
+  for (auto& x : X) x = static_cast<float>(rng.normal());
+  for (auto& w : W) w = static_cast<float>(rng.normal() * 0.02);
+  auto mm = [&] { models::ops::matmul(Y.data(), X.data(), W.data(), nullptr, a.rows, a.out, a.in, false, a.weight_out_in, false); };
+  mm();
+  std::vector<double> times;
+  const auto start = Clock::now();
+  while (times.size() < 5 || seconds_since(start) < 2.0) {
+    const auto t0 = Clock::now();
+    mm();
+    times.push_back(seconds_since(t0));
+  }
+  return {biggest, 2.0 * a.rows * a.in * a.out / median(times) / 1e9, times.size()};
+}
+
+// What one run measured, and on what, for the printed summary and the result files.
+struct StepResult {
+  const std::string& config_path;
+  const models::ModelSpec& spec;
+  const std::string& command;
+  int B, T, steps, threads;
+  StepTimes times{};
+  MatmulTiming matmul{};
+  double step_s = 0, step_gflops = 0, ratio = 0;
+};
+
+double ms_per_step(const StepResult& r, double total_s) { return total_s / r.steps * 1e3; }
+
+void print_summary(const StepResult& r) {
+  const auto& a = r.matmul.op->attrs;
+  fmt::print("model {} ({:.1f}M params) batch {}x{} threads {}\n", r.config_path, r.spec.param_count() / 1e6, r.B, r.T,
+             r.threads);
+  fmt::print("  step:   {:.1f} ms median of {}, {:.1f} GFLOP/step, {:.1f} GFLOP/s\n", r.step_s * 1e3, r.steps,
+             r.spec.step_flops() / 1e9, r.step_gflops);
+  fmt::print("  matmul: {} ({}x{} @ {}x{}): {:.1f} GFLOP/s (median of {})\n", r.matmul.op->name, a.rows, a.in, a.in,
+             a.out, r.matmul.gflops, r.matmul.runs);
+  fmt::print("  ratio:  {:.2f} of the matmul rate\n", r.ratio);
+  fmt::print("  time per step by op:\n");
+  for (const auto& [name, total] : r.times.by_op) fmt::print("    {:<26} {:8.1f} ms\n", name, ms_per_step(r, total));
+}
+
+std::string to_json(const StepResult& r) {
+  utsname u{};
+  uname(&u);
+  const auto& a = r.matmul.op->attrs;
+  nlohmann::json by_op_ms;
+  for (const auto& [name, total] : r.times.by_op) by_op_ms[name] = ms_per_step(r, total);
+  const nlohmann::json j{{"benchmark", "step"},
+                         {"ms_per_step_median", r.step_s * 1e3},
+                         {"step_gflops", r.step_gflops},
+                         {"matmul_gflops", r.matmul.gflops},
+                         {"ratio", r.ratio},
+                         {"step_gflop", r.spec.step_flops() / 1e9},
+                         {"matmul_op", r.matmul.op->name},
+                         {"matmul_shape", {a.rows, a.in, a.out}},
+                         {"step_ms_all", r.times.seconds},
+                         {"ms_per_step_by_op", by_op_ms},
+                         {"config", r.config_path},
+                         {"batch", r.B},
+                         {"seq", r.T},
+                         {"threads", r.threads},
+                         {"params", r.spec.param_count()},
+                         {"machine", {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}, {"kernel", u.release}}},
+                         {"date", today()},
+                         {"command", r.command}};
+  return j.dump(2) + "\n";
+}
+
+std::string to_markdown(const StepResult& r) {
+  std::ostringstream md;
+  md << fmt::format("# CPU training step vs oneDNN matmul\n\n"
+                    "Machine: {} ({} cores), {} threads. Date: {}.\n\nCommand: `{}`\n\n",
+                    cpu_model(), std::thread::hardware_concurrency(), r.threads, today(), r.command);
+  md << "| model | batch x seq | ms/step (median of " << r.steps << ") | step GFLOP/s | matmul GFLOP/s ("
+     << r.matmul.op->name << ") | ratio |\n|---|---|---|---|---|---|\n";
+  md << fmt::format("| {} ({:.1f}M) | {}x{} | {:.1f} | {:.1f} | {:.1f} | {:.2f} |\n\n", r.config_path,
+                    r.spec.param_count() / 1e6, r.B, r.T, r.step_s * 1e3, r.step_gflops, r.matmul.gflops, r.ratio);
+  md << "Time per step by op (ms):\n\n| op | ms |\n|---|---|\n";
+  for (const auto& [name, total] : r.times.by_op) md << fmt::format("| {} | {:.1f} |\n", name, ms_per_step(r, total));
+  return md.str();
+}
+
+}  // namespace
 
 int run_step_bench(const std::string& config_path, int B, int T, int steps, int warmup, int threads,
                    const std::string& json_path, const std::string& markdown_path, const std::string& command) {
-  using namespace ferry;
   const engine::Config cfg = engine::load_config(config_path);
   if (T <= 0) T = cfg.model.seq_len;
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
@@ -34,7 +166,6 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
   const models::ModelSpec spec = models::build_gpt2(gpt, B, T);
   models::ParameterStore params(spec.params);
   models::init_gpt2(spec, gpt, params, 1);
-  memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
   models::CpuRunner runner(spec, params);
   models::Rng rng(7);
   std::vector<int32_t> tokens(B * T), targets(B * T);
@@ -44,103 +175,15 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
   fmt::print(stderr, "step: {} ({:.1f}M params), batch {}x{}, {} threads, {} warm-up + {} timed steps\n", spec.kind,
              spec.param_count() / 1e6, B, T, threads, warmup, steps);
 
-  const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
-  const cpu_optim::Bucket bucket{params.values(), m.as<float>(), v.as<float>(), params.grads().data(), DType::F32};
-  std::vector<double> times;
-  // Where the time goes, summed over timed steps: "<kind>.<fwd|bwd>" per op, plus the optimizer.
-  std::map<std::string, double> breakdown;
-  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  for (int s = 1; s <= warmup + steps; ++s) {
-    const auto t0 = Clock::now();
-    params.zero_grads();
-    for (const auto& op : spec.ops) {
-      const auto t_op = Clock::now();
-      runner.run_op(op);
-      if (s > warmup)
-        breakdown[fmt::format("{}.{}", models::to_string(op.kind), op.pass == models::Pass::Forward ? "fwd" : "bwd")] += since(t_op);
-    }
-    const auto t_opt = Clock::now();
-    adamw.apply({&bucket, 1}, s, 3e-4, 1.0f);
-    if (s > warmup) breakdown["optimizer (norm + adamw)"] += since(t_opt);
-    const double dt = since(t0);
-    if (s > warmup) times.push_back(dt);
-    fmt::print(stderr, "  step {}/{}: {:.1f} ms{}\n", s, warmup + steps, dt * 1e3, s <= warmup ? " (warm-up)" : "");
-  }
-  const double step_s = median(times);
-  const double step_gflops = spec.step_flops() / step_s / 1e9;
-
-  // The largest matmul of the step, by FLOPs: time its forward shape alone.
-  const models::OpSpec* biggest = nullptr;
-  for (const auto& op : spec.ops)
-    if (op.kind == models::OpKind::Linear && op.pass == models::Pass::Forward &&
-        (!biggest || op.attrs.in * op.attrs.out > biggest->attrs.in * biggest->attrs.out))
-      biggest = &op;
-  const auto& a = biggest->attrs;
-  std::vector<float> X(a.rows * a.in), W(a.in * a.out), Y(a.rows * a.out);
-  for (auto& x : X) x = static_cast<float>(rng.normal());
-  for (auto& w : W) w = static_cast<float>(rng.normal() * 0.02);
-  const double mm_flops = 2.0 * a.rows * a.in * a.out;
-  auto mm = [&] { models::ops::matmul(Y.data(), X.data(), W.data(), nullptr, a.rows, a.out, a.in, false, a.weight_out_in, false); };
-  mm();
-  std::vector<double> mm_times;
-  const auto mm_start = Clock::now();
-  while (mm_times.size() < 5 || std::chrono::duration<double>(Clock::now() - mm_start).count() < 2.0) {
-    const auto t0 = Clock::now();
-    mm();
-    mm_times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  const double matmul_gflops = mm_flops / median(mm_times) / 1e9;
-  const double ratio = step_gflops / matmul_gflops;
-
-  fmt::print("model {} ({:.1f}M params) batch {}x{} threads {}\n", config_path, spec.param_count() / 1e6, B, T, threads);
-  fmt::print("  step:   {:.1f} ms median of {}, {:.1f} GFLOP/step, {:.1f} GFLOP/s\n", step_s * 1e3, steps,
-             spec.step_flops() / 1e9, step_gflops);
-  fmt::print("  matmul: {} ({}x{} @ {}x{}): {:.1f} GFLOP/s (median of {})\n", biggest->name, a.rows, a.in, a.in, a.out,
-             matmul_gflops, mm_times.size());
-  fmt::print("  ratio:  {:.2f} of the matmul rate\n", ratio);
-  fmt::print("  time per step by op:\n");
-  nlohmann::json breakdown_ms;
-  for (const auto& [name, total] : breakdown) {
-    fmt::print("    {:<26} {:8.1f} ms\n", name, total / steps * 1e3);
-    breakdown_ms[name] = total / steps * 1e3;
-  }
-
-  if (!json_path.empty()) {
-    utsname u{};
-    uname(&u);
-    nlohmann::json j{{"benchmark", "step"},
-                     {"ms_per_step_median", step_s * 1e3},
-                     {"step_gflops", step_gflops},
-                     {"matmul_gflops", matmul_gflops},
-                     {"ratio", ratio},
-                     {"step_gflop", spec.step_flops() / 1e9},
-                     {"matmul_op", biggest->name},
-                     {"matmul_shape", {a.rows, a.in, a.out}},
-                     {"step_ms_all", times},
-                     {"ms_per_step_by_op", breakdown_ms},
-                     {"config", config_path},
-                     {"batch", B},
-                     {"seq", T},
-                     {"threads", threads},
-                     {"params", spec.param_count()},
-                     {"machine", {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}, {"kernel", u.release}}},
-                     {"date", today()},
-                     {"command", command}};
-    write_result(json_path, "--json", j.dump(2) + "\n");
-  }
-  if (!markdown_path.empty()) {
-    std::ostringstream md;
-    md << fmt::format("# CPU training step vs oneDNN matmul\n\n"
-                      "Machine: {} ({} cores), {} threads. Date: {}.\n\nCommand: `{}`\n\n",
-                      cpu_model(), std::thread::hardware_concurrency(), threads, today(), command);
-    md << "| model | batch x seq | ms/step (median of " << steps << ") | step GFLOP/s | matmul GFLOP/s (" << biggest->name
-       << ") | ratio |\n|---|---|---|---|---|---|\n";
-    md << fmt::format("| {} ({:.1f}M) | {}x{} | {:.1f} | {:.1f} | {:.1f} | {:.2f} |\n\n", config_path,
-                      spec.param_count() / 1e6, B, T, step_s * 1e3, step_gflops, matmul_gflops, ratio);
-    md << "Time per step by op (ms):\n\n| op | ms |\n|---|---|\n";
-    for (const auto& [name, total] : breakdown) md << fmt::format("| {} | {:.1f} |\n", name, total / steps * 1e3);
-    write_result(markdown_path, "--markdown", md.str());
-  }
+  StepResult r{config_path, spec, command, B, T, steps, threads};
+  r.times = time_steps(spec, params, runner, threads, warmup, steps);
+  r.matmul = time_largest_matmul(spec, rng);
+  r.step_s = median(r.times.seconds);
+  r.step_gflops = spec.step_flops() / r.step_s / 1e9;
+  r.ratio = r.step_gflops / r.matmul.gflops;
+  print_summary(r);
+  if (!json_path.empty()) write_result(json_path, "--json", to_json(r));
+  if (!markdown_path.empty()) write_result(markdown_path, "--markdown", to_markdown(r));
   return 0;
 }
 

@@ -19,6 +19,10 @@ bool is_cjk(char32_t c);          // CJK ideographs
 bool is_number(char32_t c);       // \p{N}
 bool is_symbol(char32_t c);       // \p{S}, roughly
 
+// BERT's uncased lowercasing, before accent stripping: ASCII, Latin-1, Latin Extended-A, and the basic
+// Greek and Cyrillic alphabets (not their accented, archaic or extended letters).
+char32_t to_lower(char32_t c);
+
 // GPT-2's pre-tokenizer classes: \p{L}, \p{N}, \s, and everything else.
 enum class CharClass { Letter, Number, Space, Other };
 CharClass classify(char32_t c);

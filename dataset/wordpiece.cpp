@@ -2,8 +2,9 @@
 // a basic pass (drop control characters, whitespace-split, lowercase and strip accents when uncased,
 // split off punctuation and CJK ideographs), then greedy longest-match-first word pieces with "##" on
 // continuations, [UNK] for a word that cannot be pieced (or longer than 100 characters).
-// Unicode without ICU: lowercasing and accent stripping cover Latin-1, Latin Extended-A, Greek and
-// Cyrillic; punctuation covers ASCII, Latin-1, General Punctuation, CJK symbols and fullwidth forms.
+// Unicode without ICU: lowercasing covers Latin-1, Latin Extended-A and the basic Greek and Cyrillic
+// alphabets, accent stripping Latin-1 and Latin Extended-A; punctuation covers ASCII, Latin-1, General
+// Punctuation, CJK symbols and fullwidth forms (dataset/unicode.cpp's tables say exactly which).
 #include <fstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -13,22 +14,6 @@
 
 namespace ferry::dataset {
 namespace {
-
-char32_t to_lower(char32_t c) {
-  if (c >= 'A' && c <= 'Z') return c + 32;
-  if (c == 0x130) return 'i';   // İ lowercases to i + a combining dot, which accent stripping drops
-  if (c == 0x178) return 0xFF;  // Ÿ
-  if ((c >= 0xC0 && c <= 0xDE && c != 0xD7)) return c + 32;  // Latin-1
-  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x138 && c != 0x149 && c != 0x17F) {  // Latin Extended-A pairs
-    const bool odd_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
-    if (odd_lower ? (c % 2 == 1) : (c % 2 == 0)) return c + 1;
-    return c;
-  }
-  if (c >= 0x391 && c <= 0x3AB && c != 0x3A2) return c + 32;  // Greek
-  if (c >= 0x410 && c <= 0x42F) return c + 32;                // Cyrillic
-  if (c >= 0x400 && c <= 0x40F) return c + 80;
-  return c;
-}
 
 // The base letter of an accented Latin letter (NFD, then drop the combining marks); 0: none.
 char32_t strip_accent(char32_t c) {
