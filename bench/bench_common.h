@@ -65,6 +65,10 @@ int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_
 int run_offload_bench(const std::string& config_path, const std::vector<std::string>& overrides, int steps,
                       const std::string& json_path, const std::string& markdown_path, const std::string& command);
 
+// `ferry-bench experiment`: an experiment file trained as shipped: wall time, tokens/s, validation loss.
+int run_experiment_bench(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& json_path,
+                         const std::string& markdown_path, const std::string& command);
+
 // `ferry-bench pcie`: pinned-pool <-> arena bandwidth per transfer size (CUDA builds with a GPU).
 int run_pcie_bench(int reps, const std::string& json_path, const std::string& markdown_path, const std::string& command);
 

@@ -50,6 +50,12 @@ int main(int argc, char** argv) {
   offload->add_option("--steps", offload_steps, "Training steps per run (the median step is reported)")->check(CLI::PositiveNumber);
   offload->add_option("--json", json, "Also write the results as JSON to this file (bench/results/offload-host.json)");
   offload->add_option("--markdown", markdown, "Also write the Markdown table to this file");
+  auto* experiment = app.add_subcommand("experiment", "Train an experiment file as shipped and record wall time, tokens/s and the "
+                                                      "validation loss before and after (the README's figures)");
+  experiment->add_option("-c,--config", config, "Experiment file")->required()->check(CLI::ExistingFile);
+  experiment->add_option("--set", offload_overrides, "Config overrides (repeatable)");
+  experiment->add_option("--json", json, "Also write the results as JSON to this file (bench/results/experiment-<name>.json)");
+  experiment->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   int pcie_reps = 9;
   auto* pcie = app.add_subcommand("pcie", "Host<->device copy bandwidth from the pinned pool, 64 KiB to 1 GiB (needs a GPU)");
   pcie->add_option("--reps", pcie_reps, "Copies per size (the median is reported)")->check(CLI::PositiveNumber);
@@ -60,6 +66,7 @@ int main(int argc, char** argv) {
   std::string command = "ferry-bench";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   try {
+    if (*experiment) return ferry::bench::run_experiment_bench(config, offload_overrides, json, markdown, command);
     if (*pcie) return ferry::bench::run_pcie_bench(pcie_reps, json, markdown, command);
     if (*offload) return ferry::bench::run_offload_bench(config, offload_overrides, offload_steps, json, markdown, command);
     if (*policies) return ferry::bench::run_policies_bench(cost_model, policy_batch, policy_seq, policy_overlap == "delayed", json, markdown, command);

@@ -32,6 +32,7 @@ class DeviceBindings {
   int gradsum_tensor(int bucket) const { return gradsum_[bucket]; }  // fp32 sum over micro-batches
   const std::vector<Window>& windows(int bucket) const { return windows_[bucket]; }
   const std::string& bucket_label(int bucket) const { return bucket_label_[bucket]; }
+  const std::vector<std::string>& bucket_labels() const { return bucket_label_; }
   // A batch input's (tokens, targets, attention_mask) device tensor; -1 when the model has none.
   int input_tensor(const std::string& name) const;
 

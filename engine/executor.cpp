@@ -73,7 +73,7 @@ struct Executor::Impl {
        const cpu_optim::CpuAdamW& a, const ExecutorOptions& o, device::Trace* trace)
       : spec(sp), p(plan.problem), s(plan.schedule), host(h), dev(d), adamw(a), options(o),
         at(sp, plan, d.arena().data(), plan.memory.red_zone_bytes),
-        cpu(plan.problem, h, a, plan.schedule.delayed_update, o.grad_clip, faults, trace) {}
+        cpu(plan.problem, h, a, plan.schedule.delayed_update, o.grad_clip, at.bucket_labels(), faults, trace) {}
 
   int64_t bytes(int b) const { return p.bucket_numel(b) * 4; }
   bool delayed() const { return s.delayed_update; }

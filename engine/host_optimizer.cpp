@@ -2,8 +2,6 @@
 // the order the executor queues them, so statistics, the decision and the updates need no locks.
 #include "engine/host_optimizer.h"
 
-#include <fmt/format.h>
-
 #include <stdexcept>
 
 namespace ferry::engine {
@@ -11,8 +9,9 @@ namespace ferry::engine {
 using Region = memory::HostBuckets::Region;
 
 HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, memory::HostBuckets& host, const cpu_optim::CpuAdamW& adamw,
-                             bool delayed, float max_norm, const Faults& faults, device::Trace* trace)
-    : p_(p), host_(host), adamw_(adamw), delayed_(delayed), max_norm_(max_norm), faults_(faults) {
+                             bool delayed, float max_norm, std::vector<std::string> bucket_labels, const Faults& faults,
+                             device::Trace* trace)
+    : p_(p), host_(host), adamw_(adamw), delayed_(delayed), max_norm_(max_norm), faults_(faults), label_(std::move(bucket_labels)) {
   const int nb = p.n_buckets;
   std::vector<int64_t> offset;
   int64_t total = 0;
@@ -20,8 +19,6 @@ HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, memory::HostBucke
   if (p.grad_accum > 1) staging_ = memory::HostBuffer(static_cast<size_t>(total)), staging_offset_ = offset;
   if (delayed) grad_alt_ = memory::HostBuffer(static_cast<size_t>(total)), working_alt_ = memory::HostBuffer(static_cast<size_t>(total));
   for (int b = 0; b < nb; ++b) {
-    const auto& params = p.layout.buckets()[b].params;
-    label_.push_back(fmt::format("bucket {} ({} parameter tensors)", b, params.size()));
     grad_land_[0].push_back(region(b, Region::Grad));
     grad_land_[1].push_back(delayed ? reinterpret_cast<float*>(grad_alt_.data() + offset[b]) : nullptr);
     working_now_.push_back(region(b, Region::Working));

@@ -27,8 +27,9 @@ namespace ferry::engine {
 
 class HostOptimizer {
  public:
+  // bucket_labels: how errors and the trace name each bucket.
   HostOptimizer(const offload::OffloadProblem& problem, memory::HostBuckets& host, const cpu_optim::CpuAdamW& adamw,
-                bool delayed, float max_norm, const Faults& faults, device::Trace* trace);
+                bool delayed, float max_norm, std::vector<std::string> bucket_labels, const Faults& faults, device::Trace* trace);
   ~HostOptimizer();
 
   // A new step: its statistics are gathered as gradients land, under this loss scale.
@@ -90,7 +91,7 @@ class HostOptimizer {
   const bool delayed_;
   const float max_norm_;
   const Faults& faults_;
-  std::vector<std::string> label_;
+  const std::vector<std::string> label_;
 
   std::vector<float*> grad_land_[2];  // per parity, per bucket
   memory::HostBuffer staging_;        // micro-batches after the first land here

@@ -140,6 +140,7 @@ class Run {
   float evaluate();
   void checkpoint(int step);
   void log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val);
+  StepResult execute_step(int step, double* step_s);
   bool run_step(int step, int first_step);  // false: stop here
   void summarise();
 
@@ -330,37 +331,43 @@ void Run::log(int step, const StepResult& r, double step_s, double lr, double lo
   metrics_ << j.dump() << '\n' << std::flush;
 }
 
-// One step: its micro-batches through the executor, then bookkeeping, evaluation, logging, checkpoints.
-bool Run::run_step(int step, int first_step) {
-  if (trace_) trace_->enable(step < first_step + opt_.trace_steps);
-  if (!opt_.inject_fault.empty() && step == opt_.inject_fault_step) executor_.inject_fault(opt_.inject_fault);
+// One step's micro-batches through the executor, and what the step changed: the optimizer step count
+// (an overflowed step applies nothing), the loss scale, the timings.
+StepResult Run::execute_step(int step, double* step_s) {
   const auto t0 = Clock::now();
   std::vector<dataset::Batch> micro(cfg_.train.grad_accum);
   for (int i = 0; i < cfg_.train.grad_accum; ++i) micro[i] = batches_.train(int64_t(step - 1) * cfg_.train.grad_accum + i);
-  const float lr = schedule_.at(step - 1);
   const double loss_scale = scaler_.value();
-  const StepResult r = executor_.step(micro, optimizer_steps_ + 1, lr, scaler_.scale());
-  if (cfg_.train.precision == "fp16") scaler_.update(!r.skipped);
-  const bool last = step == cfg_.train.steps;
+  const StepResult r = executor_.step(micro, optimizer_steps_ + 1, schedule_.at(step - 1), scaler_.scale());
+  const bool fp16 = cfg_.train.precision == "fp16";
+  if (fp16) scaler_.update(!r.skipped);
   // Synchronous steps: the first ones, and the last (its update belongs to the result).
-  if (plan_.schedule.delayed_update && (step <= cfg_.offload.sync_steps || last)) executor_.apply_pending_update();
-  if (!r.skipped) {
-    ++optimizer_steps_;
-  } else {
-    ++sum_.skipped_steps;
-    progress_.message(cfg_.train.precision == "fp16"
-                          ? fmt::format("step {}: the gradients overflowed at loss scale {:g}; the update was skipped and the scale "
-                                        "is now {:g}", step, loss_scale, scaler_.value())
-                          : fmt::format("step {}: an inf/nan gradient; the update was skipped", step));
-  }
-  const double step_s = seconds_since(t0);
-  train_s_ += step_s;
-  step_times_.push_back(step_s);
+  if (plan_.schedule.delayed_update && (step <= cfg_.offload.sync_steps || step == cfg_.train.steps)) executor_.apply_pending_update();
+  if (!r.skipped) ++optimizer_steps_;
+  if (r.skipped) ++sum_.skipped_steps;
+  if (r.skipped)
+    progress_.message(fp16 ? fmt::format("step {}: the gradients overflowed at loss scale {:g}; the update was skipped and the scale "
+                                         "is now {:g}", step, loss_scale, scaler_.value())
+                           : fmt::format("step {}: an inf/nan gradient; the update was skipped", step));
+  *step_s = seconds_since(t0);
+  train_s_ += *step_s;
+  step_times_.push_back(*step_s);
   sum_.h2d_bytes = r.h2d_bytes, sum_.d2h_bytes = r.d2h_bytes;
   sum_.stall_s += r.stall_s;
   sum_.losses.push_back(r.loss);
   if (!std::isfinite(r.loss))
     throw std::runtime_error(fmt::format("step {}: the loss is {}; lower optim.lr or raise optim.warmup_steps", step, r.loss));
+  return r;
+}
+
+// One step, then its evaluation, log line and checkpoint. Returns false when the run stops here.
+bool Run::run_step(int step, int first_step) {
+  if (trace_) trace_->enable(step < first_step + opt_.trace_steps);
+  if (!opt_.inject_fault.empty() && step == opt_.inject_fault_step) executor_.inject_fault(opt_.inject_fault);
+  const double loss_scale = scaler_.value(), lr = schedule_.at(step - 1);
+  double step_s = 0;
+  const StepResult r = execute_step(step, &step_s);
+  const bool last = step == cfg_.train.steps;
   std::optional<float> val;
   if (batches_.data().val_tokens() > 0 && (last || (cfg_.train.eval_every > 0 && step % cfg_.train.eval_every == 0)))
     sum_.val_loss = *(val = evaluate());
