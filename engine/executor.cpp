@@ -35,7 +35,7 @@ struct Executor::Impl {
   device::Trace* trace;
   std::string fault;  // tests only: tasks whose label contains it fail instead of running
 
-  memory::ArenaLayout plan;
+  const offload::DeviceMemory& device_memory;  // the plan's device tensors and their offsets
   std::byte* arena = nullptr;
   struct Window {
     int first, last;
@@ -93,7 +93,7 @@ struct Executor::Impl {
 
   Impl(const models::ModelSpec& sp, const offload::StepPlan& sp_plan, memory::HostBuckets& h, device::Device& d,
        const cpu_optim::CpuAdamW& a, const ExecutorOptions& o, device::Trace* t)
-      : spec(sp), p(sp_plan.problem), s(sp_plan.schedule), host(h), dev(d), adamw(a), options(o), trace(t) {}
+      : spec(sp), p(sp_plan.problem), s(sp_plan.schedule), host(h), dev(d), adamw(a), options(o), trace(t), device_memory(sp_plan.memory) {}
 
   int64_t numel(int b) const { return p.bucket_numel(b); }
   int64_t bytes(int b) const { return numel(b) * 4; }
@@ -182,10 +182,10 @@ void Executor::Impl::flush() {
 }
 
 void Executor::Impl::layout() {
-  const auto tensors = offload::device_tensors(p, s);
-  plan = memory::Planner::plan(offload::lifetimes(tensors));
-  if (dev.arena().size() < plan.peak)
-    throw std::logic_error(fmt::format("the device arena holds {} bytes; the plan needs {}", dev.arena().size(), plan.peak));
+  const auto& tensors = device_memory.tensors;
+  if (dev.arena().size() < device_memory.layout.peak)
+    throw std::logic_error(
+        fmt::format("the device arena holds {} bytes; the plan needs {}", dev.arena().size(), device_memory.layout.peak));
   arena = dev.arena().data();
   windows.assign(p.n_buckets, {});
   resident_offset.assign(p.n_buckets, -1), grads_offset.assign(p.n_buckets, -1);
@@ -194,7 +194,7 @@ void Executor::Impl::layout() {
   entries_of_tensor.assign(spec.tensors.size(), {});
   for (size_t i = 0; i < tensors.size(); ++i) {
     const DeviceTensor& t = tensors[i];
-    const int64_t offset = plan.offsets[i];
+    const int64_t offset = device_memory.layout.offsets[i];
     switch (t.kind) {
       case DeviceTensor::Kind::Activation:
         activation_offset[t.index] = offset;
@@ -265,10 +265,6 @@ void Executor::Impl::device_adam(int64_t adam_step, double lr) {
   const std::string label = "adamw (device)";
   if (!inject(device::Stream::Compute, label))
     dev.adamw(std::move(buckets), adamw, adam_step, lr, options.grad_clip, loss_scale, &decision, label);
-}
-
-memory::ArenaLayout Executor::device_plan(const offload::StepPlan& plan) {
-  return memory::Planner::plan(offload::lifetimes(offload::device_tensors(plan.problem, plan.schedule)));
 }
 
 Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, device::Device& device,

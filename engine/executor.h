@@ -34,11 +34,9 @@ struct StepResult {
 
 class Executor {
  public:
-  // Where the plan's device tensors go in the arena (the device's arena must hold plan.peak bytes).
-  static memory::ArenaLayout device_plan(const offload::StepPlan& plan);
-
-  // host: the buckets' master weights, moments, working copies and gradient landing regions, laid out as
-  // plan.problem.layout. The host device computes in fp32, so its working copies and gradients are fp32.
+  // Every device tensor sits where plan.memory put it (the device's arena must hold plan.memory.layout.peak
+  // bytes). host: the buckets' master weights, moments, working copies and gradient landing regions, laid
+  // out as plan.problem.layout. The host device computes in fp32, so its working copies and gradients are fp32.
   Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, device::Device& device,
            const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, device::Trace* trace);
   ~Executor();

@@ -110,35 +110,26 @@ offload::CostModel host_device_cost_model(const Config& cfg, int threads, models
 }
 
 // The step's plan for the config: the budget (unset: what resident needs), the policy's schedule with
-// activation checkpointing as configured, and the delayed update where asked for and possible.
+// activation checkpointing and the overlap as configured (offload decides which overlap a policy allows).
 offload::StepPlan plan_run(const Config& cfg, const models::ModelSpec& spec, const offload::CostModel& cost,
                                           int64_t* budget, std::string* overlap_note) {
-  const int64_t bucket_bytes = cfg.offload.bucket_bytes > 0 ? cfg.offload.bucket_bytes : memory::BucketLayout::kDefaultBucketBytes;
-  const offload::Policy policy = offload::parse_policy(cfg.offload.policy);
-  const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
+  offload::PlanRequest request;
+  if (cfg.offload.bucket_bytes > 0) request.bucket_bytes = cfg.offload.bucket_bytes;
+  request.policy = offload::parse_policy(cfg.offload.policy);
+  request.checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
+  request.grad_accum = cfg.train.grad_accum;
   *budget = cfg.offload.gpu_budget;
   if (*budget <= 0) {
-    const offload::StepPlan all = offload::plan_step(spec, cost, bucket_bytes, int64_t(1) << 62, offload::Policy::Resident,
-                                                     checkpointing, cfg.train.grad_accum);
-    *budget = offload::simulate(all.problem, all.schedule).peak_device_bytes;
+    offload::PlanRequest everything = request;
+    everything.budget_bytes = int64_t(1) << 62;
+    everything.policy = offload::Policy::Resident;
+    *budget = offload::plan_step(spec, cost, everything).memory.layout.peak;
   }
-  std::optional<offload::StepPlan> plan;
-  try {
-    plan.emplace(offload::plan_step(spec, cost, bucket_bytes, *budget, policy, checkpointing, cfg.train.grad_accum));
-  } catch (const offload::BudgetError& e) {
-    throw std::runtime_error(fmt::format("offload.gpu_budget: {} is too small: {}; raise it{}", memory::format_bytes(*budget), e.what(),
-                                         checkpointing == offload::Checkpointing::Off ? " or set train.activation_checkpointing: auto" : ""));
-  }
-  *overlap_note = cfg.offload.overlap;
-  if (cfg.offload.overlap == "delayed") {
-    if (plan->schedule.optimizer_on_device && policy == offload::Policy::Resident)
-      throw std::runtime_error("offload.overlap: delayed needs AdamW on the CPU; policy resident runs it on the device");
-    if (plan->schedule.optimizer_on_device)
-      *overlap_note = "delayed requested, not used: the plan keeps AdamW on the device";
-    else
-      plan->schedule = offload::with_delayed_update(plan->problem, std::move(plan->schedule));
-  }
-  return std::move(*plan);
+  request.budget_bytes = *budget;
+  request.overlap = offload::parse_overlap(cfg.offload.overlap);
+  offload::StepPlan plan = offload::plan_step(spec, cost, request);  // a BudgetError says what to change
+  *overlap_note = plan.overlap_note.empty() ? cfg.offload.overlap : plan.overlap_note;
+  return plan;
 }
 
 }  // namespace
@@ -196,8 +187,8 @@ TrainSummary train(const Config& cfg, const TrainOptions& opt) {
   int64_t budget = 0;
   const offload::StepPlan plan = plan_run(cfg, spec, cost, &budget, &overlap_note);
   const bool delayed = plan.schedule.delayed_update;
-  const offload::SimResult predicted = offload::simulate(plan.problem, plan.schedule);
-  const memory::ArenaLayout device_memory = Executor::device_plan(plan);
+  const offload::SimResult predicted = offload::simulate(plan.problem, plan.schedule, plan.memory);
+  const memory::ArenaLayout& device_memory = plan.memory.layout;
 
   // Host side: every bucket's master weights, moments, working copy and gradient landing region.
   const memory::BucketLayout& layout = plan.problem.layout;
