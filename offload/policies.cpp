@@ -241,12 +241,14 @@ struct Best {
 // each prefix (at most kPrefixes of them, evenly spaced) for unlimited memory and for each budget of a
 // fixed ladder (the minimum the model needs times 1.25^j), and keeps the fastest plan whose layout fits
 // the budget. The resident, zero-offload and chunk-lru constructions are candidates too (relabelled
-// greedy, their construction kept), so greedy is never predicted slower than those where they fit.
+// greedy, their construction kept), so greedy is never predicted slower than those where they fit; so is,
+// at every rung, the schedule with nothing resident and windows of consecutive uses only, which needs the
+// least memory (without it, greedy found no plan for small budgets that an exhaustive search could meet).
 // Every other candidate is built without looking at the budget (ladder budgets above it are simply not
 // built: their plans could not be used anyway), so a larger budget only adds candidates: more budget never
 // gives a slower plan.
-// Complexity: (prefixes x ladder rungs up to the budget) simulations, each O(ops + actions) plus one
-// Planner run; at most 24 x log_1.25(budget / minimum) of them.
+// Complexity: ((prefixes + 1) x ladder rungs up to the budget) simulations, each O(ops + actions) plus
+// one Planner run; at most 26 x log_1.25(budget / minimum) of them.
 PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes) {
   constexpr int kPrefixes = 24;
   constexpr double kRung = 1.25;
