@@ -108,9 +108,9 @@ bool overlap_allowed(Policy policy, Overlap overlap) { return !(overlap == Overl
 
 StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request) {
   if (!overlap_allowed(request.policy, request.overlap))
-    throw std::invalid_argument(std::string("offload.overlap: delayed needs AdamW on the CPU, and offload.policy: ") +
-                                to_string(request.policy) + " runs it on the device; set offload.overlap: backward, or a policy "
-                                "that offloads (greedy, zero-offload, chunk-lru)");
+    throw std::runtime_error(std::string("offload.overlap: delayed needs AdamW on the CPU, and offload.policy: ") +
+                             to_string(request.policy) + " runs it on the device; set offload.overlap: backward, or a policy "
+                             "that offloads (greedy, zero-offload, chunk-lru)");
   StepPlan plan = StepPlanner(spec, cost, request).plan();
   if (request.overlap == Overlap::Delayed && plan.schedule.optimizer_on_device)
     plan.overlap_note = "offload.overlap: delayed is not used: the plan (" + plan.schedule.label() +

@@ -107,7 +107,7 @@ struct StepPlan {
 // The whole decision for one step: which blocks to checkpoint, the policy's schedule, the overlap and
 // the device memory. With auto, the fewest blocks that make the policy fit; greedy also tries the fewest
 // that make resident or zero-offload fit and keeps the fastest. BudgetError when nothing fits;
-// std::invalid_argument when the overlap is not allowed for the policy.
+// std::runtime_error, naming both keys, when the policy does not allow the overlap (overlap_allowed).
 StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request);
 
 }  // namespace ferry::offload
