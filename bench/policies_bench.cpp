@@ -41,11 +41,15 @@ int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_
         nlohmann::json c{{"model", m.name}, {"params", spec.param_count()}, {"budget_bytes", p.budget_bytes},
                          {"policy", offload::to_string(policy)}, {"lower_bound_step_s", bound}};
         try {
-          offload::StepPlan plan = offload::plan_step(spec, cost, memory::BucketLayout::kDefaultBucketBytes,
-                                                      p.budget_bytes, policy, offload::Checkpointing::Auto);
-          if (delayed && !plan.schedule.optimizer_on_device)
-            plan.schedule = offload::with_delayed_update(plan.problem, std::move(plan.schedule));
-          const offload::SimResult r = offload::simulate(plan.problem, plan.schedule);
+          offload::PlanRequest request;
+          request.budget_bytes = p.budget_bytes;
+          request.policy = policy;
+          request.checkpointing = offload::Checkpointing::Auto;
+          if (delayed && offload::overlap_allowed(policy, offload::Overlap::Delayed)) request.overlap = offload::Overlap::Delayed;
+          const offload::StepPlan plan = offload::plan_step(spec, cost, request);
+          const offload::SimResult r = offload::simulate(plan.problem, plan.schedule, plan.memory);
+          c["overlap"] = offload::to_string(request.overlap);
+          c["construction"] = plan.schedule.construction;
           c["fits"] = true;
           c["checkpointed_blocks"] = plan.problem.checkpointed_layers;
           c["predicted_step_s"] = r.step_s;
@@ -79,10 +83,11 @@ int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_
   if (!markdown_path.empty()) {
     write_result(markdown_path, "--markdown",
                  fmt::format("# Placement policies on the simulator\n\nCost model: {} ({}). Batch {} x {} tokens; "
-                             "buckets of 32 MiB; activation checkpointing auto (\"k ckpt\": k blocks recomputed); overlap {}. "
+                             "buckets of 32 MiB; activation checkpointing auto (\"k ckpt\": k blocks recomputed); overlap {}{}. "
                              "Predicted step times in seconds. Date: {}.\n\nCommand: `{}`\n\n",
                              cost.name, cost.assumed ? "assumed figures, not measured" : "measured", batch, seq,
                              delayed ? "delayed (AdamW one step behind)" : "backward",
+                             delayed ? ", except resident, which runs AdamW on the device (overlap backward)" : "",
                              today(), command) +
                      table.str());
   }

@@ -43,24 +43,38 @@ int run_plan(const engine::Config& cfg, const PlanOptions& opt) {
   fmt::print("activations: {} alive at the busiest op without checkpointing\n",
              memory::format_bytes(*std::max_element(problem.activation_live.begin(), problem.activation_live.end())));
 
+  offload::PlanRequest request;
+  request.bucket_bytes = bucket_bytes;
+  request.budget_bytes = budget;
+  request.checkpointing = checkpointing;
+  request.grad_accum = cfg.train.grad_accum;
+  request.overlap = offload::parse_overlap(cfg.offload.overlap);
   nlohmann::json all = nlohmann::json::array();
   nlohmann::json main;
   std::string line = "policies:";
   int status = 3;
   for (offload::Policy policy : offload::all_policies()) {
     nlohmann::json j{{"policy", offload::to_string(policy)}, {"budget_bytes", budget}, {"lower_bound_step_s", bound}};
+    if (policy != chosen && !offload::overlap_allowed(policy, request.overlap)) {  // the chosen one: plan_step says why
+      line += fmt::format(" {} has no overlap {} |", offload::to_string(policy), offload::to_string(request.overlap));
+      j.update({{"fits", false}, {"error", "offload.overlap: delayed needs AdamW on the CPU; this policy runs it on the device"}});
+      all.push_back(j);
+      continue;
+    }
     try {
-      offload::StepPlan plan = offload::plan_step(spec, cost, bucket_bytes, budget, policy, checkpointing, cfg.train.grad_accum);
-      if (cfg.offload.overlap == "delayed" && !plan.schedule.optimizer_on_device)
-        plan.schedule = offload::with_delayed_update(plan.problem, std::move(plan.schedule));
-      const offload::SimResult r = offload::simulate(plan.problem, plan.schedule);  // one micro-batch
-      j.update({{"fits", true}, {"checkpointed_blocks", plan.problem.checkpointed_layers}, {"peak_device_bytes", r.peak_device_bytes}, {"predicted_step_s", r.step_s},
+      request.policy = policy;
+      const offload::StepPlan plan = offload::plan_step(spec, cost, request);
+      const offload::SimResult r = offload::simulate(plan.problem, plan.schedule, plan.memory);  // one micro-batch
+      j.update({{"fits", true}, {"construction", plan.schedule.construction}, {"checkpointed_blocks", plan.problem.checkpointed_layers},
+                {"peak_device_bytes", r.peak_device_bytes}, {"predicted_step_s", r.step_s},
                 {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"resident_bytes", r.resident_bytes},
                 {"offloaded_bytes", r.offloaded_bytes}, {"stall_s", r.stall_s}});
       line += fmt::format(" {} {:.4f} s |", offload::to_string(policy), r.step_s);
       if (policy == chosen) {
         status = 0;
         fmt::print("fits: yes, peak device memory {} of {}\n", memory::format_bytes(r.peak_device_bytes), memory::format_bytes(budget));
+        fmt::print("plan: {}; overlap {}\n", plan.schedule.label(),
+                   plan.overlap_note.empty() ? offload::to_string(request.overlap) : plan.overlap_note);
         fmt::print("activation checkpointing ({}): {} of {} blocks\n", cfg.train.activation_checkpointing,
                    plan.problem.checkpointed_layers, cfg.model.n_layer);
         fmt::print("placement: {} resident, {} offloaded; {} host-to-device and {} device-to-host per step\n",

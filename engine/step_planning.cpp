@@ -4,11 +4,9 @@
 
 #include <fmt/format.h>
 
-#include <optional>
 #include <stdexcept>
 
 #include "engine/device/host_cost_model.h"
-#include "memory/host_buffer.h"
 
 namespace ferry::engine {
 
@@ -29,30 +27,21 @@ offload::CostModel host_device_cost_model(const Config& cfg, models::CpuRunner& 
 }
 
 offload::StepPlan plan_for_config(const Config& cfg, const models::ModelSpec& spec, const offload::CostModel& cost, int64_t budget,
-                                  const std::string& policy_name, int64_t red_zone_bytes) {
-  const int64_t bucket_bytes = cfg.bucket_bytes();
-  const offload::Policy policy = offload::parse_policy(policy_name.empty() ? cfg.offload.policy : policy_name);
-  const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
-  if (budget <= 0) budget = cfg.offload.gpu_budget;
-  if (budget <= 0) {
-    const offload::StepPlan all = offload::plan_step(spec, cost, bucket_bytes, int64_t(1) << 62, offload::Policy::Resident,
-                                                     checkpointing, cfg.train.grad_accum);
-    budget = offload::lay_out(all.problem, all.schedule, red_zone_bytes).layout.peak;
+                                  const std::string& policy, int64_t red_zone_bytes) {
+  offload::PlanRequest request;
+  request.bucket_bytes = cfg.bucket_bytes();
+  request.policy = offload::parse_policy(policy.empty() ? cfg.offload.policy : policy);
+  request.checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
+  request.grad_accum = cfg.train.grad_accum;
+  request.overlap = offload::parse_overlap(cfg.offload.overlap);
+  request.red_zone_bytes = red_zone_bytes;
+  request.budget_bytes = budget > 0 ? budget : cfg.offload.gpu_budget;
+  if (request.budget_bytes <= 0) {  // unset: what resident needs
+    offload::PlanRequest all = request;
+    all.budget_bytes = int64_t(1) << 62, all.policy = offload::Policy::Resident, all.overlap = offload::Overlap::Backward;
+    request.budget_bytes = offload::plan_step(spec, cost, all).memory.layout.peak;
   }
-  std::optional<offload::StepPlan> plan;
-  try {
-    plan.emplace(offload::plan_step(spec, cost, bucket_bytes, budget, policy, checkpointing, cfg.train.grad_accum));
-  } catch (const offload::BudgetError& e) {
-    throw std::runtime_error(fmt::format("offload.gpu_budget: {} is too small: {}; raise it{}", memory::format_bytes(budget), e.what(),
-                                         checkpointing == offload::Checkpointing::Off ? " or set train.activation_checkpointing: auto" : ""));
-  }
-  if (cfg.offload.overlap == "delayed") {
-    if (plan->schedule.optimizer_on_device && policy == offload::Policy::Resident)
-      throw std::runtime_error("offload.overlap: delayed needs AdamW on the CPU; policy resident runs it on the device");
-    if (!plan->schedule.optimizer_on_device) plan->schedule = offload::with_delayed_update(plan->problem, std::move(plan->schedule));
-  }
-  if (red_zone_bytes > 0) plan->memory = offload::lay_out(plan->problem, plan->schedule, red_zone_bytes);
-  return std::move(*plan);
+  return offload::plan_step(spec, cost, request);
 }
 
 }  // namespace ferry::engine

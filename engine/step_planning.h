@@ -24,7 +24,7 @@ offload::CostModel host_device_cost_model(const Config& config, models::CpuRunne
 // The step plan for the config on `cost`: budget `budget` (0: offload.gpu_budget; both unset: what
 // resident needs), the configured policy (or `policy` when not empty), checkpointing, gradient
 // accumulation and overlap. red_zone_bytes pads every device tensor (tests). A budget the policy cannot
-// fit is a std::runtime_error that says what the model needs and which key to change.
+// fit is an offload::BudgetError that says what the model needs and which key to change.
 offload::StepPlan plan_for_config(const Config& config, const models::ModelSpec& spec, const offload::CostModel& cost,
                                   int64_t budget = 0, const std::string& policy = "", int64_t red_zone_bytes = 0);
 

@@ -198,7 +198,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
       device_note_(host_device_note(cfg)),  // refuses device: cuda before anything is measured
       cost_(measure_cost()),
       plan_(plan_for_config(cfg, spec_, cost_, 0, "", opt.red_zone_bytes)),
-      predicted_(offload::simulate(plan_.problem, plan_.schedule)),
+      predicted_(offload::simulate(plan_.problem, plan_.schedule, plan_.memory)),
       pool_(memory::HostBuckets::bytes_needed(plan_.problem.layout, DType::F32, DType::F32), {}),
       host_(plan_.problem.layout, pool_, DType::F32, DType::F32),
       trace_(opt.trace.empty() ? nullptr : std::make_unique<device::Trace>()),
@@ -243,12 +243,11 @@ void Run::announce() {
       cfg_.train.grad_accum, batches_.data().train_tokens(), batches_.data().val_tokens(), cpu_optim::to_string(adamw_.isa()),
       adamw_.threads()));
   const bool delayed = plan_.schedule.delayed_update;
-  const std::string overlap = cfg_.offload.overlap == "delayed" && !delayed ? "delayed requested, not used: the plan keeps AdamW on the device"
-                                                                             : cfg_.offload.overlap;
+  const std::string overlap = plan_.overlap_note.empty() ? cfg_.offload.overlap : plan_.overlap_note;
   progress_.message(fmt::format(
       "offload: policy {}, {}; budget {}{}, device arena {} (planned; lower bound {}); {} bucket(s) of up to {:.1f} MiB, "
       "{} resident / {} travelling; {} of {} block(s) checkpointed; overlap {}{}; predicted step {:.3f} s (cost model: {}{})",
-      plan_.schedule.policy, device_.name(), memory::format_bytes(budget), cfg_.offload.gpu_budget > 0 ? "" : " (unset: what resident needs)",
+      plan_.schedule.label(), device_.name(), memory::format_bytes(budget), cfg_.offload.gpu_budget > 0 ? "" : " (unset: what resident needs)",
       memory::format_bytes(plan_.memory.layout.peak), memory::format_bytes(plan_.memory.layout.lower_bound), p.n_buckets,
       p.layout.target_bytes() / double(1 << 20), memory::format_bytes(predicted_.resident_bytes),
       memory::format_bytes(predicted_.offloaded_bytes), p.checkpointed_layers, m.n_layer, overlap,

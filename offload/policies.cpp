@@ -1,6 +1,6 @@
-// The policies. Shared by all that run AdamW on the CPU: each bucket's gradients leave for the host right
-// after the last op writing them; their device buffer is released once the copy has had time to finish
-// (by the cost model), and AdamW runs on the bucket as soon as they land.
+// The policies. Shared by all that run AdamW on the CPU (add_cpu_optimizer): each bucket's gradients
+// leave for the host right after the last op writing them; their device buffer is released once the copy
+// has had time to finish (by the cost model), and AdamW runs on the bucket as soon as they land.
 #include "offload/policies.h"
 
 #include <algorithm>
@@ -13,9 +13,10 @@
 namespace ferry::offload {
 namespace {
 
-Schedule empty_schedule(const OffloadProblem& p, Policy policy) {
+Schedule empty_schedule(const OffloadProblem& p, Policy policy, std::string construction) {
   Schedule s;
   s.policy = to_string(policy);
+  s.construction = std::move(construction);
   s.before.resize(p.n_ops + 1);
   s.resident.assign(p.n_buckets, false);
   return s;
@@ -28,35 +29,28 @@ std::vector<double> timeline(const OffloadProblem& p) {
   return t;
 }
 
-// Gradients to the host, AdamW on the CPU, uploads of resident buckets at the end. Returns the bytes of
-// gradient buffers alive at each op.
-std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& p, Schedule& s) {
-  const auto t = timeline(p);
-  std::vector<int64_t> grads_live(p.n_ops, 0);
-  for (int b = 0; b < p.n_buckets; ++b) {
-    if (p.first_grad_op[b] < 0) continue;
-    const int out = p.last_grad_op[b] + 1;
-    s.before[out].push_back({Action::Kind::OffloadGrads, b});
-    s.before[out].push_back({Action::Kind::CpuAdam, b});
-    int release = out;
-    while (release < p.n_ops && t[release] - t[out] < p.cost.d2h.seconds(p.bucket_bytes[b])) ++release;
-    release = std::min(p.n_ops, release + 1);
-    s.before[release].push_back({Action::Kind::ReleaseGrads, b});
-    for (int i = p.first_grad_op[b]; i < release && i < p.n_ops; ++i) grads_live[i] += p.bucket_bytes[b];
-    if (s.resident[b]) s.before[p.n_ops].push_back({Action::Kind::Upload, b});
-  }
-  return grads_live;
+// A shortfall of the problem's budget; recomputing more blocks is suggested while any is left.
+BudgetShortfall shortfall(const OffloadProblem& p, int64_t needed, std::string needed_by, std::string placement) {
+  BudgetShortfall s{p.budget_bytes, needed, std::move(needed_by), std::move(placement), p.checkpointed_layers, p.n_layers};
+  s.suggest_checkpointing = p.checkpointed_layers < p.n_layers;
+  return s;
 }
 
-void check_fits(const OffloadProblem& p, const Schedule& s, const SimResult& r) {
-  if (!r.error.empty()) throw std::logic_error(s.policy + ": invalid schedule: " + r.error);
-  if (!r.fits)
-    throw BudgetError(s.policy + ": needs " + memory::format_bytes(r.peak_device_bytes) + " of device memory; the budget is " +
-                      memory::format_bytes(p.budget_bytes));
+// A schedule laid out once and simulated on that layout.
+struct Candidate {
+  PlannedSchedule plan;
+  SimResult result;
+};
+
+Candidate evaluate(const OffloadProblem& p, Schedule s, int64_t red_zone_bytes) {
+  DeviceMemory memory = lay_out(p, s, red_zone_bytes);
+  SimResult r = simulate(p, s, memory);
+  if (!r.error.empty()) throw std::logic_error(s.label() + ": invalid schedule: " + r.error);
+  return {{std::move(s), std::move(memory)}, std::move(r)};
 }
 
 Schedule resident(const OffloadProblem& p) {
-  Schedule s = empty_schedule(p, Policy::Resident);
+  Schedule s = empty_schedule(p, Policy::Resident, "resident schedule");
   s.resident.assign(p.n_buckets, true);
   s.optimizer_on_device = true;
   s.before[p.n_ops].push_back({Action::Kind::DeviceAdam, -1});
@@ -64,7 +58,7 @@ Schedule resident(const OffloadProblem& p) {
 }
 
 Schedule zero_offload(const OffloadProblem& p) {
-  Schedule s = empty_schedule(p, Policy::ZeroOffload);
+  Schedule s = empty_schedule(p, Policy::ZeroOffload, "zero-offload schedule");
   s.resident.assign(p.n_buckets, true);
   add_cpu_optimizer(p, s);
   return s;
@@ -73,21 +67,25 @@ Schedule zero_offload(const OffloadProblem& p) {
 // Gemini-like: nothing resident; each op fetches what it lacks right before it runs (no lookahead) and
 // evicts the least recently used buckets while the budget is short.
 Schedule chunk_lru(const OffloadProblem& p, int64_t budget) {
-  Schedule s = empty_schedule(p, Policy::ChunkLru);
+  Schedule s = empty_schedule(p, Policy::ChunkLru, "chunk-lru schedule");
   const std::vector<int64_t> grads_live = add_cpu_optimizer(p, s);
   std::vector<int> last_used(p.n_buckets, -1);
   std::vector<bool> on(p.n_buckets, false);
   int64_t held = 0;
+  auto lru_victim = [&](int op) {
+    int victim = -1;
+    for (int c = 0; c < p.n_buckets; ++c) {
+      const bool needed = std::find(p.op_buckets[op].begin(), p.op_buckets[op].end(), c) != p.op_buckets[op].end();
+      if (on[c] && !needed && (victim < 0 || last_used[c] < last_used[victim])) victim = c;
+    }
+    return victim;
+  };
   for (int i = 0; i < p.n_ops; ++i) {
     for (int b : p.op_buckets[i]) {
       last_used[b] = i;
       if (on[b]) continue;
       while (p.activation_live[i] + grads_live[i] + held + p.bucket_bytes[b] > budget) {
-        int victim = -1;
-        for (int c = 0; c < p.n_buckets; ++c) {
-          const bool needed = std::find(p.op_buckets[i].begin(), p.op_buckets[i].end(), c) != p.op_buckets[i].end();
-          if (on[c] && !needed && (victim < 0 || last_used[c] < last_used[victim])) victim = c;
-        }
+        const int victim = lru_victim(i);
         if (victim < 0) break;  // nothing left to evict: the Simulator's budget check reports it
         s.before[i].push_back({Action::Kind::Release, victim});
         on[victim] = false;
@@ -102,13 +100,47 @@ Schedule chunk_lru(const OffloadProblem& p, int64_t budget) {
   return s;
 }
 
-// Ferry's schedule for a given resident set: every other bucket travels once per window of uses (uses
-// at most kWindowGap ops apart), prefetched just in time on the ideal timeline (its copy, queued behind
-// the ones before it, lands when the window's first op would start), earlier only if memory forbids the
-// just-in-time point, and released right after the window's last use.
-Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, int64_t budget) {
-  constexpr int kWindowGap = 4;
-  Schedule s = empty_schedule(p, Policy::Greedy);
+// A travelling bucket's window: ops using it at most `gap` ops apart. Wider windows save trips over the
+// link; with gap 1 a bucket stays on the device only through runs of consecutive ops that use it.
+struct Window {
+  int bucket, first, last;
+};
+constexpr int kWindowGap = 4;
+
+std::vector<Window> windows_of(const OffloadProblem& p, const std::vector<bool>& resident, int gap) {
+  std::vector<Window> windows;
+  std::vector<int> open(p.n_buckets, -1);
+  for (int i = 0; i < p.n_ops; ++i)
+    for (int b : p.op_buckets[i]) {
+      if (resident[b]) continue;
+      if (open[b] >= 0 && i - windows[open[b]].last <= gap) {
+        windows[open[b]].last = i;
+      } else {
+        open[b] = static_cast<int>(windows.size());
+        windows.push_back({b, i, i});
+      }
+    }
+  return windows;
+}
+
+// Within a point: weight releases first (they free room), then everything else in the order it was
+// added (a bucket's gradient release follows its offload), then waits.
+void order_actions(Schedule& s) {
+  for (auto& actions : s.before)
+    std::stable_sort(actions.begin(), actions.end(), [](const Action& a, const Action& b) {
+      auto rank = [](Action::Kind k) { return k == Action::Kind::Release ? 0 : k == Action::Kind::Wait ? 2 : 1; };
+      return rank(a.kind) < rank(b.kind);
+    });
+}
+
+// Ferry's schedule for a given resident set: every other bucket travels once per window of uses,
+// prefetched just in time on the ideal timeline (its copy, queued behind the ones before it, lands when
+// the window's first op would start), earlier only if memory forbids the just-in-time point, and released
+// right after the window's last use.
+Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, int64_t budget, int gap = kWindowGap) {
+  const int kept = static_cast<int>(std::count(resident.begin(), resident.end(), true));
+  Schedule s = empty_schedule(p, Policy::Greedy, "prefetch schedule, " + std::to_string(kept) + " of " + std::to_string(p.n_buckets) +
+                                                     " buckets resident" + (gap == 1 ? ", windows of consecutive uses" : ""));
   s.resident = resident;
   const std::vector<int64_t> grads_live = add_cpu_optimizer(p, s);
   const auto t = timeline(p);
@@ -117,25 +149,9 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
     if (resident[b]) resident_bytes += p.bucket_bytes[b];
   std::vector<int64_t> used(p.n_ops);
   for (int i = 0; i < p.n_ops; ++i) used[i] = p.activation_live[i] + grads_live[i] + resident_bytes;
-
-  struct Window {
-    int bucket, first, last;
-  };
-  std::vector<Window> windows;
-  std::vector<int> open(p.n_buckets, -1);
-  for (int i = 0; i < p.n_ops; ++i)
-    for (int b : p.op_buckets[i]) {
-      if (resident[b]) continue;
-      if (open[b] >= 0 && i - windows[open[b]].last <= kWindowGap) {
-        windows[open[b]].last = i;
-      } else {
-        open[b] = static_cast<int>(windows.size());
-        windows.push_back({b, i, i});
-      }
-    }
   std::vector<int> released_at(p.n_buckets, 0);  // a bucket's next window may not start before this point
   double h2d_free = 0;
-  for (const Window& w : windows) {  // in order of first use
+  for (const Window& w : windows_of(p, resident, gap)) {  // in order of first use
     const int64_t bytes = p.bucket_bytes[w.bucket];
     const double copy = p.cost.h2d.seconds(bytes);
     auto fits_from = [&](int point) {
@@ -155,73 +171,39 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
     released_at[w.bucket] = w.last + 1;
     for (int i = point; i <= w.last; ++i) used[i] += bytes;
   }
-  // Within a point: weight releases first (they free room), then everything else in the order it was
-  // added (a bucket's gradient release follows its offload), then waits.
-  for (auto& actions : s.before)
-    std::stable_sort(actions.begin(), actions.end(), [](const Action& a, const Action& b) {
-      auto rank = [](Action::Kind k) { return k == Action::Kind::Release ? 0 : k == Action::Kind::Wait ? 2 : 1; };
-      return rank(a.kind) < rank(b.kind);
-    });
+  order_actions(s);
   return s;
 }
 
-// Tries a policy's construction at budgets a little below the real one, so that the Planner's layout
-// (which may need a little more than the sum of what is alive) still fits.
-template <class Build>
-Schedule fitting(const OffloadProblem& p, Build&& build) {
-  std::string last_error;
-  for (double margin : {0.0, 0.02, 0.05, 0.1, 0.2}) {
-    Schedule s = build(static_cast<int64_t>(p.budget_bytes * (1 - margin)));
-    const SimResult r = simulate(p, s);
-    if (!r.error.empty()) throw std::logic_error(s.policy + ": invalid schedule: " + r.error);
-    if (r.fits) return s;
-    last_error = s.policy + ": needs " + memory::format_bytes(r.peak_device_bytes) + " of device memory; the budget is " + memory::format_bytes(p.budget_bytes);
-  }
-  throw BudgetError(last_error);
+// resident and zero-offload: one fixed construction, which fits or not.
+PlannedSchedule fixed(const OffloadProblem& p, Schedule s, int64_t red_zone_bytes, const std::string& placement) {
+  Candidate c = evaluate(p, std::move(s), red_zone_bytes);
+  if (c.result.fits) return std::move(c.plan);
+  BudgetShortfall need = shortfall(p, c.result.peak_device_bytes, "policy " + c.plan.schedule.policy, placement);
+  need.suggest_greedy = minimum_device_bytes(p) <= p.budget_bytes;
+  throw BudgetError(need);
 }
 
-// Ferry's policy.
-// What it optimises: the Simulator's predicted step time, under the budget.
-// The greedy criterion: every bucket starts offloaded and scheduled just in time (greedy_for). Buckets are
-// ranked once by what residency saves per byte they would occupy: the copy time of all their trips plus
-// the compute stalls charged to their windows in the all-offloaded schedule. The resident set is then a
-// prefix of that ranking (most valuable first); greedy builds the plan of each prefix (at most
-// kPrefixes of them, evenly spaced) for unlimited memory and for each budget of a fixed ladder (the
-// minimum the model needs times 1.25^j), and keeps the fastest plan whose Planner peak fits the budget.
-// The plans of resident, zero-offload and chunk-lru are candidates too, so greedy is never predicted
-// slower than those where they fit.
-// Every other candidate is built without looking at the budget (ladder budgets above it are simply not built:
-// their plans could not be used anyway), so a larger budget only adds candidates: more budget never gives
-// a slower plan.
-// Complexity: (prefixes x ladder rungs up to the budget) simulations, each O(ops + actions) plus one
-// Planner run; at most 24 x log_1.25(budget / minimum) of them.
-Schedule greedy(const OffloadProblem& p) {
-  constexpr int kPrefixes = 24;
-  constexpr double kRung = 1.25;
-  Schedule best;
-  double best_time = INFINITY;
-  auto consider = [&](Schedule s) {
-    const SimResult r = simulate(p, s);
-    if (r.error.empty() && r.fits && r.step_s < best_time) best_time = r.step_s, best = std::move(s);
-  };
-  std::vector<int64_t> ladder{INT64_MAX / 4};  // unlimited memory first
-  for (double rung = double(minimum_device_bytes(p)); rung <= double(p.budget_bytes); rung *= kRung)
-    ladder.push_back(static_cast<int64_t>(rung));
-  for (Policy baseline : {Policy::Resident, Policy::ZeroOffload}) {
-    Schedule s = baseline == Policy::Resident ? resident(p) : zero_offload(p);
-    s.policy = to_string(Policy::Greedy);
-    consider(std::move(s));
+// chunk-lru, built for budgets a little below the real one, so that the Planner's layout (which may need
+// a little more than the sum of what is alive) still fits.
+PlannedSchedule chunk_lru_fitting(const OffloadProblem& p, int64_t red_zone_bytes) {
+  int64_t smallest = INT64_MAX;
+  for (double margin : {0.0, 0.02, 0.05, 0.1, 0.2}) {
+    Candidate c = evaluate(p, chunk_lru(p, static_cast<int64_t>(p.budget_bytes * (1 - margin))), red_zone_bytes);
+    if (c.result.fits) return std::move(c.plan);
+    smallest = std::min(smallest, c.result.peak_device_bytes);
   }
-  // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
-  // this candidate keeps the monotonicity.
-  for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)}) {
-    Schedule s = chunk_lru(p, budget);
-    s.policy = to_string(Policy::Greedy);
-    consider(std::move(s));
-  }
-  // Rank the buckets on the all-offloaded plan with unlimited memory.
-  const Schedule offloaded = greedy_for(p, std::vector<bool>(p.n_buckets, false), ladder[0]);
-  const SimResult base = simulate(p, offloaded);
+  BudgetShortfall need = shortfall(p, smallest, "policy chunk-lru", "with each bucket fetched on demand");
+  need.suggest_greedy = true;
+  throw BudgetError(need);
+}
+
+// Greedy's ranking of the buckets by what residency saves per byte they would occupy: the copy time of
+// all their trips plus the compute stalls charged to their windows in the all-offloaded schedule (with
+// unlimited memory). Most valuable first.
+std::vector<int> rank_buckets(const OffloadProblem& p) {
+  const Schedule offloaded = greedy_for(p, std::vector<bool>(p.n_buckets, false), INT64_MAX / 4);
+  const SimResult base = evaluate(p, offloaded, 0).result;
   std::vector<double> value(p.n_buckets, 0.0);
   for (int point = 0; point < p.n_ops; ++point) {
     for (const Action& a : offloaded.before[point])
@@ -233,8 +215,56 @@ Schedule greedy(const OffloadProblem& p) {
   std::stable_sort(ranking.begin(), ranking.end(), [&](int a, int b) {
     return value[a] / double(p.bucket_bytes[a]) > value[b] / double(p.bucket_bytes[b]);
   });
-  int64_t most_activations = 0;
-  for (int64_t a : p.activation_live) most_activations = std::max(most_activations, a);
+  return ranking;
+}
+
+// Greedy's candidates as they come: keeps the fastest that fits, and the smallest peak for the error.
+struct Best {
+  Best(const OffloadProblem& problem, int64_t red_zone) : p(problem), red_zone_bytes(red_zone) {}
+  const OffloadProblem& p;
+  int64_t red_zone_bytes;
+  std::optional<Candidate> fastest;
+  int64_t smallest_peak = INT64_MAX;
+
+  void consider(Schedule s) {
+    s.policy = to_string(Policy::Greedy);
+    Candidate c = evaluate(p, std::move(s), red_zone_bytes);
+    smallest_peak = std::min(smallest_peak, c.result.peak_device_bytes);
+    if (c.result.fits && (!fastest || c.result.step_s < fastest->result.step_s)) fastest.emplace(std::move(c));
+  }
+};
+
+// Ferry's policy.
+// What it optimises: the Simulator's predicted step time, under the budget.
+// The greedy criterion: every bucket starts offloaded and scheduled just in time (greedy_for). Buckets are
+// ranked once (rank_buckets); the resident set is then a prefix of that ranking; greedy builds the plan of
+// each prefix (at most kPrefixes of them, evenly spaced) for unlimited memory and for each budget of a
+// fixed ladder (the minimum the model needs times 1.25^j), and keeps the fastest plan whose layout fits
+// the budget. The resident, zero-offload and chunk-lru constructions are candidates too (relabelled
+// greedy, their construction kept), so greedy is never predicted slower than those where they fit; so is,
+// at every rung, the schedule with nothing resident and windows of consecutive uses only, which needs the
+// least memory (without it, greedy found no plan for small budgets that an exhaustive search could meet).
+// Every other candidate is built without looking at the budget (ladder budgets above it are simply not
+// built: their plans could not be used anyway), so a larger budget only adds candidates: more budget never
+// gives a slower plan.
+// Complexity: ((prefixes + 1) x ladder rungs up to the budget) simulations, each O(ops + actions) plus
+// one Planner run; at most 26 x log_1.25(budget / minimum) of them.
+PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes) {
+  constexpr int kPrefixes = 24;
+  constexpr double kRung = 1.25;
+  Best best(p, red_zone_bytes);
+  std::vector<int64_t> ladder{INT64_MAX / 4};  // unlimited memory first
+  for (double rung = double(minimum_device_bytes(p)); rung <= double(p.budget_bytes); rung *= kRung)
+    ladder.push_back(static_cast<int64_t>(rung));
+  best.consider(resident(p));
+  best.consider(zero_offload(p));
+  // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
+  // this candidate keeps the monotonicity.
+  for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)}) best.consider(chunk_lru(p, budget));
+  // Nothing resident and every window as short as it can be: the least memory a prefetch schedule needs.
+  for (int64_t rung : ladder) best.consider(greedy_for(p, std::vector<bool>(p.n_buckets, false), rung, 1));
+  const std::vector<int> ranking = rank_buckets(p);
+  const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
   const int prefixes = std::min(p.n_buckets, kPrefixes);
   for (int k = 0; k <= prefixes; ++k) {
     const int size = static_cast<int>(int64_t(k) * p.n_buckets / std::max(1, prefixes));
@@ -242,13 +272,10 @@ Schedule greedy(const OffloadProblem& p) {
     int64_t resident_bytes = 0;
     for (int i = 0; i < size; ++i) resident_set[ranking[i]] = true, resident_bytes += p.bucket_bytes[ranking[i]];
     if (resident_bytes + most_activations > p.budget_bytes) break;  // neither this prefix nor a larger one fits
-    for (int64_t rung : ladder) consider(greedy_for(p, resident_set, rung));
+    for (int64_t rung : ladder) best.consider(greedy_for(p, resident_set, rung));
   }
-  if (best_time == INFINITY)
-    throw BudgetError("greedy: needs at least " + memory::format_bytes(minimum_device_bytes(p)) + " with every bucket offloaded and " +
-                      std::to_string(p.checkpointed_layers) + " block(s) checkpointed; the budget is " +
-                      memory::format_bytes(p.budget_bytes));
-  return best;
+  if (!best.fastest) throw BudgetError(shortfall(p, best.smallest_peak, "greedy's smallest plan", ""));
+  return std::move(best.fastest->plan);
 }
 
 }  // namespace
@@ -274,6 +301,23 @@ const std::vector<Policy>& all_policies() {
   return all;
 }
 
+std::string budget_message(const BudgetShortfall& s) {
+  std::vector<std::string> fixes{"raise it"};
+  if (s.suggest_greedy) fixes.push_back("set offload.policy: greedy");
+  if (s.suggest_checkpointing) fixes.push_back("set train.activation_checkpointing: auto");
+  std::string fix = fixes[0];
+  for (size_t i = 1; i < fixes.size(); ++i) fix += (i + 1 == fixes.size() ? " or " : ", ") + fixes[i];
+  std::string budget = memory::format_bytes(s.budget_bytes), needed = memory::format_bytes(s.needed_bytes);
+  if (budget == needed)  // rounded alike: the bytes tell them apart
+    budget += " (" + std::to_string(s.budget_bytes) + " bytes)", needed += " (" + std::to_string(s.needed_bytes) + " bytes)";
+  std::string how = s.placement;
+  if (s.blocks > 0) {
+    const std::string blocks = std::to_string(s.recomputed_blocks) + " of " + std::to_string(s.blocks) + " blocks recomputed";
+    how = how.empty() ? "with " + blocks : how + " and " + blocks;
+  }
+  return "offload.gpu_budget: " + budget + " is below the " + needed + " " + s.needed_by + " needs" + (how.empty() ? "" : " " + how) + "; " + fix;
+}
+
 int64_t minimum_device_bytes(const OffloadProblem& p) {
   int64_t need = 0;
   for (int i = 0; i < p.n_ops; ++i) {
@@ -284,88 +328,52 @@ int64_t minimum_device_bytes(const OffloadProblem& p) {
   return need;
 }
 
-Checkpointing parse_checkpointing(const std::string& name) {
-  if (name == "false") return Checkpointing::Off;
-  if (name == "true") return Checkpointing::On;
-  if (name == "auto") return Checkpointing::Auto;
-  throw std::invalid_argument("train.activation_checkpointing: '" + name + "'; expected auto, true or false");
-}
-
-StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget,
-                   Policy policy, Checkpointing checkpointing, int grad_accum) {
-  int layers = 0;
-  for (const auto& op : spec.ops) layers = std::max(layers, op.layer + 1);
-  auto first_k = [&](int k) {
-    std::vector<bool> c(layers, false);
-    std::fill(c.begin(), c.begin() + k, true);
-    return c;
-  };
-  auto attempt = [&](Policy with, int k) {
-    OffloadProblem p(spec, cost, bucket_bytes, budget, first_k(k), grad_accum);
-    Schedule s = make_schedule(p, with);
-    if (with != policy) s.policy = to_string(policy);
-    DeviceMemory mem = lay_out(p, s);
-    return StepPlan{std::move(p), std::move(s), std::move(mem)};
-  };
-  if (checkpointing != Checkpointing::Auto) return attempt(policy, checkpointing == Checkpointing::On ? layers : 0);
-  // The fewest blocks with which `with` fits: checkpointing more never needs more memory, so bisect.
-  auto fewest = [&](Policy with) -> std::optional<StepPlan> {
-    try {
-      return attempt(with, 0);
-    } catch (const BudgetError&) {
-    }
-    int lo = 1, hi = layers;
-    std::optional<StepPlan> found;
-    while (lo <= hi) {
-      const int mid = (lo + hi) / 2;
-      try {
-        found.emplace(attempt(with, mid));
-        hi = mid - 1;
-      } catch (const BudgetError&) {
-        lo = mid + 1;
-      }
-    }
-    return found;
-  };
-  std::optional<StepPlan> best = fewest(policy);
-  if (!best) return attempt(policy, layers);  // throws, saying what the model needs with every block checkpointed
-  if (policy == Policy::Greedy) {
-    // Recomputing a few blocks may let everything stay on the device, which can beat any plan that
-    // offloads without recomputation: greedy also weighs the fewest blocks with which resident, then
-    // zero-offload, fit, and keeps the fastest plan.
-    double best_s = simulate(best->problem, best->schedule).step_s;
-    for (Policy anchor : {Policy::Resident, Policy::ZeroOffload}) {
-      const std::optional<StepPlan> other = fewest(anchor);
-      if (!other || other->problem.checkpointed_layers == best->problem.checkpointed_layers) continue;
-      StepPlan candidate = attempt(Policy::Greedy, other->problem.checkpointed_layers);
-      const double s = simulate(candidate.problem, candidate.schedule).step_s;
-      if (s < best_s) best_s = s, best.emplace(std::move(candidate));
-    }
-  }
-  return std::move(*best);
-}
-
-DeviceMemory lay_out(const OffloadProblem& p, const Schedule& s, int64_t red_zone_bytes) {
-  DeviceMemory m{device_tensors(p, s), {}, red_zone_bytes};
-  for (auto& t : m.tensors) t.life.bytes += red_zone_bytes;
-  m.layout = memory::Planner::plan(lifetimes(m.tensors));
-  return m;
-}
-
 double lower_bound_step_s(const OffloadProblem& p) {
-  const Schedule all = resident(p);
-  const SimResult r = simulate(p, all);
-  if (r.fits) return r.step_s;
   const double compute = std::accumulate(p.op_seconds.begin(), p.op_seconds.end(), 0.0);
   double h2d = 0, d2h = 0;
   for (int64_t bytes : p.bucket_bytes) h2d += p.cost.h2d.seconds(bytes), d2h += p.cost.d2h.seconds(bytes);
   const double cpu = double(p.total_params()) * (1 / p.cost.cpu_adam_params_per_s + 1 / p.cost.cpu_norm_params_per_s);
-  return std::max({compute, h2d, d2h, cpu});
+  const double cpu_optimizer = std::max({compute, h2d, d2h, cpu});
+  // AdamW on the device needs every bucket's state there: only resident's schedule, whose step (compute,
+  // then AdamW on the compute stream) no schedule keeping AdamW on the device can beat. A slow device
+  // optimizer can lose to the CPU's even then.
+  const Candidate all = evaluate(p, resident(p), 0);
+  return all.result.fits ? std::min(all.result.step_s, cpu_optimizer) : cpu_optimizer;
+}
+
+std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& p, Schedule& s) {
+  const auto t = timeline(p);
+  std::vector<int64_t> grads_live(p.n_ops, 0);
+  for (int b = 0; b < p.n_buckets; ++b) {
+    if (p.first_grad_op[b] < 0) continue;
+    const int out = p.last_grad_op[b] + 1;
+    s.before[out].push_back({Action::Kind::OffloadGrads, b});
+    s.before[out].push_back({Action::Kind::CpuAdam, b});
+    int release = out;
+    while (release < p.n_ops && t[release] - t[out] < p.cost.d2h.seconds(p.bucket_bytes[b])) ++release;
+    release = std::min(p.n_ops, release + 1);
+    s.before[release].push_back({Action::Kind::ReleaseGrads, b});
+    for (int i = p.first_grad_op[b]; i < release && i < p.n_ops; ++i) grads_live[i] += p.bucket_bytes[b];
+    if (s.resident[b]) s.before[p.n_ops].push_back({Action::Kind::Upload, b});
+  }
+  return grads_live;
+}
+
+PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t red_zone_bytes) {
+  if (const int64_t least = minimum_device_bytes(p); least > p.budget_bytes)
+    throw BudgetError(shortfall(p, least, "this model", "with every bucket offloaded"));
+  switch (policy) {
+    case Policy::Resident: return fixed(p, resident(p), red_zone_bytes, "with every bucket and AdamW's state on the device");
+    case Policy::ZeroOffload: return fixed(p, zero_offload(p), red_zone_bytes, "with every bucket's weights on the device");
+    case Policy::ChunkLru: return chunk_lru_fitting(p, red_zone_bytes);
+    case Policy::Greedy: return greedy(p, red_zone_bytes);
+  }
+  throw std::logic_error("unknown policy");
 }
 
 Schedule with_delayed_update(const OffloadProblem& p, Schedule s) {
   if (s.optimizer_on_device)
-    throw std::invalid_argument("offload.overlap: delayed needs AdamW on the CPU; policy " + s.policy + " runs it on the device");
+    throw std::invalid_argument("offload.overlap: delayed needs AdamW on the CPU; " + s.label() + " runs it on the device");
   std::vector<int> last_use(p.n_buckets, -1);
   for (int i = 0; i < p.n_ops; ++i)
     for (int b : p.op_buckets[i]) last_use[b] = i;
@@ -377,26 +385,11 @@ Schedule with_delayed_update(const OffloadProblem& p, Schedule s) {
   return s;
 }
 
-Schedule make_schedule(const OffloadProblem& p, Policy policy) {
-  if (minimum_device_bytes(p) > p.budget_bytes)
-    throw BudgetError(std::string(to_string(policy)) + ": the model needs at least " + memory::format_bytes(minimum_device_bytes(p)) +
-                      " with every bucket offloaded and " + std::to_string(p.checkpointed_layers) +
-                      " block(s) checkpointed; the budget is " + memory::format_bytes(p.budget_bytes));
-  switch (policy) {
-    case Policy::Resident: {
-      Schedule s = resident(p);
-      check_fits(p, s, simulate(p, s));
-      return s;
-    }
-    case Policy::ZeroOffload: {
-      Schedule s = zero_offload(p);
-      check_fits(p, s, simulate(p, s));
-      return s;
-    }
-    case Policy::ChunkLru: return fitting(p, [&](int64_t budget) { return chunk_lru(p, budget); });
-    case Policy::Greedy: return greedy(p);
-  }
-  throw std::logic_error("unknown policy");
+Checkpointing parse_checkpointing(const std::string& name) {
+  if (name == "false") return Checkpointing::Off;
+  if (name == "true") return Checkpointing::On;
+  if (name == "auto") return Checkpointing::Auto;
+  throw std::invalid_argument("train.activation_checkpointing: '" + name + "'; expected auto, true or false");
 }
 
 }  // namespace ferry::offload

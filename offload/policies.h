@@ -1,12 +1,15 @@
 // The placement policies: resident (no offload), zero-offload (ZeRO-Offload's placement), chunk-lru
-// (Gemini-like on-demand fetch with LRU eviction) and greedy (Ferry's). Each turns an OffloadProblem into
-// a Schedule that fits the budget, or fails saying how much memory the model needs at least.
+// (Gemini-like on-demand fetch with LRU eviction) and greedy (Ferry's), and plan_step, the whole decision
+// for one step. Each policy turns an OffloadProblem into a Schedule and its one DeviceMemory layout that
+// fit the budget, or fails saying how much memory it needs and what would make it fit.
 #pragma once
 
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "memory/bucket_layout.h"
+#include "offload/device_memory.h"
 #include "offload/problem.h"
 #include "offload/schedule.h"
 #include "offload/simulator.h"
@@ -18,26 +21,64 @@ const char* to_string(Policy policy);
 Policy parse_policy(const std::string& name);  // resident | zero-offload | chunk-lru | greedy
 const std::vector<Policy>& all_policies();
 
+// What a budget cannot hold. Every BudgetError's message is built from one of these by budget_message.
+struct BudgetShortfall {
+  int64_t budget_bytes = 0;
+  int64_t needed_bytes = 0;
+  std::string needed_by;  // "this model", "policy resident", "greedy's smallest plan"
+  std::string placement;  // "with every bucket offloaded"; may be empty
+  int recomputed_blocks = 0, blocks = 0;
+  bool suggest_greedy = false;         // an offloading policy could fit where this one cannot
+  bool suggest_checkpointing = false;  // recomputing more blocks would make it fit (or might, from make_schedule)
+};
+// "offload.gpu_budget: 2 GiB is below the 3.1 GiB this model needs with every bucket offloaded and 0 of
+// 12 blocks recomputed; raise it or set train.activation_checkpointing: auto"
+std::string budget_message(const BudgetShortfall& shortfall);
+
 // The budget cannot hold what the policy must keep on the device.
 struct BudgetError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit BudgetError(BudgetShortfall s) : std::runtime_error(budget_message(s)), shortfall(std::move(s)) {}
+  BudgetShortfall shortfall;
 };
 
 // The least device memory any policy can run in: at every op, its activations, the buckets it uses and
 // the gradient buffers it writes.
 int64_t minimum_device_bytes(const OffloadProblem& problem);
 
-// No plan can be faster: resident's step when everything fits the budget; otherwise the largest of the
-// compute time, every gradient crossing to the host, every updated working copy crossing back, and the
-// CPU's statistics pass and AdamW over every parameter.
+// No plan can be faster. With AdamW on the CPU: the largest of the compute time, every gradient crossing
+// to the host, every updated working copy crossing back, and the CPU's statistics pass and AdamW over
+// every parameter; the lesser of that and resident's step when everything fits the budget.
 double lower_bound_step_s(const OffloadProblem& problem);
 
-// A schedule for the policy that the Simulator accepts and that fits the budget; BudgetError otherwise.
-Schedule make_schedule(const OffloadProblem& problem, Policy policy);
+// What every policy that runs AdamW on the CPU adds to its schedule: each bucket's gradients leave for the
+// host right after the last op writing them, with its CpuAdam; their buffer is released once the copy has
+// had time to finish (by the cost model); resident buckets are uploaded after the last op. Returns the
+// bytes of gradient buffers alive at each op.
+std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& problem, Schedule& schedule);
 
-// offload.overlap: delayed. The schedule with ZeRO-Offload's delayed parameter update (Schedule::
-// delayed_update): each resident bucket's upload moves to right after its last use in the step. Needs a
-// policy that runs AdamW on the CPU (std::invalid_argument for resident).
+// A policy's schedule with its device memory, laid out once: the layout its fit was judged by.
+struct PlannedSchedule {
+  Schedule schedule;
+  DeviceMemory memory;
+};
+
+// A schedule for the policy that the Simulator accepts and that fits the budget with every device tensor
+// padded by red_zone_bytes; BudgetError otherwise.
+PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0);
+
+// offload.overlap: when CPU AdamW runs. backward: a bucket's update starts when its gradients land.
+// delayed: ZeRO-Offload's delayed parameter update, one step behind.
+enum class Overlap { Backward, Delayed };
+const char* to_string(Overlap overlap);
+Overlap parse_overlap(const std::string& name);  // backward | delayed
+
+// The one rule on which overlap a policy allows: delayed needs AdamW on the CPU, which resident never
+// runs there. (Greedy may still choose to keep AdamW on the device: plan_step then says so in a note.)
+bool overlap_allowed(Policy policy, Overlap overlap);
+
+// The schedule with ZeRO-Offload's delayed parameter update (Schedule::delayed_update): each resident
+// bucket's upload moves to right after its last use in the step. Uploads are not device tensors, so the
+// schedule's DeviceMemory stays valid. Needs AdamW on the CPU (std::invalid_argument otherwise).
 Schedule with_delayed_update(const OffloadProblem& problem, Schedule schedule);
 
 // train.activation_checkpointing: off, on (every block), or auto (only when activations would break the
@@ -45,24 +86,28 @@ Schedule with_delayed_update(const OffloadProblem& problem, Schedule schedule);
 enum class Checkpointing { Off, On, Auto };
 Checkpointing parse_checkpointing(const std::string& name);  // false | true | auto
 
-// SHIM (replaced by the offload branch): the device memory of a plan, laid out once.
-struct DeviceMemory {
-  std::vector<DeviceTensor> tensors;
-  memory::ArenaLayout layout;
-  int64_t red_zone_bytes = 0;
+// What plan_step is asked for; the config keys in brackets.
+struct PlanRequest {
+  int64_t bucket_bytes = memory::BucketLayout::kDefaultBucketBytes;  // [offload.bucket_mb]
+  int64_t budget_bytes = 0;                                          // [offload.gpu_budget]
+  Policy policy = Policy::Greedy;                                    // [offload.policy]
+  Checkpointing checkpointing = Checkpointing::Off;                  // [train.activation_checkpointing]
+  int grad_accum = 1;                                                // [train.grad_accum]
+  Overlap overlap = Overlap::Backward;                               // [offload.overlap]
+  int64_t red_zone_bytes = 0;  // padding after every device tensor, for canaries (tests); counts against the budget
 };
-DeviceMemory lay_out(const OffloadProblem& problem, const Schedule& schedule, int64_t red_zone_bytes = 0);
 
 struct StepPlan {
   OffloadProblem problem;  // with the chosen blocks checkpointed
-  Schedule schedule;
-  DeviceMemory memory;
+  Schedule schedule;       // with the delayed update when asked for and AdamW runs on the CPU
+  DeviceMemory memory;     // the one layout of the schedule's device tensors: the arena's size and every offset
+  std::string overlap_note;  // why the requested overlap is not used; empty when it is
 };
 
-// The whole decision for one step: which blocks to checkpoint and the policy's schedule. With auto, the
-// fewest blocks that make the policy fit; greedy also tries the fewest that make resident or zero-offload
-// fit and keeps the fastest. BudgetError, saying what the model needs at least, when nothing fits.
-StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget,
-                   Policy policy, Checkpointing checkpointing, int grad_accum = 1);
+// The whole decision for one step: which blocks to checkpoint, the policy's schedule, the overlap and
+// the device memory. With auto, the fewest blocks that make the policy fit; greedy also tries the fewest
+// that make resident or zero-offload fit and keeps the fastest. BudgetError when nothing fits;
+// std::runtime_error, naming both keys, when the policy does not allow the overlap (overlap_allowed).
+StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request);
 
 }  // namespace ferry::offload

@@ -15,7 +15,8 @@ namespace ferry::offload {
 
 struct OffloadProblem {
   // checkpointed: per transformer block (op.layer), whether its activations are dropped after forward and
-  // recomputed right before its backward (the recomputation ops join the step's timeline). Empty: none.
+  // recomputed right before its backward (the recomputation ops join the step's timeline). Empty: none;
+  // missing entries are false, entries beyond the model's blocks are ignored.
   OffloadProblem(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget_bytes,
                  const std::vector<bool>& checkpointed = {}, int grad_accum = 1);
 
@@ -26,6 +27,7 @@ struct OffloadProblem {
   int n_ops = 0;
   std::vector<int> op_source;       // the spec op each timeline op runs
   std::vector<bool> op_recompute;   // a recomputation of a forward op
+  int n_layers = 0;                 // transformer blocks (op.layer): the units activation checkpointing recomputes
   int checkpointed_layers = 0;
   int n_buckets = 0;
   CostModel cost;
@@ -43,6 +45,12 @@ struct OffloadProblem {
   int64_t total_params() const;
   int64_t total_weight_bytes() const;
   int64_t bucket_numel(int b) const { return bucket_bytes[b] / cost.weight_bytes; }  // padded elements
+
+ private:
+  // The constructor's passes, in this order; `checkpointed` has one entry per block.
+  void build_timeline(const models::ModelSpec& spec, const std::vector<bool>& checkpointed);
+  void index_buckets(const models::ModelSpec& spec);
+  void add_activations(const models::ModelSpec& spec, const std::vector<bool>& checkpointed);
 };
 
 }  // namespace ferry::offload

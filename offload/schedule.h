@@ -28,12 +28,22 @@ const char* to_string(Action::Kind kind);
 
 struct Schedule {
   std::string policy;
+  // How the actions were built: "resident schedule", "zero-offload schedule", "chunk-lru schedule" or
+  // "prefetch schedule, 12 of 40 buckets resident". Greedy adopts the other policies' constructions as
+  // candidates, so its policy alone does not say what the plan does.
+  std::string construction;
   std::vector<std::vector<Action>> before;  // n_ops + 1 entries
   std::vector<bool> resident;               // per bucket: its working copy stays on the device all step
   bool optimizer_on_device = false;         // fp32 master, m and v on the device too (policy resident)
   // ZeRO-Offload's delayed parameter update: the CPU AdamW of one step's gradients runs during the next
   // step, which computes with weights one update stale; resident buckets are uploaded after their last use.
   bool delayed_update = false;
+
+  // The policy, and the construction when it is not the policy's own: "greedy (zero-offload schedule)".
+  std::string label() const {
+    if (construction.empty() || construction == policy + " schedule") return policy;
+    return policy + " (" + construction + ")";
+  }
 };
 
 }  // namespace ferry::offload

@@ -1,5 +1,6 @@
-// Simulator: program-order event simulation. Each stream is FIFO; an action issued before op i is issued
-// when the compute stream has finished op i-1.
+// Simulator: validate walks the schedule's bucket states (no time involved); replay is a program-order
+// event simulation of the valid schedule: each stream is FIFO, and an action issued before op i is issued
+// when the compute stream has finished op i-1; the peak is the given DeviceMemory's.
 #include "offload/simulator.h"
 
 #include <algorithm>
@@ -21,173 +22,208 @@ const char* to_string(Action::Kind kind) {
   return "?";
 }
 
-std::vector<DeviceTensor> device_tensors(const OffloadProblem& p, const Schedule& s) {
-  using Kind = DeviceTensor::Kind;
-  std::vector<DeviceTensor> out;
-  for (size_t i = 0; i < p.activations.size(); ++i) out.push_back({Kind::Activation, static_cast<int>(i), p.activations[i]});
-  const int last = p.n_ops - 1;
-  std::vector<int> open_window(p.n_buckets, -1), grads_end(p.n_buckets, last);
-  for (int point = 0; point <= p.n_ops; ++point) {
-    for (const Action& a : s.before[point]) {
-      if (a.kind == Action::Kind::Prefetch) {
-        open_window[a.bucket] = static_cast<int>(out.size());
-        const int first = std::min(point, last);
-        out.push_back({Kind::Weights, a.bucket, {p.bucket_bytes[a.bucket], 256, first, last}});  // until released
-      }
-      if (a.kind == Action::Kind::Release && open_window[a.bucket] >= 0) {
-        memory::TensorLifetime& life = out[open_window[a.bucket]].life;
-        life.last = std::max(life.first, point - 1);
-        open_window[a.bucket] = -1;
-      }
-      if (a.kind == Action::Kind::ReleaseGrads) grads_end[a.bucket] = std::max(p.first_grad_op[a.bucket], point - 1);
-    }
-  }
-  for (int b = 0; b < p.n_buckets; ++b) {
-    const int64_t numel = p.bucket_numel(b);
-    if (s.resident[b]) out.push_back({Kind::Weights, b, {p.bucket_bytes[b], 256, 0, last}});
-    if (p.first_grad_op[b] >= 0) out.push_back({Kind::Grads, b, {p.bucket_bytes[b], 256, p.first_grad_op[b], grads_end[b]}});
-    if (s.optimizer_on_device) {
-      out.push_back({Kind::OptimizerState, b, {3 * 4 * numel, 256, 0, last}});
-      if (p.grad_accum > 1) out.push_back({Kind::GradSum, b, {4 * numel, 256, 0, last}});
-    }
-  }
-  return out;
-}
+namespace {
 
-std::vector<memory::TensorLifetime> lifetimes(const std::vector<DeviceTensor>& tensors) {
-  std::vector<memory::TensorLifetime> out;
-  out.reserve(tensors.size());
-  for (const auto& t : tensors) out.push_back(t.life);
-  return out;
-}
-
-SimResult simulate(const OffloadProblem& p, const Schedule& s) {
-  SimResult r;
-  r.stall_before_op.assign(p.n_ops, 0.0);
-  const double never = -1;
-  std::vector<double> arrival(p.n_buckets, never), grads_landed(p.n_buckets, never), updated(p.n_buckets, never);
-  std::vector<bool> on_device(p.n_buckets), waited(p.n_buckets), offloaded(p.n_buckets);
-  for (int b = 0; b < p.n_buckets; ++b) {
-    on_device[b] = s.resident[b];
-    waited[b] = s.resident[b];
-    (s.resident[b] ? r.resident_bytes : r.offloaded_bytes) += p.bucket_bytes[b];
-  }
-  double compute = 0, h2d = 0, d2h = 0, cpu = 0;
-  auto adam_s = [&](int b) { return p.bucket_params[b] / p.cost.cpu_adam_params_per_s; };
-  std::vector<int> update_order;  // buckets in the order of their CpuAdam actions
+// Buckets in the order of their CpuAdam actions: the order AdamW updates them in.
+std::vector<int> update_order(const OffloadProblem& p, const Schedule& s) {
+  std::vector<int> order;
   for (const auto& actions : s.before)
     for (const Action& a : actions)
-      if (a.kind == Action::Kind::CpuAdam && a.bucket >= 0 && a.bucket < p.n_buckets) update_order.push_back(a.bucket);
-  // Delayed: the previous step's updates are queued on the CPU when the step starts (steady state).
-  if (s.delayed_update)
-    for (int b : update_order) cpu = updated[b] = cpu + adam_s(b), r.cpu_busy_s += adam_s(b);
-  // Otherwise the updates wait for every bucket's statistics, and run after the last op was issued.
-  bool updates_queued = s.delayed_update;
-  auto queue_updates = [&] {
-    if (updates_queued) return;
-    updates_queued = true;
-    for (int b : update_order) cpu = updated[b] = cpu + adam_s(b), r.cpu_busy_s += adam_s(b);
-  };
-  std::vector<int> uploads_after_updates;
-  auto fail = [&](int point, const Action* a, const std::string& what) {
-    r.error = (point < p.n_ops ? "before op " + std::to_string(point) : std::string("after the last op")) +
-              (a ? std::string(", ") + to_string(a->kind) + " of bucket " + std::to_string(a->bucket) : std::string()) +
-              ": " + what;
-  };
-  auto upload = [&](int b, double issue) {
-    const double start = std::max({issue, h2d, updated[b]}), t = p.cost.h2d.seconds(p.bucket_bytes[b]);
-    h2d = start + t;
-    r.h2d_busy_s += t, r.h2d_bytes += p.bucket_bytes[b];
-  };
-  for (int point = 0; point <= p.n_ops && r.error.empty(); ++point) {
-    const double issue = compute;
-    double ready = compute;  // when the next op may start
-    for (const Action& a : s.before[point]) {
-      const int b = a.bucket;
-      if (a.kind != Action::Kind::DeviceAdam && (b < 0 || b >= p.n_buckets)) {
-        fail(point, &a, "no such bucket");
-        break;
-      }
-      switch (a.kind) {
-        case Action::Kind::Prefetch: {
-          if (on_device[b]) { fail(point, &a, "the bucket is already on the device"); break; }
-          const double start = std::max(issue, h2d), t = p.cost.h2d.seconds(p.bucket_bytes[b]);
-          h2d = arrival[b] = start + t;
-          r.h2d_busy_s += t, r.h2d_bytes += p.bucket_bytes[b];
-          on_device[b] = true, waited[b] = false;
-          break;
-        }
-        case Action::Kind::Wait:
-          if (!on_device[b] || arrival[b] == never) { fail(point, &a, "waits for a bucket that was never prefetched"); break; }
-          ready = std::max(ready, arrival[b]);
-          waited[b] = true;
-          break;
-        case Action::Kind::Release:
-          if (s.resident[b] || !on_device[b]) { fail(point, &a, "releases a bucket that is resident or not on the device"); break; }
-          on_device[b] = false, waited[b] = false;
-          break;
-        case Action::Kind::OffloadGrads: {
-          if (p.last_grad_op[b] >= point) { fail(point, &a, "offloads gradients that op " + std::to_string(p.last_grad_op[b]) + " has yet to write"); break; }
-          const double start = std::max(issue, d2h), t = p.cost.d2h.seconds(p.bucket_bytes[b]);
-          d2h = grads_landed[b] = start + t;
-          r.d2h_busy_s += t, r.d2h_bytes += p.bucket_bytes[b];
-          offloaded[b] = true;
-          break;
-        }
-        case Action::Kind::ReleaseGrads:
-          if (!offloaded[b]) { fail(point, &a, "releases gradients before offloading them"); break; }
-          ready = std::max(ready, grads_landed[b]);
-          break;
-        case Action::Kind::CpuAdam: {
-          if (!offloaded[b]) { fail(point, &a, "runs AdamW before the gradients are offloaded"); break; }
-          const double t = p.bucket_params[b] / p.cost.cpu_norm_params_per_s;  // the statistics pass
-          cpu = std::max(grads_landed[b], cpu) + t;
-          r.cpu_busy_s += t;
-          break;
-        }
-        case Action::Kind::Upload: {
-          if (!s.resident[b]) { fail(point, &a, "uploads a bucket that has no resident slot"); break; }
-          if (std::find(update_order.begin(), update_order.end(), b) == update_order.end()) { fail(point, &a, "uploads a bucket AdamW never updates"); break; }
-          if (!updates_queued) uploads_after_updates.push_back(b);  // issued once the updates are queued
-          else upload(b, issue);
-          break;
-        }
-        case Action::Kind::DeviceAdam: {
-          const double t = p.total_params() / p.cost.device_adam_params_per_s;
-          ready = std::max(ready, compute) + t;  // on the compute stream
-          compute = ready;
-          r.compute_busy_s += t;
-          break;
-        }
-      }
-      if (!r.error.empty()) break;
+      if (a.kind == Action::Kind::CpuAdam && a.bucket >= 0 && a.bucket < p.n_buckets) order.push_back(a.bucket);
+  return order;
+}
+
+// Each bucket's state as the schedule leaves it, action by action, and what the next action may do.
+class Validator {
+ public:
+  Validator(const OffloadProblem& p, const Schedule& s)
+      : p_(p), s_(s), on_device_(s.resident), waited_(s.resident), prefetched_(p.n_buckets, false),
+        offloaded_(p.n_buckets, false), updated_(p.n_buckets, false) {
+    for (int b : update_order(p, s)) updated_[b] = true;
+  }
+
+  std::string run() {
+    for (int point = 0; point <= p_.n_ops; ++point) {
+      for (const Action& a : s_.before[point])
+        if (std::string what = check(point, a); !what.empty()) return where(point, &a) + what;
+      if (point == p_.n_ops) break;
+      for (int b : p_.op_buckets[point])
+        if (!on_device_[b] || !waited_[b])
+          return where(point, nullptr) + "op " + std::to_string(point) + " uses bucket " + std::to_string(b) + " before it has arrived";
     }
-    if (!r.error.empty() || point == p.n_ops) break;
-    for (int b : p.op_buckets[point])
-      if (!on_device[b] || !waited[b]) {
-        fail(point, nullptr, "op " + std::to_string(point) + " uses bucket " + std::to_string(b) + " before it has arrived");
-        break;
-      }
-    if (!r.error.empty()) break;
-    r.stall_before_op[point] = ready - compute;
-    r.stall_s += ready - compute;
-    compute = ready + p.op_seconds[point];
-    r.compute_busy_s += p.op_seconds[point];
+    if (s_.optimizer_on_device) return "";
+    for (int b = 0; b < p_.n_buckets; ++b)
+      if (p_.first_grad_op[b] >= 0 && !updated_[b])
+        return where(p_.n_ops, nullptr) + "bucket " + std::to_string(b) + " is never updated by AdamW";
+    return "";
   }
-  if (r.error.empty()) {
+
+ private:
+  std::string where(int point, const Action* a) const {
+    return (point < p_.n_ops ? "before op " + std::to_string(point) : std::string("after the last op")) +
+           (a ? std::string(", ") + to_string(a->kind) + " of bucket " + std::to_string(a->bucket) : std::string()) + ": ";
+  }
+
+  // What is wrong with action a before op `point`, given what came before; empty when nothing.
+  std::string check(int point, const Action& a) {
+    const int b = a.bucket;
+    if (a.kind == Action::Kind::DeviceAdam) return "";
+    if (b < 0 || b >= p_.n_buckets) return "no such bucket";
+    switch (a.kind) {
+      case Action::Kind::Prefetch:
+        if (on_device_[b]) return "the bucket is already on the device";
+        on_device_[b] = prefetched_[b] = true, waited_[b] = false;
+        return "";
+      case Action::Kind::Wait:
+        if (!on_device_[b] || !prefetched_[b]) return "waits for a bucket that was never prefetched";
+        waited_[b] = true;
+        return "";
+      case Action::Kind::Release:
+        if (s_.resident[b] || !on_device_[b]) return "releases a bucket that is resident or not on the device";
+        on_device_[b] = waited_[b] = false;
+        return "";
+      case Action::Kind::OffloadGrads:
+        if (p_.last_grad_op[b] >= point) return "offloads gradients that op " + std::to_string(p_.last_grad_op[b]) + " has yet to write";
+        offloaded_[b] = true;
+        return "";
+      case Action::Kind::ReleaseGrads: return offloaded_[b] ? "" : "releases gradients before offloading them";
+      case Action::Kind::CpuAdam: return offloaded_[b] ? "" : "runs AdamW before the gradients are offloaded";
+      case Action::Kind::Upload:
+        if (!s_.resident[b]) return "uploads a bucket that has no resident slot";
+        return updated_[b] ? "" : "uploads a bucket AdamW never updates";
+      case Action::Kind::DeviceAdam: return "";
+    }
+    return "unknown action";
+  }
+
+  const OffloadProblem& p_;
+  const Schedule& s_;
+  std::vector<bool> on_device_, waited_, prefetched_, offloaded_, updated_;
+};
+
+// What is wrong with `memory` as the layout of this schedule: it must hold exactly device_tensors().
+std::string check_memory(const OffloadProblem& p, const Schedule& s, const DeviceMemory& memory) {
+  const std::vector<DeviceTensor> expected = device_tensors(p, s);
+  if (memory.tensors.size() != expected.size() || memory.layout.offsets.size() != expected.size())
+    return "the device memory holds " + std::to_string(memory.tensors.size()) + " tensors (" +
+           std::to_string(memory.layout.offsets.size()) + " offsets) but the schedule keeps " + std::to_string(expected.size()) +
+           " on the device: it was laid out for another schedule";
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const DeviceTensor &want = expected[i], &got = memory.tensors[i];
+    if (want.kind != got.kind || want.index != got.index || want.life.bytes != got.life.bytes || want.life.first != got.life.first ||
+        want.life.last != got.life.last)
+      return "device tensor " + std::to_string(i) + " (" + to_string(want.kind) + " " + std::to_string(want.index) + ", ops " +
+             std::to_string(want.life.first) + ".." + std::to_string(want.life.last) +
+             ") differs in the device memory: it was laid out for another schedule";
+  }
+  return "";
+}
+
+// The timings of a valid schedule, written into a SimResult.
+class Replay {
+ public:
+  Replay(const OffloadProblem& p, const Schedule& s, SimResult& r)
+      : p_(p), s_(s), r_(r), order_(update_order(p, s)), arrival_(p.n_buckets, 0), grads_landed_(p.n_buckets, 0),
+        updated_(p.n_buckets, 0) {}
+
+  void run() {
+    r_.stall_before_op.assign(p_.n_ops, 0.0);
+    for (int b = 0; b < p_.n_buckets; ++b) (s_.resident[b] ? r_.resident_bytes : r_.offloaded_bytes) += p_.bucket_bytes[b];
+    // Delayed: the previous step's updates are queued on the CPU when the step starts (steady state).
+    // Otherwise they wait for every bucket's statistics, and run after the last op was issued.
+    if (s_.delayed_update) queue_updates();
+    for (int point = 0; point <= p_.n_ops; ++point) {
+      const double issue = compute_;
+      double ready = compute_;  // when the next op may start
+      for (const Action& a : s_.before[point]) act(a, issue, ready);
+      if (point == p_.n_ops) break;
+      r_.stall_before_op[point] = ready - compute_;
+      r_.stall_s += ready - compute_;
+      compute_ = ready + p_.op_seconds[point];
+      r_.compute_busy_s += p_.op_seconds[point];
+    }
     queue_updates();
-    for (int b : uploads_after_updates) upload(b, compute);
+    for (int b : uploads_after_updates_) upload(b, compute_);
+    r_.step_s = std::max({compute_, h2d_, d2h_, cpu_});
+    r_.lower_bound_s = std::max({r_.compute_busy_s, r_.h2d_busy_s, r_.d2h_busy_s, r_.cpu_busy_s});
   }
-  if (r.error.empty() && !s.optimizer_on_device)
-    for (int b = 0; b < p.n_buckets; ++b)
-      if (p.first_grad_op[b] >= 0 && std::find(update_order.begin(), update_order.end(), b) == update_order.end()) {
-        fail(p.n_ops, nullptr, "bucket " + std::to_string(b) + " is never updated by AdamW");
+
+ private:
+  void act(const Action& a, double issue, double& ready) {
+    const int b = a.bucket;
+    switch (a.kind) {
+      case Action::Kind::Prefetch: arrival_[b] = h2d_copy(b, issue); break;
+      case Action::Kind::Wait: ready = std::max(ready, arrival_[b]); break;
+      case Action::Kind::Release: break;
+      case Action::Kind::OffloadGrads: {
+        const double t = p_.cost.d2h.seconds(p_.bucket_bytes[b]);
+        d2h_ = grads_landed_[b] = std::max(issue, d2h_) + t;
+        r_.d2h_busy_s += t, r_.d2h_bytes += p_.bucket_bytes[b];
         break;
       }
-  r.step_s = std::max({compute, h2d, d2h, cpu});
-  r.lower_bound_s = std::max({r.compute_busy_s, r.h2d_busy_s, r.d2h_busy_s, r.cpu_busy_s});
+      case Action::Kind::ReleaseGrads: ready = std::max(ready, grads_landed_[b]); break;
+      case Action::Kind::CpuAdam: {
+        const double t = p_.bucket_params[b] / p_.cost.cpu_norm_params_per_s;  // the statistics pass
+        cpu_ = std::max(grads_landed_[b], cpu_) + t;
+        r_.cpu_busy_s += t;
+        break;
+      }
+      case Action::Kind::Upload:
+        if (updates_queued_) upload(b, issue);
+        else uploads_after_updates_.push_back(b);  // issued once the updates are queued
+        break;
+      case Action::Kind::DeviceAdam: {
+        const double t = p_.total_params() / p_.cost.device_adam_params_per_s;
+        compute_ = ready = std::max(ready, compute_) + t;  // on the compute stream
+        r_.compute_busy_s += t;
+        break;
+      }
+    }
+  }
+  // A copy of bucket b's working copy on the h2d stream, not before `earliest`; returns when it lands.
+  double h2d_copy(int b, double earliest) {
+    const double t = p_.cost.h2d.seconds(p_.bucket_bytes[b]);
+    h2d_ = std::max(earliest, h2d_) + t;
+    r_.h2d_busy_s += t, r_.h2d_bytes += p_.bucket_bytes[b];
+    return h2d_;
+  }
+  void upload(int b, double issue) { h2d_copy(b, std::max(issue, updated_[b])); }
+  void queue_updates() {
+    if (updates_queued_) return;
+    updates_queued_ = true;
+    for (int b : order_) {
+      const double t = p_.bucket_params[b] / p_.cost.cpu_adam_params_per_s;
+      cpu_ = updated_[b] = cpu_ + t;
+      r_.cpu_busy_s += t;
+    }
+  }
+
+  const OffloadProblem& p_;
+  const Schedule& s_;
+  SimResult& r_;
+  const std::vector<int> order_;
+  std::vector<double> arrival_, grads_landed_, updated_;
+  std::vector<int> uploads_after_updates_;
+  bool updates_queued_ = false;
+  double compute_ = 0, h2d_ = 0, d2h_ = 0, cpu_ = 0;  // when each stream is next free
+};
+
+}  // namespace
+
+std::string validate(const OffloadProblem& p, const Schedule& s, const DeviceMemory& memory) {
+  if (static_cast<int>(s.before.size()) != p.n_ops + 1 || static_cast<int>(s.resident.size()) != p.n_buckets)
+    return "the schedule has " + std::to_string(s.before.size()) + " action points and " + std::to_string(s.resident.size()) +
+           " buckets; the problem " + std::to_string(p.n_ops + 1) + " and " + std::to_string(p.n_buckets);
+  if (std::string what = Validator(p, s).run(); !what.empty()) return what;
+  return check_memory(p, s, memory);
+}
+
+SimResult simulate(const OffloadProblem& p, const Schedule& s, const DeviceMemory& memory) {
+  SimResult r;
+  r.error = validate(p, s, memory);
   if (!r.error.empty()) return r;
-  r.peak_device_bytes = memory::Planner::plan(lifetimes(device_tensors(p, s))).peak;
+  Replay(p, s, r).run();
+  r.peak_device_bytes = memory.layout.peak;
   r.fits = r.peak_device_bytes <= p.budget_bytes;
   return r;
 }

@@ -135,7 +135,7 @@ std::vector<float> reference_losses(const Config& c, int sync_steps) {
     int64_t adam_step;
     double lr;
   };
-  std::optional<Update> pending;
+  std::vector<Update> pending;  // at most one: the update of the previous step
   auto apply = [&](const Update& u) {
     for (int b = 0; b < nb; ++b) {
       Bucket& k = buckets[b];
@@ -159,9 +159,10 @@ std::vector<float> reference_losses(const Config& c, int sync_steps) {
       u.grads.push_back(std::move(grad));
     }
     if (!u.step->decide().report.skipped) ++optimizer_steps;
-    if (pending) apply(*pending), pending.reset();
+    for (const Update& previous : pending) apply(previous);
+    pending.clear();
     if (step <= sync_steps) apply(u);
-    else pending = std::move(u);
+    else pending.push_back(std::move(u));
   }
   return losses;
 }

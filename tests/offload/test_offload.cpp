@@ -1,10 +1,13 @@
-// offload/: the cost model, the Simulator's checks, and the policies' properties on random models,
-// budgets and cost models.
+// offload/: the cost model, the Simulator's checks, the device memory, the policies' properties on random
+// models, budgets and cost models, greedy and the lower bound against an exhaustive search, and
+// plan_step's rules (one layout per plan, the overlap rule, budget errors).
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <map>
 
 #include "models/bert.h"
@@ -29,6 +32,13 @@ CostModel random_cost(models::Rng& rng) {
   c.device_adam_params_per_s = 1e7 * (1 + rng.below(1000));
   return c;
 }
+
+// A schedule simulated on its own layout.
+SimResult simulate_laid_out(const OffloadProblem& p, const Schedule& s) { return simulate(p, s, lay_out(p, s)); }
+SimResult simulate_planned(const OffloadProblem& p, const PlannedSchedule& planned) {
+  return simulate(p, planned.schedule, planned.memory);
+}
+SimResult simulate_plan(const StepPlan& plan) { return simulate(plan.problem, plan.schedule, plan.memory); }
 
 TEST(CostModel, ShippedH100ModelLoadsAndRoundTrips) {
   const CostModel c = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
@@ -55,7 +65,7 @@ OffloadProblem small_problem(models::Rng& rng, int64_t budget_fraction_permille 
   const models::ModelSpec spec = models::build_gpt2({layers, heads, heads * 32, 256, 32}, 2, 32);
   const int64_t bucket = 8192 * (1 + static_cast<int64_t>(rng.below(8)));
   const OffloadProblem base(spec, random_cost(rng), bucket, int64_t(1) << 40);
-  const int64_t everything = simulate(base, make_schedule(base, Policy::Resident)).peak_device_bytes;
+  const int64_t everything = make_schedule(base, Policy::Resident).memory.layout.peak;
   const int64_t least = minimum_device_bytes(base);
   const int64_t budget = least + (everything - least) * budget_fraction_permille / 1000;
   OffloadProblem p = base;
@@ -77,27 +87,79 @@ TEST(Simulator, InvalidSchedulesNameTheOpAndTheBucket) {
   };
   Schedule s = base();
   s.resident[0] = false;  // bucket 0 (wte) is used by op 0 but never fetched
-  EXPECT_NE(simulate(p, s).error.find("op 0 uses bucket 0 before it has arrived"), std::string::npos)
-      << simulate(p, s).error;
+  EXPECT_NE(simulate_laid_out(p, s).error.find("op 0 uses bucket 0 before it has arrived"), std::string::npos)
+      << simulate_laid_out(p, s).error;
   s.before[0] = {{Action::Kind::Prefetch, 0}};  // fetched but not waited for
-  EXPECT_NE(simulate(p, s).error.find("uses bucket 0 before it has arrived"), std::string::npos);
+  EXPECT_NE(simulate_laid_out(p, s).error.find("uses bucket 0 before it has arrived"), std::string::npos);
   s.before[0].push_back({Action::Kind::Wait, 0});
   s.before[1] = {{Action::Kind::Release, 0}};  // released while later ops still use it
-  EXPECT_NE(simulate(p, s).error.find("before it has arrived"), std::string::npos);
+  EXPECT_NE(simulate_laid_out(p, s).error.find("before it has arrived"), std::string::npos);
+  s.before[1] = {{Action::Kind::Prefetch, p.n_buckets}};
+  EXPECT_NE(simulate_laid_out(p, s).error.find("no such bucket"), std::string::npos) << simulate_laid_out(p, s).error;
 
   Schedule g = base();
   g.optimizer_on_device = false;
   g.before[1] = {{Action::Kind::OffloadGrads, 0}};  // before backward wrote them
-  EXPECT_NE(simulate(p, g).error.find("offloads gradients that op"), std::string::npos) << simulate(p, g).error;
+  EXPECT_NE(simulate_laid_out(p, g).error.find("offloads gradients that op"), std::string::npos) << simulate_laid_out(p, g).error;
   g = base();
   g.optimizer_on_device = false;
   g.before[p.n_ops] = {{Action::Kind::CpuAdam, 1}};
-  EXPECT_NE(simulate(p, g).error.find("cpu-adam of bucket 1: runs AdamW before the gradients are offloaded"),
-            std::string::npos) << simulate(p, g).error;
+  EXPECT_NE(simulate_laid_out(p, g).error.find("cpu-adam of bucket 1: runs AdamW before the gradients are offloaded"),
+            std::string::npos) << simulate_laid_out(p, g).error;
   g.before[p.n_ops] = {{Action::Kind::ReleaseGrads, 1}};
-  EXPECT_NE(simulate(p, g).error.find("releases gradients before offloading them"), std::string::npos);
+  EXPECT_NE(simulate_laid_out(p, g).error.find("releases gradients before offloading them"), std::string::npos);
   g.before[p.n_ops].clear();
-  EXPECT_NE(simulate(p, g).error.find("never updated by AdamW"), std::string::npos);
+  EXPECT_NE(simulate_laid_out(p, g).error.find("never updated by AdamW"), std::string::npos);
+}
+
+TEST(Simulator, TakesThePeakFromTheGivenLayoutAndRejectsAnotherSchedules) {
+  models::Rng rng(3);
+  const OffloadProblem p = small_problem(rng, 100);
+  const PlannedSchedule greedy = make_schedule(p, Policy::Greedy);
+  const SimResult r = simulate_planned(p, greedy);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.peak_device_bytes, greedy.memory.layout.peak);
+  // The same layout with more room: the peak is the layout's, not a Planner run of the Simulator's own.
+  DeviceMemory wider = greedy.memory;
+  wider.layout.peak += 4096;
+  EXPECT_EQ(simulate(p, greedy.schedule, wider).peak_device_bytes, greedy.memory.layout.peak + 4096);
+  // A layout of another schedule is refused, naming the tensor that differs.
+  OffloadProblem roomy = p;
+  roomy.budget_bytes = int64_t(1) << 40;
+  const PlannedSchedule zero = make_schedule(roomy, Policy::ZeroOffload);
+  const SimResult mixed = simulate(p, zero.schedule, greedy.memory);
+  EXPECT_FALSE(mixed.fits);
+  EXPECT_NE(mixed.error.find("laid out for"), std::string::npos) << mixed.error;
+}
+
+TEST(DeviceMemory, RedZonesFollowEveryTensorAndCountAgainstTheBudget) {
+  models::Rng rng(5);
+  const OffloadProblem p = small_problem(rng, 300);
+  const Schedule s = make_schedule(p, Policy::Greedy).schedule;
+  const DeviceMemory plain = lay_out(p, s);
+  constexpr int64_t kRedZone = 512;
+  const DeviceMemory zoned = lay_out(p, s, kRedZone);
+  ASSERT_EQ(zoned.tensors.size(), plain.tensors.size());
+  EXPECT_EQ(zoned.red_zone_bytes, kRedZone);
+  EXPECT_GT(zoned.layout.peak, plain.layout.peak);
+  // No tensor alive at the same op overlaps another's bytes or its red zone.
+  for (size_t i = 0; i < zoned.tensors.size(); ++i)
+    for (size_t j = 0; j < zoned.tensors.size(); ++j) {
+      const auto &a = zoned.tensors[i].life, &b = zoned.tensors[j].life;
+      if (i == j || a.last < b.first || b.last < a.first) continue;
+      const int64_t a0 = zoned.layout.offsets[i], b0 = zoned.layout.offsets[j];
+      EXPECT_TRUE(a0 + a.bytes + kRedZone <= b0 || b0 + b.bytes + kRedZone <= a0) << "tensors " << i << " and " << j;
+    }
+  EXPECT_THROW(lay_out(p, s, -1), std::invalid_argument);
+  // plan_step pads every tensor and fits the padded layout into the budget.
+  const models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
+  PlanRequest request;
+  request.bucket_bytes = 16384;
+  request.budget_bytes = int64_t(1) << 30;
+  request.red_zone_bytes = kRedZone;
+  const StepPlan plan = plan_step(spec, CostModel{}, request);
+  EXPECT_EQ(plan.memory.red_zone_bytes, kRedZone);
+  EXPECT_EQ(plan.memory.layout.peak, lay_out(plan.problem, plan.schedule, kRedZone).layout.peak);
 }
 
 TEST(Policies, RandomModelsBudgetsAndCostModels) {
@@ -110,8 +172,8 @@ TEST(Policies, RandomModelsBudgetsAndCostModels) {
     std::map<Policy, SimResult> results;
     for (Policy policy : all_policies()) {
       try {
-        const Schedule s = make_schedule(p, policy);
-        const SimResult r = simulate(p, s);
+        const PlannedSchedule planned = make_schedule(p, policy);
+        const SimResult r = simulate_planned(p, planned);
         ASSERT_EQ(r.error, "") << to_string(policy);
         ASSERT_TRUE(r.fits) << to_string(policy);
         ASSERT_LE(r.peak_device_bytes, p.budget_bytes) << to_string(policy);
@@ -119,20 +181,15 @@ TEST(Policies, RandomModelsBudgetsAndCostModels) {
         ASSERT_GE(r.step_s, lower_bound_step_s(p) * (1 - 1e-9)) << to_string(policy);
         results[policy] = r;
       } catch (const BudgetError& e) {
-        EXPECT_NE(std::string(e.what()).find("needs"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("offload.gpu_budget: "), std::string::npos) << e.what();
       }
     }
-    if (!results.contains(Policy::Greedy)) continue;
-    ++greedy_runs;
-    const double greedy = results[Policy::Greedy].step_s;
-    for (Policy other : {Policy::ZeroOffload, Policy::ChunkLru, Policy::Resident}) {
-      if (results.contains(other)) {
-        EXPECT_LE(greedy, results[other].step_s * (1 + 1e-9)) << to_string(other);
-      }
-    }
+    // chunk-lru's policy tries smaller budgets than greedy's chunk-lru candidates: greedy must still fit.
     if (results.contains(Policy::ChunkLru)) {
       EXPECT_TRUE(results.contains(Policy::Greedy)) << "greedy fails where chunk-lru fits";
     }
+    if (!results.contains(Policy::Greedy)) continue;
+    ++greedy_runs;
     if (!results.contains(Policy::ZeroOffload)) {
       ++offloading_runs;  // only offloading weights fits: the case Ferry exists for
       EXPECT_GT(results[Policy::Greedy].offloaded_bytes, 0);
@@ -149,29 +206,30 @@ TEST(Policies, DelayedUpdateKeepsThePlacementAndNeverSlowsTheStep) {
     SCOPED_TRACE("trial " + std::to_string(trial));
     const OffloadProblem p = small_problem(rng, static_cast<int64_t>(rng.below(1200)));
     for (Policy policy : {Policy::ZeroOffload, Policy::ChunkLru, Policy::Greedy}) {
-      Schedule s;
+      PlannedSchedule planned;
       try {
-        s = make_schedule(p, policy);
+        planned = make_schedule(p, policy);
       } catch (const BudgetError&) {
         continue;
       }
+      const Schedule& s = planned.schedule;
       if (s.optimizer_on_device) {  // greedy chose resident: nothing to delay
         EXPECT_THROW(with_delayed_update(p, s), std::invalid_argument);
         continue;
       }
-      const SimResult now = simulate(p, s);
+      const SimResult now = simulate_planned(p, planned);
       const Schedule d = with_delayed_update(p, s);
-      const SimResult later = simulate(p, d);
+      const SimResult later = simulate(p, d, planned.memory);  // the layout stays valid: validate compares the tensors
       ASSERT_EQ(later.error, "") << to_string(policy);
-      EXPECT_EQ(later.peak_device_bytes, now.peak_device_bytes) << to_string(policy);  // same device tensors
       EXPECT_EQ(later.h2d_bytes, now.h2d_bytes) << to_string(policy);
       EXPECT_LE(later.step_s, now.step_s * (1 + 1e-9)) << to_string(policy);          // AdamW leaves the critical path
       // Every upload right after the last op that uses its bucket.
       for (int point = 0; point <= p.n_ops; ++point)
         for (const Action& a : d.before[point])
-          if (a.kind == Action::Kind::Upload)
+          if (a.kind == Action::Kind::Upload) {
             for (int i = point; i < p.n_ops; ++i)
               EXPECT_EQ(std::count(p.op_buckets[i].begin(), p.op_buckets[i].end(), a.bucket), 0) << "op " << i;
+          }
       ++checked;
     }
   }
@@ -187,7 +245,7 @@ TEST(Policies, MoreBudgetNeverMakesGreedySlower) {
       OffloadProblem p = tight;
       p.budget_bytes = tight.budget_bytes + extra * (tight.budget_bytes / 32);
       try {
-        const double t = simulate(p, make_schedule(p, Policy::Greedy)).step_s;
+        const double t = simulate_planned(p, make_schedule(p, Policy::Greedy)).step_s;
         EXPECT_LE(t, previous * (1 + 1e-12)) << "trial " << trial << " budget +" << extra << "/32";
         previous = t;
       } catch (const BudgetError&) {
@@ -199,13 +257,17 @@ TEST(Policies, MoreBudgetNeverMakesGreedySlower) {
 
 TEST(Policies, GreedyIsResidentWhenEverythingFitsOnAnH100) {
   // On the shipped H100-class model, AdamW on the device beats any trip over PCIe: with a budget that
-  // holds everything, greedy keeps everything resident.
+  // holds everything, greedy keeps everything resident, and says whose construction it adopted.
   const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
   const models::ModelSpec spec = models::build_gpt2({4, 4, 256, 1024, 128}, 4, 128);
   const OffloadProblem p(spec, h100, 1 << 20, int64_t(1) << 40);
-  const Schedule s = make_schedule(p, Policy::Greedy);
-  EXPECT_TRUE(s.optimizer_on_device);
-  EXPECT_DOUBLE_EQ(simulate(p, s).step_s, simulate(p, make_schedule(p, Policy::Resident)).step_s);
+  const PlannedSchedule greedy = make_schedule(p, Policy::Greedy);
+  EXPECT_TRUE(greedy.schedule.optimizer_on_device);
+  EXPECT_EQ(greedy.schedule.policy, "greedy");
+  EXPECT_EQ(greedy.schedule.label(), "greedy (resident schedule)");
+  const PlannedSchedule resident = make_schedule(p, Policy::Resident);
+  EXPECT_EQ(resident.schedule.label(), "resident");
+  EXPECT_DOUBLE_EQ(simulate_planned(p, greedy).step_s, simulate_planned(p, resident).step_s);
 }
 
 TEST(Checkpointing, RecomputationJoinsTheTimelineAndShortensActivationLives) {
@@ -218,6 +280,7 @@ TEST(Checkpointing, RecomputationJoinsTheTimelineAndShortensActivationLives) {
   const OffloadProblem all(spec, cost, 16384, int64_t(1) << 40, {true, true, true, true});
   EXPECT_EQ(all.n_ops, none.n_ops + 4 * forward_block_ops);
   EXPECT_EQ(all.checkpointed_layers, 4);
+  EXPECT_EQ(all.n_layers, 4);
   EXPECT_LT(minimum_device_bytes(all), minimum_device_bytes(none));
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<bool> some(4);
@@ -226,13 +289,22 @@ TEST(Checkpointing, RecomputationJoinsTheTimelineAndShortensActivationLives) {
     p.budget_bytes = minimum_device_bytes(p) + static_cast<int64_t>(rng.below(1 << 20));
     for (Policy policy : all_policies()) {
       try {
-        const SimResult r = simulate(p, make_schedule(p, policy));
+        const SimResult r = simulate_planned(p, make_schedule(p, policy));
         EXPECT_EQ(r.error, "") << to_string(policy);
         EXPECT_LE(r.peak_device_bytes, p.budget_bytes) << to_string(policy);
       } catch (const BudgetError&) {
       }
     }
   }
+}
+
+PlanRequest request_for(int64_t bucket, int64_t budget, Policy policy, Checkpointing checkpointing) {
+  PlanRequest r;
+  r.bucket_bytes = bucket;
+  r.budget_bytes = budget;
+  r.policy = policy;
+  r.checkpointing = checkpointing;
+  return r;
 }
 
 TEST(Checkpointing, AutoCheckpointsTheFewestBlocksThatFit) {
@@ -243,25 +315,35 @@ TEST(Checkpointing, AutoCheckpointsTheFewestBlocksThatFit) {
   const int64_t with_all = minimum_device_bytes(OffloadProblem(spec, cost, 16384, 1, std::vector<bool>(6, true)));
   ASSERT_LT(with_all * 1.3, without);  // activations dominate this shape
   const int64_t budget = (with_all + without) / 2;
-  EXPECT_THROW(plan_step(spec, cost, 16384, budget, Policy::Greedy, Checkpointing::Off), BudgetError);
-  const StepPlan on = plan_step(spec, cost, 16384, budget, Policy::Greedy, Checkpointing::On);
+  // Off does not fit; the error says recomputation would.
+  try {
+    plan_step(spec, cost, request_for(16384, budget, Policy::Greedy, Checkpointing::Off));
+    ADD_FAILURE();
+  } catch (const BudgetError& e) {
+    EXPECT_NE(std::string(e.what()).find("0 of 6 blocks recomputed; raise it or set train.activation_checkpointing: auto"),
+              std::string::npos) << e.what();
+  }
+  const StepPlan on = plan_step(spec, cost, request_for(16384, budget, Policy::Greedy, Checkpointing::On));
   EXPECT_EQ(on.problem.checkpointed_layers, 6);
-  const StepPlan automatic = plan_step(spec, cost, 16384, budget, Policy::Greedy, Checkpointing::Auto);
+  const StepPlan automatic = plan_step(spec, cost, request_for(16384, budget, Policy::Greedy, Checkpointing::Auto));
   EXPECT_GT(automatic.problem.checkpointed_layers, 0);
   EXPECT_LT(automatic.problem.checkpointed_layers, 6);
-  const SimResult r = simulate(automatic.problem, automatic.schedule);
+  const SimResult r = simulate_plan(automatic);
   EXPECT_EQ(r.error, "");
   EXPECT_LE(r.peak_device_bytes, budget);
   // One block fewer does not fit.
   std::vector<bool> fewer(6, false);
   std::fill(fewer.begin(), fewer.begin() + automatic.problem.checkpointed_layers - 1, true);
   EXPECT_THROW(make_schedule(OffloadProblem(spec, cost, 16384, budget, fewer), Policy::Greedy), BudgetError);
-  // With no budget for even that, the error says what every block checkpointed would need.
+  // With no budget for even that, the error says what every block checkpointed would need, and advises
+  // no more recomputation.
   try {
-    plan_step(spec, cost, 16384, with_all / 2, Policy::Greedy, Checkpointing::Auto);
+    plan_step(spec, cost, request_for(16384, with_all / 2, Policy::Greedy, Checkpointing::Auto));
     ADD_FAILURE();
   } catch (const BudgetError& e) {
-    EXPECT_NE(std::string(e.what()).find("6 block(s) checkpointed"), std::string::npos) << e.what();
+    const std::string expected = "offload.gpu_budget: " + memory::format_bytes(with_all / 2) + " is below the " + memory::format_bytes(with_all) +
+                                 " this model needs with every bucket offloaded and 6 of 6 blocks recomputed; raise it";
+    EXPECT_EQ(std::string(e.what()), expected);
   }
 }
 
@@ -286,12 +368,12 @@ TEST(Checkpointing, GreedyAutoIsNeverSlowerThanTheAnchorsAuto) {
   }
   for (const Case& c : cases) {
     const int64_t bucket = c.spec.kind == "bert" ? int64_t(32) << 20 : 16384;
-    const StepPlan greedy = plan_step(c.spec, c.cost, bucket, c.budget, Policy::Greedy, Checkpointing::Auto);
-    const double greedy_s = simulate(greedy.problem, greedy.schedule).step_s;
+    const StepPlan greedy = plan_step(c.spec, c.cost, request_for(bucket, c.budget, Policy::Greedy, Checkpointing::Auto));
+    const double greedy_s = simulate_plan(greedy).step_s;
     for (Policy anchor : {Policy::Resident, Policy::ZeroOffload}) {
       try {
-        const StepPlan other = plan_step(c.spec, c.cost, bucket, c.budget, anchor, Checkpointing::Auto);
-        EXPECT_LE(greedy_s, simulate(other.problem, other.schedule).step_s * (1 + 1e-9))
+        const StepPlan other = plan_step(c.spec, c.cost, request_for(bucket, c.budget, anchor, Checkpointing::Auto));
+        EXPECT_LE(greedy_s, simulate_plan(other).step_s * (1 + 1e-9))
             << c.spec.kind << ": " << to_string(anchor) << " at budget " << c.budget;
       } catch (const BudgetError&) {
       }
@@ -299,7 +381,7 @@ TEST(Checkpointing, GreedyAutoIsNeverSlowerThanTheAnchorsAuto) {
   }
 }
 
-TEST(Policies, ImpossibleBudgetSaysWhatIsNeeded) {
+TEST(Policies, ImpossibleBudgetSaysWhatIsNeededAndWhatToChange) {
   const models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
   const OffloadProblem p(spec, CostModel{}, 16384, 1000);
   for (Policy policy : all_policies()) {
@@ -307,10 +389,311 @@ TEST(Policies, ImpossibleBudgetSaysWhatIsNeeded) {
       make_schedule(p, policy);
       ADD_FAILURE() << to_string(policy);
     } catch (const BudgetError& e) {
-      EXPECT_NE(std::string(e.what()).find("needs at least"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("the budget is"), std::string::npos) << e.what();
+      EXPECT_EQ(e.shortfall.needed_bytes, minimum_device_bytes(p));
+      EXPECT_EQ(std::string(e.what()), "offload.gpu_budget: " + memory::format_bytes(1000) + " is below the " +
+                                           memory::format_bytes(minimum_device_bytes(p)) +
+                                           " this model needs with every bucket offloaded and 0 of 2 blocks recomputed; raise it or "
+                                           "set train.activation_checkpointing: auto");
     }
   }
+  // Resident alone does not fit where offloading would: the error points to greedy, and to recomputation
+  // only where recomputing every block makes resident fit.
+  const OffloadProblem roomy(spec, CostModel{}, 16384, int64_t(1) << 40);
+  const OffloadProblem roomy_recomputed(spec, CostModel{}, 16384, int64_t(1) << 40, {true, true});
+  const int64_t everything = make_schedule(roomy, Policy::Resident).memory.layout.peak;
+  const int64_t recomputed = make_schedule(roomy_recomputed, Policy::Resident).memory.layout.peak;
+  ASSERT_LT(recomputed, everything - 1);
+  ASSERT_LE(minimum_device_bytes(roomy), recomputed - 1);
+  for (const auto& [budget, advice] : {std::pair{everything - 1, true}, std::pair{recomputed - 1, false}}) {
+    try {
+      plan_step(spec, CostModel{}, request_for(16384, budget, Policy::Resident, Checkpointing::Off));
+      ADD_FAILURE();
+    } catch (const BudgetError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.shortfall.needed_bytes, everything);
+      EXPECT_NE(what.find(" policy resident needs with every bucket and AdamW's state on the device and 0 of 2 blocks recomputed"),
+                std::string::npos) << what;
+      EXPECT_NE(what.find(advice ? "raise it, set offload.policy: greedy or set train.activation_checkpointing: auto"
+                                 : "raise it or set offload.policy: greedy"),
+                std::string::npos) << what;
+      EXPECT_EQ(what.find("train.activation_checkpointing") != std::string::npos, advice) << what;
+    }
+  }
+}
+
+TEST(PlanStep, OneLayoutPerPlanThatTheExecutorAndTheSimulatorShare) {
+  models::Rng rng(9);
+  const models::ModelSpec spec = models::build_gpt2({3, 2, 64, 256, 64}, 4, 64);
+  for (int trial = 0; trial < 6; ++trial) {
+    const CostModel cost = random_cost(rng);
+    const int64_t least = minimum_device_bytes(OffloadProblem(spec, cost, 16384, 1));
+    for (Policy policy : all_policies()) {
+      try {
+        const StepPlan plan = plan_step(spec, cost, request_for(16384, least * (1 + trial), policy, Checkpointing::Auto));
+        const DeviceMemory again = lay_out(plan.problem, plan.schedule);
+        EXPECT_EQ(plan.memory.layout.offsets, again.layout.offsets) << to_string(policy);  // the layout of this schedule
+        EXPECT_EQ(memory::Planner::check(lifetimes(plan.memory.tensors), plan.memory.layout), "");
+        const SimResult r = simulate_plan(plan);
+        EXPECT_EQ(r.error, "");
+        EXPECT_EQ(r.peak_device_bytes, plan.memory.layout.peak);
+        EXPECT_LE(r.peak_device_bytes, plan.problem.budget_bytes);
+      } catch (const BudgetError&) {
+      }
+    }
+  }
+}
+
+TEST(PlanStep, OneRuleDecidesWhichOverlapAPolicyAllows) {
+  const models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
+  const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
+  PlanRequest request = request_for(16384, int64_t(1) << 40, Policy::Resident, Checkpointing::Off);
+  request.overlap = Overlap::Delayed;
+  EXPECT_FALSE(overlap_allowed(Policy::Resident, Overlap::Delayed));
+  try {
+    plan_step(spec, h100, request);
+    ADD_FAILURE();
+  } catch (const BudgetError& e) {
+    ADD_FAILURE() << e.what();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("offload.overlap"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("offload.policy: resident"), std::string::npos) << e.what();
+  }
+  // zero-offload: the delayed update, applied by plan_step.
+  request.policy = Policy::ZeroOffload;
+  const StepPlan zero = plan_step(spec, h100, request);
+  EXPECT_TRUE(zero.schedule.delayed_update);
+  EXPECT_EQ(zero.overlap_note, "");
+  EXPECT_EQ(simulate_plan(zero).error, "");
+  // greedy with everything fitting keeps AdamW on the device on an H100: delayed is not used, and says so.
+  request.policy = Policy::Greedy;
+  const StepPlan greedy = plan_step(spec, h100, request);
+  ASSERT_TRUE(greedy.schedule.optimizer_on_device);
+  EXPECT_FALSE(greedy.schedule.delayed_update);
+  EXPECT_NE(greedy.overlap_note.find("greedy (resident schedule)"), std::string::npos) << greedy.overlap_note;
+  EXPECT_EQ(parse_overlap("delayed"), Overlap::Delayed);
+  EXPECT_THROW(parse_overlap("later"), std::invalid_argument);
+}
+
+// ---- Greedy and the lower bound against an exhaustive search ----
+
+// A chain small enough to search exhaustively: n forward ops (op i reads x_i, writes x_{i+1} and uses
+// parameter i), a loss, and the backward ops in reverse; sometimes a tied parameter that the first and the
+// last forward op share (GPT-2's wte and lm_head). Every parameter gets a bucket of its own. Op times,
+// link, CPU and device AdamW rates are drawn relative to the compute time so that no one part dominates.
+OffloadProblem chain_problem(models::Rng& rng, int n, bool tied) {
+  models::ModelSpec spec;
+  spec.kind = "chain";
+  const int n_params = n + (tied ? 1 : 0);
+  for (int i = 0; i < n_params; ++i) spec.params.push_back({"p" + std::to_string(i), {int64_t(1 + rng.below(6)), 1024}});
+  for (int i = 0; i <= n; ++i) spec.tensors.push_back({"x" + std::to_string(i), {int64_t(1 + rng.below(8)), 1024}, DType::F32, false, i == 0});
+  for (int i = 1; i <= n; ++i) spec.tensors.push_back({"g" + std::to_string(i), spec.tensors[i].shape, DType::F32, true, false});
+  auto grad = [&](int i) { return n + i; };  // g_i's tensor index
+  auto params_of = [&](int i) {
+    std::vector<int> ps{i};
+    if (tied && (i == 0 || i == n - 1)) ps.push_back(n);
+    return ps;
+  };
+  auto add_op = [&](std::string name, models::Pass pass, std::vector<int> params, std::vector<int> inputs, std::vector<int> outputs) {
+    models::OpSpec& op = spec.ops.emplace_back();
+    op.name = std::move(name);
+    op.kind = models::OpKind::Linear;
+    op.pass = pass;
+    op.params = std::move(params), op.inputs = std::move(inputs), op.outputs = std::move(outputs);
+  };
+  for (int i = 0; i < n; ++i) add_op("f" + std::to_string(i), models::Pass::Forward, params_of(i), {i}, {i + 1});
+  add_op("loss", models::Pass::Forward, {}, {n}, {grad(n)});
+  for (int i = n - 1; i >= 0; --i)
+    add_op("b" + std::to_string(i), models::Pass::Backward, params_of(i), {i, grad(i + 1)}, i > 0 ? std::vector<int>{grad(i)} : std::vector<int>{});
+  spec.finalize();
+  CostModel c;
+  double compute = 0;
+  for (size_t i = 0; i < spec.ops.size(); ++i) compute += c.profiled_op_s.emplace_back(1e-6 * double(5 + rng.below(200)));
+  const double weight_bytes = double(spec.param_count()) * c.weight_bytes, params = double(spec.param_count());
+  auto share = [&](int lo, int hi) { return compute * double(lo + rng.below(hi - lo + 1)) / 10; };  // lo/10 .. hi/10 of compute
+  c.h2d.gbps = weight_bytes / share(2, 30) / 1e9;
+  c.d2h.gbps = weight_bytes / share(2, 30) / 1e9;
+  c.h2d.latency_s = c.d2h.latency_s = 1e-6 * double(rng.below(10));
+  c.cpu_adam_params_per_s = params / share(1, 20);
+  c.cpu_norm_params_per_s = 7 * c.cpu_adam_params_per_s;
+  c.device_adam_params_per_s = params / share(1, 30);
+  return OffloadProblem(spec, c, 1024, int64_t(1) << 40);
+}
+
+// The search space, for one problem. It enumerates
+//  (a) resident: every bucket and AdamW on the device;
+//  (b) for every set of buckets kept resident (every other bucket travels, AdamW on the CPU with the
+//      actions add_cpu_optimizer adds, as in every CPU-optimizer policy): every split of each travelling
+//      bucket's uses into windows of consecutive uses, and for each window every point at which its
+//      prefetch could be issued: from the point its previous window is released (op 0 for the first) up
+//      to the window's first use. A window is waited for at its first use and released right after its
+//      last. Within a point: releases first, then the CPU optimizer's actions, then prefetches in the
+//      order of their windows' first use, then waits (greedy's order).
+// It does not enumerate chunk-lru's per-op fetches with eviction, other orders of prefetches within a
+// point, nor other points for the gradient offloads and releases. "Optimum": the fastest schedule of this
+// space that fits the budget.
+class ExhaustiveSearch {
+ public:
+  explicit ExhaustiveSearch(const OffloadProblem& p) : p_(p), uses_(p.n_buckets) {
+    for (int i = 0; i < p.n_ops; ++i)
+      for (int b : p.op_buckets[i]) uses_[b].push_back(i);
+  }
+
+  // Schedules in the space; to skip problems too large to search.
+  double size() const {
+    double n = 1;
+    for (int b = 0; b < p_.n_buckets; ++b) {
+      double travelling = 0;
+      for_each_split(b, [&](const std::vector<Window>& w) { travelling += prefetch_choices(w); });
+      n *= 1 + travelling;
+    }
+    return n + 1;
+  }
+
+  // Calls visit(step_s) for every valid schedule of the space that fits the budget.
+  void run(const std::function<void(const Schedule&, const SimResult&)>& visit) {
+    visit_ = &visit;
+    Schedule all;
+    all.policy = "search";
+    all.construction = "resident schedule";
+    all.before.resize(p_.n_ops + 1);
+    all.resident.assign(p_.n_buckets, true);
+    all.optimizer_on_device = true;
+    all.before[p_.n_ops].push_back({Action::Kind::DeviceAdam, -1});
+    evaluate(all);
+    for (uint32_t set = 0; set < (1u << p_.n_buckets); ++set) {
+      resident_.assign(p_.n_buckets, false);
+      for (int b = 0; b < p_.n_buckets; ++b) resident_[b] = (set >> b) & 1;
+      windows_.clear();
+      choose(0);
+    }
+  }
+
+ private:
+  struct Window {
+    int bucket, first, last, prefetch = 0;
+  };
+
+  // Every split of bucket b's uses into windows of consecutive uses.
+  void for_each_split(int b, const std::function<void(const std::vector<Window>&)>& f) const {
+    const std::vector<int>& u = uses_[b];
+    if (u.empty()) return f({});
+    for (uint32_t cuts = 0; cuts < (1u << (u.size() - 1)); ++cuts) {
+      std::vector<Window> w{{b, u[0], u[0]}};
+      for (size_t k = 1; k < u.size(); ++k) {
+        if ((cuts >> (k - 1)) & 1) w.push_back({b, u[k], u[k]});
+        else w.back().last = u[k];
+      }
+      f(w);
+    }
+  }
+  static double prefetch_choices(const std::vector<Window>& w) {
+    double n = 1;
+    for (size_t k = 0; k < w.size(); ++k) n *= w[k].first - (k == 0 ? 0 : w[k - 1].last + 1) + 1;
+    return n;
+  }
+
+  // Windows and prefetch points for the travelling buckets from b on, then the schedule.
+  void choose(int b) {
+    if (b == p_.n_buckets) return evaluate(build());
+    if (resident_[b]) return choose(b + 1);
+    for_each_split(b, [&](const std::vector<Window>& split) { place(b, split, 0); });
+  }
+  void place(int b, std::vector<Window> split, size_t k) {
+    if (k == split.size()) {
+      const size_t mark = windows_.size();
+      windows_.insert(windows_.end(), split.begin(), split.end());
+      choose(b + 1);
+      windows_.resize(mark);
+      return;
+    }
+    for (int point = k == 0 ? 0 : split[k - 1].last + 1; point <= split[k].first; ++point) {
+      split[k].prefetch = point;
+      place(b, split, k + 1);
+    }
+  }
+
+  Schedule build() const {
+    Schedule s;
+    s.policy = "search";
+    s.construction = "searched schedule";
+    s.before.resize(p_.n_ops + 1);
+    s.resident = resident_;
+    add_cpu_optimizer(p_, s);
+    std::vector<Window> order = windows_;
+    std::stable_sort(order.begin(), order.end(), [](const Window& a, const Window& b) { return a.first < b.first; });
+    for (const Window& w : order) {
+      auto& at = s.before[w.last + 1];
+      at.insert(at.begin(), {Action::Kind::Release, w.bucket});
+    }
+    for (const Window& w : order) {
+      s.before[w.prefetch].push_back({Action::Kind::Prefetch, w.bucket});
+      s.before[w.first].push_back({Action::Kind::Wait, w.bucket});
+    }
+    for (auto& actions : s.before)  // waits last
+      std::stable_partition(actions.begin(), actions.end(), [](const Action& a) { return a.kind != Action::Kind::Wait; });
+    return s;
+  }
+
+  void evaluate(const Schedule& s) {
+    const SimResult r = simulate(p_, s, lay_out(p_, s));
+    ASSERT_EQ(r.error, "") << "the search built an invalid schedule";
+    if (r.fits) (*visit_)(s, r);
+  }
+
+  const OffloadProblem& p_;
+  std::vector<std::vector<int>> uses_;  // per bucket, the ops using it
+  std::vector<bool> resident_;
+  std::vector<Window> windows_;
+  const std::function<void(const Schedule&, const SimResult&)>* visit_ = nullptr;
+};
+
+TEST(Greedy, WithinAFactorOfTheExhaustiveOptimumAndTheBoundBelowEverySchedule) {
+  // Greedy / optimum, worst over these 200 problems as measured: 1.288 (greedy picks one window gap for
+  // every bucket of a candidate, where the optimum merges one bucket's uses and splits another's; and its
+  // resident sets are prefixes of one ranking). More problems find worse: 1.335 over 200 problems of up to
+  // 100000 schedules. The bound leaves room for a change that loses a little, not for one that loses a lot.
+  constexpr double kWorstAllowed = 1.32;
+  constexpr int kProblems = 200;
+  constexpr double kLargestSpace = 20000;  // schedules in a problem's space; larger problems are skipped
+  models::Rng rng(2024);
+  const auto start = std::chrono::steady_clock::now();
+  double worst = 0;
+  int searched = 0, offloading = 0;
+  for (int trial = 0; searched < kProblems && trial < 10 * kProblems; ++trial) {
+    OffloadProblem p = chain_problem(rng, 2 + static_cast<int>(rng.below(4)), rng.below(2) == 1);
+    ExhaustiveSearch search(p);
+    if (search.size() > kLargestSpace) continue;
+    const int64_t least = minimum_device_bytes(p), everything = make_schedule(p, Policy::Resident).memory.layout.peak;
+    p.budget_bytes = least + static_cast<int64_t>(double(everything - least) * rng.uniform() * 1.4);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", budget " + std::to_string(p.budget_bytes));
+    const double bound = lower_bound_step_s(p);
+    double optimum = INFINITY;
+    Schedule best;
+    int beaten = 0;  // valid fitting schedules faster than the lower bound
+    search.run([&](const Schedule& s, const SimResult& r) {
+      beaten += r.step_s * (1 + 1e-9) < bound;
+      if (r.step_s < optimum) optimum = r.step_s, best = s;
+    });
+    EXPECT_EQ(beaten, 0) << "the lower bound " << bound << " s exceeds valid fitting schedules, the fastest " << optimum << " s ("
+                         << best.label() << ")";
+    if (optimum == INFINITY) continue;  // nothing in the space fits: nothing to compare
+    ++searched;
+    try {
+      const PlannedSchedule greedy = make_schedule(p, Policy::Greedy);
+      const double greedy_s = simulate_planned(p, greedy).step_s;
+      worst = std::max(worst, greedy_s / optimum);
+      EXPECT_LE(greedy_s, kWorstAllowed * optimum) << greedy.schedule.label();
+      offloading += !greedy.schedule.optimizer_on_device && greedy.schedule.construction != "zero-offload schedule";
+    } catch (const BudgetError& e) {
+      ADD_FAILURE() << "greedy finds no plan where the search finds one: " << e.what();
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("greedy / exhaustive optimum: worst %.4f over %d problems (%d plans offload weights), %.1f s\n", worst,
+              searched, offloading, seconds);
+  EXPECT_GT(worst, 1.0);  // the search finds better plans than greedy's: it searches
+  EXPECT_EQ(searched, kProblems);
+  EXPECT_GT(offloading, 5);
 }
 
 }  // namespace
