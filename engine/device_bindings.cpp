@@ -39,7 +39,7 @@ void DeviceBindings::place(const models::ModelSpec& spec, const offload::StepPla
     const int d = static_cast<int>(i);
     offsets_.push_back(plan.memory.layout.offsets[i]);
     lives_.push_back(t.life);
-    bytes_.push_back(t.life.bytes - red_zone_);
+    bytes_.push_back(t.life.bytes);  // the red zone follows it
     switch (t.kind) {
       case Kind::Activation:
         entries_of_[p.activation_tensor[t.index]].push_back(d);
