@@ -1,4 +1,4 @@
-// `ferry plan`: its options, and run_plan: builds the offload problem of the config's model, plans it with
+// `ferry plan`: its options, and print_plan: builds the offload problem of the config's model, plans it with
 // every policy, reports.
 #include "cli/plan.h"
 
@@ -13,13 +13,13 @@
 
 #include "cli/commands.h"
 #include "engine/device/host_cost_model.h"
+#include "engine/step_planning.h"
 #include "models/registry.h"
 #include "memory/host_buffer.h"
-#include "models/gpt2.h"
 #include "offload/policies.h"
 
 namespace ferry::cli {
-int run_plan(const engine::Config& cfg, const PlanOptions& opt) {
+int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   const int64_t budget = opt.budget > 0 ? opt.budget : cfg.offload.gpu_budget;
   if (budget <= 0)
     throw std::runtime_error("offload.gpu_budget: missing; give --budget 8GiB or set offload.gpu_budget in the config");
@@ -29,7 +29,6 @@ int run_plan(const engine::Config& cfg, const PlanOptions& opt) {
       cfg.offload.cost_model.empty() ? device::host_cost_model(cfg.threads(), &cache) : offload::CostModel::load(cfg.offload.cost_model);
   const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len);
   const int64_t bucket_bytes = cfg.bucket_bytes();
-  const offload::Checkpointing checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
   const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
   const double bound = offload::lower_bound_step_s(problem);
 
@@ -43,12 +42,8 @@ int run_plan(const engine::Config& cfg, const PlanOptions& opt) {
   fmt::print("activations: {} alive at the busiest op without checkpointing\n",
              memory::format_bytes(*std::max_element(problem.activation_live.begin(), problem.activation_live.end())));
 
-  offload::PlanRequest request;
-  request.bucket_bytes = bucket_bytes;
+  offload::PlanRequest request = engine::plan_request(cfg);
   request.budget_bytes = budget;
-  request.checkpointing = checkpointing;
-  request.grad_accum = cfg.train.grad_accum;
-  request.overlap = offload::parse_overlap(cfg.offload.overlap);
   nlohmann::json all = nlohmann::json::array();
   nlohmann::json main;
   std::string line = "policies:";
@@ -138,7 +133,7 @@ Command add_plan(CLI::App& app) {
             opt.policy = args->policy;
             opt.json = args->json;
             if (!args->budget.empty()) opt.budget = engine::parse_bytes(args->budget);
-            return run_plan(engine::load_config(args->config, args->overrides), opt);
+            return print_plan(engine::load_config(args->config, args->overrides), opt);
           }};
 }
 

@@ -17,6 +17,6 @@ struct PlanOptions {
 };
 
 // Prints the plan to stdout. Returns 0 when the chosen policy fits the budget, 3 when it does not.
-int run_plan(const engine::Config& config, const PlanOptions& options);
+int print_plan(const engine::Config& config, const PlanOptions& options);
 
 }  // namespace ferry::cli

@@ -26,16 +26,23 @@ offload::CostModel host_device_cost_model(const Config& cfg, models::CpuRunner& 
   return cost;
 }
 
-offload::StepPlan plan_for_config(const Config& cfg, const models::ModelSpec& spec, const offload::CostModel& cost, int64_t budget,
-                                  const std::string& policy, int64_t red_zone_bytes) {
+offload::PlanRequest plan_request(const Config& cfg) {
   offload::PlanRequest request;
   request.bucket_bytes = cfg.bucket_bytes();
-  request.policy = offload::parse_policy(policy.empty() ? cfg.offload.policy : policy);
+  request.budget_bytes = cfg.offload.gpu_budget;
+  request.policy = offload::parse_policy(cfg.offload.policy);
   request.checkpointing = offload::parse_checkpointing(cfg.train.activation_checkpointing);
   request.grad_accum = cfg.train.grad_accum;
   request.overlap = offload::parse_overlap(cfg.offload.overlap);
+  return request;
+}
+
+offload::StepPlan plan_for_config(const Config& cfg, const models::ModelSpec& spec, const offload::CostModel& cost, int64_t budget,
+                                  const std::string& policy, int64_t red_zone_bytes) {
+  offload::PlanRequest request = plan_request(cfg);
+  if (!policy.empty()) request.policy = offload::parse_policy(policy);
+  if (budget > 0) request.budget_bytes = budget;
   request.red_zone_bytes = red_zone_bytes;
-  request.budget_bytes = budget > 0 ? budget : cfg.offload.gpu_budget;
   if (request.budget_bytes <= 0) {  // unset: what resident needs
     offload::PlanRequest all = request;
     all.budget_bytes = int64_t(1) << 62, all.policy = offload::Policy::Resident, all.overlap = offload::Overlap::Backward;

@@ -21,6 +21,10 @@ namespace ferry::engine {
 offload::CostModel host_device_cost_model(const Config& config, models::CpuRunner& profiler, const dataset::Batch& sample,
                                           std::string* cache);
 
+// What the config asks plan_step for: bucket size, budget (offload.gpu_budget; 0 when unset), policy,
+// checkpointing, accumulation, overlap. The one translation of config keys into a plan request.
+offload::PlanRequest plan_request(const Config& config);
+
 // The step plan for the config on `cost`: budget `budget` (0: offload.gpu_budget; both unset: what
 // resident needs), the configured policy (or `policy` when not empty), checkpointing, gradient
 // accumulation and overlap. red_zone_bytes pads every device tensor (tests). A budget the policy cannot
