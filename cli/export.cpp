@@ -21,8 +21,10 @@ Command add_export(CLI::App& app) {
       ->required();
   exporter->add_option("--out", args->out, "Folder to write")->required();
   return {exporter, [args] {
-            formats::export_checkpoint(args->checkpoint, args->out);
-            fmt::print("wrote {}/model.safetensors and config.json\n", args->out);
+            const auto exported = formats::export_checkpoint(args->checkpoint, args->out);
+            fmt::print("exported {} (step {}{}): wrote {}/model.safetensors and config.json\n", exported.folder.string(),
+                       exported.step, exported.verified ? ", checksums verified" : ", written before checksums: not verified",
+                       args->out);
             return 0;
           }};
 }

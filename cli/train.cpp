@@ -6,6 +6,7 @@
 #include <atomic>
 #include <csignal>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ constexpr int kInterruptedStatus = 130;  // the shell's 128 + SIGINT
 
 struct TrainArgs {
   std::string config_path, metrics_path, trace_path, resume;
+  bool resume_given = false;  // --resume "" is a mistake, not a fresh start
+  bool overwrite_checkpoints = false;
   std::vector<std::string> overrides;
   int steps = 0;
   long long seed = -1;
@@ -55,19 +58,32 @@ struct TrainArgs {
 // and returns, so the run can be resumed.
 std::atomic<bool> g_stop{false};
 
+// The summary line of a run whose --resume named its final checkpoint: the losses it recorded.
+int report_already_complete(const engine::TrainSummary& s) {
+  fmt::print("nothing to train: {} is the final checkpoint ({} steps) | val loss {:.4f} (from {:.4f}, {:+.1f}%)\n",
+             s.last_checkpoint.string(), s.steps, s.val_loss, s.val_loss_start,
+             100.0 * (s.val_loss - s.val_loss_start) / s.val_loss_start);
+  return 0;
+}
+
 int run_train(TrainArgs args) {
+  if (args.resume_given && args.resume.empty())
+    throw std::runtime_error("--resume: an empty path; name a checkpoint folder or a train.checkpoint_dir (to start afresh, "
+                             "leave --resume out)");
   if (args.steps > 0) args.overrides.push_back("train.steps=" + std::to_string(args.steps));
   if (args.seed >= 0) args.overrides.push_back("train.seed=" + std::to_string(args.seed));
   const engine::Config cfg = engine::load_config(args.config_path, args.overrides);
   engine::TrainOptions opt;
   opt.metrics = args.metrics_path;
   opt.resume = args.resume;
+  opt.overwrite_checkpoints = args.overwrite_checkpoints;
   opt.trace = args.trace_path;
   opt.trace_steps = args.trace_steps;
   std::signal(SIGINT, [](int) { g_stop = true; });
   std::signal(SIGTERM, [](int) { g_stop = true; });
   opt.stop = &g_stop;
   const auto s = engine::train(cfg, opt);
+  if (s.already_complete) return report_already_complete(s);
   if (s.interrupted) {
     fmt::print("interrupted after step {}{}\n", s.steps,
                s.last_checkpoint.empty() ? std::string(" (no train.checkpoint_dir: nothing saved)")
@@ -97,10 +113,16 @@ Command add_train(CLI::App& app) {
   train->add_option("--trace-steps", args->trace_steps, "Steps the trace covers, from the first (default 2)")
       ->check(CLI::PositiveNumber);
   train->add_option("--set", args->overrides, "Override any config key, e.g. --set optim.lr=1e-3 (repeatable)");
-  train->add_option("--resume", args->resume, "Continue from a checkpoint folder, or the newest in a train.checkpoint_dir; "
-                                              "the config must match the run that wrote it");
+  auto* resume = train->add_option("--resume", args->resume, "Continue from a checkpoint folder, or the newest in a "
+                                                             "train.checkpoint_dir; the config must match the run that wrote it");
+  train->add_flag("--overwrite-checkpoints", args->overwrite_checkpoints,
+                  "Let a new run replace another run's checkpoints in train.checkpoint_dir (deleted when it writes its first; "
+                  "folders no ferry-run.json lists are never deleted)");
   train->footer(kTrainFooter);
-  return {train, [args] { return run_train(*args); }};
+  return {train, [args, resume] {
+            args->resume_given = resume->count() > 0;
+            return run_train(*args);
+          }};
 }
 
 }  // namespace ferry::cli

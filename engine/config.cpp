@@ -352,15 +352,42 @@ int64_t parse_bytes(const std::string& text) {
   throw std::invalid_argument("'" + text + "' is not a size; expected e.g. 8GiB, 512MiB or 1.5GB");
 }
 
+std::vector<std::pair<std::string, std::string>> config_identity(const Config& c) {
+  const auto text = [](const auto& v) { return fmt::format("{}", v); };
+  // The order and the formatting are the hash's: checkpoints of earlier builds keep resuming.
+  return {{"model.kind", c.model.kind},
+          {"model.n_layer", text(c.model.n_layer)},
+          {"model.n_head", text(c.model.n_head)},
+          {"model.n_embd", text(c.model.n_embd)},
+          {"model.vocab_size", text(c.model.vocab_size)},
+          {"model.seq_len", text(c.model.seq_len)},
+          {"data.path (file name)", c.data.path.filename().string()},
+          {"data.tokenizer", c.data.tokenizer},
+          {"data.val_fraction", text(c.data.val_fraction)},
+          {"optim.lr", text(c.optim.lr)},
+          {"optim.betas[0]", text(c.optim.beta1)},
+          {"optim.betas[1]", text(c.optim.beta2)},
+          {"optim.eps", text(c.optim.eps)},
+          {"optim.weight_decay", text(c.optim.weight_decay)},
+          {"optim.grad_clip", text(c.optim.grad_clip)},
+          {"optim.warmup_steps", text(c.optim.warmup_steps)},
+          {"optim.schedule", c.optim.schedule},
+          {"optim.min_lr", text(c.optim.min_lr)},
+          {"train.batch_size", text(c.train.batch_size)},
+          {"train.grad_accum", text(c.train.grad_accum)},
+          {"train.steps", text(c.train.steps)},
+          {"train.seed", text(c.train.seed)},
+          {"data.mask_token_id", text(c.data.mask_token_id)},
+          {"offload.overlap", c.offload.overlap},
+          {"offload.sync_steps (delayed)", text(c.offload.overlap == "delayed" ? c.offload.sync_steps : 0)},
+          {"train.precision", c.train.precision},
+          {"train.loss_scale_init", text(c.train.loss_scale_init)},
+          {"train.loss_scale_growth_interval", text(c.train.loss_scale_growth_interval)}};
+}
+
 std::string config_hash(const Config& c) {
-  const std::string canonical = fmt::format(
-      "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.model.kind, c.model.n_layer, c.model.n_head,
-      c.model.n_embd, c.model.vocab_size, c.model.seq_len, c.data.path.filename().string(), c.data.tokenizer,
-      c.data.val_fraction, c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay,
-      c.optim.grad_clip, c.optim.warmup_steps, c.optim.schedule, c.optim.min_lr, c.train.batch_size,
-      c.train.grad_accum, c.train.steps) + fmt::format("|{}", c.train.seed) +
-      fmt::format("|{}|{}|{}|{}|{}|{}", c.data.mask_token_id, c.offload.overlap, c.offload.overlap == "delayed" ? c.offload.sync_steps : 0, c.train.precision,
-                  c.train.loss_scale_init, c.train.loss_scale_growth_interval);
+  std::string canonical;
+  for (const auto& [key, value] : config_identity(c)) canonical += (canonical.empty() ? "" : "|") + value;
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: stable across builds and platforms
   for (unsigned char ch : canonical) h = (h ^ ch) * 0x100000001b3ull;
   return fmt::format("{:016x}", h);

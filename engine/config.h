@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/registry.h"
@@ -82,9 +83,12 @@ struct Config {
   int64_t bucket_bytes() const;
 };
 
-// What must not change between a run and its resumption, as a stable hash: the model, the data, the
-// optimizer, the batch and step counts, the seed, the update rule (overlap) and the precision. (Logging,
-// evaluation, the offload policy and budget may change: they change no number.)
+// What must not change between a run and its resumption: the model, the data, the optimizer, the batch
+// and step counts, the seed, the update rule (overlap) and the precision, as (key, value as text) pairs
+// that checkpoints store so that a mismatch can name the key. (Logging, evaluation, the offload policy
+// and budget may change: they change no number.)
+std::vector<std::pair<std::string, std::string>> config_identity(const Config& config);
+// The same as a stable hash.
 std::string config_hash(const Config& config);
 
 // Loads `path`, applies `key=value` overrides (dotted keys, YAML values: "train.steps=10"), validates.

@@ -26,6 +26,7 @@
 #include "engine/progress.h"
 #include "engine/step_planning.h"
 #include "formats/checkpoint.h"
+#include "formats/checkpoint_dir.h"
 #include "formats/weights.h"
 #include "memory/device_allocations.h"
 #include "memory/host_buckets.h"
@@ -122,6 +123,35 @@ class Batches {
   int32_t mask_id_;
 };
 
+// What a checkpoint must match to be resumed by this config.
+formats::ResumeCheck resume_check(const Config& cfg) { return {config_hash(cfg), config_identity(cfg), cfg.train.steps}; }
+
+using ResumePoint = std::pair<formats::TrainState, std::filesystem::path>;  // a checkpoint's state and its folder
+
+// --resume's checkpoint state, read and checked against the config at start-up (its files are checked
+// when they are loaded).
+std::optional<ResumePoint> read_resume_point(const Config& cfg, const TrainOptions& opt) {
+  if (opt.resume.empty()) return std::nullopt;
+  ResumePoint point;
+  try {
+    point = formats::read_checkpoint_state(opt.resume);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("--resume: ") + e.what());
+  }
+  formats::check_resumable(point.first, point.second, resume_check(cfg));
+  return point;
+}
+
+// train.checkpoint_dir, locked and checked (writable; not another run's) before anything is trained.
+std::optional<formats::CheckpointDir> open_checkpoint_dir(const Config& cfg, const TrainOptions& opt,
+                                                          const std::optional<ResumePoint>& from) {
+  if (cfg.train.checkpoint_dir.empty()) return std::nullopt;
+  std::optional<formats::CheckpointDir::Resumed> resumed;
+  if (from) resumed = formats::CheckpointDir::Resumed{from->first.run_id, from->second, from->first.step};
+  return std::optional<formats::CheckpointDir>(std::in_place, cfg.train.checkpoint_dir, config_hash(cfg), resumed,
+                                               opt.overwrite_checkpoints);
+}
+
 cpu_optim::AdamWOptions adamw_options(const Config& cfg) {
   const auto& o = cfg.optim;
   return {{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, o.isa, o.cpu_threads, cpu_optim::Rounding::NearestEven, cfg.train.seed};
@@ -143,10 +173,13 @@ class Run {
   StepResult execute_step(int step, double* step_s);
   bool run_step(int step, int first_step);  // false: stop here
   void summarise();
+  TrainSummary report_already_complete();
 
   const Config& cfg_;
   const TrainOptions& opt_;
   Progress progress_;
+  const std::optional<ResumePoint> resume_from_;
+  std::optional<formats::CheckpointDir> checkpoints_;
   const int threads_;
   tbb::global_control tbb_threads_;
   const int64_t allocations_at_entry_ = memory::DeviceAllocations::count();
@@ -188,6 +221,8 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
     : cfg_(cfg),
       opt_(opt),
       progress_(opt.progress),
+      resume_from_(read_resume_point(cfg, opt)),
+      checkpoints_(open_checkpoint_dir(cfg, opt, resume_from_)),
       threads_(cfg.threads()),
       tbb_threads_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)),
       spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len)),
@@ -256,16 +291,18 @@ void Run::announce() {
 }
 
 void Run::start_or_resume() {
-  if (!opt_.resume.empty()) {
+  if (resume_from_) {
     memory::HostBuffer m(params_.values().size_bytes()), v(params_.values().size_bytes());
-    resumed_ = formats::load_checkpoint(opt_.resume, spec_, params_, m.as<float>(), v.as<float>(), hash_);
+    resumed_ = formats::load_checkpoint(resume_from_->second, spec_, params_, m.as<float>(), v.as<float>(), resume_check(cfg_)).first;
     scatter_weights(params_, host_);
     scatter_moments(params_, m.as<float>(), v.as<float>(), host_);
-    progress_.message(fmt::format("resumed from {} at step {}", opt_.resume.string(), resumed_.step));
+    progress_.message(fmt::format("resumed from {} at step {}{}", resume_from_->second.string(), resumed_.step,
+                                  resumed_.files.empty() ? " (written before checkpoints recorded checksums: not verified)"
+                                                         : ", checksums verified"));
   }
   executor_.upload_state();
   optimizer_steps_ = resumed_.optimizer_steps;
-  if (cfg_.train.precision == "fp16" && !opt_.resume.empty()) scaler_.restore(resumed_.loss_scale, resumed_.loss_scale_good_steps);
+  if (cfg_.train.precision == "fp16" && resume_from_) scaler_.restore(resumed_.loss_scale, resumed_.loss_scale_good_steps);
   if (!resumed_.pending) return;
   if (!plan_.schedule.delayed_update)
     throw std::runtime_error("--resume: the checkpoint holds a delayed update; resume with offload.overlap: delayed");
@@ -290,13 +327,15 @@ float Run::evaluate() {
 }
 
 void Run::checkpoint(int step) {
-  if (cfg_.train.checkpoint_dir.empty()) return;
+  if (!checkpoints_) return;
   executor_.download_state();
   gather_weights(host_, params_);
   memory::HostBuffer m(params_.values().size_bytes()), v(params_.values().size_bytes());
   gather_moments(host_, params_, m.as<float>(), v.as<float>());
   formats::TrainState state{step, optimizer_steps_, sum_.val_loss_start, scaler_.value(), scaler_.good_steps(), hash_, cfg_.model,
                             cfg_.data.tokenizer, {}};
+  state.val_loss = sum_.val_loss;  // the last evaluated: what a resumed, already complete run reports
+  state.config = config_identity(cfg_);
   if (const auto u = executor_.pending_update()) {  // delayed: the last step's update travels with the checkpoint
     state.pending = formats::TrainState::PendingUpdate{u->adam_step, u->lr, u->decision.report.grad_norm, u->decision.grad_scale,
                                                        u->decision.report.skipped};
@@ -305,8 +344,7 @@ void Run::checkpoint(int step) {
       std::copy_n(executor_.pending_gradients(slot.bucket).data() + slot.offset, slot.numel, params_.grad(p).data());
     }
   }
-  sum_.last_checkpoint = formats::save_checkpoint(cfg_.train.checkpoint_dir, spec_, params_, m.as<float>(), v.as<float>(), state,
-                                                  cfg_.train.keep_checkpoints);
+  sum_.last_checkpoint = checkpoints_->save(spec_, params_, m.as<float>(), v.as<float>(), state, cfg_.train.keep_checkpoints);
 }
 
 void Run::log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val) {
@@ -400,7 +438,21 @@ void Run::summarise() {
   sum_.train_loss = tail ? static_cast<float>(tail_sum / static_cast<double>(tail)) : std::numeric_limits<float>::quiet_NaN();
 }
 
+// Resumed from the run's final checkpoint: its losses as recorded, nothing trained or rewritten.
+TrainSummary Run::report_already_complete() {
+  progress_.message(fmt::format("{} is the final checkpoint of this run (step {} of train.steps {}): nothing to train; it is "
+                                "left as it is", resume_from_->second.string(), resumed_.step, cfg_.train.steps));
+  sum_.already_complete = true;
+  sum_.steps = cfg_.train.steps;
+  sum_.val_loss_start = static_cast<float>(resumed_.val_loss_start);
+  sum_.val_loss = static_cast<float>(resumed_.val_loss);  // NaN for a checkpoint of an earlier build (not recorded)
+  sum_.train_loss = std::numeric_limits<float>::quiet_NaN();
+  sum_.last_checkpoint = resume_from_->second;
+  return sum_;
+}
+
 TrainSummary Run::train() {
+  if (resume_from_ && resumed_.step == cfg_.train.steps) return report_already_complete();
   sum_.policy = plan_.schedule.policy;
   sum_.checkpointed_blocks = plan_.problem.checkpointed_layers;
   sum_.arena_bytes = plan_.memory.layout.peak;
@@ -408,7 +460,7 @@ TrainSummary Run::train() {
   sum_.predicted_step_s = predicted_.step_s * cfg_.train.grad_accum;
   const bool has_val = batches_.data().val_tokens() > 0;
   t_start_ = Clock::now();
-  if (opt_.resume.empty()) {
+  if (!resume_from_) {
     sum_.val_loss_start = has_val ? evaluate() : std::numeric_limits<float>::quiet_NaN();
     if (has_val) progress_.message(fmt::format("step 0: val_loss {:.4f}", sum_.val_loss_start));
   } else {

@@ -16,6 +16,7 @@ struct TrainOptions {
   std::filesystem::path metrics;  // JSON lines, one per step; empty: none (appended to when resuming)
   std::FILE* progress = stderr;   // status line and messages; null: silent
   std::filesystem::path resume;   // a checkpoint folder or a checkpoint_dir: continue from it
+  bool overwrite_checkpoints = false;  // a train.checkpoint_dir holding another run's checkpoints: replace them
   const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT): finish the step, checkpoint, return
   int stop_after = 0;             // for tests: stop after this many steps of this call, as if killed
   std::filesystem::path trace;    // Chrome/Perfetto trace of the first trace_steps steps; empty: none
@@ -29,12 +30,13 @@ struct TrainSummary {
   int steps = 0;
   float train_loss = 0;       // mean over the last min(10, steps) steps
   float val_loss_start = 0;   // before the first step (NaN without a validation split)
-  float val_loss = 0;         // after the last step (NaN without a validation split)
+  float val_loss = 0;         // after the last step (NaN without a validation split, or unrecorded)
   double tokens_per_s = 0;    // training tokens over training time (evaluation excluded)
   double wall_s = 0;
   std::vector<float> losses;  // per step
   int skipped_steps = 0;      // updates skipped for an inf/nan gradient
   bool interrupted = false;   // stopped early (stop flag or stop_after); the last checkpoint holds the state
+  bool already_complete = false;  // resumed from a run's final checkpoint: nothing trained, nothing written
   std::filesystem::path last_checkpoint;
   // The offload plan and what it did.
   std::string policy;

@@ -1,170 +1,394 @@
-// Checkpoints: atomic folder writes (temporary name, fsync of every file and of the parent, rename).
+// Checkpoints: the files of one checkpoint folder (written and fsynced, state.json last with the others'
+// checksums), finding the newest in a checkpoint dir, and reading one back: every state.json field
+// range-checked, every file checked against its recorded size and CRC32C before it is used.
 #include "formats/checkpoint.h"
 
-#include <cmath>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <fmt/format.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
+#include "formats/checkpoint_dir.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 
 namespace ferry::formats {
 namespace {
 
-void fsync_path(const std::filesystem::path& p, bool directory) {
-  const int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) throw std::runtime_error("checkpoint: cannot open '" + p.string() + "' to sync it");
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw std::runtime_error("checkpoint: fsync of '" + p.string() + "' failed");
-}
+using nlohmann::json;
+
+constexpr int64_t kMaxStep = std::numeric_limits<int>::max();  // the trainer counts steps in an int
+constexpr double kMaxLossScale = 3.4e38;                       // a float's range: the scale multiplies fp32 losses
+
+std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }
 
 // The slice of a flat buffer laid out like the ParameterStore's values.
 std::span<const float> slice(std::span<const float> flat, const models::ParameterStore& params, int i) {
   return flat.subspan(static_cast<size_t>(params.value(i).data() - params.values().data()), params.value(i).size());
 }
 
-std::vector<std::filesystem::path> step_folders(const std::filesystem::path& root) {
-  std::vector<std::filesystem::path> out;
-  if (!std::filesystem::is_directory(root)) return out;
-  for (const auto& e : std::filesystem::directory_iterator(root)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos) out.push_back(e.path());
+// Reads the fields of one JSON object of state.json; every defect is an error naming the file, the field
+// (with its section: "model.n_head"), its value and what is allowed.
+class StateFields {
+ public:
+  StateFields(const json& j, std::string origin, std::string prefix)
+      : j_(j), origin_(std::move(origin)), prefix_(std::move(prefix)) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
+    throw std::runtime_error(fmt::format("'{}' is damaged: {}{} {} (written by hand, or not by `ferry train`?); "
+                                         "use another checkpoint", origin_, prefix_, key, problem));
   }
-  std::sort(out.begin(), out.end());  // zero-padded step numbers sort in order
-  return out;
+  bool has(const std::string& key) const { return j_.contains(key); }
+  const json& at(const std::string& key) const { return j_.at(key); }
+
+  int64_t integer(const std::string& key, int64_t lo, int64_t hi, std::optional<int64_t> fallback = {}) const {
+    if (!has(key)) return fallback ? *fallback : (fail(key, "is missing"), 0);
+    const json& v = at(key);
+    const bool fits = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi));
+    if (!fits || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+      fail(key, fmt::format("is {}; expected an integer in [{}, {}]", v.dump(), lo, hi));
+    return v.get<int64_t>();
+  }
+  // A number in [lo, hi] (above lo when lo_open); null reads as NaN where null_is_nan (NaN is written so).
+  double number(const std::string& key, double lo, double hi, bool lo_open, bool null_is_nan, std::optional<double> fallback = {}) const {
+    if (!has(key)) return fallback ? *fallback : (fail(key, "is missing"), 0.0);
+    const json& v = at(key);
+    if (v.is_null() && null_is_nan) return std::numeric_limits<double>::quiet_NaN();
+    const double x = v.is_number() ? v.get<double>() : std::nan("");
+    if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+      fail(key, fmt::format("is {}; expected a number in {}{:g}, {:g}]", v.dump(), lo_open ? "(" : "[", lo, hi));
+    return x;
+  }
+  std::string text(const std::string& key, std::optional<std::string> fallback = {}) const {
+    if (!has(key)) return fallback ? *fallback : (fail(key, "is missing"), std::string());
+    if (!at(key).is_string() || at(key).get<std::string>().empty()) fail(key, fmt::format("is {}; expected a non-empty string", at(key).dump()));
+    return at(key).get<std::string>();
+  }
+  bool boolean(const std::string& key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!at(key).is_boolean()) fail(key, fmt::format("is {}; expected true or false", at(key).dump()));
+    return at(key).get<bool>();
+  }
+  uint32_t crc(const std::string& key) const {
+    const std::string s = text(key);
+    if (s.size() != 8 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
+      fail(key, fmt::format("is \"{}\"; expected 8 lowercase hex digits", s));
+    return static_cast<uint32_t>(std::stoul(s, nullptr, 16));
+  }
+  StateFields object(const std::string& key) const {
+    if (!at(key).is_object()) fail(key, fmt::format("is {}; expected an object", at(key).dump()));
+    return StateFields(at(key), origin_, prefix_ + key + ".");
+  }
+
+ private:
+  const json& j_;
+  std::string origin_, prefix_;
+};
+
+// The bounds of engine::Config's model keys: a shape outside them is no checkpoint of ours, and would
+// size allocations in `ferry sample` and `ferry export`.
+models::ModelConfig read_model(const StateFields& f) {
+  if (!f.has("model")) {
+    models::ModelConfig unknown;
+    unknown.n_layer = 0;  // checkpoints of older builds do not say
+    return unknown;
+  }
+  const StateFields m = f.object("model");
+  models::ModelConfig c;
+  c.kind = m.text("kind", std::string("gpt2"));
+  if (c.kind != "gpt2" && c.kind != "bert") m.fail("kind", "is \"" + c.kind + "\"; expected gpt2 or bert");
+  c.n_layer = static_cast<int>(m.integer("n_layer", 1, 1024));
+  c.n_head = static_cast<int>(m.integer("n_head", 1, 1024));
+  c.n_embd = static_cast<int>(m.integer("n_embd", 1, 65536));
+  if (c.n_embd % c.n_head != 0) m.fail("n_embd", fmt::format("is {}; expected a multiple of n_head {}", c.n_embd, c.n_head));
+  c.vocab_size = static_cast<int>(m.integer("vocab_size", 1, 1 << 22));
+  c.seq_len = static_cast<int>(m.integer("seq_len", 1, 1 << 20));
+  return c;
+}
+
+std::optional<TrainState::PendingUpdate> read_pending(const StateFields& f, int64_t optimizer_steps) {
+  if (!f.has("pending_update")) return std::nullopt;
+  const StateFields u = f.object("pending_update");
+  TrainState::PendingUpdate p;
+  // The update of the last step: AdamW's step count after optimizer_steps (or the one that was skipped).
+  p.adam_step = u.integer("adam_step", 1, optimizer_steps + 1);
+  p.lr = u.number("lr", 0, 10, false, false);
+  p.grad_norm = u.number("grad_norm", 0, 1e300, false, false, 0.0);
+  p.grad_scale = static_cast<float>(u.number("grad_scale", 0, kMaxLossScale, true, false, 1.0));
+  p.skipped = u.boolean("skipped", false);
+  return p;
+}
+
+void read_config_and_files(const StateFields& f, TrainState& s) {
+  if (f.has("config")) {
+    const StateFields c = f.object("config");
+    for (const auto& [key, value] : f.at("config").items()) s.config.emplace_back(key, c.text(key));
+  }
+  if (!f.has("files")) return;
+  const StateFields files = f.object("files");
+  for (const auto& [name, entry] : f.at("files").items()) {
+    // Plain names of this folder only: state.json must not point a checksum pass anywhere else.
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name == "state.json")
+      files.fail(name, "is not a file name of a checkpoint folder");
+    const StateFields e = files.object(name);
+    s.files[name] = {static_cast<uint64_t>(e.integer("bytes", 0, std::numeric_limits<int64_t>::max())), e.crc("crc32c")};
+  }
+  if (!s.files.count("model.safetensors")) files.fail("model.safetensors", "is missing");
+}
+
+// state.json without its own checksum, as the checksum covers it (nlohmann's dump is canonical: sorted
+// keys, shortest round-trip numbers, so a parsed file dumps to the same text).
+uint32_t own_checksum(json j) {
+  j.erase("state_crc32c");
+  const std::string text = j.dump();
+  return crc32c(0, std::as_bytes(std::span(text.data(), text.size())));
+}
+
+json state_json(const TrainState& state) {
+  const models::ModelConfig& m = state.model;
+  json j{{"step", state.step},
+         {"optimizer_steps", state.optimizer_steps},
+         {"val_loss_start", state.val_loss_start},
+         {"val_loss", state.val_loss},  // NaN is written as null
+         {"loss_scale", state.loss_scale},
+         {"loss_scale_good_steps", state.loss_scale_good_steps},
+         {"config_hash", state.config_hash},
+         {"model", {{"kind", m.kind}, {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
+                    {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len}}},
+         {"tokenizer", state.tokenizer},
+         {"run_id", state.run_id},
+         {"config", json::object()},
+         {"files", json::object()}};
+  if (state.run_id.empty()) j.erase("run_id");
+  for (const auto& [key, value] : state.config) j["config"][key] = value;
+  for (const auto& [name, sum] : state.files) j["files"][name] = {{"bytes", sum.bytes}, {"crc32c", hex32(sum.crc32c)}};
+  if (state.pending) {
+    const auto& u = *state.pending;
+    j["pending_update"] = {{"adam_step", u.adam_step}, {"lr", u.lr}, {"grad_scale", u.grad_scale}, {"skipped", u.skipped}};
+    if (std::isfinite(u.grad_norm)) j["pending_update"]["grad_norm"] = u.grad_norm;
+  }
+  j["state_crc32c"] = hex32(own_checksum(j));
+  return j;
+}
+
+// The newest checkpoint folder of a checkpoint dir, or nothing.
+std::optional<std::filesystem::path> newest_in(const std::filesystem::path& root) {
+  if (const auto manifest = read_run_manifest(root)) {
+    for (auto it = manifest->checkpoints.rbegin(); it != manifest->checkpoints.rend(); ++it)
+      if (std::filesystem::is_regular_file(root / *it / "state.json")) return root / *it;
+    return std::nullopt;
+  }
+  // A dir of an earlier build: the highest step folder that is a checkpoint (other folders are not ours).
+  std::optional<std::pair<int64_t, std::filesystem::path>> best;
+  for (const auto& e : std::filesystem::directory_iterator(root)) {
+    const auto step = step_of_folder_name(e.path().filename().string());
+    if (step && e.is_directory() && std::filesystem::is_regular_file(e.path() / "state.json") && (!best || *step > best->first))
+      best = {*step, e.path()};
+  }
+  return best ? std::optional(best->second) : std::nullopt;
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read '" + path.string() + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void read_tensors(const SafetensorsFile& file, const std::string& prefix, const models::ModelSpec& spec,
+                  const models::ParameterStore& params, std::span<float> flat, const std::filesystem::path& origin) {
+  for (int i = 0; i < params.count(); ++i) {
+    const std::string name = prefix + spec.params[i].name;
+    const auto* e = file.find(name);
+    if (!e || e->shape != spec.params[i].shape)
+      throw std::runtime_error("--resume: '" + origin.string() + "' lacks " + name + " or has another shape");
+    const auto values = file.read_f32(name);
+    const size_t offset = static_cast<size_t>(params.value(i).data() - params.values().data());
+    std::copy(values.begin(), values.end(), flat.begin() + static_cast<std::ptrdiff_t>(offset));
+  }
 }
 
 }  // namespace
 
-std::filesystem::path save_checkpoint(const std::filesystem::path& root, const models::ModelSpec& spec,
-                                      const models::ParameterStore& params, std::span<const float> m,
-                                      std::span<const float> v, const TrainState& state, int keep) {
-  const std::filesystem::path final_dir = root / fmt::format("step-{:08d}", state.step);
-  const std::filesystem::path tmp = root / fmt::format("step-{:08d}.tmp", state.step);
-  std::filesystem::create_directories(root);
-  std::filesystem::remove_all(tmp);
-  std::filesystem::create_directories(tmp);
+void sync_to_disk(const std::filesystem::path& p, bool directory) {
+  const int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("checkpoint: cannot open '" + p.string() + "' to sync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error("checkpoint: fsync of '" + p.string() + "' failed (disk full?)");
+}
 
+TrainState parse_train_state(const std::string& text, const std::string& origin) {
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw std::runtime_error("'" + origin + "' is damaged: it is not a JSON object; use another checkpoint");
+  const StateFields f(j, origin, "");
+  TrainState s;
+  s.step = f.integer("step", 0, kMaxStep);
+  s.optimizer_steps = f.integer("optimizer_steps", 0, s.step, 0);  // skipped steps apply no update
+  s.val_loss_start = f.number("val_loss_start", 0, 1e6, false, true, 0.0);
+  s.val_loss = f.number("val_loss", 0, 1e6, false, true, std::nan(""));
+  s.loss_scale = f.number("loss_scale", 0, kMaxLossScale, true, false, 1.0);
+  s.loss_scale_good_steps = static_cast<int>(f.integer("loss_scale_good_steps", 0, std::numeric_limits<int>::max(), 0));
+  s.config_hash = f.text("config_hash");
+  s.tokenizer = f.text("tokenizer", std::string("byte"));
+  s.run_id = f.text("run_id", std::string());
+  s.model = read_model(f);
+  s.pending = read_pending(f, s.optimizer_steps);
+  read_config_and_files(f, s);
+  // Checked last, so that a value out of range is named as such. Files of earlier builds have neither.
+  if (f.has("state_crc32c") && f.crc("state_crc32c") != own_checksum(j))
+    throw std::runtime_error("'" + origin + "' is damaged: state_crc32c " + f.at("state_crc32c").get<std::string>() +
+                             " does not match its contents (a changed byte, or edited by hand); use another checkpoint");
+  if (!f.has("state_crc32c") && (f.has("files") || f.has("run_id"))) f.fail("state_crc32c", "is missing");
+  return s;
+}
+
+std::filesystem::path find_checkpoint(const std::filesystem::path& path) {
+  if (path.empty()) throw std::runtime_error("no checkpoint named: give a checkpoint folder or a train.checkpoint_dir");
+  if (std::filesystem::is_regular_file(path / "state.json")) return path;
+  if (!std::filesystem::is_directory(path)) throw std::runtime_error("'" + path.string() + "' does not exist or is not a folder");
+  if (const auto newest = newest_in(path)) return *newest;
+  throw std::runtime_error("'" + path.string() + "' holds no checkpoint (no step-NNNNNNNN folder with a state.json" +
+                           (std::filesystem::exists(path / kRunManifest) ? std::string(" that its ferry-run.json lists)") : ")"));
+}
+
+std::pair<TrainState, std::filesystem::path> read_checkpoint_state(const std::filesystem::path& path) {
+  const std::filesystem::path dir = find_checkpoint(path);
+  return {parse_train_state(read_text(dir / "state.json"), (dir / "state.json").string()), dir};
+}
+
+void check_resumable(const TrainState& s, const std::filesystem::path& dir, const ResumeCheck& expected) {
+  if (s.config_hash != expected.config_hash) {
+    std::string differences;
+    for (const auto& wanted : expected.config) {
+      const auto it = std::find_if(s.config.begin(), s.config.end(), [&](const auto& kv) { return kv.first == wanted.first; });
+      if (it != s.config.end() && it->second != wanted.second)
+        differences += fmt::format("{}{}: the checkpoint has {}, this config {}", differences.empty() ? "" : "; ", wanted.first,
+                                   it->second, wanted.second);
+    }
+    if (differences.empty())  // a checkpoint of an earlier build records only the hash
+      differences = fmt::format("config hash {}, this config {}", s.config_hash, expected.config_hash);
+    throw std::runtime_error("--resume: '" + dir.string() + "' was written by a run with another model, data, optimizer or step "
+                             "settings: " + differences + ". A run resumes only with the settings it was written with "
+                             "(the offload policy, budget, logging and evaluation may change)");
+  }
+  if (s.step > expected.steps)
+    throw std::runtime_error(fmt::format("--resume: '{}' is at step {}, beyond train.steps {} of this config; its state.json "
+                                         "is damaged", dir.string(), s.step, expected.steps));
+}
+
+bool verify_checkpoint_file(const std::filesystem::path& dir, const TrainState& state, const std::string& file) {
+  if (state.files.empty()) return false;
+  const std::filesystem::path path = dir / file;
+  const auto it = state.files.find(file);
+  if (it == state.files.end())
+    throw std::runtime_error("'" + (dir / "state.json").string() + "' records no checksum for " + file +
+                             "; the checkpoint is incomplete or damaged: use another checkpoint");
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) throw std::runtime_error("'" + path.string() + "' is missing (" + ec.message() + "); the checkpoint is incomplete: use another checkpoint");
+  if (size != it->second.bytes)
+    throw std::runtime_error(fmt::format("'{}' is damaged: it has {} bytes, state.json records {} (truncated or replaced); "
+                                         "use another checkpoint", path.string(), size, it->second.bytes));
+  const FileChecksum sum = checksum_file(path);
+  if (sum.crc32c != it->second.crc32c)
+    throw std::runtime_error(fmt::format("'{}' is damaged: its CRC32C is {}, state.json records {} (changed bytes, or a file "
+                                         "from another checkpoint); use another checkpoint",
+                                         path.string(), hex32(sum.crc32c), hex32(it->second.crc32c)));
+  return true;
+}
+
+models::ParameterStore read_checkpoint_weights(const std::filesystem::path& dir, const TrainState& state,
+                                               const models::ModelSpec& spec, bool* verified) {
+  const std::filesystem::path file = dir / "model.safetensors";
+  *verified = verify_checkpoint_file(dir, state, "model.safetensors");
+  std::error_code ec;
+  const uint64_t bytes = std::filesystem::file_size(file, ec);
+  // 2 bytes a parameter at the least (bf16): a smaller file cannot hold this shape's weights.
+  if (ec || bytes / 2 < static_cast<uint64_t>(spec.param_count()))
+    throw std::runtime_error(fmt::format("'{}' {} for the {}M parameters of the model state.json describes; the checkpoint "
+                                         "is damaged", file.string(), ec ? "is missing" : fmt::format("has {} bytes, too few", bytes),
+                                         spec.param_count() / 1e6));
+  models::ParameterStore params(spec.params);
+  load_weights(SafetensorsFile::open(file), spec, params);
+  return params;
+}
+
+void write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec,
+                            const models::ParameterStore& params, std::span<const float> m, std::span<const float> v,
+                            TrainState state) {
   std::vector<SafetensorsTensorRef> weights, moments;
   for (int i = 0; i < params.count(); ++i) {
     weights.push_back({spec.params[i].name, spec.params[i].shape, params.value(i).data()});
     moments.push_back({"exp_avg." + spec.params[i].name, spec.params[i].shape, slice(m, params, i).data()});
     moments.push_back({"exp_avg_sq." + spec.params[i].name, spec.params[i].shape, slice(v, params, i).data()});
   }
-  write_safetensors(tmp / "model.safetensors", weights, {{"format", "pt"}});
-  write_safetensors(tmp / "optimizer.safetensors", moments);
+  std::vector<std::string> files{"model.safetensors", "optimizer.safetensors"};
+  write_safetensors(dir / files[0], weights, {{"format", "pt"}});
+  write_safetensors(dir / files[1], moments);
   if (state.pending) {
     std::vector<SafetensorsTensorRef> grads;
     for (int i = 0; i < params.count(); ++i)
       grads.push_back({"pending_grad." + spec.params[i].name, spec.params[i].shape, params.grad(i).data()});
-    write_safetensors(tmp / "pending_update.safetensors", grads);
+    files.push_back("pending_update.safetensors");
+    write_safetensors(dir / files.back(), grads);
+  }
+  state.files.clear();
+  for (const auto& f : files) {
+    sync_to_disk(dir / f, false);
+    state.files[f] = checksum_file(dir / f);  // what reached the file, read back
   }
   {
-    std::ofstream out(tmp / "state.json");
-    const models::ModelConfig& m = state.model;
-    nlohmann::json j{{"step", state.step},
-                          {"optimizer_steps", state.optimizer_steps},
-                          {"val_loss_start", state.val_loss_start},
-                          {"loss_scale", state.loss_scale},
-                          {"loss_scale_good_steps", state.loss_scale_good_steps},
-                          {"config_hash", state.config_hash},
-                          {"model", {{"kind", m.kind}, {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
-                                     {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len}}},
-                          {"tokenizer", state.tokenizer}};
-    if (state.pending) {
-      const auto& u = *state.pending;
-      j["pending_update"] = {{"adam_step", u.adam_step}, {"lr", u.lr}, {"grad_scale", u.grad_scale}, {"skipped", u.skipped}};
-      if (std::isfinite(u.grad_norm)) j["pending_update"]["grad_norm"] = u.grad_norm;
-    }
-    out << j.dump(2) << '\n';
-    if (!out) throw std::runtime_error("checkpoint: cannot write '" + (tmp / "state.json").string() + "' (disk full?)");
+    std::ofstream out(dir / "state.json");
+    out << state_json(state).dump(2) << '\n';
+    if (!out.flush()) throw std::runtime_error("checkpoint: cannot write '" + (dir / "state.json").string() + "' (disk full?)");
   }
-  for (const char* f : {"model.safetensors", "optimizer.safetensors", "state.json"}) fsync_path(tmp / f, false);
-  if (state.pending) fsync_path(tmp / "pending_update.safetensors", false);
-  fsync_path(tmp, true);
-  std::filesystem::remove_all(final_dir);
-  std::filesystem::rename(tmp, final_dir);
-  fsync_path(root, true);
-
-  auto all = step_folders(root);
-  for (size_t i = 0; keep > 0 && i + keep < all.size(); ++i) std::filesystem::remove_all(all[i]);
-  return final_dir;
+  sync_to_disk(dir / "state.json", false);
+  sync_to_disk(dir, true);
 }
 
-std::pair<TrainState, std::filesystem::path> read_checkpoint_state(const std::filesystem::path& path) {
-  std::filesystem::path dir = path;
-  if (!std::filesystem::exists(dir / "state.json")) {
-    const auto all = step_folders(path);
-    if (all.empty()) throw std::runtime_error("'" + path.string() + "' holds no checkpoint (no step-* folder with state.json)");
-    dir = all.back();
-  }
-  std::ifstream in(dir / "state.json");
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("step") || !j.contains("config_hash"))
-    throw std::runtime_error("'" + (dir / "state.json").string() + "' is damaged");
-  TrainState s;
-  s.step = j["step"].get<int64_t>();
-  s.optimizer_steps = j.value("optimizer_steps", int64_t(0));
-  s.val_loss_start = j.value("val_loss_start", 0.0);
-  s.loss_scale = j.value("loss_scale", 1.0);
-  s.loss_scale_good_steps = j.value("loss_scale_good_steps", 0);
-  s.config_hash = j["config_hash"].get<std::string>();
-  s.tokenizer = j.value("tokenizer", std::string("byte"));
-  if (j.contains("pending_update")) {
-    const auto& u = j["pending_update"];
-    s.pending = TrainState::PendingUpdate{u.value("adam_step", int64_t(0)), u.value("lr", 0.0), u.value("grad_norm", 0.0),
-                                          u.value("grad_scale", 1.0f), u.value("skipped", false)};
-    if (s.pending->adam_step < 1) throw std::runtime_error("'" + (dir / "state.json").string() + "' is damaged (pending_update)");
-  }
-  s.model.n_layer = 0;  // unknown unless the state says (checkpoints of older builds do not)
-  if (j.contains("model")) {
-    const auto& m = j["model"];
-    s.model = {m.value("kind", std::string("gpt2")), m.value("n_layer", 0), m.value("n_head", 0), m.value("n_embd", 0),
-               m.value("vocab_size", 0), m.value("seq_len", 0), {}};
+std::filesystem::path save_checkpoint(const std::filesystem::path& root, const models::ModelSpec& spec,
+                                      const models::ParameterStore& params, std::span<const float> m,
+                                      std::span<const float> v, const TrainState& state, int keep) {
+  CheckpointDir dir(root, state.config_hash, std::nullopt, false);
+  return dir.save(spec, params, m, v, state, keep);
+}
+
+std::pair<TrainState, std::filesystem::path> load_checkpoint(const std::filesystem::path& path, const models::ModelSpec& spec,
+                                                             models::ParameterStore& params, std::span<float> m,
+                                                             std::span<float> v, const ResumeCheck& expected) {
+  auto [s, dir] = read_checkpoint_state(path);
+  check_resumable(s, dir, expected);
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) verify_checkpoint_file(dir, s, f);
+  if (s.pending) verify_checkpoint_file(dir, s, "pending_update.safetensors");
+  load_weights(SafetensorsFile::open(dir / "model.safetensors"), spec, params);
+  const auto optimizer = dir / "optimizer.safetensors";
+  const SafetensorsFile opt = SafetensorsFile::open(optimizer);
+  read_tensors(opt, "exp_avg.", spec, params, m, optimizer);
+  read_tensors(opt, "exp_avg_sq.", spec, params, v, optimizer);
+  if (s.pending) {
+    const auto pending_path = dir / "pending_update.safetensors";
+    const SafetensorsFile pending = SafetensorsFile::open(pending_path);
+    // The grads of the ParameterStore are one flat buffer laid out like its values.
+    std::vector<float> grads(params.values().size());
+    read_tensors(pending, "pending_grad.", spec, params, grads, pending_path);
+    for (int i = 0; i < params.count(); ++i) {
+      const auto from = slice(grads, params, i);
+      std::copy(from.begin(), from.end(), params.grad(i).begin());
+    }
   }
   return {s, dir};
-}
-
-TrainState load_checkpoint(const std::filesystem::path& path, const models::ModelSpec& spec,
-                           models::ParameterStore& params, std::span<float> m, std::span<float> v,
-                           const std::string& expected_config_hash) {
-  auto [s, dir] = read_checkpoint_state(path);
-  if (s.config_hash != expected_config_hash)
-    throw std::runtime_error("--resume: '" + dir.string() + "' was written by a run with another model, data, optimizer "
-                             "or step settings (config hash " + s.config_hash + ", this config " + expected_config_hash + ")");
-  load_weights(SafetensorsFile::open(dir / "model.safetensors"), spec, params);
-  const SafetensorsFile opt = SafetensorsFile::open(dir / "optimizer.safetensors");
-  for (int i = 0; i < params.count(); ++i) {
-    const size_t offset = static_cast<size_t>(params.value(i).data() - params.values().data());
-    for (auto [prefix, flat] : {std::pair{"exp_avg.", m}, std::pair{"exp_avg_sq.", v}}) {
-      const std::string name = prefix + spec.params[i].name;
-      const auto* e = opt.find(name);
-      if (!e || e->shape != spec.params[i].shape)
-        throw std::runtime_error("--resume: '" + (dir / "optimizer.safetensors").string() + "' lacks " + name + " or has another shape");
-      const auto values = opt.read_f32(name);
-      std::copy(values.begin(), values.end(), flat.begin() + static_cast<std::ptrdiff_t>(offset));
-    }
-  }
-  if (s.pending) {
-    const SafetensorsFile pending = SafetensorsFile::open(dir / "pending_update.safetensors");
-    for (int i = 0; i < params.count(); ++i) {
-      const std::string name = "pending_grad." + spec.params[i].name;
-      const auto* e = pending.find(name);
-      if (!e || e->shape != spec.params[i].shape)
-        throw std::runtime_error("--resume: '" + (dir / "pending_update.safetensors").string() + "' lacks " + name + " or has another shape");
-      const auto values = pending.read_f32(name);
-      std::copy(values.begin(), values.end(), params.grad(i).begin());
-    }
-  }
-  return s;
 }
 
 }  // namespace ferry::formats

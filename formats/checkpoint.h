@@ -1,14 +1,19 @@
-// Training checkpoints: the weights (Hugging Face names) and AdamW's moments as safetensors, plus a small
-// state file; written to a temporary folder, fsynced, then renamed into place, keeping the newest K.
+// Training checkpoints: the weights (Hugging Face names) and AdamW's moments as safetensors, plus a state
+// file that records every other file's size and CRC32C; written to a temporary folder, fsynced, then
+// renamed into place. Which folders a run owns, and rotation, are checkpoint_dir.h's.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "formats/crc32c.h"
 #include "models/registry.h"
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
@@ -35,23 +40,68 @@ struct TrainState {
     bool skipped = false;
   };
   std::optional<PendingUpdate> pending;
+  // Checkpoints of earlier builds lack these (an empty run_id, config and files).
+  std::string run_id{};  // the run that wrote it (its checkpoint dir's ferry-run.json names the same run)
+  double val_loss = std::numeric_limits<double>::quiet_NaN();  // the last validation loss evaluated; NaN: none
+  std::vector<std::pair<std::string, std::string>> config{};    // the settings config_hash covers: key, value
+  std::map<std::string, FileChecksum> files{};                  // the folder's other files; filled when saved
 };
+
+// What a resumed run must match: the settings behind the config hash, and its step count.
+struct ResumeCheck {
+  std::string config_hash;
+  std::vector<std::pair<std::string, std::string>> config;  // key, value as text (engine::config_identity)
+  int64_t steps = 0;                                        // train.steps: a checkpoint beyond it is refused
+};
+
+// The checkpoint folder `path` names: itself when it holds state.json, else the newest checkpoint of a
+// checkpoint dir (the one its ferry-run.json lists last; in a dir of an earlier build, the highest
+// step-NNNNNNNN holding a state.json). An error when there is none.
+std::filesystem::path find_checkpoint(const std::filesystem::path& path);
+
+// state.json's text, parsed and range-checked (every field, nested ones included) and checked against
+// its own CRC32C; `origin` names it in errors, which name the field, its value and what is allowed.
+TrainState parse_train_state(const std::string& text, const std::string& origin);
 
 // The state file of a checkpoint folder (or of the newest in a checkpoint dir), and that folder.
 std::pair<TrainState, std::filesystem::path> read_checkpoint_state(const std::filesystem::path& path);
 
+// Checks `file` of the checkpoint folder `dir` against the size and CRC32C its state.json records; a
+// mismatch is an error naming the file. Returns false, checking nothing, for a checkpoint of an earlier
+// build (it records no checksums).
+bool verify_checkpoint_file(const std::filesystem::path& dir, const TrainState& state, const std::string& file);
 
-// Writes root/step-NNNNNNNN and removes all but the newest `keep`. Returns the folder written. With
-// state.pending, the pending update's gradients are params' grads.
+// The weights of the checkpoint folder `dir` for `spec`: model.safetensors checked against state.json's
+// checksum, and against the shape (large enough for spec's parameters before they are allocated), then
+// loaded. *verified is false for a checkpoint of an earlier build (no checksums to check against).
+models::ParameterStore read_checkpoint_weights(const std::filesystem::path& dir, const TrainState& state,
+                                               const models::ModelSpec& spec, bool* verified);
+
+// Writes a checkpoint's files into the existing, empty folder `dir`, each fsynced, state.json last with the
+// others' checksums. With state.pending, the pending update's gradients are params' grads.
+void write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec,
+                            const models::ParameterStore& params, std::span<const float> m, std::span<const float> v,
+                            TrainState state);
+
+// Writes root/step-NNNNNNNN as the checkpoint of a new run (CheckpointDir's rules: a root holding another
+// run's checkpoints is refused) and keeps the newest `keep` of that run. Returns the folder written.
 std::filesystem::path save_checkpoint(const std::filesystem::path& root, const models::ModelSpec& spec,
                                       const models::ParameterStore& params, std::span<const float> m,
                                       std::span<const float> v, const TrainState& state, int keep);
 
-// `path` is a checkpoint folder, or a root holding step-* folders (the newest is taken). Restores the
-// weights and moments in place (and a pending update's gradients into params' grads); a checkpoint of
-// another model or config, or a damaged file, is an error.
-TrainState load_checkpoint(const std::filesystem::path& path, const models::ModelSpec& spec,
-                           models::ParameterStore& params, std::span<float> m, std::span<float> v,
-                           const std::string& expected_config_hash);
+// A checkpoint whose settings differ from `expected` (each differing key named with both values), or whose
+// step is beyond expected.steps, is an error.
+void check_resumable(const TrainState& state, const std::filesystem::path& dir, const ResumeCheck& expected);
+
+// `path` is a checkpoint folder, or a checkpoint dir (its newest is taken). Checks it against `expected`
+// (a differing setting is named with both values) and every file against its checksum, then restores
+// the weights and moments in place (and a pending update's gradients into params' grads). Returns the
+// state and the folder read.
+std::pair<TrainState, std::filesystem::path> load_checkpoint(const std::filesystem::path& path, const models::ModelSpec& spec,
+                                                             models::ParameterStore& params, std::span<float> m,
+                                                             std::span<float> v, const ResumeCheck& expected);
+
+// fsync of a file or a folder: a checkpoint is complete on disk before it is renamed into place.
+void sync_to_disk(const std::filesystem::path& path, bool directory);
 
 }  // namespace ferry::formats

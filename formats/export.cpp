@@ -1,4 +1,5 @@
-// export_checkpoint: validate the weights against the model shape, copy them, write a GPT2Config or BertConfig.
+// export_checkpoint: check the weights against their checksum and the model shape, copy them, write a
+// GPT2Config or BertConfig.
 #include "formats/export.h"
 
 #include <fstream>
@@ -12,14 +13,15 @@
 
 namespace ferry::formats {
 
-void export_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& out) {
+ExportedCheckpoint export_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& out) {
   const auto [state, dir] = read_checkpoint_state(checkpoint);
   const models::ModelConfig& m = state.model;
   if ((m.kind != "gpt2" && m.kind != "bert") || m.n_layer <= 0)
     throw std::runtime_error("'" + dir.string() + "': export needs a GPT-2 or BERT checkpoint written by `ferry train`");
   const models::ModelSpec spec = build_model(m, 1, 1);
-  models::ParameterStore params(spec.params);
-  load_weights(dir / "model.safetensors", spec, params);  // every tensor present, with its shape
+  ExportedCheckpoint exported{dir, state.step, false};
+  // Checked against its checksum; every tensor present, with its shape.
+  const models::ParameterStore params = read_checkpoint_weights(dir, state, spec, &exported.verified);
   std::filesystem::create_directories(out);
   std::vector<SafetensorsTensorRef> refs;
   for (int i = 0; i < params.count(); ++i) refs.push_back({spec.params[i].name, spec.params[i].shape, params.value(i).data()});
@@ -62,6 +64,7 @@ void export_checkpoint(const std::filesystem::path& checkpoint, const std::files
   std::ofstream f(out / "config.json");
   f << config.dump(2) << '\n';
   if (!f) throw std::runtime_error("export: cannot write '" + (out / "config.json").string() + "'");
+  return exported;
 }
 
 }  // namespace ferry::formats

@@ -1,11 +1,16 @@
 // The training loop end to end on the CPU: a short run learns, the same seed gives bitwise the same
-// losses, metrics are JSON lines with the promised keys, a stopped run resumes, checkpoints cli::sample and export.
+// losses, metrics are JSON lines with the promised keys, a stopped run resumes, checkpoints cli::sample and export;
+// checkpoints are refused when damaged, out of range, another run's or unwritable, each before training.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "engine/config.h"
 #include "dataset/dataset.h"
@@ -114,18 +119,220 @@ TEST(Checkpoints, AStoppedRunResumesBitIdentically) {
     EXPECT_EQ(second.losses[i], straight.losses[6 + i]) << "step " << 7 + i;
   }
 
-  // Another model, or a damaged file: clear errors.
+  // Another model, or a damaged file: clear errors; a differing setting is named with both values.
   Config other = cfg;
   other.model.n_embd = 64;
+  other.optim.lr = 1e-3;
   try {
     train(other, resume);
     ADD_FAILURE();
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("another model"), std::string::npos) << e.what();
+    const std::string what = e.what();
+    EXPECT_NE(what.find("another model"), std::string::npos) << what;
+    EXPECT_NE(what.find("model.n_embd: the checkpoint has 32, this config 64"), std::string::npos) << what;
+    EXPECT_NE(what.find("optim.lr: the checkpoint has 0.003, this config 0.001"), std::string::npos) << what;
   }
   const auto model_file = root / "stopped" / "step-00000012" / "model.safetensors";
   std::filesystem::resize_file(model_file, std::filesystem::file_size(model_file) / 2);
   EXPECT_THROW(train(cfg, resume), std::runtime_error);
+  std::filesystem::remove_all(root);
+}
+
+// The folder's entries, sorted: what a run left behind.
+std::vector<std::string> entries(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string file_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The message of the runtime_error `f` throws ("" when it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Config checkpointing_config(int steps, uint64_t seed, const std::filesystem::path& dir, int every, int keep) {
+  Config cfg = tiny_config(steps, seed);
+  cfg.train.eval_batches = 1;
+  cfg.train.checkpoint_dir = dir;
+  cfg.train.checkpoint_every = every;
+  cfg.train.keep_checkpoints = keep;
+  return cfg;
+}
+
+// Issue 1: with keep_checkpoints 1, folders named like checkpoints but not written by the run were deleted.
+TEST(Checkpoints, ARunNeverDeletesFoldersItDidNotWrite) {
+  const auto root = testing::scratch_path("foreign-folders");
+  std::filesystem::remove_all(root);
+  for (const char* name : {"step-00000000", "step-99999999", "step-00000001-final"}) {
+    std::filesystem::create_directories(root / name);
+    std::ofstream(root / name / "notes.txt") << "the user's\n";
+  }
+  TrainOptions quiet;
+  quiet.progress = nullptr;
+  const Config cfg = checkpointing_config(3, 1, root, 1, 1);
+  const std::string refused = error_of([&] { train(cfg, quiet); });
+  EXPECT_NE(refused.find("step-00000000, step-99999999"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("never deletes"), std::string::npos) << refused;
+  for (const char* name : {"step-00000000", "step-99999999", "step-00000001-final"})
+    EXPECT_TRUE(std::filesystem::exists(root / name / "notes.txt")) << name;
+
+  // Without the two that look like checkpoints, the run trains; rotation (keep 1) removes only its own.
+  std::filesystem::remove_all(root / "step-00000000");
+  std::filesystem::remove_all(root / "step-99999999");
+  train(cfg, quiet);
+  EXPECT_EQ(entries(root), (std::vector<std::string>{"ferry-run.json", "step-00000001-final", "step-00000003"}));
+  EXPECT_TRUE(std::filesystem::exists(root / "step-00000001-final" / "notes.txt"));
+  std::filesystem::remove_all(root);
+}
+
+// Issue 1: a fresh run into another run's checkpoint dir mixed with it; export, sample and --resume then
+// took whichever was newest.
+TEST(Checkpoints, ANewRunRefusesAnotherRunsCheckpoints) {
+  const auto root = testing::scratch_path("another-run");
+  std::filesystem::remove_all(root);
+  TrainOptions quiet;
+  quiet.progress = nullptr;
+  train(checkpointing_config(2, 1, root, 1, 3), quiet);
+  const std::string state_before = file_text(root / "step-00000002" / "state.json");
+  const std::string refused = error_of([&] { train(checkpointing_config(3, 2, root, 1, 3), quiet); });
+  EXPECT_NE(refused.find("holds the checkpoints of another run"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("--resume " + root.string()), std::string::npos) << refused;
+  EXPECT_NE(refused.find("--overwrite-checkpoints"), std::string::npos) << refused;
+  EXPECT_EQ(entries(root), (std::vector<std::string>{"ferry-run.json", "step-00000001", "step-00000002"}));
+  EXPECT_EQ(file_text(root / "step-00000002" / "state.json"), state_before);
+  std::filesystem::remove_all(root);
+}
+
+// Issue 4: flipped bytes, or weights from another step, resumed (and exported, and sampled) silently.
+TEST(Checkpoints, DamagedOrSwappedFilesAreRefusedByResumeExportAndSample) {
+  const auto root = testing::scratch_path("damaged");
+  std::filesystem::remove_all(root);
+  TrainOptions stop;
+  stop.progress = nullptr;
+  stop.stop_after = 4;
+  const Config cfg = checkpointing_config(6, 3, root, 2, 3);
+  train(cfg, stop);
+  const auto model = root / "step-00000004" / "model.safetensors";
+  const std::string original = file_text(model);
+  TrainOptions resume;
+  resume.progress = nullptr;
+  resume.resume = root;
+  cli::SampleOptions sample;
+  sample.checkpoint = root;
+  sample.tokens = 2;
+  const auto expect_refused = [&](const std::string& file) {
+    for (const std::string& what : {error_of([&] { train(cfg, resume); }), error_of([&] { formats::export_checkpoint(root, root / "hf"); }),
+                                    error_of([&] { cli::sample(sample); })}) {
+      EXPECT_NE(what.find(file + "' is damaged"), std::string::npos) << what;
+    }
+    EXPECT_FALSE(std::filesystem::exists(root / "hf"));
+  };
+  std::string flipped = original;
+  for (size_t i = 0; i < 4; ++i) flipped[flipped.size() / 2 + i] ^= 0x20;  // four bytes of one weight
+  std::ofstream(model, std::ios::binary | std::ios::trunc) << flipped;
+  expect_refused("model.safetensors");
+  std::filesystem::copy_file(root / "step-00000002" / "model.safetensors", model, std::filesystem::copy_options::overwrite_existing);
+  expect_refused("model.safetensors");
+  std::ofstream(model, std::ios::binary | std::ios::trunc) << original;
+  EXPECT_EQ(train(cfg, resume).losses.size(), 2u);  // intact again: it resumes
+  std::filesystem::remove_all(root);
+}
+
+// state.json as an earlier build wrote it (no checksums), with one field replaced: only the range checks
+// stand between it and training.
+void write_state_field(const std::filesystem::path& folder, const std::string& original, const std::string& key,
+                       const nlohmann::json& value) {
+  auto j = nlohmann::json::parse(original);
+  for (const char* newer : {"files", "state_crc32c", "run_id", "config", "val_loss"}) j.erase(newer);
+  j[key] = value;
+  std::ofstream(folder / "state.json", std::ios::trunc) << j.dump(2);
+}
+
+// Issue 4: state.json's fields were not range-checked: a negative step trained with a negative learning
+// rate, a step beyond train.steps or a huge optimizer_steps gave wrong numbers.
+TEST(Checkpoints, StateFieldsOutOfRangeAreRefused) {
+  const auto root = testing::scratch_path("state-ranges");
+  std::filesystem::remove_all(root);
+  TrainOptions stop;
+  stop.progress = nullptr;
+  stop.stop_after = 2;
+  train(checkpointing_config(4, 4, root, 2, 3), stop);
+  const auto folder = root / "step-00000002";
+  const std::string original = file_text(folder / "state.json");
+  TrainOptions resume;
+  resume.progress = nullptr;
+  resume.resume = folder;
+  const Config cfg = tiny_config(4, 4);  // no checkpoint_dir: only the state is in question
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    const char* expected;
+  };
+  for (const Case& c : {Case{"step", -3, "step is -3; expected an integer in [0, "},
+                        Case{"step", 99, "is at step 99, beyond train.steps 4"},
+                        Case{"optimizer_steps", int64_t(1) << 40, "optimizer_steps is 1099511627776; expected an integer in [0, 2]"},
+                        Case{"loss_scale", -1.0, "loss_scale is -1.0; expected a number in (0, "}}) {
+    write_state_field(folder, original, c.key, c.value);
+    const std::string what = error_of([&] { train(cfg, resume); });
+    EXPECT_NE(what.find(c.expected), std::string::npos) << c.key << ": " << what;
+  }
+  // With its checksum, any edit is found, even one within range.
+  auto edited = nlohmann::json::parse(original);
+  edited["optimizer_steps"] = 1;
+  std::ofstream(folder / "state.json", std::ios::trunc) << edited.dump(2);
+  const std::string what = error_of([&] { train(cfg, resume); });
+  EXPECT_NE(what.find("state.json' is damaged: state_crc32c "), std::string::npos) << what;
+  EXPECT_NE(what.find(" does not match its contents"), std::string::npos) << what;
+  std::filesystem::remove_all(root);
+}
+
+// Issue 6: an unwritable checkpoint_dir was found at the first checkpoint, after the training time.
+TEST(Checkpoints, AnUnwritableCheckpointDirIsRefusedBeforeTraining) {
+  const auto file = testing::scratch_path("not-a-folder");
+  const auto metrics = testing::scratch_path("unwritable.jsonl");
+  std::ofstream(file) << "a file, not a folder\n";
+  TrainOptions opt;
+  opt.progress = nullptr;
+  opt.metrics = metrics;
+  const std::string what = error_of([&] { train(checkpointing_config(3, 1, file / "checkpoints", 0, 1), opt); });
+  EXPECT_NE(what.find("train.checkpoint_dir: cannot create the folder '" + (file / "checkpoints").string()), std::string::npos) << what;
+  EXPECT_EQ(file_text(metrics), "");  // not one step was trained
+  std::filesystem::remove(file);
+  std::filesystem::remove(metrics);
+}
+
+// Issue 10: resuming a finished run printed the starting validation loss as the final one and rewrote
+// its checkpoint.
+TEST(Checkpoints, ResumingTheFinalCheckpointTrainsAndRewritesNothing) {
+  const auto root = testing::scratch_path("finished");
+  std::filesystem::remove_all(root);
+  TrainOptions quiet;
+  quiet.progress = nullptr;
+  const Config cfg = checkpointing_config(3, 5, root, 0, 1);
+  const TrainSummary first = train(cfg, quiet);
+  std::ofstream(root / "step-00000003" / "marker") << "still here\n";
+  const std::string state = file_text(root / "step-00000003" / "state.json");
+  TrainOptions resume = quiet;
+  resume.resume = root;
+  const TrainSummary again = train(cfg, resume);
+  EXPECT_TRUE(again.losses.empty());
+  EXPECT_EQ(again.steps, 3);
+  EXPECT_EQ(again.val_loss, first.val_loss);
+  EXPECT_EQ(again.val_loss_start, first.val_loss_start);
+  EXPECT_TRUE(std::filesystem::exists(root / "step-00000003" / "marker"));
+  EXPECT_EQ(file_text(root / "step-00000003" / "state.json"), state);
   std::filesystem::remove_all(root);
 }
 

@@ -1,0 +1,263 @@
+// CheckpointDir: the manifest (written atomically), the lock that keeps two live runs out of one dir, the
+// start-up checks (writable, not another run's), and saving with rotation among this run's own folders.
+#include "formats/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fmt/format.h>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+namespace ferry::formats {
+namespace {
+
+using nlohmann::json;
+
+std::string new_run_id() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y%m%dT%H%M%SZ", &utc);
+  std::random_device entropy;
+  return fmt::format("{}-{}-{:08x}", when, ::getpid(), entropy());
+}
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// "step-00000004, step-00000008 and 3 more"
+std::string list_names(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 4; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 4) out += fmt::format(" and {} more", names.size() - 4);
+  return out;
+}
+
+std::string temporary_folder_name(const std::string& name, const std::string& run_id) { return name + "." + run_id + ".tmp"; }
+
+std::string refusal(const std::filesystem::path& root, const RunManifest& manifest, const std::vector<std::string>& theirs,
+                    const std::optional<CheckpointDir::Resumed>& resumed) {
+  const std::string holds = fmt::format("train.checkpoint_dir: '{}' holds the checkpoints of another run (run {}: {})",
+                                        root.string(), manifest.run_id, list_names(theirs));
+  if (!resumed)
+    return holds + "; a new run does not write beside them. Continue that run with --resume " + root.string() +
+           ", replace its checkpoints with --overwrite-checkpoints (they are deleted when this run writes its first), "
+           "or choose another train.checkpoint_dir";
+  return holds + ", not of the run being resumed (" +
+         (resumed->run_id.empty() ? std::string("a checkpoint of an earlier build") : "run " + resumed->run_id) +
+         "); set train.checkpoint_dir to that run's own folder, replace them with --overwrite-checkpoints, or choose "
+         "another train.checkpoint_dir";
+}
+
+}  // namespace
+
+std::string step_folder_name(int64_t step) { return fmt::format("step-{:08d}", step); }
+
+std::optional<int64_t> step_of_folder_name(const std::string& name) {
+  if (name.rfind("step-", 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(5);
+  if (digits.size() < 8 || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoll(digits);
+}
+
+std::optional<RunManifest> read_run_manifest(const std::filesystem::path& root) {
+  const std::filesystem::path file = root / kRunManifest;
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return std::nullopt;
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto damaged = [&](const std::string& what) {
+    return std::runtime_error("'" + file.string() + "' is damaged (" + what + "); it names the run that writes this "
+                              "checkpoint dir and the folders it wrote: restore it, or move the dir's contents elsewhere");
+  };
+  if (!in) throw damaged("it cannot be read");
+  const json j = json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw damaged("not a JSON object");
+  RunManifest m;
+  if (!j.contains("run_id") || !j["run_id"].is_string() || j["run_id"].get<std::string>().empty()) throw damaged("no run_id");
+  m.run_id = j["run_id"].get<std::string>();
+  if (j.contains("config_hash") && j["config_hash"].is_string()) m.config_hash = j["config_hash"].get<std::string>();
+  if (!j.contains("checkpoints") || !j["checkpoints"].is_array()) throw damaged("no list of checkpoints");
+  for (const auto& name : j["checkpoints"]) {
+    if (!name.is_string() || !step_of_folder_name(name.get<std::string>())) throw damaged("checkpoints holds " + name.dump());
+    m.checkpoints.push_back(name.get<std::string>());
+  }
+  return m;
+}
+
+CheckpointDir::CheckpointDir(std::filesystem::path root, std::string config_hash, std::optional<Resumed> resumed, bool overwrite)
+    : root_(std::move(root)), config_hash_(std::move(config_hash)) {
+  lock_and_probe();
+  try {
+    const auto manifest = read_run_manifest(root_);
+    adopt(manifest, resumed, overwrite);
+    refuse_unlisted_folders(resumed);
+    std::vector<std::string> runs{run_id_};
+    if (manifest) runs.push_back(manifest->run_id);
+    remove_leftover_temporaries(runs);
+  } catch (...) {
+    ::close(lock_fd_);
+    throw;
+  }
+}
+
+CheckpointDir::~CheckpointDir() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+}
+
+CheckpointDir::CheckpointDir(CheckpointDir&& other) noexcept
+    : root_(std::move(other.root_)), config_hash_(std::move(other.config_hash_)), run_id_(std::move(other.run_id_)),
+      listed_(std::move(other.listed_)), replaced_(std::move(other.replaced_)), lock_fd_(std::exchange(other.lock_fd_, -1)) {}
+
+void CheckpointDir::lock_and_probe() {
+  std::error_code ec;
+  std::filesystem::create_directories(root_, ec);
+  if (ec || !std::filesystem::is_directory(root_))
+    throw std::runtime_error("train.checkpoint_dir: cannot create the folder '" + root_.string() + "' (" +
+                             (ec ? ec.message() : std::string("a file has that name")) + "); choose a folder you can write");
+  lock_fd_ = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock_fd_ < 0) throw std::runtime_error("train.checkpoint_dir: cannot open '" + root_.string() + "': " + std::strerror(errno));
+  // Two live runs must not write one dir. The lock goes with the process: a killed run leaves none behind.
+  // (A file system without locks, ENOLCK or EOPNOTSUPP, goes unlocked.)
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    ::close(lock_fd_);
+    throw std::runtime_error("train.checkpoint_dir: '" + root_.string() + "' is being written by another ferry run that is "
+                             "still running; wait for it to end, or choose another train.checkpoint_dir");
+  }
+  // Writable: found now rather than at the first checkpoint, after the training time is spent.
+  const std::filesystem::path probe = root_ / (std::string(kRunManifest) + ".tmp");
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const bool written = fd >= 0 && ::write(fd, "{}\n", 3) == 3 && ::fsync(fd) == 0;
+  const int error = errno;
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
+  if (!written) {
+    ::close(lock_fd_);
+    throw std::runtime_error("train.checkpoint_dir: cannot write in '" + root_.string() + "' (" + std::strerror(error) +
+                             "); choose a folder you can write, or fix its permissions");
+  }
+}
+
+void CheckpointDir::adopt(const std::optional<RunManifest>& manifest, const std::optional<Resumed>& resumed, bool overwrite) {
+  if (manifest && resumed && !resumed->run_id.empty() && manifest->run_id == resumed->run_id) {
+    run_id_ = manifest->run_id;  // the same run, continued: its folders stay its own
+    listed_ = manifest->checkpoints;
+    return;
+  }
+  run_id_ = resumed && !resumed->run_id.empty() ? resumed->run_id : new_run_id();
+  std::vector<std::string> theirs;
+  if (manifest)
+    for (const auto& name : manifest->checkpoints)
+      if (std::filesystem::is_directory(root_ / name)) theirs.push_back(name);
+  if (!theirs.empty() && !overwrite) throw std::runtime_error(refusal(root_, *manifest, theirs, resumed));
+  replaced_ = theirs;
+  // Resumed from a folder of this dir that no manifest lists (an earlier build's): it becomes this run's.
+  std::error_code ec;
+  if (resumed && std::filesystem::equivalent(resumed->folder.parent_path(), root_, ec) &&
+      step_of_folder_name(resumed->folder.filename().string()) && !contains(theirs, resumed->folder.filename().string()))
+    listed_.push_back(resumed->folder.filename().string());
+}
+
+void CheckpointDir::refuse_unlisted_folders(const std::optional<Resumed>& resumed) const {
+  std::vector<std::string> unlisted;
+  for (const auto& e : std::filesystem::directory_iterator(root_)) {
+    const std::string name = e.path().filename().string();
+    const auto step = step_of_folder_name(name);
+    if (!step || contains(listed_, name) || contains(replaced_, name)) continue;
+    if (resumed && *step <= resumed->step) continue;  // this run never writes a step at or before the one it resumes
+    unlisted.push_back(name);
+  }
+  if (unlisted.empty()) return;
+  throw std::runtime_error(fmt::format(
+      "train.checkpoint_dir: '{}' holds {}, which no ferry-run.json there lists: not written by this run (another "
+      "program's folders, or checkpoints of an earlier Ferry build{}). Ferry never deletes, or writes beside, folders it did "
+      "not write: move them elsewhere, or choose another train.checkpoint_dir",
+      root_.string(), list_names(unlisted),
+      resumed ? fmt::format(", numbered above step {} that this run resumes from", resumed->step)
+              : ", which --resume " + root_.string() + " would continue"));
+}
+
+void CheckpointDir::remove_leftover_temporaries(const std::vector<std::string>& run_ids) const {
+  for (const auto& e : std::filesystem::directory_iterator(root_)) {
+    const std::string name = e.path().filename().string();
+    for (const auto& id : run_ids) {
+      const std::string suffix = "." + id + ".tmp";  // a checkpoint of that run, cut short
+      if (name.rfind("step-", 0) == 0 && name.size() > suffix.size() && name.ends_with(suffix)) std::filesystem::remove_all(e.path());
+    }
+  }
+}
+
+void CheckpointDir::write_manifest() const {
+  const json j{{"ferry_run", 1}, {"run_id", run_id_}, {"config_hash", config_hash_}, {"checkpoints", listed_}};
+  const std::filesystem::path tmp = root_ / (std::string(kRunManifest) + ".tmp"), file = root_ / kRunManifest;
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump(2) << '\n';
+    if (!out.flush()) {
+      std::filesystem::remove(tmp);
+      throw std::runtime_error("checkpoint: cannot write '" + tmp.string() + "' (disk full?)");
+    }
+  }
+  sync_to_disk(tmp, false);
+  std::filesystem::rename(tmp, file);
+  sync_to_disk(root_, true);
+}
+
+std::filesystem::path CheckpointDir::save(const models::ModelSpec& spec, const models::ParameterStore& params,
+                                          std::span<const float> m, std::span<const float> v, TrainState state, int keep) {
+  state.run_id = run_id_;
+  const std::string name = step_folder_name(state.step);
+  const std::filesystem::path final_dir = root_ / name, tmp = root_ / temporary_folder_name(name, run_id_);
+  std::error_code ec;
+  if (!contains(listed_, name) && !contains(replaced_, name) && std::filesystem::exists(std::filesystem::symlink_status(final_dir, ec)))
+    throw std::runtime_error("train.checkpoint_dir: '" + final_dir.string() + "' appeared while this run trained, and this "
+                             "run did not write it; Ferry does not replace it: move it elsewhere");
+  for (const auto& other : replaced_) std::filesystem::remove_all(root_ / other);  // --overwrite-checkpoints
+  replaced_.clear();
+  // Listed before it exists: a folder of this name is this run's even if the run dies while writing it.
+  std::erase(listed_, name);
+  listed_.push_back(name);
+  write_manifest();
+  try {
+    std::filesystem::remove_all(tmp);
+    std::filesystem::create_directory(tmp);
+    write_checkpoint_files(tmp, spec, params, m, v, std::move(state));
+  } catch (...) {
+    std::filesystem::remove_all(tmp, ec);  // leave nothing half-written behind
+    throw;
+  }
+  std::filesystem::remove_all(final_dir);  // this run's earlier checkpoint of the step (resumed from an older one)
+  std::filesystem::rename(tmp, final_dir);
+  sync_to_disk(root_, true);
+  rotate(keep);
+  return final_dir;
+}
+
+void CheckpointDir::rotate(int keep) {
+  std::vector<std::string> kept;  // oldest written first, as listed
+  for (auto it = listed_.rbegin(); it != listed_.rend(); ++it) {
+    if (!std::filesystem::is_directory(root_ / *it)) continue;  // listed, never completed: forgotten
+    if (static_cast<int>(kept.size()) < keep) {
+      kept.insert(kept.begin(), *it);
+      continue;
+    }
+    std::filesystem::remove_all(root_ / *it);
+  }
+  listed_ = std::move(kept);
+  write_manifest();
+}
+
+}  // namespace ferry::formats

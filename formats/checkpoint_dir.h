@@ -1,0 +1,76 @@
+// A checkpoint dir and the one run that writes it: ferry-run.json names the run and the step folders it
+// wrote, in the order written; rotation deletes only those, and a new run refuses a dir holding another
+// run's checkpoints (or step folders no manifest lists) unless told to overwrite them.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.h"
+
+namespace ferry::formats {
+
+inline constexpr const char* kRunManifest = "ferry-run.json";
+
+struct RunManifest {
+  std::string run_id;
+  std::string config_hash;               // of the run's settings (informative)
+  std::vector<std::string> checkpoints;  // folder names, oldest written first; some may not exist (yet)
+};
+
+// root/ferry-run.json, or nothing when there is none; a damaged one is an error naming it.
+std::optional<RunManifest> read_run_manifest(const std::filesystem::path& root);
+
+// "step-00000012": the folder of a step's checkpoint; and whether a name is one (8 or more digits, nothing else).
+std::string step_folder_name(int64_t step);
+std::optional<int64_t> step_of_folder_name(const std::string& name);
+
+class CheckpointDir {
+ public:
+  struct Resumed {
+    std::string run_id;             // empty: a checkpoint of an earlier build
+    std::filesystem::path folder;   // the checkpoint folder resumed from
+    int64_t step = 0;
+  };
+
+  // Creates and locks `root` (another live run writing it is refused), checks that it can be written,
+  // and that this run may write there: a fresh run refuses another run's checkpoints unless `overwrite`
+  // (they are deleted when this run writes its first checkpoint); a resumed run continues its own
+  // manifest. Step folders that no manifest lists are never deleted: a fresh run refuses them, a resumed
+  // one those numbered above the step it resumes from. Every error names the folder and the ways out.
+  CheckpointDir(std::filesystem::path root, std::string config_hash, std::optional<Resumed> resumed, bool overwrite);
+  ~CheckpointDir();
+  CheckpointDir(CheckpointDir&& other) noexcept;
+  CheckpointDir& operator=(CheckpointDir&&) = delete;
+  CheckpointDir(const CheckpointDir&) = delete;
+  CheckpointDir& operator=(const CheckpointDir&) = delete;
+
+  // Writes root/step-NNNNNNNN (state.run_id set to this run's), records it in the manifest, and deletes
+  // this run's older checkpoints beyond the newest `keep`. Returns the folder written.
+  std::filesystem::path save(const models::ModelSpec& spec, const models::ParameterStore& params, std::span<const float> m,
+                             std::span<const float> v, TrainState state, int keep);
+
+  const std::string& run_id() const { return run_id_; }
+  const std::filesystem::path& root() const { return root_; }
+
+ private:
+  void lock_and_probe();
+  void adopt(const std::optional<RunManifest>& manifest, const std::optional<Resumed>& resumed, bool overwrite);
+  void refuse_unlisted_folders(const std::optional<Resumed>& resumed) const;
+  void remove_leftover_temporaries(const std::vector<std::string>& run_ids) const;
+  void write_manifest() const;
+  void rotate(int keep);
+
+  std::filesystem::path root_;
+  std::string config_hash_;
+  std::string run_id_;
+  std::vector<std::string> listed_;    // this run's folders, oldest written first
+  std::vector<std::string> replaced_;  // another run's, deleted before this run's first checkpoint
+  int lock_fd_ = -1;
+};
+
+}  // namespace ferry::formats

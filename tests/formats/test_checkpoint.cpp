@@ -1,0 +1,311 @@
+// Checkpoints on disk: CRC32C against published values, state.json's range checks over the committed
+// corpus of bad files, checksums that catch changed files, and checkpoint dirs whose rotation, newest
+// checkpoint and overwriting concern only the folders their run's ferry-run.json lists.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "formats/checkpoint_dir.h"
+#include "formats/crc32c.h"
+#include "models/registry.h"
+#include "models/rng.h"
+#include "test_helpers.h"
+
+namespace ferry::formats {
+namespace {
+
+uint32_t crc_of(const std::string& s) { return crc32c(0, std::as_bytes(std::span(s.data(), s.size()))); }
+
+// Bit by bit, as the polynomial defines it: the reference for the table and the SSE4.2 paths.
+uint32_t crc32c_bitwise(const std::string& s) {
+  uint32_t crc = ~0u;
+  for (unsigned char ch : s) {
+    crc ^= ch;
+    for (int k = 0; k < 8; ++k) crc = (crc & 1) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+  }
+  return ~crc;
+}
+
+TEST(Crc32c, MatchesPublishedValues) {
+  EXPECT_EQ(crc_of(""), 0u);
+  EXPECT_EQ(crc_of("123456789"), 0xE3069283u);  // the check value of CRC-32C
+  EXPECT_EQ(crc_of(std::string(32, '\0')), 0x8A9136AAu);  // RFC 3720, B.4
+  EXPECT_EQ(crc_of(std::string(32, '\xff')), 0x62A8AB43u);
+  std::string ascending(32, '\0');
+  std::iota(ascending.begin(), ascending.end(), '\0');
+  EXPECT_EQ(crc_of(ascending), 0x46DD794Eu);
+}
+
+TEST(Crc32c, AnySplitGivesTheWholesChecksum) {
+  models::Rng rng(3);
+  std::string bytes(1000, '\0');
+  for (char& c : bytes) c = static_cast<char>(rng.uniform() * 256);
+  const uint32_t whole = crc_of(bytes);
+  EXPECT_EQ(whole, crc32c_bitwise(bytes));
+  for (size_t cut : {0, 1, 7, 8, 9, 500, 999, 1000}) {
+    const auto all = std::as_bytes(std::span(bytes.data(), bytes.size()));
+    EXPECT_EQ(crc32c(crc32c(0, all.first(cut)), all.subspan(cut)), whole) << cut;
+  }
+  const auto path = testing::scratch_path("crc.bin");
+  std::ofstream(path, std::ios::binary) << bytes;
+  EXPECT_EQ(checksum_file(path).crc32c, whole);
+  EXPECT_EQ(checksum_file(path).bytes, 1000u);
+  std::filesystem::remove(path);
+}
+
+std::string file_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Each bad state.json of the corpus (named FIELD--what.json) is refused with an error that names FIELD
+// first (dashes read as spaces: "it-is-not-a-JSON-object"); each good one parses.
+TEST(TrainState, TheCorpusOfBadStateFilesIsRefusedNamingTheField) {
+  int bad = 0, good = 0;
+  for (const auto& e : std::filesystem::directory_iterator(testing::source_path("tests/fuzz/corpus/checkpoint_state"))) {
+    const std::string name = e.path().filename().string();
+    std::string field = name.substr(0, name.find("--"));
+    std::replace(field.begin(), field.end(), '-', ' ');
+    if (field == "good") {
+      EXPECT_NO_THROW(parse_train_state(file_text(e.path()), name)) << name;
+      ++good;
+      continue;
+    }
+    try {
+      parse_train_state(file_text(e.path()), name);
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const std::runtime_error& error) {
+      const std::string what = error.what();
+      EXPECT_NE(what.find("'" + name + "' is damaged: " + field), std::string::npos) << name << ": " << what;
+    }
+    ++bad;
+  }
+  EXPECT_GE(bad, 30);
+  EXPECT_GE(good, 3);
+}
+
+// A tiny GPT-2 with deterministic weights and moments.
+struct Tiny {
+  models::ModelConfig model{"gpt2", 1, 2, 8, 16, 4, {}};
+  models::ModelSpec spec = models::build_model(model, 1, 4);
+  models::ParameterStore params{spec.params};
+  std::vector<float> m, v;
+  Tiny() {
+    for (size_t i = 0; i < params.values().size(); ++i) params.values()[i] = 0.001f * static_cast<float>(i % 997);
+    m.assign(params.values().size(), 0.25f);
+    v.assign(params.values().size(), 0.5f);
+  }
+  TrainState state(int64_t step) const {
+    TrainState s;
+    s.step = step;
+    s.optimizer_steps = step;
+    s.config_hash = "0123456789abcdef";
+    s.model = model;
+    s.config = {{"optim.lr", "0.001"}, {"train.steps", "10"}};
+    return s;
+  }
+};
+
+std::vector<std::string> entries(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Checkpoint, RoundTripsWithChecksumsThatCatchAnyChangedFile) {
+  const auto root = testing::scratch_path("ckpt-roundtrip");
+  std::filesystem::remove_all(root);
+  const Tiny t;
+  TrainState s = t.state(3);
+  s.val_loss = 2.5;
+  const auto folder = save_checkpoint(root, t.spec, t.params, t.m, t.v, s, 2);
+  EXPECT_EQ(folder, root / "step-00000003");
+  const auto [read, dir] = read_checkpoint_state(root);
+  EXPECT_EQ(dir, folder);
+  EXPECT_EQ(read.step, 3);
+  EXPECT_EQ(read.val_loss, 2.5);
+  EXPECT_EQ(read.config, s.config);
+  EXPECT_FALSE(read.run_id.empty());
+  ASSERT_EQ(read.files.size(), 2u);
+  EXPECT_EQ(read.files.at("model.safetensors").bytes, std::filesystem::file_size(folder / "model.safetensors"));
+  EXPECT_TRUE(verify_checkpoint_file(dir, read, "optimizer.safetensors"));
+
+  Tiny back;
+  std::fill(back.m.begin(), back.m.end(), 0.0f);
+  load_checkpoint(root, back.spec, back.params, back.m, back.v, {"0123456789abcdef", s.config, 10});
+  for (int i = 0; i < t.params.count(); ++i) {
+    EXPECT_TRUE(std::equal(back.params.value(i).begin(), back.params.value(i).end(), t.params.value(i).begin())) << i;
+    const size_t at = static_cast<size_t>(t.params.value(i).data() - t.params.values().data());
+    EXPECT_EQ(back.m[at], t.m[at]);
+    EXPECT_EQ(back.v[at + t.params.value(i).size() - 1], t.v[at]);
+  }
+
+  // One byte of the moments changed: named, with both checksums.
+  std::string optimizer = file_text(folder / "optimizer.safetensors");
+  optimizer[optimizer.size() - 3] ^= 1;
+  std::ofstream(folder / "optimizer.safetensors", std::ios::binary | std::ios::trunc) << optimizer;
+  const std::string what = error_of([&] { load_checkpoint(root, back.spec, back.params, back.m, back.v, {"0123456789abcdef", s.config, 10}); });
+  EXPECT_NE(what.find("optimizer.safetensors' is damaged: its CRC32C is "), std::string::npos) << what;
+  // A truncated one: named by its size.
+  std::filesystem::resize_file(folder / "model.safetensors", 100);
+  bool verified = false;
+  const std::string truncated = error_of([&] { read_checkpoint_weights(dir, read, t.spec, &verified); });
+  EXPECT_NE(truncated.find("model.safetensors' is damaged: it has 100 bytes, state.json records "), std::string::npos) << truncated;
+  std::filesystem::remove_all(root);
+}
+
+TEST(Checkpoint, ADifferingSettingIsNamedWithBothValues) {
+  const auto root = testing::scratch_path("ckpt-settings");
+  std::filesystem::remove_all(root);
+  Tiny t;
+  save_checkpoint(root, t.spec, t.params, t.m, t.v, t.state(3), 1);
+  const std::string what = error_of([&] {
+    load_checkpoint(root, t.spec, t.params, t.m, t.v, {"fedcba9876543210", {{"optim.lr", "0.003"}, {"train.steps", "10"}}, 10});
+  });
+  EXPECT_NE(what.find("optim.lr: the checkpoint has 0.001, this config 0.003"), std::string::npos) << what;
+  EXPECT_EQ(what.find("train.steps:"), std::string::npos) << what;  // only what differs
+  std::filesystem::remove_all(root);
+}
+
+// Rotation keeps the newest `keep` of the run's own folders, newest by the order written: a run resumed
+// from an older checkpoint supersedes the later ones it rewrites.
+TEST(CheckpointDir, RotatesOnlyItsOwnFoldersNewestWrittenLast) {
+  const auto root = testing::scratch_path("ckpt-rotation");
+  std::filesystem::remove_all(root);
+  const Tiny t;
+  std::filesystem::create_directories(root / "step-00000001-final");
+  std::ofstream(root / "notes.txt") << "the user's\n";
+  std::string run;
+  {
+    CheckpointDir dir(root, "h", std::nullopt, false);
+    run = dir.run_id();
+    for (int step : {1, 2, 3}) dir.save(t.spec, t.params, t.m, t.v, t.state(step), 3);
+  }
+  EXPECT_EQ(read_run_manifest(root)->checkpoints, (std::vector<std::string>{"step-00000001", "step-00000002", "step-00000003"}));
+  {
+    CheckpointDir dir(root, "h", CheckpointDir::Resumed{run, root / "step-00000001", 1}, false);
+    EXPECT_EQ(dir.run_id(), run);
+    dir.save(t.spec, t.params, t.m, t.v, t.state(2), 2);
+  }
+  EXPECT_EQ(read_run_manifest(root)->checkpoints, (std::vector<std::string>{"step-00000003", "step-00000002"}));
+  EXPECT_EQ(find_checkpoint(root), root / "step-00000002");
+  EXPECT_EQ(entries(root), (std::vector<std::string>{"ferry-run.json", "notes.txt", "step-00000001-final", "step-00000002",
+                                                     "step-00000003"}));
+  std::filesystem::remove_all(root);
+}
+
+TEST(CheckpointDir, LeavesNoTemporaryBehindAndClearsItsRunsLeftovers) {
+  const auto root = testing::scratch_path("ckpt-leftovers");
+  std::filesystem::remove_all(root);
+  const Tiny t;
+  std::string run;
+  {
+    CheckpointDir dir(root, "h", std::nullopt, false);
+    run = dir.run_id();
+    dir.save(t.spec, t.params, t.m, t.v, t.state(1), 1);
+  }
+  // As a run killed while writing step 5 leaves it, beside another program's folder of a similar name.
+  std::filesystem::create_directories(root / ("step-00000005." + run + ".tmp"));
+  std::filesystem::create_directories(root / "step-00000005.someone-else.tmp");
+  {
+    CheckpointDir dir(root, "h", CheckpointDir::Resumed{run, root / "step-00000001", 1}, false);
+    dir.save(t.spec, t.params, t.m, t.v, t.state(2), 1);
+  }
+  EXPECT_EQ(entries(root), (std::vector<std::string>{"ferry-run.json", "step-00000002", "step-00000005.someone-else.tmp"}));
+  std::filesystem::remove_all(root);
+}
+
+TEST(CheckpointDir, ASecondLiveWriterIsRefused) {
+  const auto root = testing::scratch_path("ckpt-lock");
+  std::filesystem::remove_all(root);
+  {
+    const CheckpointDir first(root, "h", std::nullopt, false);
+    const std::string what = error_of([&] { CheckpointDir second(root, "h", std::nullopt, false); });
+    EXPECT_NE(what.find("is being written by another ferry run that is still running"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(CheckpointDir(root, "h", std::nullopt, false));  // the lock went with the first
+  std::filesystem::remove_all(root);
+}
+
+// --overwrite-checkpoints replaces another run's listed checkpoints (once this run writes its first), never
+// a folder no manifest lists.
+TEST(CheckpointDir, OverwriteReplacesOnlyTheOtherRunsListedFolders) {
+  const auto root = testing::scratch_path("ckpt-overwrite");
+  std::filesystem::remove_all(root);
+  const Tiny t;
+  {
+    CheckpointDir other(root, "h", std::nullopt, false);
+    for (int step : {1, 2}) other.save(t.spec, t.params, t.m, t.v, t.state(step), 3);
+  }
+  EXPECT_NE(error_of([&] { save_checkpoint(root, t.spec, t.params, t.m, t.v, t.state(1), 3); })
+                .find("holds the checkpoints of another run"),
+            std::string::npos);
+  std::filesystem::create_directories(root / "step-00000007");
+  const std::string unlisted = error_of([&] { CheckpointDir(root, "h", std::nullopt, true); });
+  EXPECT_NE(unlisted.find("holds step-00000007, which no ferry-run.json there lists"), std::string::npos) << unlisted;
+  std::filesystem::remove(root / "step-00000007");
+  CheckpointDir dir(root, "h", std::nullopt, true);
+  EXPECT_TRUE(std::filesystem::exists(root / "step-00000002"));  // until this run has a checkpoint of its own
+  dir.save(t.spec, t.params, t.m, t.v, t.state(1), 3);
+  EXPECT_EQ(entries(root), (std::vector<std::string>{"ferry-run.json", "step-00000001"}));
+  EXPECT_EQ(read_run_manifest(root)->run_id, dir.run_id());
+  EXPECT_EQ(read_checkpoint_state(root).first.run_id, dir.run_id());
+  std::filesystem::remove_all(root);
+}
+
+// A checkpoint dir of an earlier build (no manifest): its newest is the highest step folder holding a
+// state.json; other folders are not taken for checkpoints.
+TEST(FindCheckpoint, ADirOfAnEarlierBuildGivesItsHighestCheckpoint) {
+  const auto root = testing::scratch_path("ckpt-earlier");
+  std::filesystem::remove_all(root);
+  const Tiny t;
+  save_checkpoint(root, t.spec, t.params, t.m, t.v, t.state(2), 3);
+  std::filesystem::remove(root / kRunManifest);
+  for (const char* name : {"step-00000009", "step-00000003-final"}) {
+    std::filesystem::create_directories(root / name);
+    std::filesystem::copy_file(root / "step-00000002" / "state.json", root / name / (name[12] == '9' ? "notes.txt" : "state.json"));
+  }
+  EXPECT_EQ(find_checkpoint(root), root / "step-00000002");
+  std::ofstream(root / kRunManifest) << "{\"run_id\": 3}";
+  const std::string what = error_of([&] { find_checkpoint(root); });
+  EXPECT_NE(what.find("ferry-run.json' is damaged (no run_id)"), std::string::npos) << what;
+  std::filesystem::remove_all(root);
+}
+
+// The shape state.json gives must fit the weights file before anything that size is allocated.
+TEST(Checkpoint, AShapeLargerThanTheWeightsIsRefusedBeforeAllocating) {
+  const auto root = testing::scratch_path("ckpt-shape");
+  std::filesystem::remove_all(root);
+  const Tiny t;
+  const auto folder = save_checkpoint(root, t.spec, t.params, t.m, t.v, t.state(1), 1);
+  TrainState s = read_checkpoint_state(folder).first;
+  s.model.n_embd = 65536;
+  s.model.vocab_size = 1 << 22;
+  const models::ModelSpec huge = models::build_model(s.model, 1, 1);
+  bool verified = false;
+  const std::string what = error_of([&] { read_checkpoint_weights(folder, s, huge, &verified); });
+  EXPECT_NE(what.find("too few for the"), std::string::npos) << what;
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace ferry::formats
