@@ -45,11 +45,11 @@ bool is_integer_literal(const std::string& s) {
   return s.size() > digits && s.find_first_not_of("0123456789", digits) == std::string::npos;
 }
 
-// "out of range; expected an integer >= 1 (at most 2147483647)": the upper bound is named when the allowed
-// text leaves it out, so a value too large never reads as one too small.
+// "out of range; expected an integer >= 1 (at most 2147483647)": for a value above the range, its upper
+// bound is named when the allowed text leaves it out, so a value too large never reads as one too small.
 std::string out_of_range(const std::string& where, const std::string& value, const std::string& allowed,
-                         const std::string& hi) {
-  const std::string note = allowed.find(hi) == std::string::npos ? " (at most " + hi + ")" : "";
+                         const std::string& hi, bool above) {
+  const std::string note = above && allowed.find(hi) == std::string::npos ? " (at most " + hi + ")" : "";
   return where + ": " + value + " is out of range; expected " + allowed + note;
 }
 
@@ -61,15 +61,18 @@ Field number(const std::string& key, T& dst, std::type_identity_t<T> lo, std::ty
   return {key, [&dst, lo, hi, allowed](const YAML::Node& n, const std::string& where) {
             const std::string hi_text = std::is_integral_v<T> ? fmt::format("{}", hi) : fmt::format("{:g}", double(hi));
             T v{};
-            if (n.IsScalar() && !YAML::convert<T>::decode(n, v) && std::is_integral_v<T> && is_integer_literal(n.Scalar()))
-              throw ConfigError(out_of_range(where, n.Scalar(), allowed, hi_text));
-            if (!n.IsScalar() || !YAML::convert<T>::decode(n, v))
+            const bool decoded = n.IsScalar() && YAML::convert<T>::decode(n, v);
+            const bool literal = std::is_integral_v<T> && n.IsScalar() && is_integer_literal(n.Scalar());
+            const bool zero = literal && n.Scalar().find_first_not_of("+-0") == std::string::npos;  // -0 for an unsigned
+            if (!decoded && literal && !zero)
+              throw ConfigError(out_of_range(where, n.Scalar(), allowed, hi_text, n.Scalar()[0] != '-'));
+            if (!decoded && !zero)
               throw ConfigError(where + ": " + scalar_text(n) + " is not " +
                                 (std::is_integral_v<T> ? "an integer" : "a number") + "; expected " + allowed);
             if constexpr (std::is_floating_point_v<T>) {
               if (!std::isfinite(v)) throw ConfigError(where + ": " + n.Scalar() + " is not a finite number; expected " + allowed);
             }
-            if (v < lo || v > hi) throw ConfigError(out_of_range(where, n.Scalar(), allowed, hi_text));
+            if (v < lo || v > hi) throw ConfigError(out_of_range(where, n.Scalar(), allowed, hi_text, v > hi));
             dst = v;
           }};
 }
