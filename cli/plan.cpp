@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -132,7 +133,11 @@ Command add_plan(CLI::App& app) {
             PlanOptions opt;
             opt.policy = args->policy;
             opt.json = args->json;
-            if (!args->budget.empty()) opt.budget = engine::parse_bytes(args->budget);
+            try {
+              if (!args->budget.empty()) opt.budget = engine::parse_bytes(args->budget);
+            } catch (const std::invalid_argument& e) {
+              throw std::runtime_error(std::string("--budget: ") + e.what());
+            }
             return print_plan(engine::load_config(args->config, args->overrides), opt);
           }};
 }

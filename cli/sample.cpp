@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
@@ -22,9 +23,29 @@
 
 namespace ferry::cli {
 
+namespace {
+
+// A checkpoint of a run that diverged, or a damaged file, samples garbage (nan logits pick token 0 every
+// time): say so on stderr, naming the first tensor that is not finite.
+void warn_if_not_finite(const models::ModelSpec& spec, const models::ParameterStore& params, const std::filesystem::path& file) {
+  for (int p = 0; p < params.count(); ++p) {
+    const auto v = params.value(p);
+    const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+    if (bad == v.end()) continue;
+    fmt::print(stderr, "ferry: warning: '{}': tensor {} holds {} (element {}): the weights are not finite, so the text below is "
+               "meaningless; sample an earlier checkpoint, or retrain with a lower optim.lr\n",
+               file.string(), spec.params[p].name, *bad, bad - v.begin());
+    return;
+  }
+}
+
+}  // namespace
+
 std::string sample(const SampleOptions& o) {
-  if (o.tokens < 0) throw std::invalid_argument("--tokens: must be >= 0");
-  if (o.temperature < 0) throw std::invalid_argument("--temperature: must be >= 0");
+  if (o.tokens < 0) throw std::invalid_argument(fmt::format("--tokens: {} is out of range; expected an integer >= 0", o.tokens));
+  if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
+    throw std::invalid_argument(fmt::format("--temperature: {} is not allowed; expected a finite number >= 0", o.temperature));
+  if (o.top_k < 0) throw std::invalid_argument(fmt::format("--top-k: {} is out of range; expected an integer >= 0", o.top_k));
   const auto [state, dir] = formats::read_checkpoint_state(o.checkpoint);
   if (state.model.kind != "gpt2" || state.model.n_layer <= 0)
     throw std::runtime_error("'" + dir.string() + "': sampling needs a GPT checkpoint written by `ferry train`");
@@ -37,6 +58,7 @@ std::string sample(const SampleOptions& o) {
   models::ParameterStore params = formats::read_checkpoint_weights(dir, state, spec, &verified);
   if (!verified)
     fmt::print(stderr, "note: '{}' was written before checkpoints recorded checksums; its weights are not verified\n", dir.string());
+  warn_if_not_finite(spec, params, dir / "model.safetensors");
   models::CpuRunner runner(spec, params);
 
   std::vector<int32_t> text;
@@ -87,12 +109,12 @@ Command add_sample(CLI::App& app) {
   sample_cmd->add_option("--checkpoint", args->checkpoint, "A checkpoint folder, or a train.checkpoint_dir (the newest)")
       ->required();
   sample_cmd->add_option("--prompt", o.prompt, "Text to continue");
-  sample_cmd->add_option("--tokens", o.tokens, "Tokens to generate (default 200)")->check(CLI::NonNegativeNumber);
+  sample_cmd->add_option("--tokens", o.tokens, "Tokens to generate (default 200)")->transform(integer_in(0, INT32_MAX));
   sample_cmd->add_option("--temperature", o.temperature, "Softmax temperature; 0 picks the most likely token (default 0.8)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_at_least(0, "(0: the most likely token)"));
   sample_cmd->add_option("--top-k", o.top_k, "Sample among the k most likely tokens; 0: all (default 0)")
-      ->check(CLI::NonNegativeNumber);
-  sample_cmd->add_option("--seed", o.seed, "Seed of the sampling (default 1)");
+      ->transform(integer_in(0, INT32_MAX, "(0: the whole vocabulary)"));
+  sample_cmd->add_option("--seed", o.seed, "Seed of the sampling (default 1)")->transform(integer_in(0, UINT64_MAX));
   return {sample_cmd, [args] {
             args->options.checkpoint = args->checkpoint;
             fmt::print("{}\n", sample(args->options));

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <memory>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "engine/config.h"
 #include "engine/progress.h"
 #include "engine/trainer.h"
@@ -50,7 +52,7 @@ struct TrainArgs {
   bool overwrite_checkpoints = false;
   std::vector<std::string> overrides;
   int steps = 0;
-  long long seed = -1;
+  std::string seed;  // as written (checked as a uint64): train.seed takes all 2^64 values, so none can mean unset
   int trace_steps = 2;
 };
 
@@ -58,12 +60,13 @@ struct TrainArgs {
 // and returns, so the run can be resumed.
 std::atomic<bool> g_stop{false};
 
-// The summary line of a run whose --resume named its final checkpoint: the losses it recorded.
-int report_already_complete(const engine::TrainSummary& s) {
-  fmt::print("nothing to train: {} is the final checkpoint ({} steps) | val loss {:.4f} (from {:.4f}, {:+.1f}%)\n",
-             s.last_checkpoint.string(), s.steps, s.val_loss, s.val_loss_start,
-             100.0 * (s.val_loss - s.val_loss_start) / s.val_loss_start);
-  return 0;
+// The summary's validation losses. NaN without a validation split, or as the final loss of a checkpoint of
+// an earlier build (which did not record it): say why instead of printing them.
+std::string validation_text(const engine::TrainSummary& s) {
+  if (std::isnan(s.val_loss_start)) return "no validation (data.val_fraction: 0)";
+  if (std::isnan(s.val_loss)) return "final val loss not recorded (a checkpoint of an earlier build)";
+  return fmt::format("val loss {:.4f} (from {:.4f}, {:+.1f}%)", s.val_loss, s.val_loss_start,
+                     100.0 * (s.val_loss - s.val_loss_start) / s.val_loss_start);
 }
 
 int run_train(TrainArgs args) {
@@ -71,7 +74,7 @@ int run_train(TrainArgs args) {
     throw std::runtime_error("--resume: an empty path; name a checkpoint folder or a train.checkpoint_dir (to start afresh, "
                              "leave --resume out)");
   if (args.steps > 0) args.overrides.push_back("train.steps=" + std::to_string(args.steps));
-  if (args.seed >= 0) args.overrides.push_back("train.seed=" + std::to_string(args.seed));
+  if (!args.seed.empty()) args.overrides.push_back("train.seed=" + args.seed);
   const engine::Config cfg = engine::load_config(args.config_path, args.overrides);
   engine::TrainOptions opt;
   opt.metrics = args.metrics_path;
@@ -83,16 +86,19 @@ int run_train(TrainArgs args) {
   std::signal(SIGTERM, [](int) { g_stop = true; });
   opt.stop = &g_stop;
   const auto s = engine::train(cfg, opt);
-  if (s.already_complete) return report_already_complete(s);
+  if (s.already_complete) {  // --resume named the run's final checkpoint: what it recorded
+    fmt::print("nothing to train: {} is the final checkpoint ({} steps) | {}\n", s.last_checkpoint.string(), s.steps,
+               validation_text(s));
+    return 0;
+  }
   if (s.interrupted) {
     fmt::print("interrupted after step {}{}\n", s.steps,
                s.last_checkpoint.empty() ? std::string(" (no train.checkpoint_dir: nothing saved)")
                                          : "; resume with --resume " + s.last_checkpoint.string());
     return kInterruptedStatus;
   }
-  fmt::print("done: {} steps in {} | train loss {:.4f} | val loss {:.4f} (from {:.4f}, {:+.1f}%) | {:.0f} tokens/s\n",
-             s.steps, engine::format_duration(s.wall_s), s.train_loss, s.val_loss, s.val_loss_start,
-             100.0 * (s.val_loss - s.val_loss_start) / s.val_loss_start, s.tokens_per_s);
+  fmt::print("done: {} steps in {} | train loss {:.4f} | {} | {:.0f} tokens/s\n", s.steps, engine::format_duration(s.wall_s),
+             s.train_loss, validation_text(s), s.tokens_per_s);
   return 0;
 }
 
@@ -102,8 +108,8 @@ Command add_train(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   auto* train = app.add_subcommand("train", "Train a model from a YAML experiment file");
   train->add_option("-c,--config", args->config_path, "Experiment file (YAML)")->required()->check(CLI::ExistingFile);
-  train->add_option("--steps", args->steps, "Override train.steps")->check(CLI::PositiveNumber);
-  train->add_option("--seed", args->seed, "Override train.seed")->check(CLI::NonNegativeNumber);
+  train->add_option("--steps", args->steps, "Override train.steps")->transform(integer_in(1, INT32_MAX));
+  train->add_option("--seed", args->seed, "Override train.seed")->transform(integer_in(0, UINT64_MAX));
   train->add_option("--metrics", args->metrics_path, "Write one JSON line per step to this file "
                                                       "(step, loss, val_loss when evaluated, lr, grad_norm, tokens_per_s, elapsed_s, "
                                                       "step_s, predicted_step_s, stall_s, h2d_bytes, d2h_bytes, peak_device_bytes; "
@@ -111,7 +117,7 @@ Command add_train(CLI::App& app) {
   train->add_option("--trace", args->trace_path, "Write a Chrome/Perfetto trace (open in ui.perfetto.dev): a track per stream "
                                                  "and the CPU AdamW worker, a slice per op, copy and optimizer task");
   train->add_option("--trace-steps", args->trace_steps, "Steps the trace covers, from the first (default 2)")
-      ->check(CLI::PositiveNumber);
+      ->transform(integer_in(1, INT32_MAX));
   train->add_option("--set", args->overrides, "Override any config key, e.g. --set optim.lr=1e-3 (repeatable)");
   auto* resume = train->add_option("--resume", args->resume, "Continue from a checkpoint folder, or the newest in a "
                                                              "train.checkpoint_dir; the config must match the run that wrote it");

@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 #include "memory/bucket_layout.h"
 
@@ -36,15 +38,41 @@ std::string scalar_text(const YAML::Node& n) {
   return os.str();
 }
 
+// Whether a scalar is written as a decimal integer: one that does not decode into a field's type is then too
+// large for it, not "not an integer".
+bool is_integer_literal(const std::string& s) {
+  const size_t digits = s.find_first_not_of("+-") == 1 ? 1 : 0;
+  return s.size() > digits && s.find_first_not_of("0123456789", digits) == std::string::npos;
+}
+
+// "out of range; expected an integer >= 1 (at most 2147483647)": for a value above the range, its upper
+// bound is named when the allowed text leaves it out, so a value too large never reads as one too small.
+std::string out_of_range(const std::string& where, const std::string& value, const std::string& allowed,
+                         const std::string& hi, bool above) {
+  const std::string note = above && allowed.find(hi) == std::string::npos ? " (at most " + hi + ")" : "";
+  return where + ": " + value + " is out of range; expected " + allowed + note;
+}
+
+// A number in [lo, hi]. Floating-point fields refuse YAML's .nan and .inf, which every range check passes
+// or fails for the wrong reason; integer fields compare in their own type, so 2^64-1 fits a uint64_t.
 template <class T>
-Field number(const std::string& key, T& dst, double lo, double hi, const std::string& allowed) {
-  return {key, [&dst, lo, hi, allowed, key](const YAML::Node& n, const std::string& where) {
+Field number(const std::string& key, T& dst, std::type_identity_t<T> lo, std::type_identity_t<T> hi,
+             const std::string& allowed) {
+  return {key, [&dst, lo, hi, allowed](const YAML::Node& n, const std::string& where) {
+            const std::string hi_text = std::is_integral_v<T> ? fmt::format("{}", hi) : fmt::format("{:g}", double(hi));
             T v{};
-            if (!n.IsScalar() || !YAML::convert<T>::decode(n, v))
+            const bool decoded = n.IsScalar() && YAML::convert<T>::decode(n, v);
+            const bool literal = std::is_integral_v<T> && n.IsScalar() && is_integer_literal(n.Scalar());
+            const bool zero = literal && n.Scalar().find_first_not_of("+-0") == std::string::npos;  // -0 for an unsigned
+            if (!decoded && literal && !zero)
+              throw ConfigError(out_of_range(where, n.Scalar(), allowed, hi_text, n.Scalar()[0] != '-'));
+            if (!decoded && !zero)
               throw ConfigError(where + ": " + scalar_text(n) + " is not " +
                                 (std::is_integral_v<T> ? "an integer" : "a number") + "; expected " + allowed);
-            if (static_cast<double>(v) < lo || static_cast<double>(v) > hi)
-              throw ConfigError(where + ": " + n.Scalar() + " is out of range; expected " + allowed);
+            if constexpr (std::is_floating_point_v<T>) {
+              if (!std::isfinite(v)) throw ConfigError(where + ": " + n.Scalar() + " is not a finite number; expected " + allowed);
+            }
+            if (v < lo || v > hi) throw ConfigError(out_of_range(where, n.Scalar(), allowed, hi_text, v > hi));
             dst = v;
           }};
 }
@@ -127,7 +155,7 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   leaf_parent[parts.back()] = value;
 }
 
-constexpr double kIntMax = std::numeric_limits<int>::max();
+constexpr int kIntMax = std::numeric_limits<int>::max();
 
 // The YAML text as a mapping of sections, with the --set overrides applied.
 YAML::Node load_root(const std::string& yaml, const std::vector<std::string>& overrides) {
@@ -169,19 +197,27 @@ void read_model(const YAML::Node& node, models::ModelConfig& model, const std::f
                 existing_path("init_from", model.init_from, base_dir, false)});
 }
 
-// Returns data.path as written: it is resolved and checked with the keys across sections (whether a
-// small vocabulary is allowed depends on it being a token shard).
-std::string read_data(const YAML::Node& node, DataConfig& data) {
-  std::string data_path;
+// What the data section says that only the checks across sections can judge.
+struct DataKeys {
+  std::string path;              // data.path as written: whether a small vocabulary is allowed depends on it being a token shard
+  bool mask_token_id = false;    // given: it means something to BERT only
+};
+
+DataKeys read_data(const YAML::Node& node, DataConfig& data) {
+  DataKeys given;
+  const Field mask = number("mask_token_id", data.mask_token_id, -1, 1 << 22, "a token id >= 0, or -1 for the last id of the vocabulary");
   read_section(node, "data",
                {{"path", [&](const YAML::Node& n, const std::string& where) {
                    if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a file path");
-                   data_path = n.Scalar();
+                   given.path = n.Scalar();
                  }},
                 choice("tokenizer", data.tokenizer, {"byte"}),
                 number("val_fraction", data.val_fraction, 0.0, 0.5, "a fraction in [0, 0.5]"),
-                number("mask_token_id", data.mask_token_id, -1, 1 << 22, "a token id >= 0, or -1 for the last id of the vocabulary")});
-  return data_path;
+                {"mask_token_id", [&](const YAML::Node& n, const std::string& where) {
+                   mask.read(n, where);
+                   given.mask_token_id = true;
+                 }}});
+  return given;
 }
 
 void read_optim(const YAML::Node& node, OptimConfig& optim) {
@@ -191,7 +227,7 @@ void read_optim(const YAML::Node& node, OptimConfig& optim) {
                  [&](const YAML::Node& n, const std::string& where) {
                    double b1 = 0, b2 = 0;
                    if (!n.IsSequence() || n.size() != 2 || !YAML::convert<double>::decode(n[0], b1) ||
-                       !YAML::convert<double>::decode(n[1], b2) || b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1)
+                       !YAML::convert<double>::decode(n[1], b2) || !(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))  // NaN fails
                      throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected [beta1, beta2] with each in [0, 1)");
                    optim.beta1 = b1, optim.beta2 = b2;
                  }},
@@ -210,7 +246,7 @@ void read_train(const YAML::Node& node, TrainConfig& train) {
                {number("batch_size", train.batch_size, 1, 1 << 20, "an integer >= 1"),
                 number("grad_accum", train.grad_accum, 1, 1 << 20, "an integer >= 1"),
                 number("steps", train.steps, 1, kIntMax, "an integer >= 1"),
-                number("seed", train.seed, 0, 1.8e19, "an integer >= 0"),
+                number("seed", train.seed, 0, std::numeric_limits<uint64_t>::max(), "an integer >= 0"),
                 number("log_every", train.log_every, 1, kIntMax, "an integer >= 1"),
                 number("eval_every", train.eval_every, 0, kIntMax, "an integer >= 0 (0: start and end only)"),
                 number("eval_batches", train.eval_batches, 1, 1 << 20, "an integer >= 1"),
@@ -243,17 +279,17 @@ void read_offload(const YAML::Node& node, OffloadConfig& offload, const std::fil
                {{"bucket_mb", [&](const YAML::Node& n, const std::string& where) {
                    double mb = 0;
                    if (n.IsScalar() && n.Scalar() == "auto") return;
-                   if (!n.IsScalar() || !YAML::convert<double>::decode(n, mb) || mb < 0.25 || mb > 65536)
+                   if (!n.IsScalar() || !YAML::convert<double>::decode(n, mb) || !(mb >= 0.25 && mb <= 65536))  // NaN fails
                      throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected auto or MiB in [0.25, 65536]");
                    offload.bucket_bytes = static_cast<int64_t>(mb * (1 << 20));
                  }},
                 choice("policy", offload.policy, {"resident", "zero-offload", "chunk-lru", "greedy"}),
                 {"gpu_budget", [&](const YAML::Node& n, const std::string& where) {
+                   if (!n.IsScalar()) throw ConfigError(where + ": " + scalar_text(n) + " is not a size; expected e.g. 8GiB, 512MiB or 1.5GB");
                    try {
-                     if (!n.IsScalar()) throw std::invalid_argument("");
                      offload.gpu_budget = parse_bytes(n.Scalar());
-                   } catch (const std::invalid_argument&) {
-                     throw ConfigError(where + ": " + scalar_text(n) + " is not a size; expected e.g. 8GiB, 512MiB or 1.5GB");
+                   } catch (const std::invalid_argument& e) {
+                     throw ConfigError(where + ": " + e.what());
                    }
                  }},
                 existing_path("cost_model", offload.cost_model, base_dir, true),
@@ -285,7 +321,8 @@ std::filesystem::path resolve_data_path(const std::string& data_path, const std:
 }
 
 // What no single key can check; also fills data.path and the default of optim.min_lr, which depend on others.
-void check_across_keys(Config& c, const std::string& data_path, const std::filesystem::path& base_dir) {
+void check_across_keys(Config& c, const DataKeys& data, const std::filesystem::path& base_dir) {
+  const std::string& data_path = data.path;
   if (c.model.n_embd % c.model.n_head != 0)
     throw ConfigError("model.n_embd: " + std::to_string(c.model.n_embd) + " is not a multiple of model.n_head (" +
                       std::to_string(c.model.n_head) + ")");
@@ -297,6 +334,9 @@ void check_across_keys(Config& c, const std::string& data_path, const std::files
   if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
     throw ConfigError("train.checkpoint_every: " + std::to_string(c.train.checkpoint_every) +
                       " needs train.checkpoint_dir (where to write them)");
+  if (data.mask_token_id && c.model.kind != "bert")
+    throw ConfigError("data.mask_token_id: applies to model.kind: bert only (this is " + c.model.kind +
+                      ", which masks nothing); remove the key");
   if (c.data.mask_token_id >= c.model.vocab_size)
     throw ConfigError("data.mask_token_id: " + std::to_string(c.data.mask_token_id) + " is not below model.vocab_size " +
                       std::to_string(c.model.vocab_size));
@@ -314,12 +354,12 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
     const YAML::Node root = load_root(yaml, overrides);
     check_section_names(root);
     read_model(root["model"], c.model, base_dir);
-    const std::string data_path = read_data(root["data"], c.data);
+    const DataKeys data = read_data(root["data"], c.data);
     read_optim(root["optim"], c.optim);
     read_train(root["train"], c.train);
     read_offload(root["offload"], c.offload, base_dir);
     read_device(root["device"], c.device, c.host_device);
-    check_across_keys(c, data_path, base_dir);
+    check_across_keys(c, data, base_dir);
   } catch (const ConfigError& e) {
     throw std::runtime_error(origin + ": " + e.what());
   }
@@ -335,21 +375,31 @@ int64_t Config::bucket_bytes() const {
 }
 
 int64_t parse_bytes(const std::string& text) {
-  size_t used = 0;
+  // A decimal number and a unit. std::from_chars, unlike std::stod, takes no leading space or sign, but it
+  // does take nan and inf: the first character must be a digit or a point.
+  const std::string not_a_size = "'" + text + "' is not a size; expected e.g. 8GiB, 512MiB or 1.5GB";
   double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("'" + text + "' is not a size");
-  }
-  std::string unit = text.substr(used);
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || text.find_first_of("0123456789.") != 0 || ec == std::errc::invalid_argument)
+    throw std::invalid_argument(not_a_size);
+  std::string unit(end, text.data() + text.size());
   unit.erase(0, unit.find_first_not_of(' '));
   static const std::vector<std::pair<std::string, double>> units{
       {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
       {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
-  for (const auto& [name, scale] : units)
-    if (unit == name && value >= 0) return static_cast<int64_t>(value * scale);
-  throw std::invalid_argument("'" + text + "' is not a size; expected e.g. 8GiB, 512MiB or 1.5GB");
+  const auto it = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == unit; });
+  if (it == units.end()) throw std::invalid_argument(not_a_size);
+  // 0 would read as "not given", and 2^63 bytes no longer fit the int64_t every byte count is. A count of
+  // bytes is taken as written (a double would round 2^63-1 up).
+  int64_t exact = 0;
+  const auto as_integer = std::from_chars(text.data(), end, exact);
+  const bool integer = it->second == 1 && as_integer.ptr == end && as_integer.ec == std::errc();
+  const double bytes = integer ? double(exact) : ec == std::errc::result_out_of_range ? HUGE_VAL : value * it->second;
+  if (integer ? exact < 1 : !(bytes >= 1 && bytes < 9223372036854775808.0))
+    throw std::invalid_argument("'" + text + "' is out of range; expected at least 1 byte and less than 8 EiB (2^63 bytes), "
+                                "e.g. 8GiB");
+  if (integer) return exact;
+  return static_cast<int64_t>(bytes);
 }
 
 std::vector<std::pair<std::string, std::string>> config_identity(const Config& c) {

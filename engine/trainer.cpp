@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -25,6 +26,7 @@
 #include "engine/loss_scaler.h"
 #include "engine/progress.h"
 #include "engine/step_planning.h"
+#include "dataset/token_shard.h"
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_dir.h"
 #include "formats/weights.h"
@@ -91,6 +93,17 @@ std::string host_device_note(const Config& cfg) {
                   : "auto -> cpu (no CUDA device)";
 }
 
+// Whether `token` occurs in the data file: a token shard, or text whose bytes are the tokens.
+bool data_holds(const std::filesystem::path& path, int32_t token) {
+  if (dataset::is_token_shard(path)) {
+    const dataset::TokenShard shard(path);
+    return std::find(shard.tokens().begin(), shard.tokens().end(), token) != shard.tokens().end();
+  }
+  std::ifstream in(path, std::ios::binary);
+  return token < 256 && std::find(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), static_cast<char>(token)) !=
+                            std::istreambuf_iterator<char>();
+}
+
 // The training and validation batches of a run, as the model takes them (masked-LM batches for BERT).
 class Batches {
  public:
@@ -104,6 +117,12 @@ class Batches {
           "data.path: '" + cfg.data.path.string() + "' holds token id " + std::to_string(data_.max_token()) +
           (last_is_mask ? ", which BERT needs below model.vocab_size - 1 (the last id is [MASK]); raise model.vocab_size or set data.mask_token_id"
                         : ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size)));
+    // A [MASK] that is also a data token would make masked positions and real ones the same input.
+    if (mlm_ && !mask_is_last_ && data_holds(cfg.data.path, mask_id_))
+      throw std::runtime_error(fmt::format(
+          "data.mask_token_id: {} occurs in data.path '{}' as a real token, so the model could not tell [MASK] from it; set it "
+          "to the vocabulary's [MASK] (ferry tokenize prints it), an id the data never uses, or remove it to use the last id",
+          mask_id_, cfg.data.path.string()));
   }
   const dataset::TextDataset& data() const { return data_; }
   dataset::Batch train(int64_t index) const {
@@ -171,6 +190,7 @@ class Run {
   void checkpoint(int step);
   void log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val);
   StepResult execute_step(int step, double* step_s);
+  std::string non_finite_loss(int step, float loss);
   bool run_step(int step, int first_step);  // false: stop here
   void summarise();
   TrainSummary report_already_complete();
@@ -392,9 +412,44 @@ StepResult Run::execute_step(int step, double* step_s) {
   sum_.h2d_bytes = r.h2d_bytes, sum_.d2h_bytes = r.d2h_bytes;
   sum_.stall_s += r.stall_s;
   sum_.losses.push_back(r.loss);
-  if (!std::isfinite(r.loss))
-    throw std::runtime_error(fmt::format("step {}: the loss is {}; lower optim.lr or raise optim.warmup_steps", step, r.loss));
+  if (!std::isfinite(r.loss)) throw std::runtime_error(non_finite_loss(step, r.loss));
   return r;
+}
+
+// nan without the sign fmt gives it (a NaN's sign bit means nothing), inf and -inf as they are.
+std::string non_finite_text(float x) { return std::isnan(x) ? "nan" : fmt::format("{}", x); }
+
+// The first weight that is not finite, as "tensor NAME holds VALUE"; empty when all are.
+std::string first_non_finite(const models::ModelSpec& spec, const models::ParameterStore& params) {
+  for (int p = 0; p < params.count(); ++p) {
+    const auto v = params.value(p);
+    const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+    if (bad != v.end()) return fmt::format("tensor {} holds {}", spec.params[p].name, non_finite_text(*bad));
+  }
+  return {};
+}
+
+// What a loss that is not finite means, and what to do. Weights already not finite at the first step came
+// so from where the run started (a damaged or diverged file), which no learning rate fixes; later, the run
+// diverged. (A step whose gradients are not finite is skipped, so the weights are those that gave the loss.)
+std::string Run::non_finite_loss(int step, float loss) {
+  executor_.download_state();
+  gather_weights(host_, params_);
+  const std::string bad = first_non_finite(spec_, params_);
+  const bool first = step == static_cast<int>(resumed_.step) + 1;
+  const std::string source = resume_from_                      ? "the checkpoint resumed, '" + resume_from_->second.string() + "'"
+                             : !cfg_.model.init_from.empty()  ? "model.init_from, '" + cfg_.model.init_from.string() + "'"
+                                                              : "the initialisation";
+  if (first && !bad.empty())
+    return fmt::format("step {}: the loss is {} because the weights were not finite before training began ({}); they come from "
+                       "{}, which is damaged or was saved from a run that diverged: lowering optim.lr will not help; start from "
+                       "other weights", step, non_finite_text(loss), bad, source);
+  if (first)
+    return fmt::format("step {}: the loss is {} at the first step of this run, before its first update, with finite weights "
+                       "from {}: lowering optim.lr will not help; look for extreme values in those weights", step, non_finite_text(loss), source);
+  return fmt::format("step {}: the loss is {}{}: the run diverged; lower optim.lr or raise optim.warmup_steps{}", step, non_finite_text(loss),
+                     bad.empty() ? "" : " and the weights are no longer finite (" + bad + ")",
+                     cfg_.optim.grad_clip > 0 ? "" : ", or clip gradients (optim.grad_clip: 1.0)");
 }
 
 // One step, then its evaluation, log line and checkpoint. Returns false when the run stops here.

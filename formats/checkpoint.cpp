@@ -27,7 +27,6 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMaxStep = std::numeric_limits<int>::max();  // the trainer counts steps in an int
-constexpr double kMaxLossScale = 3.4e38;                       // a float's range: the scale multiplies fp32 losses
 
 std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }
 
@@ -123,7 +122,9 @@ std::optional<TrainState::PendingUpdate> read_pending(const StateFields& f, int6
   p.adam_step = u.integer("adam_step", 1, optimizer_steps + 1);
   p.lr = u.number("lr", 0, 10, false, false);
   p.grad_norm = u.number("grad_norm", 0, 1e300, false, false, 0.0);
-  p.grad_scale = static_cast<float>(u.number("grad_scale", 0, kMaxLossScale, true, false, 1.0));
+  // The fp32 loss scale the step used: infinite (written as null) when the scale had grown beyond fp32.
+  const double grad_scale = u.number("grad_scale", 0, std::numeric_limits<float>::max(), true, true, 1.0);
+  p.grad_scale = std::isnan(grad_scale) ? std::numeric_limits<float>::infinity() : static_cast<float>(grad_scale);
   p.skipped = u.boolean("skipped", false);
   return p;
 }
@@ -238,7 +239,10 @@ TrainState parse_train_state(const std::string& text, const std::string& origin)
   s.optimizer_steps = f.integer("optimizer_steps", 0, s.step, 0);  // skipped steps apply no update
   s.val_loss_start = f.number("val_loss_start", 0, 1e6, false, true, 0.0);
   s.val_loss = f.number("val_loss", 0, 1e6, false, true, std::nan(""));
-  s.loss_scale = f.number("loss_scale", 0, kMaxLossScale, true, false, 1.0);
+  // fp16's dynamic scale: a power of two, never below 1, and it may grow beyond fp32's range (it overflows).
+  s.loss_scale = f.number("loss_scale", 1, std::numeric_limits<double>::max(), false, false, 1.0);
+  int exponent = 0;
+  if (std::frexp(s.loss_scale, &exponent) != 0.5) f.fail("loss_scale", fmt::format("is {}; expected a power of two >= 1", s.loss_scale));
   s.loss_scale_good_steps = static_cast<int>(f.integer("loss_scale_good_steps", 0, std::numeric_limits<int>::max(), 0));
   s.config_hash = f.text("config_hash");
   s.tokenizer = f.text("tokenizer", std::string("byte"));

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <fstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace ferry::offload {
 
@@ -24,40 +26,59 @@ int64_t CostModel::tensor_bytes(const models::ModelSpec& spec, int tensor) const
   return models::numel(shape) * activation_bytes;
 }
 
+namespace {
+
+// Every figure a cost model holds: a file that leaves one out would plan with a made-up default. (name and
+// assumed may be left out: the file's path names it, and its figures are then taken as assumed.)
+const std::vector<std::string> kRequiredKeys{"flops_per_s", "memory_bytes_per_s", "op_overhead_s", "activation_bytes",
+                                             "weight_bytes", "fused_attention", "h2d", "d2h", "cpu_adam_params_per_s",
+                                             "cpu_norm_params_per_s", "device_adam_params_per_s"};
+
+void require_keys(const nlohmann::json& j, const std::string& origin) {
+  std::string missing;
+  for (const auto& key : kRequiredKeys)
+    if (!j.contains(key)) missing += (missing.empty() ? "" : ", ") + key;
+  for (const char* link : {"h2d", "d2h"})
+    for (const char* key : {"gbps", "latency_s"})
+      if (j.contains(link) && j[link].is_object() && !j[link].contains(key))
+        missing += (missing.empty() ? "" : ", ") + std::string(link) + "." + key;
+  if (!missing.empty())
+    throw std::runtime_error(origin + ": the cost model lacks " + missing +
+                             "; give every figure (configs/cost_models/h100-assumed.json has them all)");
+}
+
+}  // namespace
+
 CostModel CostModel::from_json(const nlohmann::json& j, const std::string& origin) {
+  if (!j.is_object()) throw std::runtime_error(origin + ": a cost model is a JSON object");
+  require_keys(j, origin);
   CostModel c;
-  auto number = [&](const char* key, double& dst, double lo) {
-    if (!j.contains(key)) return;
-    if (!j[key].is_number() || j[key].get<double>() < lo)
-      throw std::runtime_error(origin + ": '" + key + "' must be a number >= " + std::to_string(lo));
-    dst = j[key].get<double>();
+  auto number = [&](const nlohmann::json& v, const std::string& key, double& dst, double lo) {
+    if (!v.is_number() || v.get<double>() < lo)
+      throw std::runtime_error(origin + ": '" + key + "' must be a number >= " + nlohmann::json(lo).dump());
+    dst = v.get<double>();
   };
   auto link = [&](const char* key, LinkCost& dst) {
-    if (!j.contains(key)) return;
     const auto& l = j[key];
-    if (!l.is_object() || !l.contains("gbps") || !l["gbps"].is_number() || l["gbps"].get<double>() <= 0)
+    if (!l.is_object() || !l["gbps"].is_number() || l["gbps"].get<double>() <= 0)
       throw std::runtime_error(origin + ": '" + key + "' needs {\"gbps\": > 0, \"latency_s\": >= 0}");
     dst.gbps = l["gbps"].get<double>();
-    if (l.contains("latency_s")) dst.latency_s = std::max(0.0, l["latency_s"].get<double>());
+    number(l["latency_s"], std::string(key) + ".latency_s", dst.latency_s, 0);
   };
-  if (!j.is_object()) throw std::runtime_error(origin + ": a cost model is a JSON object");
   c.name = j.value("name", origin);
   c.assumed = j.value("assumed", true);
-  number("flops_per_s", c.flops_per_s, 1e6);
-  number("memory_bytes_per_s", c.memory_bytes_per_s, 1e6);
-  number("op_overhead_s", c.op_overhead_s, 0);
-  number("cpu_adam_params_per_s", c.cpu_adam_params_per_s, 1);
-  number("device_adam_params_per_s", c.device_adam_params_per_s, 1);
-  c.cpu_norm_params_per_s = 7 * c.cpu_adam_params_per_s;
-  number("cpu_norm_params_per_s", c.cpu_norm_params_per_s, 1);
-  double ab = c.activation_bytes, wb = c.weight_bytes;
-  number("activation_bytes", ab, 1);
-  number("weight_bytes", wb, 1);
+  number(j["flops_per_s"], "flops_per_s", c.flops_per_s, 1e6);
+  number(j["memory_bytes_per_s"], "memory_bytes_per_s", c.memory_bytes_per_s, 1e6);
+  number(j["op_overhead_s"], "op_overhead_s", c.op_overhead_s, 0);
+  number(j["cpu_adam_params_per_s"], "cpu_adam_params_per_s", c.cpu_adam_params_per_s, 1);
+  number(j["device_adam_params_per_s"], "device_adam_params_per_s", c.device_adam_params_per_s, 1);
+  number(j["cpu_norm_params_per_s"], "cpu_norm_params_per_s", c.cpu_norm_params_per_s, 1);
+  double ab = 0, wb = 0;
+  number(j["activation_bytes"], "activation_bytes", ab, 1);
+  number(j["weight_bytes"], "weight_bytes", wb, 1);
   c.activation_bytes = static_cast<int>(ab), c.weight_bytes = static_cast<int>(wb);
-  if (j.contains("fused_attention")) {
-    if (!j["fused_attention"].is_boolean()) throw std::runtime_error(origin + ": 'fused_attention' must be true or false");
-    c.fused_attention = j["fused_attention"].get<bool>();
-  }
+  if (!j["fused_attention"].is_boolean()) throw std::runtime_error(origin + ": 'fused_attention' must be true or false");
+  c.fused_attention = j["fused_attention"].get<bool>();
   link("h2d", c.h2d);
   link("d2h", c.d2h);
   return c;

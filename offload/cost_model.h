@@ -31,8 +31,7 @@ struct CostModel {
   LinkCost h2d, d2h;
   double cpu_adam_params_per_s = 1e9;
   // The fused gradient-statistics pass (sum of squares, inf/nan) that global-norm clipping needs before
-  // any update. When a JSON model omits it: 7x the AdamW rate (it reads 4 bytes per parameter; fp32
-  // AdamW moves 28).
+  // any update (it reads 4 bytes per parameter where fp32 AdamW moves 28, hence the default's 7x).
   double cpu_norm_params_per_s = 7e9;
   double device_adam_params_per_s = 5e10;
 

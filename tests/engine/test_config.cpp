@@ -133,12 +133,78 @@ TEST(Config, OffloadOverlapAndPrecision) {
 TEST(Config, ChecksAcrossKeysNameBothKeys) {
   EXPECT_NE(error_of(kMinimal, {"train.checkpoint_every=5"}).find("train.checkpoint_every: 5 needs train.checkpoint_dir"),
             std::string::npos);
-  EXPECT_NE(error_of(kMinimal, {"data.mask_token_id=256"}).find("data.mask_token_id: 256 is not below model.vocab_size 256"),
+  EXPECT_NE(error_of(kMinimal, {"model.kind=bert", "model.vocab_size=257", "data.mask_token_id=257"})
+                .find("data.mask_token_id: 257 is not below model.vocab_size 257"),
             std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"optim.lr=0.001", "optim.min_lr=0.01"}).find("optim.min_lr: 0.010000 is above optim.lr"),
             std::string::npos);
   // A token shard may have a vocabulary smaller than the byte tokenizer's (the shard's own tokenizer made it).
   EXPECT_NE(error_of(kMinimal, {"data.path=data/tokens.bin", "model.vocab_size=100"}).find("data.path: '"), std::string::npos);
+}
+
+// YAML's .nan and .inf decode as numbers that pass or fail range checks for the wrong reason: every
+// floating-point key refuses them and names itself.
+TEST(Config, EveryNumberRefusesNanAndInfinities) {
+  const std::vector<std::string> keys{"optim.lr", "optim.min_lr", "optim.eps", "optim.weight_decay", "optim.grad_clip",
+                                      "data.val_fraction", "device.host.link_gbps", "offload.bucket_mb",
+                                      "train.loss_scale_init"};
+  for (const std::string& key : keys)
+    for (const char* value : {".nan", ".inf", "-.inf", ".NaN"}) {
+      const std::string err = error_of(kMinimal, {key + "=" + value});
+      EXPECT_NE(err.find("test.yaml: " + key + ": "), std::string::npos) << key << "=" << value << ": " << err;
+      EXPECT_NE(err.find("expected"), std::string::npos) << err;
+    }
+  EXPECT_NE(error_of(kMinimal, {"optim.lr=.nan"}).find("optim.lr: .nan is not a finite number; expected a learning rate in [0, 10]"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"optim.grad_clip=.nan"}).find("optim.grad_clip: .nan is not a finite number"), std::string::npos);
+  for (const char* betas : {"optim.betas=[.nan, 0.9]", "optim.betas=[0.9, .nan]"})
+    EXPECT_NE(error_of(kMinimal, {betas}).find("optim.betas: "), std::string::npos) << betas;
+}
+
+// A value beyond its field's type is out of range (and says the largest allowed), not "not an integer".
+TEST(Config, IntegersTooLargeAreOutOfRangeWithTheirBound) {
+  EXPECT_NE(error_of(kMinimal, {"train.steps=3000000000"}).find("train.steps: 3000000000 is out of range; expected an integer >= 1 (at most 2147483647)"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"train.batch_size=2000000"}).find("train.batch_size: 2000000 is out of range; expected an integer >= 1 (at most 1048576)"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"model.n_layer=99999999999999999999"}).find("model.n_layer: 99999999999999999999 is out of range; expected an integer in [1, 1024]"),
+            std::string::npos);
+  EXPECT_EQ(parse(kMinimal, {"train.seed=18446744073709551615"}).train.seed, 18446744073709551615ull);
+  EXPECT_NE(error_of(kMinimal, {"train.seed=18446744073709551616"}).find("train.seed: 18446744073709551616 is out of range; expected an integer >= 0 (at most 18446744073709551615)"),
+            std::string::npos);
+  // Below the range: no upper bound in the message.
+  EXPECT_TRUE(error_of(kMinimal, {"train.seed=-1"}).ends_with("train.seed: -1 is out of range; expected an integer >= 0"))
+      << error_of(kMinimal, {"train.seed=-1"});
+  EXPECT_TRUE(error_of(kMinimal, {"train.steps=-2147483649"}).ends_with("train.steps: -2147483649 is out of range; expected an integer >= 1"))
+      << error_of(kMinimal, {"train.steps=-2147483649"});
+  EXPECT_EQ(parse(kMinimal, {"train.seed=-0"}).train.seed, 0u);
+  EXPECT_NE(error_of(kMinimal, {"train.steps=1e3"}).find("train.steps: '1e3' is not an integer"), std::string::npos);
+}
+
+// A budget of 0 bytes, or one the bytes cannot hold, is an error naming the key, never "unset".
+TEST(Config, BudgetsAreValidated) {
+  for (const char* budget : {"0", "0B", "0.4", "0GiB", "9223372036854775808", "2e19", "10000000TB", "1e400", "1e-400MiB"}) {
+    const std::string err = error_of(kMinimal, {std::string("offload.gpu_budget=") + budget});
+    EXPECT_NE(err.find(std::string("offload.gpu_budget: '") + budget + "' is out of range; expected at least 1 byte and less than 8 EiB"),
+              std::string::npos) << budget << ": " << err;
+  }
+  for (const char* budget : {"nan", "inf", ".inf", "-1GiB", "+8GiB", " 8GiB", "0x10", "8 gigs", ""}) {
+    const std::string err = error_of(kMinimal, {std::string("offload.gpu_budget='") + budget + "'"});
+    EXPECT_NE(err.find("' is not a size; expected e.g. 8GiB"), std::string::npos) << budget << ": " << err;
+  }
+  EXPECT_EQ(parse(kMinimal, {"offload.gpu_budget=9223372036854775807"}).offload.gpu_budget, INT64_MAX);
+  EXPECT_EQ(parse(kMinimal, {"offload.gpu_budget=1"}).offload.gpu_budget, 1);
+  EXPECT_EQ(parse(kMinimal, {"offload.gpu_budget=1.5 GiB"}).offload.gpu_budget, int64_t(3) << 29);
+  EXPECT_EQ(parse(kMinimal).offload.gpu_budget, 0);  // absent: unset
+  EXPECT_THROW(parse_bytes("0"), std::invalid_argument);
+}
+
+TEST(Config, MaskTokenIdAppliesToBertOnly) {
+  EXPECT_NE(error_of(kMinimal, {"data.mask_token_id=5"}).find("data.mask_token_id: applies to model.kind: bert only"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"data.mask_token_id=-1"}).find("data.mask_token_id: applies to model.kind: bert only"),
+            std::string::npos);
+  EXPECT_EQ(parse(kMinimal, {"model.kind=bert", "model.vocab_size=1000", "data.mask_token_id=4"}).data.mask_token_id, 4);
 }
 
 // The plan and the trainer read these two defaults from the config, so they agree.

@@ -5,16 +5,22 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "engine/config.h"
 #include "dataset/dataset.h"
+#include "formats/crc32c.h"
 #include "formats/export.h"
+#include "formats/safetensors.h"
+#include "dataset/token_shard.h"
+#include "models/registry.h"
 #include "cli/sample.h"
 #include "engine/trainer.h"
 #include "memory/arena.h"
@@ -171,6 +177,25 @@ Config checkpointing_config(int steps, uint64_t seed, const std::filesystem::pat
   return cfg;
 }
 
+std::string hex32(uint32_t v) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", v);
+  return text;
+}
+
+// state.json's checksums made to match the folder's files again, as when the run itself saved what they hold.
+void record_checksums_again(const std::filesystem::path& folder) {
+  auto j = nlohmann::json::parse(file_text(folder / "state.json"));
+  for (auto& [name, entry] : j["files"].items()) {
+    const formats::FileChecksum sum = formats::checksum_file(folder / name);
+    entry = {{"bytes", sum.bytes}, {"crc32c", hex32(sum.crc32c)}};
+  }
+  j.erase("state_crc32c");
+  const std::string text = j.dump();
+  j["state_crc32c"] = hex32(formats::crc32c(0, std::as_bytes(std::span(text.data(), text.size()))));
+  std::ofstream(folder / "state.json", std::ios::trunc) << j.dump(2);
+}
+
 // Issue 1: with keep_checkpoints 1, folders named like checkpoints but not written by the run were deleted.
 TEST(Checkpoints, ARunNeverDeletesFoldersItDidNotWrite) {
   const auto root = testing::scratch_path("foreign-folders");
@@ -283,7 +308,7 @@ TEST(Checkpoints, StateFieldsOutOfRangeAreRefused) {
   for (const Case& c : {Case{"step", -3, "step is -3; expected an integer in [0, "},
                         Case{"step", 99, "is at step 99, beyond train.steps 4"},
                         Case{"optimizer_steps", int64_t(1) << 40, "optimizer_steps is 1099511627776; expected an integer in [0, 2]"},
-                        Case{"loss_scale", -1.0, "loss_scale is -1.0; expected a number in (0, "}}) {
+                        Case{"loss_scale", -1.0, "loss_scale is -1.0; expected a number in [1, "}}) {
     write_state_field(folder, original, c.key, c.value);
     const std::string what = error_of([&] { train(cfg, resume); });
     EXPECT_NE(what.find(c.expected), std::string::npos) << c.key << ": " << what;
@@ -398,10 +423,103 @@ TEST(DefaultExperiment, ValidationLossEndsAtLeast40PercentBelowItsStart) {
   // The README's first command: configs/gpt-tiny.yaml as shipped (about two minutes on 2 cores).
   TrainOptions opt;
   opt.progress = nullptr;
+  opt.overwrite_checkpoints = true;  // its checkpoint_dir (under the test's folder) holds the previous run's
   const TrainSummary s = train(load_config(testing::source_path("configs/gpt-tiny.yaml")), opt);
   std::printf("gpt-tiny: val loss %.4f -> %.4f in %.1f s, %.0f tokens/s\n", s.val_loss_start, s.val_loss, s.wall_s,
               s.tokens_per_s);
   EXPECT_LE(s.val_loss, 0.6f * s.val_loss_start);
+}
+
+}  // namespace
+}  // namespace ferry::engine
+
+// Bad input that only the data or the weights reveal: a [MASK] id the data uses, weights that are not
+// finite (the loss says where they came from, not "lower optim.lr"; sample warns).
+namespace ferry::engine {
+namespace {
+
+// A model's weights under their Hugging Face names, with one value replaced by `poison`.
+void write_weights_with(const std::filesystem::path& file, const models::ModelConfig& model, float poison) {
+  const models::ModelSpec spec = models::build_model(model, 1, model.seq_len);
+  models::ParameterStore params(spec.params);
+  models::init_model(model, spec, params, 1);
+  params.value(2)[5] = poison;
+  std::vector<formats::SafetensorsTensorRef> refs;
+  for (int p = 0; p < params.count(); ++p) refs.push_back({spec.params[p].name, spec.params[p].shape, params.value(p).data()});
+  formats::write_safetensors(file, refs);
+}
+
+std::string train_error(const Config& cfg, const TrainOptions& opt) {
+  try {
+    train(cfg, opt);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Trainer, NanWeightsAtTheStartAreBlamedOnTheirSourceNotTheLearningRate) {
+  const auto root = testing::scratch_path("nan_weights");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  TrainOptions quiet;
+  quiet.progress = nullptr;
+  Config cfg = tiny_config(3, 1);
+  cfg.model.init_from = root / "nan.safetensors";
+  write_weights_with(cfg.model.init_from, cfg.model, std::numeric_limits<float>::quiet_NaN());
+  std::string err = train_error(cfg, quiet);
+  EXPECT_NE(err.find("step 1: the loss is nan because the weights were not finite before training began (tensor "), std::string::npos) << err;
+  EXPECT_NE(err.find("model.init_from, '" + cfg.model.init_from.string() + "'"), std::string::npos) << err;
+  EXPECT_EQ(err.find("lower optim.lr"), std::string::npos) << err;
+
+  // The same from a checkpoint resumed.
+  cfg = tiny_config(3, 1);
+  cfg.train.checkpoint_dir = root / "run";
+  TrainOptions stop = quiet;
+  stop.stop_after = 1;
+  train(cfg, stop);
+  write_weights_with(root / "run" / "step-00000001" / "model.safetensors", cfg.model, std::numeric_limits<float>::infinity());
+  record_checksums_again(root / "run" / "step-00000001");  // as if the run had saved them so
+  TrainOptions resume = quiet;
+  resume.resume = root / "run";
+  err = train_error(cfg, resume);
+  EXPECT_NE(err.find("step 2: the loss is nan because the weights were not finite before training began (tensor "), std::string::npos) << err;
+  EXPECT_NE(err.find("holds inf); they come from the checkpoint resumed"), std::string::npos) << err;
+
+  // sample: the text of a checkpoint that is not finite comes with a warning naming the tensor.
+  cli::SampleOptions o;
+  o.checkpoint = root / "run";
+  o.tokens = 3;
+  ::testing::internal::CaptureStderr();
+  cli::sample(o);
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warning.find("ferry: warning: '"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("holds inf (element 5): the weights are not finite"), std::string::npos) << warning;
+  std::filesystem::remove_all(root);
+}
+
+TEST(Trainer, BertMaskTokenIdThatTheDataUsesIsAnError) {
+  TrainOptions quiet;
+  quiet.progress = nullptr;
+  Config cfg = tiny_config(1, 1);
+  cfg.model.kind = "bert";
+  cfg.model.vocab_size = 257;
+  cfg.data.mask_token_id = 'e';  // a byte of the text
+  EXPECT_NE(train_error(cfg, quiet).find("data.mask_token_id: 101 occurs in data.path '" + kText.string() + "' as a real token"),
+            std::string::npos);
+  cfg.data.mask_token_id = 256;  // no byte
+  EXPECT_EQ(train_error(cfg, quiet), "(no error)");
+
+  // A token shard: the id is looked for among its tokens.
+  const auto shard = testing::scratch_path("mask_collision.bin");
+  std::vector<int32_t> tokens(4000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 300);
+  dataset::write_token_shard(shard, tokens);
+  cfg.data.path = shard;
+  cfg.model.vocab_size = 320;
+  cfg.data.mask_token_id = 263;  // above a byte: only the tokens can hold it
+  EXPECT_NE(train_error(cfg, quiet).find("data.mask_token_id: 263 occurs in data.path '" + shard.string() + "'"), std::string::npos);
+  std::filesystem::remove(shard);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 
@@ -40,14 +41,52 @@ SimResult simulate_planned(const OffloadProblem& p, const PlannedSchedule& plann
 }
 SimResult simulate_plan(const StepPlan& plan) { return simulate(plan.problem, plan.schedule, plan.memory); }
 
+// A cost model that leaves a figure out is an error naming the file and every missing key: planning with a
+// default in its place would predict for a machine nobody described.
+TEST(CostModel, MissingKeysAreNamed) {
+  const auto path = testing::source_path("configs/cost_models/h100-assumed.json");
+  std::ifstream in(path);
+  const nlohmann::json shipped = nlohmann::json::parse(in);
+  EXPECT_NO_THROW(CostModel::from_json(shipped, "shipped"));
+  for (const char* key : {"flops_per_s", "memory_bytes_per_s", "op_overhead_s", "activation_bytes", "weight_bytes",
+                          "fused_attention", "h2d", "d2h", "cpu_adam_params_per_s", "cpu_norm_params_per_s",
+                          "device_adam_params_per_s"}) {
+    nlohmann::json j = shipped;
+    j.erase(key);
+    try {
+      CostModel::from_json(j, "costs.json");
+      ADD_FAILURE() << key;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("costs.json: the cost model lacks ") + key), std::string::npos) << e.what();
+    }
+  }
+  nlohmann::json j = shipped;
+  j["h2d"].erase("latency_s");
+  j.erase("op_overhead_s");
+  try {
+    CostModel::from_json(j, "costs.json");
+    ADD_FAILURE();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("costs.json: the cost model lacks op_overhead_s, h2d.latency_s;"), std::string::npos) << e.what();
+  }
+  j = shipped;
+  j["d2h"]["latency_s"] = -1;  // was clamped to 0 without a word
+  EXPECT_THROW(CostModel::from_json(j, "costs.json"), std::runtime_error);
+  EXPECT_NO_THROW(CostModel::from_json(CostModel{}.to_json(), "defaults written out"));
+}
+
 TEST(CostModel, ShippedH100ModelLoadsAndRoundTrips) {
   const CostModel c = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
   EXPECT_TRUE(c.assumed);
   EXPECT_DOUBLE_EQ(c.h2d.gbps, 50);
   const CostModel again = CostModel::from_json(c.to_json(), "round trip");
   EXPECT_EQ(again.to_json(), c.to_json());
-  EXPECT_THROW(CostModel::from_json({{"h2d", {{"gbps", -1}}}}, "bad"), std::runtime_error);
-  EXPECT_THROW(CostModel::from_json({{"flops_per_s", "fast"}}, "bad"), std::runtime_error);
+  nlohmann::json bad = c.to_json();
+  bad["h2d"]["gbps"] = -1;
+  EXPECT_THROW(CostModel::from_json(bad, "bad"), std::runtime_error);
+  bad = c.to_json();
+  bad["flops_per_s"] = "fast";
+  EXPECT_THROW(CostModel::from_json(bad, "bad"), std::runtime_error);
   // Roofline: a big matmul is bound by FLOPs, a residual add by bytes.
   const models::ModelSpec spec = models::build_gpt2({12, 12, 768, 50257, 1024}, 4, 1024);
   for (const auto& op : spec.ops) {
