@@ -16,6 +16,9 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace ferry::formats {
 namespace {

@@ -70,10 +70,20 @@ void read_checkpoint(const fs::path& root) {
                                         {state.config_hash, state.config, std::numeric_limits<int>::max()});
 }
 
+// This process's checkpoint dir, removed when the fuzzer exits.
+struct ScratchDir {
+  fs::path path = fs::temp_directory_path() / ("ferry_fuzz_checkpoint_" + std::to_string(::getpid()));
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const fs::path root = fs::temp_directory_path() / ("ferry_fuzz_checkpoint_" + std::to_string(::getpid()));
+  static const ScratchDir scratch;
+  const fs::path& root = scratch.path;
   fs::remove_all(root);
   fs::create_directories(root / "step-00000001");
   const uint8_t flags = size > 0 ? data[0] : 0;

@@ -10,9 +10,23 @@
 
 #include "dataset/token_shard.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::filesystem::path path =
+namespace {
+
+// This process's shard file, removed when the fuzzer exits.
+struct ScratchFile {
+  std::filesystem::path path =
       std::filesystem::temp_directory_path() / ("ferry_fuzz_shard_" + std::to_string(::getpid()) + ".bin");
+  ~ScratchFile() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const ScratchFile scratch;
+  const std::filesystem::path& path = scratch.path;
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));

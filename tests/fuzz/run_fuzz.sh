@@ -40,8 +40,10 @@ for target in "${targets[@]}"; do
     if [ -d "$seed" ]; then cp "$seed"/* "$work/$target/"; else cp "$seed" "$work/$target/"; fi
   done
   echo "run_fuzz.sh: $target for ${seconds} s"
+  # TMPDIR: the harnesses' scratch files go where the trap removes them, whatever way a target ends
   # -timeout: one input taking this long is a hang; -rss_limit_mb: reading must not allocate what the input claims
-  if ! "$build/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  mkdir -p "$work/tmp"
+  if ! TMPDIR="$work/tmp" "$build/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
       -artifact_prefix="$build/fuzz-artifacts/$target-" -print_final_stats=1 "$work/$target" > "$work/$target.log" 2>&1; then
     tail -n 40 "$work/$target.log"
     failed+=("$target")
