@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "dataset/token_shard.h"
 #include "memory/bucket_layout.h"
 
 namespace ferry::engine {
@@ -179,6 +180,7 @@ std::string read_data(const YAML::Node& node, DataConfig& data) {
                    data_path = n.Scalar();
                  }},
                 choice("tokenizer", data.tokenizer, {"byte"}),
+                choice("format", data.format, {"auto", "text", "shard"}),
                 number("val_fraction", data.val_fraction, 0.0, 0.5, "a fraction in [0, 0.5]"),
                 number("mask_token_id", data.mask_token_id, -1, 1 << 22, "a token id >= 0, or -1 for the last id of the vocabulary")});
   return data_path;
@@ -290,7 +292,8 @@ void check_across_keys(Config& c, const std::string& data_path, const std::files
     throw ConfigError("model.n_embd: " + std::to_string(c.model.n_embd) + " is not a multiple of model.n_head (" +
                       std::to_string(c.model.n_head) + ")");
   const int byte_vocab = c.model.kind == "bert" ? 257 : 256;  // BERT: the bytes and [MASK]
-  if (c.data.tokenizer == "byte" && c.model.vocab_size < byte_vocab && !data_path.ends_with(".bin"))
+  if (c.data.tokenizer == "byte" && c.model.vocab_size < byte_vocab &&
+      !dataset::reads_as_token_shard(data_path, dataset::parse_data_format(c.data.format)))
     throw ConfigError("model.vocab_size: " + std::to_string(c.model.vocab_size) + " is smaller than the byte tokenizer's 256 symbols" +
                       (c.model.kind == "bert" ? std::string(" plus BERT's [MASK]; use at least 257") : std::string("; use at least 256")));
   c.data.path = resolve_data_path(data_path, base_dir);

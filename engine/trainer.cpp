@@ -94,7 +94,8 @@ std::string host_device_note(const Config& cfg) {
 class Batches {
  public:
   Batches(const Config& cfg)
-      : cfg_(cfg), data_(cfg.data.path, cfg.data.val_fraction, cfg.model.seq_len), mlm_(cfg.model.kind == "bert"),
+      : cfg_(cfg), data_(cfg.data.path, cfg.data.val_fraction, cfg.model.seq_len, dataset::parse_data_format(cfg.data.format)),
+        mlm_(cfg.model.kind == "bert"),
         mask_is_last_(cfg.data.mask_token_id < 0), mask_id_(mask_is_last_ ? cfg.model.vocab_size - 1 : cfg.data.mask_token_id) {
     // [MASK]: data.mask_token_id (a WordPiece vocabulary's), else the last id, which the data then must not use.
     const bool last_is_mask = mlm_ && mask_is_last_;
