@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -25,6 +24,7 @@
 #include "engine/loss_scaler.h"
 #include "engine/progress.h"
 #include "engine/step_planning.h"
+#include "formats/atomic_file.h"
 #include "formats/checkpoint.h"
 #include "formats/weights.h"
 #include "memory/device_allocations.h"
@@ -139,6 +139,7 @@ class Run {
   void announce();
   void start_or_resume();
   float evaluate();
+  void evaluate_start();
   void checkpoint(int step);
   void log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val);
   StepResult execute_step(int step, double* step_s);
@@ -169,7 +170,7 @@ class Run {
   const cpu_optim::LrSchedule schedule_;
   const std::string hash_;
   formats::TrainState resumed_;
-  std::ofstream metrics_;
+  std::optional<formats::AppendFile> metrics_;  // checked appends: a full disk is an error naming the file
   TrainSummary sum_;
   double train_s_ = 0;
   std::vector<double> step_times_;
@@ -214,10 +215,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
   start_or_resume();
   allocations_after_set_up_ = memory::DeviceAllocations::count();
   sum_.device_allocations_at_start_up = allocations_after_set_up_ - allocations_at_entry_;
-  if (!opt.metrics.empty()) {
-    metrics_.open(opt.metrics, opt.resume.empty() ? std::ios::trunc : std::ios::app);
-    if (!metrics_) throw std::runtime_error("--metrics: cannot write '" + opt.metrics.string() + "'");
-  }
+  if (!opt.metrics.empty()) metrics_.emplace(opt.metrics, opt.resume.empty(), "--metrics");
 }
 
 // The cost model; its profile (when the host device is measured) also runs the evaluator's ops once, or
@@ -319,7 +317,7 @@ void Run::log(int step, const StepResult& r, double step_s, double lr, double lo
                      fmt::format("h2d {} d2h {} | stall {:.0f}% | step {:.3f} s (predicted {:.3f})", memory::format_bytes(r.h2d_bytes),
                                  memory::format_bytes(r.d2h_bytes), 100.0 * r.stall_s / step_s, step_s, sum_.predicted_step_s));
   if (val) progress_.message(fmt::format("step {}: val_loss {:.4f}", step, *val));
-  if (!metrics_.is_open()) return;
+  if (!metrics_) return;
   nlohmann::json j{{"step", step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
                    {"tokens_per_s", tokens_per_step / step_s}, {"elapsed_s", elapsed},
                    {"step_s", step_s}, {"predicted_step_s", sum_.predicted_step_s}, {"stall_s", r.stall_s},
@@ -328,7 +326,7 @@ void Run::log(int step, const StepResult& r, double step_s, double lr, double lo
   if (cfg_.train.precision == "fp16") j["loss_scale"] = loss_scale;
   if (r.skipped) j["skipped"] = true;
   if (val) j["val_loss"] = *val;
-  metrics_ << j.dump() << '\n' << std::flush;
+  metrics_->append_line(j.dump());
 }
 
 // One step's micro-batches through the executor, and what the step changed: the optimizer step count
@@ -401,25 +399,33 @@ void Run::summarise() {
   sum_.train_loss = tail ? static_cast<float>(tail_sum / static_cast<double>(tail)) : std::numeric_limits<float>::quiet_NaN();
 }
 
+// The validation loss before training; a fresh run's metrics start with it (a resumed run's already hold it).
+void Run::evaluate_start() {
+  const bool has_val = batches_.data().val_tokens() > 0;
+  if (!opt_.resume.empty()) {
+    sum_.val_loss = sum_.val_loss_start = static_cast<float>(resumed_.val_loss_start);
+    return;
+  }
+  sum_.val_loss = sum_.val_loss_start = has_val ? evaluate() : std::numeric_limits<float>::quiet_NaN();
+  if (!has_val) return;
+  progress_.message(fmt::format("step 0: val_loss {:.4f}", sum_.val_loss_start));
+  if (metrics_)
+    metrics_->append_line(nlohmann::json{{"step", 0}, {"val_loss", sum_.val_loss_start}, {"elapsed_s", seconds_since(t_start_)}}.dump());
+}
+
 TrainSummary Run::train() {
   sum_.policy = plan_.schedule.policy;
   sum_.checkpointed_blocks = plan_.problem.checkpointed_layers;
   sum_.arena_bytes = plan_.memory.layout.peak;
   sum_.budget_bytes = plan_.problem.budget_bytes;
   sum_.predicted_step_s = predicted_.step_s * cfg_.train.grad_accum;
-  const bool has_val = batches_.data().val_tokens() > 0;
   t_start_ = Clock::now();
-  if (opt_.resume.empty()) {
-    sum_.val_loss_start = has_val ? evaluate() : std::numeric_limits<float>::quiet_NaN();
-    if (has_val) progress_.message(fmt::format("step 0: val_loss {:.4f}", sum_.val_loss_start));
-  } else {
-    sum_.val_loss_start = static_cast<float>(resumed_.val_loss_start);
-  }
-  sum_.val_loss = sum_.val_loss_start;
   const int first_step = static_cast<int>(resumed_.step) + 1;
+  evaluate_start();
   for (int step = first_step; step <= cfg_.train.steps; ++step)
     if (!run_step(step, first_step)) break;
   if (!sum_.interrupted) checkpoint(cfg_.train.steps);
+  if (metrics_) metrics_->close();
   progress_.finish();
   if (trace_) {
     trace_->write(opt_.trace);
