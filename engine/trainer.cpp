@@ -19,6 +19,7 @@
 #include "cpu_optim/lr_schedule.h"
 #include "engine/device/cuda_devices.h"
 #include "engine/device/host_device.h"
+#include "engine/device/stop.h"
 #include "engine/device/trace.h"
 #include "engine/executor.h"
 #include "engine/loss_scaler.h"
@@ -140,6 +141,7 @@ class Run {
   void start_or_resume();
   float evaluate();
   void evaluate_start();
+  device::Interrupted cut_short(int step, const std::exception& e) const;
   void checkpoint(int step);
   void log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val);
   StepResult execute_step(int step, double* step_s);
@@ -413,7 +415,17 @@ void Run::evaluate_start() {
     metrics_->append_line(nlohmann::json{{"step", 0}, {"val_loss", sum_.val_loss_start}, {"elapsed_s", seconds_since(t_start_)}}.dump());
 }
 
+// A stop that cut a step or its checkpoint short (a copy that could not finish in time): what was lost and
+// where to resume from.
+device::Interrupted Run::cut_short(int step, const std::exception& e) const {
+  const std::string resume = !sum_.last_checkpoint.empty() ? "resume with --resume " + sum_.last_checkpoint.string()
+                             : !opt_.resume.empty()       ? "the checkpoint it resumed from, " + opt_.resume.string() + ", is intact"
+                                                          : std::string("no checkpoint was written");
+  return device::Interrupted(fmt::format("stopped before step {} and its checkpoint were complete ({}); {}", step, e.what(), resume));
+}
+
 TrainSummary Run::train() {
+  const device::StopFinishesWork training;  // from here a stop finishes the step and checkpoints
   sum_.policy = plan_.schedule.policy;
   sum_.checkpointed_blocks = plan_.problem.checkpointed_layers;
   sum_.arena_bytes = plan_.memory.layout.peak;
@@ -421,10 +433,16 @@ TrainSummary Run::train() {
   sum_.predicted_step_s = predicted_.step_s * cfg_.train.grad_accum;
   t_start_ = Clock::now();
   const int first_step = static_cast<int>(resumed_.step) + 1;
-  evaluate_start();
-  for (int step = first_step; step <= cfg_.train.steps; ++step)
-    if (!run_step(step, first_step)) break;
-  if (!sum_.interrupted) checkpoint(cfg_.train.steps);
+  int step = first_step;
+  try {
+    evaluate_start();
+    for (; step <= cfg_.train.steps; ++step)
+      if (!run_step(step, first_step)) break;
+    if (!sum_.interrupted) checkpoint(step = cfg_.train.steps);
+  } catch (const std::exception& e) {
+    if (!opt_.stop || !opt_.stop->load()) throw;
+    throw cut_short(step, e);
+  }
   if (metrics_) metrics_->close();
   progress_.finish();
   if (trace_) {
