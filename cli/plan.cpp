@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <nlohmann/json.hpp>
@@ -15,6 +14,7 @@
 #include "cli/commands.h"
 #include "engine/device/host_cost_model.h"
 #include "engine/step_planning.h"
+#include "formats/atomic_file.h"
 #include "models/registry.h"
 #include "memory/host_buffer.h"
 #include "offload/policies.h"
@@ -104,9 +104,7 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
     main["model"] = cfg.model.kind;
     main["params"] = spec.param_count();
     main["bucket_bytes"] = bucket_bytes;
-    std::ofstream out(opt.json);
-    if (!out) throw std::runtime_error("--json: cannot write '" + opt.json.string() + "'");
-    out << main.dump(2) << '\n';
+    formats::write_file_atomically(opt.json, main.dump(2) + "\n", "--json");
   }
   return status;
 }

@@ -1,9 +1,11 @@
 // `ferry train`: runs an experiment from a YAML file; Ctrl-C or SIGTERM ends it after the step with a
-// checkpoint, and exit status 130.
+// checkpoint (a second one at once), and exit status 130.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <atomic>
+#include <signal.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <csignal>
 #include <memory>
@@ -14,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/option_checks.h"
 #include "engine/config.h"
+#include "engine/device/stop.h"
 #include "engine/progress.h"
 #include "engine/trainer.h"
 
@@ -23,7 +26,8 @@ namespace {
 constexpr const char* kTrainFooter =
     "Sections and keys of the config file:\n"
     "  model:  kind (gpt2 | bert), n_layer, n_head, n_embd, vocab_size, seq_len, init_from (HF safetensors)\n"
-    "  data:   path (relative to the config file), tokenizer (byte), val_fraction,\n"
+    "  data:   path (relative to the config file), format (auto: *.bin is a token shard | text | shard),\n"
+    "          tokenizer (byte), val_fraction,\n"
     "          mask_token_id (BERT's [MASK]; default the last id of the vocabulary)\n"
     "  optim:  lr, betas [b1, b2], eps, weight_decay, grad_clip (0: off), warmup_steps,\n"
     "          schedule (cosine | constant), min_lr (cosine floor, default lr/10),\n"
@@ -56,9 +60,29 @@ struct TrainArgs {
   int trace_steps = 2;
 };
 
-// Set by SIGINT / SIGTERM: the trainer finishes the step, writes a checkpoint (with train.checkpoint_dir)
-// and returns, so the run can be resumed.
-std::atomic<bool> g_stop{false};
+// SIGINT / SIGTERM. Training: the first asks the trainer to finish the step and checkpoint (a copy that
+// cannot finish within half a second is abandoned, and the step with it); a second ends the process at
+// once, writing nothing. Start-up has nothing to save: it ends at once. Only async-signal-safe calls here.
+void on_stop_signal(int) {
+  auto say = [](const char* text, size_t n) { [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, text, n); };
+  if (device::stop_requested() || !device::stop_has_work_to_finish()) {
+    static constexpr char kAtOnce[] = "\nferry: stopped at once; nothing more was written\n";
+    say(kAtOnce, sizeof kAtOnce - 1);
+    ::_exit(kInterruptedStatus);
+  }
+  device::request_stop();
+  static constexpr char kAfterStep[] =
+      "\nferry: stopping after this step, with a checkpoint (Ctrl-C again: stop at once, without one)\n";
+  say(kAfterStep, sizeof kAfterStep - 1);
+}
+
+void handle_stop_signals() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // a read or write under way goes on; the flag is polled
+  for (int signal : {SIGINT, SIGTERM}) ::sigaction(signal, &action, nullptr);
+}
 
 // The summary's validation losses. NaN without a validation split, or as the final loss of a checkpoint of
 // an earlier build (which did not record it): say why instead of printing them.
@@ -73,6 +97,7 @@ int run_train(TrainArgs args) {
   if (args.resume_given && args.resume.empty())
     throw std::runtime_error("--resume: an empty path; name a checkpoint folder or a train.checkpoint_dir (to start afresh, "
                              "leave --resume out)");
+  handle_stop_signals();
   if (args.steps > 0) args.overrides.push_back("train.steps=" + std::to_string(args.steps));
   if (!args.seed.empty()) args.overrides.push_back("train.seed=" + args.seed);
   const engine::Config cfg = engine::load_config(args.config_path, args.overrides);
@@ -82,10 +107,15 @@ int run_train(TrainArgs args) {
   opt.overwrite_checkpoints = args.overwrite_checkpoints;
   opt.trace = args.trace_path;
   opt.trace_steps = args.trace_steps;
-  std::signal(SIGINT, [](int) { g_stop = true; });
-  std::signal(SIGTERM, [](int) { g_stop = true; });
-  opt.stop = &g_stop;
-  const auto s = engine::train(cfg, opt);
+  opt.stop = &device::stop_flag();
+  engine::TrainSummary s;
+  try {
+    s = engine::train(cfg, opt);
+  } catch (const std::exception& e) {
+    if (!device::stop_requested()) throw;
+    fmt::print(stderr, "\nferry: interrupted: {}\n", e.what());
+    return kInterruptedStatus;
+  }
   if (s.already_complete) {  // --resume named the run's final checkpoint: what it recorded
     fmt::print("nothing to train: {} is the final checkpoint ({} steps) | {}\n", s.last_checkpoint.string(), s.steps,
                validation_text(s));

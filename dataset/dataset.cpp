@@ -2,6 +2,8 @@
 #include "dataset/dataset.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -18,20 +20,33 @@ void copy_window(const std::vector<int32_t>& src, int64_t start, int64_t T, Batc
   out.targets.insert(out.targets.end(), src.begin() + start + 1, src.begin() + start + T + 1);
 }
 
+// The file's tokens: a shard's as they are, text's one per byte.
+std::vector<int32_t> read_tokens(const std::filesystem::path& path, DataFormat format) {
+  if (reads_as_token_shard(path, format)) {  // pre-tokenised (ferry tokenize, llm.c's tools)
+    try {
+      const TokenShard shard(path);
+      return {shard.tokens().begin(), shard.tokens().end()};
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("data.path: " + std::string(e.what()) +
+                               (format == DataFormat::Auto ? "; a *.bin data.path is read as a token shard: if it is text, set data.format: text" : ""));
+    }
+  }
+  if (format == DataFormat::Auto && starts_with_shard_magic(path))
+    throw std::runtime_error("data.path: '" + path.string() + "' starts like a token shard but is not named *.bin; "
+                             "set data.format: shard to read it as one, or data.format: text to train on its bytes");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("data.path: cannot open '" + path.string() + "': " + std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::runtime_error("data.path: reading '" + path.string() + "' failed: " + std::strerror(errno));
+  std::vector<int32_t> all(text.size());
+  for (size_t i = 0; i < text.size(); ++i) all[i] = static_cast<uint8_t>(text[i]);
+  return all;
+}
+
 }  // namespace
 
-TextDataset::TextDataset(const std::filesystem::path& path, double val_fraction, int64_t seq_len) : T_(seq_len) {
-  std::vector<int32_t> all;
-  if (is_token_shard(path)) {  // pre-tokenised (ferry tokenize, llm.c's tools)
-    const TokenShard shard(path);
-    all.assign(shard.tokens().begin(), shard.tokens().end());
-  } else {  // raw text, one token per byte
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("data.path: cannot open '" + path.string() + "'");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    all.resize(text.size());
-    for (size_t i = 0; i < text.size(); ++i) all[i] = static_cast<uint8_t>(text[i]);
-  }
+TextDataset::TextDataset(const std::filesystem::path& path, double val_fraction, int64_t seq_len, DataFormat format) : T_(seq_len) {
+  const std::vector<int32_t> all = read_tokens(path, format);
   for (int32_t t : all) max_token_ = std::max(max_token_, t);
   const auto n_val = static_cast<int64_t>(static_cast<double>(all.size()) * val_fraction);
   const auto n_train = static_cast<int64_t>(all.size()) - n_val;
@@ -86,6 +101,10 @@ Batch masked_lm(const Batch& windows, uint64_t seed, int64_t index, int32_t mask
     b.tokens[i] = mask_id;
   }
   return b;
+}
+
+bool TextDataset::holds(int32_t token) const {
+  return std::find(train_.begin(), train_.end(), token) != train_.end() || std::find(val_.begin(), val_.end(), token) != val_.end();
 }
 
 }  // namespace ferry::dataset

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <vector>
 
+#include "dataset/token_shard.h"
+
 namespace ferry::dataset {
 
 struct Batch {
@@ -23,10 +25,13 @@ Batch masked_lm(const Batch& windows, uint64_t seed, int64_t index, int32_t mask
 
 class TextDataset {
  public:
-  // Reads `path` (byte tokenizer); the last val_fraction of it is the validation split.
-  TextDataset(const std::filesystem::path& path, double val_fraction, int64_t seq_len);
+  // Reads `path`: a token shard or text (byte tokenizer), as `format` and the file's name say (data.format);
+  // the last val_fraction of it is the validation split.
+  TextDataset(const std::filesystem::path& path, double val_fraction, int64_t seq_len, DataFormat format = DataFormat::Auto);
 
   int64_t train_tokens() const { return static_cast<int64_t>(train_.size()); }
+  // Whether `token` occurs anywhere in the data (either split).
+  bool holds(int32_t token) const;
   int64_t val_tokens() const { return static_cast<int64_t>(val_.size()); }
   int32_t max_token() const { return max_token_; }
 

@@ -3,14 +3,30 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "formats/atomic_file.h"
+
 namespace ferry::dataset {
+
+DataFormat parse_data_format(std::string_view format) {
+  if (format == "auto") return DataFormat::Auto;
+  if (format == "text") return DataFormat::Text;
+  if (format == "shard") return DataFormat::Shard;
+  throw std::invalid_argument("data.format: '" + std::string(format) + "' is not one of auto, text, shard");
+}
+
+bool reads_as_token_shard(const std::filesystem::path& path, DataFormat format) {
+  return format == DataFormat::Shard || (format == DataFormat::Auto && path.extension() == ".bin");
+}
 
 void write_token_shard(const std::filesystem::path& path, std::span<const int32_t> tokens) {
   std::vector<int32_t> header(256, 0);
@@ -22,44 +38,61 @@ void write_token_shard(const std::filesystem::path& path, std::span<const int32_
       throw std::runtime_error("shard: token id " + std::to_string(tokens[i]) + " does not fit in uint16");
     data[i] = static_cast<uint16_t>(tokens[i]);
   }
-  const auto tmp = std::filesystem::path(path.string() + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(header.data()), 1024);
-    out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * 2));
-    if (!out) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
-  }
-  std::filesystem::rename(tmp, path);
+  formats::AtomicFile out(path, "token shard");
+  out.write(header.data(), 1024);
+  out.write(data.data(), data.size() * 2);
+  out.commit();
 }
 
-bool is_token_shard(const std::filesystem::path& path) {
+bool starts_with_shard_magic(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   int32_t magic = 0;
   return in.read(reinterpret_cast<char*>(&magic), 4) && magic == kShardMagic;
 }
 
+namespace {
+
+// What is wrong with a shard's header, naming the field; empty when it is valid for a file of `size` bytes.
+std::string header_problem(const int32_t* header, size_t size) {
+  auto field = [](const char* name, int byte, int32_t value) {
+    return "header field '" + std::string(name) + "' (int32 at byte " + std::to_string(byte) + ") is " + std::to_string(value);
+  };
+  if (header[0] != kShardMagic) return field("magic", 0, header[0]) + ", expected " + std::to_string(kShardMagic);
+  if (header[1] != 1) return field("version", 4, header[1]) + ", expected 1 (uint16 tokens)";
+  if (header[2] < 0 || 1024 + size_t(header[2]) * 2 != size)
+    return field("token count", 8, header[2]) + " but the file holds " + std::to_string((size - 1024) / 2) + " tokens" +
+           ((size - 1024) % 2 ? " and a stray byte" : "");
+  return {};
+}
+
+}  // namespace
+
 TokenShard::TokenShard(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw std::runtime_error(path.string() + ": cannot open the token shard");
-  const auto size = static_cast<size_t>(std::filesystem::file_size(path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("'" + path.string() + "': cannot open the token shard: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw std::runtime_error("'" + path.string() + "': a token shard must be a regular file");
+  }
+  const auto size = static_cast<size_t>(st.st_size);
   if (size < 1024) {
     ::close(fd);
-    throw std::runtime_error(path.string() + ": shorter than the 1024-byte shard header");
+    throw std::runtime_error("'" + path.string() + "': not a valid token shard: " + std::to_string(size) +
+                             " bytes, shorter than the 1024-byte header");
   }
   map_ = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  if (map_ == MAP_FAILED) throw std::runtime_error(path.string() + ": cannot map the token shard");
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw std::runtime_error("'" + path.string() + "': cannot map the token shard: " + std::strerror(errno));
+  }
   map_bytes_ = size;
   const auto* header = static_cast<const int32_t*>(map_);
-  std::string problem;
-  if (header[0] != kShardMagic) problem = "bad magic " + std::to_string(header[0]) + " (expected " + std::to_string(kShardMagic) + ")";
-  else if (header[1] != 1) problem = "unsupported version " + std::to_string(header[1]);
-  else if (header[2] < 0 || 1024 + size_t(header[2]) * 2 != size)
-    problem = "the header announces " + std::to_string(header[2]) + " tokens but the file holds " + std::to_string((size - 1024) / 2);
-  if (!problem.empty()) {
+  if (const std::string problem = header_problem(header, size); !problem.empty()) {
     ::munmap(map_, map_bytes_);
     map_ = nullptr;
-    throw std::runtime_error(path.string() + ": not a valid token shard: " + problem);
+    throw std::runtime_error("'" + path.string() + "': not a valid token shard: " + problem);
   }
   tokens_ = {reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + 1024), static_cast<size_t>(header[2])};
 }

@@ -5,20 +5,29 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string>
+#include <string_view>
 
 namespace ferry::dataset {
 
 constexpr int32_t kShardMagic = 20240520;
 
+// How data.path is read (data.format): `auto` goes by the name (a token shard is `*.bin`, as llm.c's and
+// `ferry tokenize`'s are), never by the bytes: a shard with a damaged header must be an error, not text.
+enum class DataFormat { Auto, Text, Shard };
+DataFormat parse_data_format(std::string_view format);  // "auto" | "text" | "shard"
+bool reads_as_token_shard(const std::filesystem::path& path, DataFormat format);
+
 // Writes atomically (a temporary file renamed into place). Token ids must fit in uint16.
 void write_token_shard(const std::filesystem::path& path, std::span<const int32_t> tokens);
 
-// Whether the file starts with the shard magic.
-bool is_token_shard(const std::filesystem::path& path);
+// Whether the file starts with the shard magic (to catch a shard about to be read as text, not to decide).
+bool starts_with_shard_magic(const std::filesystem::path& path);
 
 class TokenShard {
  public:
-  // Validates the header and that the file holds exactly the tokens it announces.
+  // Validates the header and that the file holds exactly the tokens it announces; an error names the file
+  // and the header field that is wrong.
   explicit TokenShard(const std::filesystem::path& path);
   ~TokenShard();
   TokenShard(const TokenShard&) = delete;

@@ -16,6 +16,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "dataset/token_shard.h"
 #include "memory/bucket_layout.h"
 
 namespace ferry::engine {
@@ -212,6 +213,7 @@ DataKeys read_data(const YAML::Node& node, DataConfig& data) {
                    given.path = n.Scalar();
                  }},
                 choice("tokenizer", data.tokenizer, {"byte"}),
+                choice("format", data.format, {"auto", "text", "shard"}),
                 number("val_fraction", data.val_fraction, 0.0, 0.5, "a fraction in [0, 0.5]"),
                 {"mask_token_id", [&](const YAML::Node& n, const std::string& where) {
                    mask.read(n, where);
@@ -327,7 +329,8 @@ void check_across_keys(Config& c, const DataKeys& data, const std::filesystem::p
     throw ConfigError("model.n_embd: " + std::to_string(c.model.n_embd) + " is not a multiple of model.n_head (" +
                       std::to_string(c.model.n_head) + ")");
   const int byte_vocab = c.model.kind == "bert" ? 257 : 256;  // BERT: the bytes and [MASK]
-  if (c.data.tokenizer == "byte" && c.model.vocab_size < byte_vocab && !data_path.ends_with(".bin"))
+  if (c.data.tokenizer == "byte" && c.model.vocab_size < byte_vocab &&
+      !dataset::reads_as_token_shard(data_path, dataset::parse_data_format(c.data.format)))
     throw ConfigError("model.vocab_size: " + std::to_string(c.model.vocab_size) + " is smaller than the byte tokenizer's 256 symbols" +
                       (c.model.kind == "bert" ? std::string(" plus BERT's [MASK]; use at least 257") : std::string("; use at least 256")));
   c.data.path = resolve_data_path(data_path, base_dir);

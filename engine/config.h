@@ -14,6 +14,7 @@ namespace ferry::engine {
 struct DataConfig {
   std::filesystem::path path;  // resolved against the config file's folder
   std::string tokenizer = "byte";
+  std::string format = "auto";  // auto: a *.bin path is a token shard, anything else text; or text, shard
   double val_fraction = 0.1;
   int mask_token_id = -1;  // BERT's [MASK]; -1: the last id of the vocabulary (byte-level BERT)
 };

@@ -9,8 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,12 +19,13 @@
 #include "cpu_optim/lr_schedule.h"
 #include "engine/device/cuda_devices.h"
 #include "engine/device/host_device.h"
+#include "engine/device/stop.h"
 #include "engine/device/trace.h"
 #include "engine/executor.h"
 #include "engine/loss_scaler.h"
 #include "engine/progress.h"
 #include "engine/step_planning.h"
-#include "dataset/token_shard.h"
+#include "formats/atomic_file.h"
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_dir.h"
 #include "formats/weights.h"
@@ -93,22 +92,12 @@ std::string host_device_note(const Config& cfg) {
                   : "auto -> cpu (no CUDA device)";
 }
 
-// Whether `token` occurs in the data file: a token shard, or text whose bytes are the tokens.
-bool data_holds(const std::filesystem::path& path, int32_t token) {
-  if (dataset::is_token_shard(path)) {
-    const dataset::TokenShard shard(path);
-    return std::find(shard.tokens().begin(), shard.tokens().end(), token) != shard.tokens().end();
-  }
-  std::ifstream in(path, std::ios::binary);
-  return token < 256 && std::find(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), static_cast<char>(token)) !=
-                            std::istreambuf_iterator<char>();
-}
-
 // The training and validation batches of a run, as the model takes them (masked-LM batches for BERT).
 class Batches {
  public:
   Batches(const Config& cfg)
-      : cfg_(cfg), data_(cfg.data.path, cfg.data.val_fraction, cfg.model.seq_len), mlm_(cfg.model.kind == "bert"),
+      : cfg_(cfg), data_(cfg.data.path, cfg.data.val_fraction, cfg.model.seq_len, dataset::parse_data_format(cfg.data.format)),
+        mlm_(cfg.model.kind == "bert"),
         mask_is_last_(cfg.data.mask_token_id < 0), mask_id_(mask_is_last_ ? cfg.model.vocab_size - 1 : cfg.data.mask_token_id) {
     // [MASK]: data.mask_token_id (a WordPiece vocabulary's), else the last id, which the data then must not use.
     const bool last_is_mask = mlm_ && mask_is_last_;
@@ -118,7 +107,7 @@ class Batches {
           (last_is_mask ? ", which BERT needs below model.vocab_size - 1 (the last id is [MASK]); raise model.vocab_size or set data.mask_token_id"
                         : ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size)));
     // A [MASK] that is also a data token would make masked positions and real ones the same input.
-    if (mlm_ && !mask_is_last_ && data_holds(cfg.data.path, mask_id_))
+    if (mlm_ && !mask_is_last_ && data_.holds(mask_id_))
       throw std::runtime_error(fmt::format(
           "data.mask_token_id: {} occurs in data.path '{}' as a real token, so the model could not tell [MASK] from it; set it "
           "to the vocabulary's [MASK] (ferry tokenize prints it), an id the data never uses, or remove it to use the last id",
@@ -187,6 +176,8 @@ class Run {
   void announce();
   void start_or_resume();
   float evaluate();
+  void evaluate_start();
+  device::Interrupted cut_short(int step, const std::exception& e) const;
   void checkpoint(int step);
   void log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val);
   StepResult execute_step(int step, double* step_s);
@@ -221,7 +212,7 @@ class Run {
   const cpu_optim::LrSchedule schedule_;
   const std::string hash_;
   formats::TrainState resumed_;
-  std::ofstream metrics_;
+  std::optional<formats::AppendFile> metrics_;  // checked appends: a full disk is an error naming the file
   TrainSummary sum_;
   double train_s_ = 0;
   std::vector<double> step_times_;
@@ -268,10 +259,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
   start_or_resume();
   allocations_after_set_up_ = memory::DeviceAllocations::count();
   sum_.device_allocations_at_start_up = allocations_after_set_up_ - allocations_at_entry_;
-  if (!opt.metrics.empty()) {
-    metrics_.open(opt.metrics, opt.resume.empty() ? std::ios::trunc : std::ios::app);
-    if (!metrics_) throw std::runtime_error("--metrics: cannot write '" + opt.metrics.string() + "'");
-  }
+  if (!opt.metrics.empty()) metrics_.emplace(opt.metrics, opt.resume.empty(), "--metrics");
 }
 
 // The cost model; its profile (when the host device is measured) also runs the evaluator's ops once, or
@@ -376,7 +364,7 @@ void Run::log(int step, const StepResult& r, double step_s, double lr, double lo
                      fmt::format("h2d {} d2h {} | stall {:.0f}% | step {:.3f} s (predicted {:.3f})", memory::format_bytes(r.h2d_bytes),
                                  memory::format_bytes(r.d2h_bytes), 100.0 * r.stall_s / step_s, step_s, sum_.predicted_step_s));
   if (val) progress_.message(fmt::format("step {}: val_loss {:.4f}", step, *val));
-  if (!metrics_.is_open()) return;
+  if (!metrics_) return;
   nlohmann::json j{{"step", step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
                    {"tokens_per_s", tokens_per_step / step_s}, {"elapsed_s", elapsed},
                    {"step_s", step_s}, {"predicted_step_s", sum_.predicted_step_s}, {"stall_s", r.stall_s},
@@ -385,7 +373,7 @@ void Run::log(int step, const StepResult& r, double step_s, double lr, double lo
   if (cfg_.train.precision == "fp16") j["loss_scale"] = loss_scale;
   if (r.skipped) j["skipped"] = true;
   if (val) j["val_loss"] = *val;
-  metrics_ << j.dump() << '\n' << std::flush;
+  metrics_->append_line(j.dump());
 }
 
 // One step's micro-batches through the executor, and what the step changed: the optimizer step count
@@ -506,26 +494,50 @@ TrainSummary Run::report_already_complete() {
   return sum_;
 }
 
+// The validation loss before training; a fresh run's metrics start with it (a resumed run's already hold it).
+void Run::evaluate_start() {
+  const bool has_val = batches_.data().val_tokens() > 0;
+  if (resume_from_) {
+    sum_.val_loss = sum_.val_loss_start = static_cast<float>(resumed_.val_loss_start);
+    return;
+  }
+  sum_.val_loss = sum_.val_loss_start = has_val ? evaluate() : std::numeric_limits<float>::quiet_NaN();
+  if (!has_val) return;
+  progress_.message(fmt::format("step 0: val_loss {:.4f}", sum_.val_loss_start));
+  if (metrics_)
+    metrics_->append_line(nlohmann::json{{"step", 0}, {"val_loss", sum_.val_loss_start}, {"elapsed_s", seconds_since(t_start_)}}.dump());
+}
+
+// A stop that cut a step or its checkpoint short (a copy that could not finish in time): what was lost and
+// where to resume from.
+device::Interrupted Run::cut_short(int step, const std::exception& e) const {
+  const std::string resume = !sum_.last_checkpoint.empty() ? "resume with --resume " + sum_.last_checkpoint.string()
+                             : resume_from_              ? "the checkpoint it resumed from, " + resume_from_->second.string() + ", is intact"
+                                                          : std::string("no checkpoint was written");
+  return device::Interrupted(fmt::format("stopped before step {} and its checkpoint were complete ({}); {}", step, e.what(), resume));
+}
+
 TrainSummary Run::train() {
   if (resume_from_ && resumed_.step == cfg_.train.steps) return report_already_complete();
+  const device::StopFinishesWork training;  // from here a stop finishes the step and checkpoints
   sum_.policy = plan_.schedule.policy;
   sum_.checkpointed_blocks = plan_.problem.checkpointed_layers;
   sum_.arena_bytes = plan_.memory.layout.peak;
   sum_.budget_bytes = plan_.problem.budget_bytes;
   sum_.predicted_step_s = predicted_.step_s * cfg_.train.grad_accum;
-  const bool has_val = batches_.data().val_tokens() > 0;
   t_start_ = Clock::now();
-  if (!resume_from_) {
-    sum_.val_loss_start = has_val ? evaluate() : std::numeric_limits<float>::quiet_NaN();
-    if (has_val) progress_.message(fmt::format("step 0: val_loss {:.4f}", sum_.val_loss_start));
-  } else {
-    sum_.val_loss_start = static_cast<float>(resumed_.val_loss_start);
-  }
-  sum_.val_loss = sum_.val_loss_start;
   const int first_step = static_cast<int>(resumed_.step) + 1;
-  for (int step = first_step; step <= cfg_.train.steps; ++step)
-    if (!run_step(step, first_step)) break;
-  if (!sum_.interrupted) checkpoint(cfg_.train.steps);
+  int step = first_step;
+  try {
+    evaluate_start();
+    for (; step <= cfg_.train.steps; ++step)
+      if (!run_step(step, first_step)) break;
+    if (!sum_.interrupted) checkpoint(step = cfg_.train.steps);
+  } catch (const std::exception& e) {
+    if (!opt_.stop || !opt_.stop->load()) throw;
+    throw cut_short(step, e);
+  }
+  if (metrics_) metrics_->close();
   progress_.finish();
   if (trace_) {
     trace_->write(opt_.trace);

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "formats/atomic_file.h"
 #include "formats/checkpoint_dir.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
@@ -353,13 +354,7 @@ void write_checkpoint_files(const std::filesystem::path& dir, const models::Mode
     sync_to_disk(dir / f, false);
     state.files[f] = checksum_file(dir / f);  // what reached the file, read back
   }
-  {
-    std::ofstream out(dir / "state.json");
-    out << state_json(state).dump(2) << '\n';
-    if (!out.flush()) throw std::runtime_error("checkpoint: cannot write '" + (dir / "state.json").string() + "' (disk full?)");
-  }
-  sync_to_disk(dir / "state.json", false);
-  sync_to_disk(dir, true);
+  write_file_atomically(dir / "state.json", state_json(state).dump(2) + "\n", "checkpoint");  // synced, and its folder
 }
 
 std::filesystem::path save_checkpoint(const std::filesystem::path& root, const models::ModelSpec& spec,

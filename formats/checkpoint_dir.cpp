@@ -2,6 +2,8 @@
 // start-up checks (writable, not another run's), and saving with rotation among this run's own folders.
 #include "formats/checkpoint_dir.h"
 
+#include "formats/atomic_file.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -140,7 +142,8 @@ void CheckpointDir::lock_and_probe() {
     throw std::runtime_error("train.checkpoint_dir: '" + root_.string() + "' is being written by another ferry run that is "
                              "still running; wait for it to end, or choose another train.checkpoint_dir");
   }
-  // Writable: found now rather than at the first checkpoint, after the training time is spent.
+  // Writable: found now rather than at the first checkpoint, after the training time is spent. (The probe
+  // is the manifest's temporary: a leftover of a killed run is replaced.)
   const std::filesystem::path probe = root_ / (std::string(kRunManifest) + ".tmp");
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const bool written = fd >= 0 && ::write(fd, "{}\n", 3) == 3 && ::fsync(fd) == 0;
@@ -205,18 +208,7 @@ void CheckpointDir::remove_leftover_temporaries(const std::vector<std::string>& 
 
 void CheckpointDir::write_manifest() const {
   const json j{{"ferry_run", 1}, {"run_id", run_id_}, {"config_hash", config_hash_}, {"checkpoints", listed_}};
-  const std::filesystem::path tmp = root_ / (std::string(kRunManifest) + ".tmp"), file = root_ / kRunManifest;
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump(2) << '\n';
-    if (!out.flush()) {
-      std::filesystem::remove(tmp);
-      throw std::runtime_error("checkpoint: cannot write '" + tmp.string() + "' (disk full?)");
-    }
-  }
-  sync_to_disk(tmp, false);
-  std::filesystem::rename(tmp, file);
-  sync_to_disk(root_, true);
+  write_file_atomically(root_ / kRunManifest, j.dump(2) + "\n", "checkpoint");
 }
 
 std::filesystem::path CheckpointDir::save(const models::ModelSpec& spec, const models::ParameterStore& params,

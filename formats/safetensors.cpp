@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "cpu_optim/half.h"
+#include "formats/atomic_file.h"
 
 namespace ferry::formats {
 namespace {
@@ -198,7 +199,7 @@ std::vector<int32_t> SafetensorsFile::read_i32(const std::string& name) const {
   throw std::runtime_error(origin_ + ": tensor '" + name + "' is " + e.dtype + ", expected I32 or I64");
 }
 
-void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsTensorRef>& tensors,
+void write_safetensors(AtomicFile& out, const std::vector<SafetensorsTensorRef>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -211,24 +212,23 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Safe
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned, as the format recommends
-  const auto tmp = std::filesystem::path(path.string() + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp.string() + ": cannot create");
-    uint64_t len = h.size();
-    char le[8];
-    for (int i = 0; i < 8; ++i) le[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-    out.write(le, 8);
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const auto& t : tensors) {
-      size_t n = 1;
-      for (int64_t d : t.shape) n *= static_cast<size_t>(d);
-      out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(4 * n));
-    }
-    out.flush();
-    if (!out) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
+  const uint64_t len = h.size();
+  char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  out.write(le, 8);
+  out.write(h);
+  for (const auto& t : tensors) {
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+    out.write(t.data, 4 * n);
   }
-  std::filesystem::rename(tmp, path);
+}
+
+void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsTensorRef>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  AtomicFile out(path, "safetensors");
+  write_safetensors(out, tensors, metadata);
+  out.commit();
 }
 
 }  // namespace ferry::formats

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "formats/atomic_file.h"
+
 namespace ferry::formats {
 
 struct SafetensorsEntry {
@@ -48,8 +50,11 @@ struct SafetensorsTensorRef {
   const float* data;  // fp32, numel(shape) values
 };
 
-// Writes fp32 tensors to `path` atomically (a temporary file renamed into place).
+// Writes fp32 tensors to `path` atomically (a temporary file renamed into place; removed on failure).
 void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsTensorRef>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+// The same into an AtomicFile the caller commits (with the files that belong with it).
+void write_safetensors(AtomicFile& out, const std::vector<SafetensorsTensorRef>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace ferry::formats

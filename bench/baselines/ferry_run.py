@@ -45,6 +45,7 @@ def main():
             cmd += ["--set", f"{k}={v}"]
         run = subprocess.run(cmd, capture_output=True, text=True)
         lines = [json.loads(x) for x in open(metrics.name) if x.strip()]
+        lines = [line for line in lines if "loss" in line]  # the step-0 line holds the validation loss only
     params = common.parameter_count(common.build_model(a, device="meta"))
     if run.returncode != 0 or not lines:
         err = (run.stderr.strip().splitlines() or ["no output"])[-1]

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu_optim/adamw.h"
+#include "formats/atomic_file.h"
 #include "memory/host_buffer.h"
 #include "models/ops/matmul.h"
 
@@ -103,8 +104,11 @@ offload::CostModel host_cost_model(int threads, std::string* cache_path) {
   offload::CostModel c = measure_host_cost_model(threads);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  if (std::ofstream out(tmp); out && (out << c.to_json().dump(2) << '\n')) std::filesystem::rename(tmp, file, ec);
+  try {
+    formats::write_file_atomically(file, c.to_json().dump(2) + "\n", "cost model cache");
+  } catch (const std::exception&) {
+    // a cache: without it the next run measures again
+  }
   return c;
 }
 

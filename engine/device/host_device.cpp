@@ -1,5 +1,5 @@
 // HostDevice: streams as WorkQueues; a throttled copy moves the bytes in chunks and sleeps until the
-// link would have delivered them.
+// link would have delivered them, unless a stop is requested that the copy would keep waiting.
 #include "engine/device/host_device.h"
 
 #include <fmt/format.h>
@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cpu_optim/optimizer_step.h"
+#include "engine/device/stop.h"
 #include "models/ops/matmul.h"
 
 namespace ferry::device {
@@ -71,14 +72,19 @@ void HostDevice::copy(Stream s, void* dst, const void* src, int64_t bytes, std::
       std::memcpy(dst, src, static_cast<size_t>(bytes));
       return;
     }
-    constexpr int64_t kChunk = int64_t(1) << 20;
+    // When the link would have delivered `n` bytes; capped at a century, which no duration type overflows.
     const auto start = std::chrono::steady_clock::now();
+    auto delivered = [&](int64_t n) {
+      const double s = std::min(double(n) / (gbps * 1e9), 3.2e9);
+      return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+    };
+    const std::string what = fmt::format("a copy of {} bytes over the {:g} GB/s link", bytes, gbps);
+    constexpr int64_t kChunk = int64_t(1) << 20;
     for (int64_t done = 0; done < bytes;) {
       const int64_t n = std::min(kChunk, bytes - done);
       std::memcpy(static_cast<std::byte*>(dst) + done, static_cast<const std::byte*>(src) + done, static_cast<size_t>(n));
       done += n;
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                std::chrono::duration<double>(double(done) / (gbps * 1e9))));
+      sleep_until_unless_stopped(delivered(done), delivered(bytes), what);  // a stop must not wait for a slow link
     }
   });
 }

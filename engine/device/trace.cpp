@@ -1,9 +1,10 @@
-// Trace: slices in memory, written once as trace-event JSON ("X" complete events, thread names as metadata).
+// Trace: slices in memory, written once, atomically, as trace-event JSON ("X" complete events, thread names
+// as metadata).
 #include "engine/device/trace.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
+
+#include "formats/atomic_file.h"
 
 namespace ferry::device {
 
@@ -40,14 +41,7 @@ void Trace::write(const std::filesystem::path& path) const {
   }
   for (const Slice& s : slices_)
     events.push_back({{"name", s.name}, {"ph", "X"}, {"pid", 1}, {"tid", s.track + 1}, {"ts", s.start_us}, {"dur", s.dur_us}});
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::runtime_error("--trace: cannot write '" + path.string() + "'");
-    out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << '\n';
-    if (!out) throw std::runtime_error("--trace: writing '" + path.string() + "' failed");
-  }
-  std::filesystem::rename(tmp, path);
+  formats::write_file_atomically(path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n", "--trace");
 }
 
 }  // namespace ferry::device

@@ -7,7 +7,8 @@ rm -rf "$work" && mkdir -p "$work"
 "$ferry" train --config "$config" --set model.n_layer=1 --set train.steps=1000000 --set train.eval_batches=1 \
   --set train.checkpoint_dir="$work/checkpoints" --metrics "$work/metrics.jsonl" &
 pid=$!
-# Its SIGINT handler is installed before the first step is logged; until then a background job ignores SIGINT.
-for _ in $(seq 1 6000); do [ -s "$work/metrics.jsonl" ] && break; sleep 0.01; done
+# Once a training step is logged (a line with "loss"; the first line, step 0's, has only val_loss), the
+# run is training: Ctrl-C finishes the step and checkpoints. (During start-up it would exit at once.)
+for _ in $(seq 1 6000); do grep -qs '"loss":' "$work/metrics.jsonl" && break; sleep 0.01; done
 kill -INT "$pid"
 wait "$pid"

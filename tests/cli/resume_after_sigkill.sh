@@ -7,7 +7,8 @@ shift 3  # the rest: more --set options (a policy, an overlap mode)
 rm -rf "$work" && mkdir -p "$work"
 common=(--config "$config" --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.seq_len=32
         --set train.batch_size=4 --set train.steps=200 --set train.eval_batches=1 --set train.checkpoint_every=5 "$@")
-losses() { sed -E 's/.*"loss":([^,]*),.*"step":([0-9]+).*/\2 \1/' "$1"; }
+# "step loss" of each training step's line (the first line, step 0's, holds only the validation loss)
+losses() { grep '"loss":' "$1" | sed -E 's/.*"loss":([^,]*),.*"step":([0-9]+).*/\2 \1/'; }
 
 "$ferry" train "${common[@]}" --set train.checkpoint_dir="$work/a" --metrics "$work/a.jsonl" > "$work/a.log" 2>&1
 "$ferry" train "${common[@]}" --set train.checkpoint_dir="$work/b" --metrics "$work/b.jsonl" > "$work/b.log" 2>&1 &

@@ -1,9 +1,16 @@
-// Datasets: text windows split into train and validation, deterministic batches, masked-LM batches.
+// Datasets: text windows split into train and validation, deterministic batches, masked-LM batches; what
+// data.path is (data.format, the name, never the magic alone), damaged shards, a failed shard write.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
+#include "../formats/full_disk.h"
 #include "dataset/dataset.h"
+#include "dataset/token_shard.h"
 #include "test_helpers.h"
 
 namespace ferry::dataset {
@@ -52,6 +59,84 @@ TEST(MaskedLm, ChoosesFifteenPercentAndMasksEightyOfThem) {
   Batch one;
   one.tokens = {65};
   EXPECT_EQ(masked_lm(one, 1, 0, mask_id, mask_id).targets, std::vector<int32_t>{65});
+}
+
+}  // namespace
+}  // namespace ferry::dataset
+
+namespace ferry::dataset {
+namespace {
+
+// A shard of `n` tokens at `path`, with header field `field` (0 magic, 1 version, 2 count) set to `value`.
+void write_damaged_shard(const std::filesystem::path& path, int n, int field, int32_t value) {
+  std::vector<int32_t> tokens(n);
+  for (int i = 0; i < n; ++i) tokens[i] = i % 200;
+  write_token_shard(path, tokens);
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekp(4 * field);
+  f.write(reinterpret_cast<const char*>(&value), 4);
+}
+
+std::string error_of(const std::filesystem::path& path, DataFormat format) {
+  try {
+    TextDataset(path, 0.1, 16, format);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(TextDataset, AShardWithADamagedHeaderIsAnErrorNamingTheFileAndField) {
+  const auto dir = testing::scratch_path("damaged_shards");
+  std::filesystem::create_directories(dir);
+  write_damaged_shard(dir / "magic.bin", 1000, 0, kShardMagic + 1);  // used to be trained on as 4024 bytes of text
+  write_damaged_shard(dir / "version.bin", 1000, 1, 2);
+  write_damaged_shard(dir / "count.bin", 1000, 2, 999);
+  const std::string magic = error_of(dir / "magic.bin", DataFormat::Auto);
+  EXPECT_NE(magic.find("'" + (dir / "magic.bin").string() + "': not a valid token shard: header field 'magic' (int32 at byte 0) is 20240521"),
+            std::string::npos) << magic;
+  EXPECT_NE(magic.find("set data.format: text"), std::string::npos) << magic;
+  EXPECT_NE(error_of(dir / "version.bin", DataFormat::Auto).find("header field 'version'"), std::string::npos);
+  EXPECT_NE(error_of(dir / "count.bin", DataFormat::Auto).find("header field 'token count' (int32 at byte 8) is 999 but the file holds 1000"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TextDataset, DataFormatNotTheMagicDecidesWhatAFileIs) {
+  const auto dir = testing::scratch_path("formats");
+  std::filesystem::create_directories(dir);
+  std::vector<int32_t> tokens(1000);
+  for (int i = 0; i < 1000; ++i) tokens[i] = 300 + i % 7;  // beyond bytes: only a shard read gives these
+  write_token_shard(dir / "tokens.tok", tokens);
+  EXPECT_NE(error_of(dir / "tokens.tok", DataFormat::Auto).find("starts like a token shard but is not named *.bin"), std::string::npos);
+  EXPECT_EQ(TextDataset(dir / "tokens.tok", 0.1, 16, DataFormat::Shard).max_token(), 306);
+  const TextDataset as_text(dir / "tokens.tok", 0.1, 16, DataFormat::Text);  // what the user said
+  EXPECT_EQ(as_text.train_tokens() + as_text.val_tokens(), 1024 + 2000);
+  EXPECT_LT(as_text.max_token(), 256);
+  std::filesystem::copy_file(kText, dir / "text.bin");  // a .bin of text: an error, not text by luck
+  EXPECT_NE(error_of(dir / "text.bin", DataFormat::Auto).find("header field 'magic'"), std::string::npos);
+  EXPECT_EQ(TextDataset(dir / "text.bin", 0.1, 16, DataFormat::Text).train_tokens() +
+                TextDataset(dir / "text.bin", 0.1, 16, DataFormat::Text).val_tokens(),
+            static_cast<int64_t>(std::filesystem::file_size(kText)));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TokenShard, AFailedWriteLeavesNoTemporaryAndNamesTheError) {
+  const auto path = testing::scratch_path("full.bin");
+  const std::vector<int32_t> tokens(4096, 7);
+  std::string error;
+  {
+    const testing::FileSizeLimit full_disk(2048);
+    try {
+      write_token_shard(path, tokens);
+    } catch (const std::runtime_error& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_NE(error.find("token shard: cannot write '" + path.string() + "': writing its temporary failed: File too large"), std::string::npos)
+      << error;
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path.string() + ".tmp"));
 }
 
 }  // namespace

@@ -91,7 +91,7 @@ TEST(TokenShard, RoundTripAndCorruptFiles) {
   const auto dir = std::filesystem::temp_directory_path();
   const std::vector<int32_t> tokens{0, 1, 999, 65535, 42};
   write_token_shard(dir / "shard.bin", tokens);
-  ASSERT_TRUE(is_token_shard(dir / "shard.bin"));
+  ASSERT_TRUE(starts_with_shard_magic(dir / "shard.bin"));
   {
     const TokenShard shard(dir / "shard.bin");
     EXPECT_EQ(std::vector<int32_t>(shard.tokens().begin(), shard.tokens().end()), tokens);
@@ -102,10 +102,10 @@ TEST(TokenShard, RoundTripAndCorruptFiles) {
     TokenShard truncated(dir / "shard.bin");
     ADD_FAILURE();
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("announces 5 tokens but the file holds 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("header field 'token count' (int32 at byte 8) is 5 but the file holds 2 tokens"), std::string::npos) << e.what();
   }
   std::ofstream(dir / "notashard.bin") << std::string(2000, 'x');
-  EXPECT_FALSE(is_token_shard(dir / "notashard.bin"));
+  EXPECT_FALSE(starts_with_shard_magic(dir / "notashard.bin"));
   EXPECT_THROW(TokenShard(dir / "notashard.bin"), std::runtime_error);
 }
 

@@ -55,6 +55,7 @@ TEST(Trainer, LearnsAndWritesMetrics) {
   std::ifstream in(metrics);
   std::string line;
   int n = 0, with_val = 0;
+  ASSERT_TRUE(std::getline(in, line));  // step 0's validation loss (Trainer.MetricsStartWithStepZerosValidationLoss)
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line);
     ++n;
@@ -520,6 +521,57 @@ TEST(Trainer, BertMaskTokenIdThatTheDataUsesIsAnError) {
   cfg.data.mask_token_id = 263;  // above a byte: only the tokens can hold it
   EXPECT_NE(train_error(cfg, quiet).find("data.mask_token_id: 263 occurs in data.path '" + shard.string() + "'"), std::string::npos);
   std::filesystem::remove(shard);
+}
+
+}  // namespace
+}  // namespace ferry::engine
+
+namespace ferry::engine {
+namespace {
+
+std::vector<nlohmann::json> metric_lines(const std::filesystem::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+TEST(Trainer, MetricsStartWithStepZerosValidationLoss) {
+  // The console prints step 0's validation loss; a learning curve drawn from the file starts there too,
+  // once: a resumed run appends after it.
+  const auto root = testing::scratch_path("step_zero");
+  const auto metrics = root / "metrics.jsonl";
+  std::filesystem::create_directories(root);
+  Config cfg = tiny_config(4, 3);
+  cfg.train.checkpoint_dir = root / "ckpt";
+  TrainOptions opt;
+  opt.progress = nullptr;
+  opt.metrics = metrics;
+  opt.stop_after = 2;
+  const TrainSummary first = train(cfg, opt);
+  opt.stop_after = 0;
+  opt.resume = root / "ckpt";
+  train(cfg, opt);
+  const auto lines = metric_lines(metrics);
+  ASSERT_EQ(lines.size(), 5u);  // step 0, then steps 1-2, then 3-4 resumed
+  EXPECT_EQ(lines[0]["step"], 0);
+  EXPECT_EQ(lines[0]["val_loss"].get<float>(), first.val_loss_start);
+  EXPECT_FALSE(lines[0].contains("loss"));
+  for (int i = 1; i < 5; ++i) EXPECT_EQ(lines[i]["step"], i);
+  std::filesystem::remove_all(root);
+}
+
+TEST(Trainer, AMetricsWriteThatFailsIsAnErrorNamingTheFile) {
+  TrainOptions opt;
+  opt.progress = nullptr;
+  opt.metrics = "/dev/full";  // every write fails as on a full disk
+  try {
+    train(tiny_config(2, 1), opt);
+    ADD_FAILURE() << "a run whose metrics could not be written succeeded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--metrics: writing '/dev/full' failed: No space left on device"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
