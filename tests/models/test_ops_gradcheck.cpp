@@ -125,7 +125,9 @@ TEST_P(GradCheck, BidirectionalAttentionWithPadding) {  // BERT's: separate q, k
   for (int64_t b = 0; b < B; ++b)  // no attention to padding
     for (int64_t r = 0; r < NH * T; ++r)
       for (int64_t t2 = 0; t2 < T; ++t2)
-        if (!mask[b * T + t2]) EXPECT_EQ(att[(b * NH * T + r) * T + t2], 0.0f);
+        if (!mask[b * T + t2]) {
+          EXPECT_EQ(att[(b * NH * T + r) * T + t2], 0.0f);
+        }
   attention_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(), att.data(), shape);
   expect_gradient("q", q, dq, loss, rng, 32);
   expect_gradient("k", k, dk, loss, rng, 32);
