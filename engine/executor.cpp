@@ -6,6 +6,8 @@
 //   held a tensor that op i-1 was the last to use (the plan reuses space), and the gradients it reads
 //   were last written by op i-1.
 // - Wait b / ReleaseGrads b make the compute stream wait for b's arrival / its gradients' departure.
+// - A prefetch also waits for the departure of gradients released at its own point: the window it fills
+//   may lie where they were (their life ends where its begins), and op i-1 does not wait for the d2h stream.
 // - AdamW on a bucket waits for its gradients to land, and (clipping, inf/nan check) for every bucket's
 //   statistics: the statistics run as each bucket lands, the updates once the norm is known.
 // - Micro-batches and steps are separated by a barrier (every stream and the CPU worker drained).
@@ -33,6 +35,7 @@ namespace {
 struct MicroBatch {
   int index = 0;
   bool last = false;
+  int point = 0;             // the schedule point whose actions are being queued
   device::EventPtr op_done;  // the compute stream has finished the previous op
   std::vector<device::EventPtr> arrival, landed;
   std::vector<size_t> next_window;
@@ -166,6 +169,9 @@ void Executor::Impl::prefetch(int b, MicroBatch& mb) {
   if (mb.next_window[b] >= windows.size()) throw std::logic_error("more prefetches of " + at.bucket_label(b) + " than windows");
   const int w = windows[mb.next_window[b]++].tensor;
   if (mb.op_done) dev.wait(Stream::H2D, mb.op_done, "op before prefetch of " + at.bucket_label(b));
+  for (const Action& a : s.before[mb.point])
+    if (a.kind == Action::Kind::ReleaseGrads && mb.landed[a.bucket])
+      dev.wait(Stream::H2D, mb.landed[a.bucket], "gradients of " + at.bucket_label(a.bucket) + " leaving before prefetch of " + at.bucket_label(b));
   arm(Stream::H2D, w);
   copy(Stream::H2D, at.address(w), cpu.working(b), bytes(b), "prefetch " + at.bucket_label(b));
   mb.arrival[b] = dev.record(Stream::H2D);
@@ -244,6 +250,7 @@ void Executor::Impl::run_micro_batch(const dataset::Batch& batch, MicroBatch& mb
   stage_batch(batch);
   mb.arrival.assign(p.n_buckets, nullptr), mb.landed.assign(p.n_buckets, nullptr), mb.next_window.assign(p.n_buckets, 0);
   for (int point = 0; point <= p.n_ops; ++point) {
+    mb.point = point;
     for (const Action& a : s.before[point]) run_action(a, mb);
     if (point < p.n_ops) run_op(point, mb);
   }

@@ -248,7 +248,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
       pool_(memory::HostBuckets::bytes_needed(plan_.problem.layout, DType::F32, DType::F32), {}),
       host_(plan_.problem.layout, pool_, DType::F32, DType::F32),
       trace_(opt.trace.empty() ? nullptr : std::make_unique<device::Trace>()),
-      device_({plan_.memory.layout.peak, cfg.host_device.link_gbps, threads_, trace_.get()}),
+      device_({plan_.memory.layout.peak, cfg.host_device.link_gbps, threads_, trace_.get(), opt.d2h_link_gbps}),
       executor_(spec_, plan_, host_, device_, adamw_, {static_cast<float>(cfg.optim.grad_clip)}, trace_.get()),
       scaler_(cfg.train.precision == "fp16" ? cfg.train.loss_scale_init : 1.0, cfg.train.loss_scale_growth_interval),
       schedule_{cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,

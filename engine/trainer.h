@@ -24,6 +24,7 @@ struct TrainOptions {
   std::string inject_fault;       // for tests: from step inject_fault_step on, executor tasks whose label
   int inject_fault_step = 1;      // contains inject_fault fail
   int64_t red_zone_bytes = 0;     // for tests: a red zone after every device tensor, checked after every op
+  double d2h_link_gbps = -1;      // for tests: the host device's copies back at this rate, unknown to the plan; < 0: as planned
 };
 
 struct TrainSummary {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <string>
 
+#include "offload/stream_reuse.h"
+
 namespace ferry::offload {
 
 const char* to_string(Action::Kind kind) {
@@ -132,27 +134,46 @@ class Replay {
     // Delayed: the previous step's updates are queued on the CPU when the step starts (steady state).
     // Otherwise they wait for every bucket's statistics, and run after the last op was issued.
     if (s_.delayed_update) queue_updates();
+    times_.op_start.assign(p_.n_ops, 0.0), times_.op_end.assign(p_.n_ops, 0.0);
     for (int point = 0; point <= p_.n_ops; ++point) {
       const double issue = compute_;
       double ready = compute_;  // when the next op may start
-      for (const Action& a : s_.before[point]) act(a, issue, ready);
+      for (const Action& a : s_.before[point]) act(a, point, issue, ready);
       if (point == p_.n_ops) break;
       r_.stall_before_op[point] = ready - compute_;
       r_.stall_s += ready - compute_;
-      compute_ = ready + p_.op_seconds[point];
+      times_.op_start[point] = ready;
+      compute_ = times_.op_end[point] = ready + p_.op_seconds[point];
       r_.compute_busy_s += p_.op_seconds[point];
     }
+    times_.grads_landed = grads_landed_;
     queue_updates();
     for (int b : uploads_after_updates_) upload(b, compute_);
     r_.step_s = std::max({compute_, h2d_, d2h_, cpu_});
     r_.lower_bound_s = std::max({r_.compute_busy_s, r_.h2d_busy_s, r_.d2h_busy_s, r_.cpu_busy_s});
   }
 
+  // When the streams touched each device tensor (after run()).
+  const StreamTimes& times() const { return times_; }
+
  private:
-  void act(const Action& a, double issue, double& ready) {
+  // A prefetch may fill bytes that gradients released at the same point held: it waits until they have
+  // left (as the Executor does).
+  double released_grads_landed(int point) const {
+    double t = 0;
+    for (const Action& a : s_.before[point])
+      if (a.kind == Action::Kind::ReleaseGrads) t = std::max(t, grads_landed_[a.bucket]);
+    return t;
+  }
+  void act(const Action& a, int point, double issue, double& ready) {
     const int b = a.bucket;
     switch (a.kind) {
-      case Action::Kind::Prefetch: arrival_[b] = h2d_copy(b, issue); break;
+      case Action::Kind::Prefetch: {
+        const double earliest = std::max(issue, released_grads_landed(point));
+        times_.window_copy_start.push_back(std::max(earliest, h2d_));
+        arrival_[b] = h2d_copy(b, earliest);
+        break;
+      }
       case Action::Kind::Wait: ready = std::max(ready, arrival_[b]); break;
       case Action::Kind::Release: break;
       case Action::Kind::OffloadGrads: {
@@ -206,6 +227,7 @@ class Replay {
   std::vector<int> uploads_after_updates_;
   bool updates_queued_ = false;
   double compute_ = 0, h2d_ = 0, d2h_ = 0, cpu_ = 0;  // when each stream is next free
+  StreamTimes times_;
 };
 
 }  // namespace
@@ -222,7 +244,13 @@ SimResult simulate(const OffloadProblem& p, const Schedule& s, const DeviceMemor
   SimResult r;
   r.error = validate(p, s, memory);
   if (!r.error.empty()) return r;
-  Replay(p, s, r).run();
+  Replay replay(p, s, r);
+  replay.run();
+  if (std::string unsafe = check_stream_reuse(memory, replay.times()); !unsafe.empty()) {
+    SimResult invalid;
+    invalid.error = std::move(unsafe);
+    return invalid;
+  }
   r.peak_device_bytes = memory.layout.peak;
   r.fits = r.peak_device_bytes <= p.budget_bytes;
   return r;

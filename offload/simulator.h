@@ -1,7 +1,8 @@
 // Simulator: checks a Schedule (every use of a bucket after its arrival, gradients offloaded only once
 // written and released only once offloaded, the device memory laid out for this very schedule), replays
 // it on the CostModel as a discrete-event simulation of the compute stream, the h2d and d2h copy streams
-// and the CPU AdamW pool, honouring every dependency, and reads the device's peak from the plan's
+// and the CPU AdamW pool, honouring every dependency, checks that memory the plan reuses is written only
+// after every stream is done with its earlier tensor, and reads the device's peak from the plan's
 // DeviceMemory (it never runs the Planner itself).
 #pragma once
 

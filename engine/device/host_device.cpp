@@ -58,6 +58,9 @@ HostDevice::~HostDevice() {
 }
 
 std::string HostDevice::name() const {
+  auto rate = [](double gbps) { return gbps > 0 ? fmt::format("{:g} GB/s", gbps) : std::string("memcpy speed"); };
+  if (options_.d2h_link_gbps >= 0 && options_.d2h_link_gbps != options_.link_gbps)
+    return fmt::format("host device (link {} to the device, {} back)", rate(options_.link_gbps), rate(options_.d2h_link_gbps));
   return options_.link_gbps > 0 ? fmt::format("host device (link {:g} GB/s each way)", options_.link_gbps)
                                 : std::string("host device (copies at memcpy speed)");
 }
@@ -66,7 +69,7 @@ void HostDevice::run(Stream s, std::string label, std::function<void()> work) { 
 
 void HostDevice::copy(Stream s, void* dst, const void* src, int64_t bytes, std::string label) {
   if (s == Stream::Compute) throw std::logic_error("copies go on the h2d or d2h stream");
-  const double gbps = options_.link_gbps;
+  const double gbps = s == Stream::D2H && options_.d2h_link_gbps >= 0 ? options_.d2h_link_gbps : options_.link_gbps;
   queue(s).run(std::move(label), [dst, src, bytes, gbps] {
     if (gbps <= 0) {
       std::memcpy(dst, src, static_cast<size_t>(bytes));
@@ -79,12 +82,15 @@ void HostDevice::copy(Stream s, void* dst, const void* src, int64_t bytes, std::
       return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
     };
     const std::string what = fmt::format("a copy of {} bytes over the {:g} GB/s link", bytes, gbps);
-    constexpr int64_t kChunk = int64_t(1) << 20;
+    // Each chunk is read and written when the link would have delivered it, not before: a copy holds its
+    // source until its last byte has gone and fills its destination progressively, as a DMA engine does,
+    // so that work that touches either too early (a missing event) sees the difference.
+    constexpr int64_t kChunk = int64_t(64) << 10;
     for (int64_t done = 0; done < bytes;) {
       const int64_t n = std::min(kChunk, bytes - done);
+      sleep_until_unless_stopped(delivered(done + n), delivered(bytes), what);  // a stop must not wait for a slow link
       std::memcpy(static_cast<std::byte*>(dst) + done, static_cast<const std::byte*>(src) + done, static_cast<size_t>(n));
       done += n;
-      sleep_until_unless_stopped(delivered(done), delivered(bytes), what);  // a stop must not wait for a slow link
     }
   });
 }

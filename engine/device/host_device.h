@@ -20,6 +20,7 @@ class HostDevice final : public Device {
     double link_gbps = 0;     // per direction, GB/s (1e9 bytes); 0: copies at memcpy speed
     int compute_threads = 0;  // oneDNN/OpenMP threads of the compute stream; 0: leave the default
     Trace* trace = nullptr;   // null: no trace
+    double d2h_link_gbps = -1;  // a device-to-host link unlike the other direction (tests of late gradients); < 0: link_gbps
   };
   explicit HostDevice(const Options& options);
   ~HostDevice() override;

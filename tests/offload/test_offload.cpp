@@ -17,6 +17,7 @@
 #include "offload/cost_model.h"
 #include "offload/policies.h"
 #include "offload/simulator.h"
+#include "offload/stream_reuse.h"
 #include "test_helpers.h"
 
 namespace ferry::offload {
@@ -169,6 +170,90 @@ TEST(Simulator, TakesThePeakFromTheGivenLayoutAndRejectsAnotherSchedules) {
   const SimResult mixed = simulate(p, zero.schedule, greedy.memory);
   EXPECT_FALSE(mixed.fits);
   EXPECT_NE(mixed.error.find("laid out for"), std::string::npos) << mixed.error;
+}
+
+// check_stream_reuse on hand-made timings: a tensor written into bytes that a copy stream is still reading
+// (gradients on their way to the host) is caught, naming both tensors, the bytes and the times; written once
+// they have left, or elsewhere, it is not. Red zones count as the tensor's bytes.
+TEST(StreamReuse, AWriteBeforeACopyStreamIsDoneWithTheBytesIsCaught) {
+  using Kind = DeviceTensor::Kind;
+  DeviceMemory m;
+  m.tensors = {{Kind::Weights, 1, {1024, 256, 3, 4}}, {Kind::Grads, 0, {1024, 256, 0, 2}}, {Kind::Activation, 0, {512, 256, 3, 3}}};
+  m.layout.offsets = {512, 0, 4096};
+  m.layout.peak = 8192;
+  StreamTimes t;
+  t.op_start = {0, 1, 2, 3, 4}, t.op_end = {1, 2, 3, 4, 5};
+  t.window_copy_start = {2.5};  // the prefetch of bucket 1 starts while bucket 0's gradients are leaving
+  t.grads_landed = {3.5, 0};
+  const std::string caught = check_stream_reuse(m, t);
+  EXPECT_NE(caught.find("the weights of bucket 1 (ops 3..4) is written at 2.500000 s into bytes [512, 1024) that the gradients "
+                        "of bucket 0 (ops 0..2) holds until 3.500000 s"),
+            std::string::npos)
+      << caught;
+  t.window_copy_start = {3.5};
+  EXPECT_EQ(check_stream_reuse(m, t), "");
+  // An op's output in those bytes: op 3 starts at 3.0, before the gradients have left.
+  m.layout.offsets[2] = 256;
+  EXPECT_NE(check_stream_reuse(m, t).find("the activation 0 (ops 3..3) is written at 3.000000 s into bytes [256, 768)"),
+            std::string::npos)
+      << check_stream_reuse(m, t);
+  t.grads_landed = {3.0, 0};
+  EXPECT_EQ(check_stream_reuse(m, t), "");
+  // The window right after the gradients: apart, unless the gradients' red zone reaches it.
+  t.grads_landed = {3.5, 0}, t.window_copy_start = {2.5}, m.layout.offsets = {1024, 0, 4096};
+  EXPECT_EQ(check_stream_reuse(m, t), "");
+  m.red_zone_bytes = 64;
+  EXPECT_NE(check_stream_reuse(m, t).find("bytes [1024, 1088)"), std::string::npos) << check_stream_reuse(m, t);
+}
+
+// How many prefetches fill bytes that gradients released at the same point held.
+int prefetches_into_released_gradients(const OffloadProblem& p, const PlannedSchedule& planned) {
+  const DeviceMemory& m = planned.memory;
+  std::vector<size_t> windows, grads(p.n_buckets, m.tensors.size());
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    if (m.tensors[i].kind == DeviceTensor::Kind::Weights) windows.push_back(i);
+    if (m.tensors[i].kind == DeviceTensor::Kind::Grads) grads[m.tensors[i].index] = i;
+  }
+  auto overlap = [&](size_t a, size_t b) {
+    return m.layout.offsets[a] < m.layout.offsets[b] + m.tensors[b].life.bytes &&
+           m.layout.offsets[b] < m.layout.offsets[a] + m.tensors[a].life.bytes;
+  };
+  int found = 0;
+  size_t window = 0;
+  for (const auto& actions : planned.schedule.before)
+    for (const Action& a : actions) {
+      if (a.kind != Action::Kind::Prefetch) continue;
+      const size_t w = windows[window++];
+      for (const Action& r : actions)
+        if (r.kind == Action::Kind::ReleaseGrads && overlap(w, grads[r.bucket])) ++found;
+    }
+  return found;
+}
+
+// A prefetch into bytes whose gradients are released at its own point must wait until they have left: the
+// schedule and layout assume the copy ended in time, but a link slower than planned delays it. Simulated on
+// a link 20x slower back than planned, every such plan stays valid (the prefetch starts once the gradients
+// have left, as the Executor makes it); without that wait the Simulator's cross-stream check refuses them.
+TEST(Simulator, APrefetchIntoReleasedGradientsStartsOnceTheyHaveLeft) {
+  models::Rng rng(17);
+  int shared = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const OffloadProblem p = small_problem(rng, static_cast<int64_t>(rng.below(300)));
+    OffloadProblem slow_back = p;
+    slow_back.cost.d2h.gbps = p.cost.d2h.gbps / 20;
+    for (Policy policy : {Policy::ChunkLru, Policy::Greedy}) {
+      try {
+        const PlannedSchedule planned = make_schedule(p, policy);
+        const int here = prefetches_into_released_gradients(p, planned);
+        shared += here;
+        const SimResult r = simulate(slow_back, planned.schedule, planned.memory);
+        ASSERT_EQ(r.error, "") << to_string(policy) << ", " << here << " prefetches into released gradients";
+      } catch (const BudgetError&) {
+      }
+    }
+  }
+  EXPECT_GT(shared, 0) << "no plan put a prefetch where gradients released at its point lay: nothing was checked";
 }
 
 TEST(DeviceMemory, RedZonesFollowEveryTensorAndCountAgainstTheBudget) {
