@@ -29,7 +29,8 @@ int run_offload_bench(const std::string& config_path, const std::vector<std::str
       o.push_back(fmt::format("train.steps={}", steps));
       o.push_back("offload.sync_steps=1");
       o.push_back("train.eval_batches=1");
-      const engine::Config cfg = engine::load_config(config_path, o);
+      engine::Config cfg = engine::load_config(config_path, o);
+      cfg.train.checkpoint_dir.clear(), cfg.train.checkpoint_every = 0;  // timings, not checkpoints (and one run per dir)
       shape = fmt::format("GPT-2 {} layers, n_embd {}, batch {}x{}", cfg.model.n_layer, cfg.model.n_embd, cfg.train.batch_size, cfg.model.seq_len);
       device = cfg.host_device.link_gbps > 0 ? fmt::format("host device, link {:g} GB/s each way", cfg.host_device.link_gbps)
                                              : "host device, unthrottled copies";

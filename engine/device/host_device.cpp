@@ -85,7 +85,7 @@ void HostDevice::copy(Stream s, void* dst, const void* src, int64_t bytes, std::
     // Each chunk is read and written when the link would have delivered it, not before: a copy holds its
     // source until its last byte has gone and fills its destination progressively, as a DMA engine does,
     // so that work that touches either too early (a missing event) sees the difference.
-    constexpr int64_t kChunk = int64_t(64) << 10;
+    constexpr int64_t kChunk = int64_t(256) << 10;
     for (int64_t done = 0; done < bytes;) {
       const int64_t n = std::min(kChunk, bytes - done);
       sleep_until_unless_stopped(delivered(done + n), delivered(bytes), what);  // a stop must not wait for a slow link
