@@ -24,7 +24,7 @@ const BackwardRule kRules[] = {
     {OpKind::Embedding,    true,     true,    {},                 2, 1},  // x: the tokens, to scatter by
     {OpKind::LayerNorm,    true,     true,    {1, 2},             3, 2},  // mean, rstd
     {OpKind::Linear,       true,     true,    {},                 2, 1},  // dx and dW: two matmuls
-    {OpKind::Attention,    true,     true,    {1},                2, 1},  // probs
+    {OpKind::Attention,    true,     true,    {1, 0},             2, 1},  // probs; y (a fused backward's rowsum(dy * y))
     {OpKind::Gelu,         true,     true,    {},                 2, 1},
     {OpKind::Residual,     true,     false,   {},                 2, 1},  // dy flows to both inputs as is
     {OpKind::CrossEntropy, false,    true,    {},                 4, 3},  // softmax(logits) - onehot(targets)

@@ -20,12 +20,17 @@ std::vector<int> Builder::weight_and_bias(const std::string& prefix, Shape weigh
 }
 
 int Builder::input(const std::string& name) {
-  spec_.tensors.push_back({name, {seq_.batch, seq_.seq}, DType::I32, false, true});
+  spec_.tensors.push_back({name, {seq_.batch, seq_.seq}, DType::I32, false, true, true});
   return static_cast<int>(spec_.tensors.size()) - 1;
 }
 
 int Builder::activation(const std::string& name, Shape shape) {
   spec_.tensors.push_back({name, std::move(shape), DType::F32, false, false});
+  return static_cast<int>(spec_.tensors.size()) - 1;
+}
+
+int Builder::statistic(const std::string& name, Shape shape) {
+  spec_.tensors.push_back({name, std::move(shape), DType::F32, false, false, true});
   return static_cast<int>(spec_.tensors.size()) - 1;
 }
 
@@ -62,8 +67,8 @@ int Builder::embedding(const std::string& name, const std::vector<int>& params, 
 int Builder::layernorm(const std::string& name, const std::vector<int>& params, int x, float eps) {
   const int64_t C = width(x), B = seq_.batch, T = seq_.seq;
   const int out = activation(name + ".out", {B, T, C});
-  const int mean = activation(name + ".mean", {B, T});
-  const int rstd = activation(name + ".rstd", {B, T});
+  const int mean = statistic(name + ".mean", {B, T});
+  const int rstd = statistic(name + ".rstd", {B, T});
   OpAttrs a = rows_of(C);
   a.eps = eps;
   return forward(name, OpKind::LayerNorm, params, {x}, {out, mean, rstd}, a, 8.0 * a.rows * C);
@@ -103,7 +108,7 @@ int Builder::residual(const std::string& name, int a, int b) {
 }
 
 int Builder::cross_entropy(const std::string& name, int logits, int targets) {
-  const int losses = activation(name + ".out", {seq_.batch, seq_.seq});
+  const int losses = statistic(name + ".out", {seq_.batch, seq_.seq});
   const OpAttrs a = rows_of(width(logits));
   return forward(name, OpKind::CrossEntropy, {}, {logits, targets}, {losses}, a, 3.0 * a.rows * a.in);
 }

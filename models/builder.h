@@ -50,6 +50,7 @@ class Builder {
 
  private:
   int activation(const std::string& name, Shape shape);
+  int statistic(const std::string& name, Shape shape);  // fp32 whatever the precision (TensorSpec::fixed_dtype)
   int64_t width(int tensor) const;  // the last dimension
   int forward(const std::string& name, OpKind kind, std::vector<int> params, std::vector<int> inputs,
               std::vector<int> outputs, const OpAttrs& attrs, double flops);

@@ -5,8 +5,10 @@
 //   Embedding    [tokens] -> [x]                      | [dx, tokens] -> []          params [wte, wpe(, type)]
 //   LayerNorm    [x] -> [y, mean, rstd]               | [dy, x, mean, rstd] -> [dx] params [w, b]
 //   Linear       [x] -> [y]                           | [dy, x] -> [dx]             params [W] or [W, b]
-//   Attention    [qkv] -> [y, probs]                  | [dy, qkv, probs] -> [dqkv]            (GPT-2)
-//                [q, k, v, mask] -> [y, probs]        | [dy, q, k, v, mask, probs] -> [dq, dk, dv] (BERT)
+//   Attention    [qkv] -> [y, probs]                  | [dy, qkv, probs, y] -> [dqkv]            (GPT-2)
+//                [q, k, v, mask] -> [y, probs]        | [dy, q, k, v, mask, probs, y] -> [dq, dk, dv] (BERT)
+//                (y is read by a fused backward, which keeps only a log-sum-exp in place of probs; the CPU's
+//                backward reads probs and leaves y alone, but the plan keeps y alive for it either way)
 //   Gelu         [x] -> [y]                           | [dy, x] -> [dx]
 //   Residual     [a, b] -> [y]                        | [dy] -> [da, db]
 //   CrossEntropy [logits, targets] -> [losses]        | [logits, targets] -> [dlogits]
@@ -59,12 +61,15 @@ float linear(const Call& c) {
 
 float attention(const Call& c) {
   const OpAttrs& a = c.a;
-  if (c.op.inputs.size() == (c.fwd ? 1u : 3u)) {  // GPT-2's packed qkv: [qkv] | [dy, qkv, probs]
+  // The forward's inputs: GPT-2's packed [qkv] or BERT's [q, k, v, mask]; backward reads dy before them and
+  // probs and y after.
+  const size_t forward_inputs = c.fwd ? c.op.inputs.size() : c.op.inputs.size() - 3;
+  if (forward_inputs == 1) {  // GPT-2: [qkv] | [dy, qkv, probs, y]
     if (c.fwd) ops::attention_forward(c.out(0), c.out(1), c.in(0), a.batch, a.seq, a.in, a.heads);
     else ops::attention_backward(c.out(0), c.in(0), c.in(1), c.in(2), a.batch, a.seq, a.in, a.heads);
     return 0;
   }
-  // BERT: [q, k, v, mask] | [dy, q, k, v, mask, probs]
+  // BERT: [q, k, v, mask] | [dy, q, k, v, mask, probs, y]
   const ops::AttentionShape shape{a.batch, a.seq, a.in, a.heads, a.in, a.causal, c.in_i32(c.fwd ? 3 : 4)};
   if (c.fwd) ops::attention_forward(c.out(0), c.out(1), c.in(0), c.in(1), c.in(2), shape);
   else ops::attention_backward(c.out(0), c.out(1), c.out(2), c.in(0), c.in(1), c.in(2), c.in(3), c.in(5), shape);

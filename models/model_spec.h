@@ -26,6 +26,9 @@ struct TensorSpec {
   DType dtype = DType::F32;
   bool is_grad = false;  // gradients start at zero when created: backward ops accumulate into them
   bool is_input = false; // filled from the batch before the step, not by an op
+  // Stored in `dtype` whatever the training precision: token ids, and what numerics keep in fp32 (LayerNorm
+  // statistics, per-token losses). Every other tensor is stored in the precision the step computes in.
+  bool fixed_dtype = false;
   int64_t bytes() const { return numel(shape) * dtype_bytes(dtype); }
 };
 

@@ -20,10 +20,11 @@ double CostModel::op_seconds(const models::ModelSpec& spec, const models::OpSpec
 }
 
 int64_t CostModel::tensor_bytes(const models::ModelSpec& spec, int tensor) const {
-  const auto& shape = spec.tensors[tensor].shape;
-  const bool probabilities = spec.tensors[tensor].name.ends_with("attn.probs");  // (B, heads, T, T)
-  if (fused_attention && probabilities) return models::numel(shape) / shape.back() * 4;
-  return models::numel(shape) * activation_bytes;
+  const models::TensorSpec& t = spec.tensors[tensor];
+  if (t.fixed_dtype) return t.bytes();  // ids, LayerNorm statistics, losses: their own dtype in any precision
+  const bool probabilities = t.name.ends_with("attn.probs");  // (B, heads, T, T)
+  if (fused_attention && probabilities) return models::numel(t.shape) / t.shape.back() * 4;  // an fp32 log-sum-exp per row
+  return models::numel(t.shape) * activation_bytes;
 }
 
 namespace {

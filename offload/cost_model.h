@@ -43,8 +43,9 @@ struct CostModel {
   // of its FLOPs at flops_per_s and the bytes it touches (its tensors and parameters at the device's
   // element sizes) at memory_bytes_per_s, plus the per-op overhead.
   double op_seconds(const models::ModelSpec& spec, const models::OpSpec& op) const;
-  // Bytes a tensor takes on the device: its elements at activation_bytes, except the attention
-  // probabilities under fused attention (one fp32 per row instead of a row of T).
+  // Bytes a tensor takes on the device: its elements at activation_bytes, except tensors of a fixed dtype
+  // (token ids, LayerNorm statistics, losses: TensorSpec::fixed_dtype) and the attention probabilities
+  // under fused attention (one fp32 per row instead of a row of T).
   int64_t tensor_bytes(const models::ModelSpec& spec, int tensor) const;
 
   static CostModel from_json(const nlohmann::json& j, const std::string& origin);

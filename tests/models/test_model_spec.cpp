@@ -95,8 +95,8 @@ bool same_attrs(const OpAttrs& a, const OpAttrs& b) {
 }
 
 // The backward op of forward op `f`, as the slot conventions of models/cpu_op.cpp spell it: it reads the
-// gradient of f's result (the loss has none: it is the root), f's inputs (a residual needs none), and every
-// output f saved beside its result; it writes the gradients of f's inputs that are not batch inputs.
+// gradient of f's result (the loss has none: it is the root), f's inputs (a residual needs none), every
+// output f saved beside its result, and for attention the result itself; it writes the gradients of f's inputs that are not batch inputs.
 void expect_mirror(const ModelSpec& spec, const std::map<std::string, int>& index, const OpSpec& f, const OpSpec& b) {
   auto grad = [&](int t) {
     const auto it = index.find(spec.tensors[t].name + ".grad");
@@ -107,6 +107,7 @@ void expect_mirror(const ModelSpec& spec, const std::map<std::string, int>& inde
   if (f.kind != OpKind::CrossEntropy) reads.push_back(grad(f.outputs.at(0)));
   if (f.kind != OpKind::Residual) reads.insert(reads.end(), f.inputs.begin(), f.inputs.end());
   reads.insert(reads.end(), f.outputs.begin() + 1, f.outputs.end());
+  if (f.kind == OpKind::Attention) reads.push_back(f.outputs.at(0));  // its result last: a fused backward reads it
   for (int t : f.inputs)
     if (!spec.tensors[t].is_input) writes.push_back(grad(t));
 
@@ -170,7 +171,7 @@ TEST(ModelSpecs, BackwardSlotsFollowTheCpuConventions) {
       {"loss.bwd", {"lm_head.out", "targets"}, {"lm_head.out.grad"}},
       {"lm_head.bwd", {"lm_head.out.grad", "ln_f.out"}, {"ln_f.out.grad"}},
       {"h.0.res_1.bwd", {"h.0.res_1.out.grad"}, {"embed.out.grad", "h.0.attn.c_proj.out.grad"}},
-      {"h.0.attn.bwd", {"h.0.attn.out.grad", "h.0.attn.c_attn.out", "h.0.attn.probs"}, {"h.0.attn.c_attn.out.grad"}},
+      {"h.0.attn.bwd", {"h.0.attn.out.grad", "h.0.attn.c_attn.out", "h.0.attn.probs", "h.0.attn.out"}, {"h.0.attn.c_attn.out.grad"}},
       {"h.0.ln_1.bwd", {"h.0.ln_1.out.grad", "embed.out", "h.0.ln_1.mean", "h.0.ln_1.rstd"}, {"embed.out.grad"}},
       {"h.1.mlp.gelu.bwd", {"h.1.mlp.gelu.out.grad", "h.1.mlp.c_fc.out"}, {"h.1.mlp.c_fc.out.grad"}},
       {"embed.bwd", {"embed.out.grad", "tokens"}, {}},
@@ -178,7 +179,7 @@ TEST(ModelSpecs, BackwardSlotsFollowTheCpuConventions) {
   const std::vector<Expected> bert = {
       {"layer.1.attn.bwd",
        {"layer.1.attn.out.grad", "layer.1.attn.q.out", "layer.1.attn.k.out", "layer.1.attn.v.out", "attention_mask",
-        "layer.1.attn.probs"},
+        "layer.1.attn.probs", "layer.1.attn.out"},
        {"layer.1.attn.q.out.grad", "layer.1.attn.k.out.grad", "layer.1.attn.v.out.grad"}},
       {"layer.1.attn.res.bwd", {"layer.1.attn.res.out.grad"}, {"layer.1.attn.dense.out.grad", "layer.0.ffn.ln.out.grad"}},
       {"layer.0.attn.q.bwd", {"layer.0.attn.q.out.grad", "embed.ln.out"}, {"embed.ln.out.grad"}},

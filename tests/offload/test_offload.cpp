@@ -76,6 +76,27 @@ TEST(CostModel, MissingKeysAreNamed) {
   EXPECT_NO_THROW(CostModel::from_json(CostModel{}.to_json(), "defaults written out"));
 }
 
+// In a 2-byte plan, token ids, LayerNorm statistics and losses keep their 4 bytes (a kernel writing an fp32
+// statistic into 2 bytes a element would write past it); activations and their gradients take 2.
+TEST(CostModel, TensorBytesFollowThePrecisionExceptFixedDtypes) {
+  const models::ModelSpec spec = models::build_gpt2({1, 2, 64, 256, 16}, 2, 16);
+  CostModel bf16;
+  bf16.activation_bytes = 2;
+  bf16.fused_attention = false;
+  auto bytes = [&](const std::string& name) { return bf16.tensor_bytes(spec, spec.tensor_index(name)); };
+  const int64_t tokens = 2 * 16;
+  EXPECT_EQ(bytes("tokens"), tokens * 4);
+  EXPECT_EQ(bytes("targets"), tokens * 4);
+  EXPECT_EQ(bytes("h.0.ln_1.mean"), tokens * 4);
+  EXPECT_EQ(bytes("h.0.ln_1.rstd"), tokens * 4);
+  EXPECT_EQ(bytes("loss.out"), tokens * 4);
+  EXPECT_EQ(bytes("h.0.ln_1.out"), tokens * 64 * 2);
+  EXPECT_EQ(bytes("h.0.ln_1.out.grad"), tokens * 64 * 2);
+  EXPECT_EQ(bytes("h.0.attn.probs"), 2 * 2 * 16 * 16 * 2);
+  bf16.fused_attention = true;
+  EXPECT_EQ(bytes("h.0.attn.probs"), 2 * 2 * 16 * 4);  // one fp32 log-sum-exp per row
+}
+
 TEST(CostModel, ShippedH100ModelLoadsAndRoundTrips) {
   const CostModel c = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
   EXPECT_TRUE(c.assumed);
