@@ -270,7 +270,7 @@ void Executor::Impl::device_adam() {
   }
   const std::string label = "adamw (device)";
   queue(Stream::Compute, label, [&] {
-    dev.adamw(std::move(buckets), adamw, st.adam_step, st.lr, options.grad_clip, st.loss_scale, &st.device_decision, label);
+    dev.adamw(std::move(buckets), adamw.hyper(), st.adam_step, st.lr, options.grad_clip, st.loss_scale, &st.device_decision, label);
   });
 }
 

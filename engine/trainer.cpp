@@ -18,7 +18,7 @@
 #include "cpu_optim/adamw.h"
 #include "cpu_optim/lr_schedule.h"
 #include "engine/device/cuda_devices.h"
-#include "engine/device/host_device.h"
+#include "engine/device/make_device.h"
 #include "engine/device/stop.h"
 #include "engine/device/trace.h"
 #include "engine/executor.h"
@@ -206,7 +206,7 @@ class Run {
   memory::PinnedHostPool pool_;
   memory::HostBuckets host_;
   std::unique_ptr<device::Trace> trace_;
-  device::HostDevice device_;
+  std::unique_ptr<device::Device> device_;
   Executor executor_;
   LossScaler scaler_;
   const cpu_optim::LrSchedule schedule_;
@@ -248,8 +248,13 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
       pool_(memory::HostBuckets::bytes_needed(plan_.problem.layout, DType::F32, DType::F32), {}),
       host_(plan_.problem.layout, pool_, DType::F32, DType::F32),
       trace_(opt.trace.empty() ? nullptr : std::make_unique<device::Trace>()),
-      device_({plan_.memory.layout.peak, cfg.host_device.link_gbps, threads_, trace_.get(), opt.d2h_link_gbps}),
-      executor_(spec_, plan_, host_, device_, adamw_, {static_cast<float>(cfg.optim.grad_clip)}, trace_.get()),
+      device_(device::make_device({.kind = device::DeviceChoice::Kind::Host,
+                                   .arena_bytes = plan_.memory.layout.peak,
+                                   .trace = trace_.get(),
+                                   .compute_threads = threads_,
+                                   .link_gbps = cfg.host_device.link_gbps,
+                                   .d2h_link_gbps = opt.d2h_link_gbps})),
+      executor_(spec_, plan_, host_, *device_, adamw_, {static_cast<float>(cfg.optim.grad_clip)}, trace_.get()),
       scaler_(cfg.train.precision == "fp16" ? cfg.train.loss_scale_init : 1.0, cfg.train.loss_scale_growth_interval),
       schedule_{cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,
                 static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps},
@@ -290,7 +295,7 @@ void Run::announce() {
   progress_.message(fmt::format(
       "offload: policy {}, {}; budget {}{}, device arena {} (planned; lower bound {}); {} bucket(s) of up to {:.1f} MiB, "
       "{} resident / {} travelling; {} of {} block(s) checkpointed; overlap {}{}; predicted step {:.3f} s (cost model: {}{})",
-      plan_.schedule.label(), device_.name(), memory::format_bytes(budget), cfg_.offload.gpu_budget > 0 ? "" : " (unset: what resident needs)",
+      plan_.schedule.label(), device_->name(), memory::format_bytes(budget), cfg_.offload.gpu_budget > 0 ? "" : " (unset: what resident needs)",
       memory::format_bytes(plan_.memory.layout.peak), memory::format_bytes(plan_.memory.layout.lower_bound), p.n_buckets,
       p.layout.target_bytes() / double(1 << 20), memory::format_bytes(predicted_.resident_bytes),
       memory::format_bytes(predicted_.offloaded_bytes), p.checkpointed_layers, m.n_layer, overlap,
@@ -369,7 +374,7 @@ void Run::log(int step, const StepResult& r, double step_s, double lr, double lo
                    {"tokens_per_s", tokens_per_step / step_s}, {"elapsed_s", elapsed},
                    {"step_s", step_s}, {"predicted_step_s", sum_.predicted_step_s}, {"stall_s", r.stall_s},
                    {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"arena_bytes", sum_.arena_bytes},
-                   {"peak_device_bytes", device_.measured_peak_bytes()}};
+                   {"peak_device_bytes", device_->measured_peak_bytes()}};
   if (cfg_.train.precision == "fp16") j["loss_scale"] = loss_scale;
   if (r.skipped) j["skipped"] = true;
   if (val) j["val_loss"] = *val;
@@ -465,7 +470,7 @@ bool Run::run_step(int step, int first_step) {
 
 void Run::summarise() {
   sum_.device_allocations_after_start_up = memory::DeviceAllocations::count() - allocations_after_set_up_;
-  sum_.measured_peak_device_bytes = device_.measured_peak_bytes();
+  sum_.measured_peak_device_bytes = device_->measured_peak_bytes();
   if (!sum_.interrupted) sum_.steps = cfg_.train.steps;
   sum_.wall_s = seconds_since(t_start_);
   const size_t ran = sum_.losses.size();  // steps run by this call (fewer when resumed or stopped)

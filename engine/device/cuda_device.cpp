@@ -181,7 +181,7 @@ void CudaDevice::run_op(const models::ModelSpec&, const models::OpSpec&, const m
   needs_kernels(label);
 }
 
-void CudaDevice::adamw(std::vector<OptimizerBucket>, const cpu_optim::CpuAdamW&, int64_t, double, float, float, cpu_optim::StepDecision*,
+void CudaDevice::adamw(std::vector<OptimizerBucket>, const cpu_optim::AdamWHyper&, int64_t, double, float, float, cpu_optim::StepDecision*,
                        std::string label) {
   needs_kernels(label);
 }

@@ -46,7 +46,7 @@ class CudaDevice final : public Device {
   void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) override;
   void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
               float* loss, std::string label) override;
-  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr, float max_norm,
+  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
              float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
 
   // The stream the work being queued by run() launches on.

@@ -65,9 +65,10 @@ class Device {
   // receives the loss's forward value once it has.
   virtual void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands,
                       float loss_weight, float* loss, std::string label) = 0;
-  // AdamW over buckets whose optimizer state lives on the device (policy resident), following `rule`'s
-  // arithmetic exactly: each bucket's gradient statistics, summed in bucket order, the step decision
-  // (written to *decision, host memory), the update, and each bucket's fp32 working copy.
+  // AdamW over buckets whose optimizer state lives on the device (policy resident), with the CPU AdamW's
+  // arithmetic exactly (cpu_optim/adamw.h): each bucket's gradient statistics, summed in bucket order, the
+  // step decision (written to *decision, host memory), the update, and each bucket's fp32 working copy.
+  // Only hyper-parameters and views cross this seam: each device brings its own kernels.
   struct OptimizerBucket {
     float* master;
     float* m;
@@ -76,7 +77,7 @@ class Device {
     float* working;
     int64_t numel;
   };
-  virtual void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr,
+  virtual void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
                      float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) = 0;
 };
 

@@ -147,11 +147,19 @@ void HostDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op,
   });
 }
 
-void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr,
+void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
                        float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) {
   // The CPU path's arithmetic, on the host device's memory: the same OptimizerStep, so both give bitwise
-  // the same weights.
-  queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule, step, lr, max_norm, loss_scale, decision] {
+  // the same weights (every ISA path is bitwise the scalar one). Its kernels are made once per
+  // hyper-parameters, on the compute stream's cores.
+  const auto same = [&](const cpu_optim::AdamWHyper& h) {
+    return h.beta1 == hyper.beta1 && h.beta2 == hyper.beta2 && h.eps == hyper.eps && h.weight_decay == hyper.weight_decay;
+  };
+  auto kernels = std::find_if(adamw_kernels_.begin(), adamw_kernels_.end(), [&](const auto& k) { return same(k->hyper()); });
+  if (kernels == adamw_kernels_.end())
+    kernels = adamw_kernels_.insert(adamw_kernels_.end(),
+                                    std::make_unique<cpu_optim::CpuAdamW>(cpu_optim::AdamWOptions{hyper, "auto", options_.compute_threads}));
+  queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule = **kernels, step, lr, max_norm, loss_scale, decision] {
     std::vector<cpu_optim::Bucket> views;
     for (const auto& b : buckets) {
       const size_t n = static_cast<size_t>(b.numel);

@@ -40,13 +40,16 @@ class HostDevice final : public Device {
   void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) override;
   void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
               float* loss, std::string label) override;
-  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::CpuAdamW& rule, int64_t step, double lr, float max_norm,
+  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
              float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
 
  private:
   WorkQueue& queue(Stream s) { return *queues_[static_cast<int>(s)]; }
   Options options_;
   memory::Arena arena_;
+  // The CPU AdamW kernels of device-side AdamW, one per hyper-parameters seen; declared before the queues so
+  // that they outlive the tasks queued on them.
+  std::vector<std::unique_ptr<cpu_optim::CpuAdamW>> adamw_kernels_;
   std::array<std::unique_ptr<WorkQueue>, 3> queues_;
 };
 

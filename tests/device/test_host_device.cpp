@@ -9,7 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include "engine/device/cuda_devices.h"
 #include "engine/device/host_device.h"
+#include "engine/device/make_device.h"
 
 namespace ferry::device {
 namespace {
@@ -53,6 +55,32 @@ TEST(HostDevice, ThrottledCopiesTakeTheLinkTime) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_GE(s, 16.7e-3);  // 16.8 MB at 1 GB/s
   EXPECT_EQ(dst, src);
+}
+
+// make_device gives the host device the config asks for, its link back slower when a test asks; and a
+// CUDA device only where a build has CUDA and a GPU is there (else an error, not a host device in disguise).
+TEST(MakeDevice, TheHostDeviceWithItsLinksAndACudaDeviceOnlyWithAGpu) {
+  const auto dev = make_device({.kind = DeviceChoice::Kind::Host, .arena_bytes = 64 << 20, .link_gbps = 0, .d2h_link_gbps = 1.0});
+  EXPECT_EQ(dev->arena().size(), 64 << 20);
+  EXPECT_EQ(dev->name(), "host device (link memcpy speed to the device, 1 GB/s back)");
+  std::vector<std::byte> src(16 << 20, std::byte{7}), dst(16 << 20);
+  auto timed = [&](Stream s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    dev->copy(s, dst.data(), src.data(), static_cast<int64_t>(src.size()), "16 MiB");
+    dev->synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  EXPECT_GE(timed(Stream::D2H), 16.7e-3);  // 16.8 MB at 1 GB/s
+  EXPECT_LT(timed(Stream::H2D), 16.7e-3);  // memcpy speed
+  EXPECT_EQ(dst, src);
+  if (cuda_device_count() == 0) {
+    try {
+      make_device({.kind = DeviceChoice::Kind::Cuda, .arena_bytes = 1 << 20});
+      FAIL() << "a CUDA device without a GPU";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();  // no driver, no GPU, or no CUDA in the build
+    }
+  }
 }
 
 TEST(HostDevice, AFailedTaskFailsLaterEventsWithItsLabel) {
