@@ -55,6 +55,22 @@ struct StepState {
   int64_t h2d_bytes = 0, d2h_bytes = 0;  // every copy is queued by the host thread
 };
 
+// Every op the step runs must be one its device runs, with its tensors stored as the plan binds them (each
+// tensor's own dtype: the executor's plans are fp32 today). Refused before anything is queued, naming the op.
+void check_device_runs_every_op(const models::ModelSpec& spec, const device::Device& device) {
+  std::vector<DType> storage;
+  for (const models::OpSpec& op : spec.ops) {
+    storage.clear();
+    for (const auto* list : {&op.inputs, &op.outputs})
+      for (int t : *list) storage.push_back(spec.tensors[t].dtype);
+    if (device.supports_op(op, storage)) continue;
+    std::string types;
+    for (DType t : storage) types += std::string(types.empty() ? "" : ", ") + to_string(t);
+    throw std::invalid_argument(fmt::format("{} cannot run op {} ({}) with its tensors stored as [{}]", device.name(), op.name,
+                                            models::to_string(op.kind), types));
+  }
+}
+
 }  // namespace
 
 struct Executor::Impl {
@@ -302,6 +318,7 @@ Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan,
     throw std::logic_error(fmt::format("the device arena holds {} bytes; the plan needs {}", device.arena().size(), plan.memory.layout.peak));
   if (plan.memory.red_zone_bytes > 0 && device.arena().backing() != memory::Arena::Backing::Host)
     throw std::invalid_argument("red zones are checked on the host device only");
+  check_device_runs_every_op(spec, device);
   impl_ = std::make_unique<Impl>(spec, plan, host, device, adamw, options, trace);
   Impl& x = *impl_;
   const int64_t batch_bytes = spec.tensors[spec.tensor_index("tokens")].bytes();

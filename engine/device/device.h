@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,10 @@ class Device {
   virtual void zero(Stream stream, void* dst, int64_t bytes, std::string label) = 0;
   // dst = src (overwrite) or dst += src, n fp32 elements.
   virtual void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) = 0;
+  // Whether this device runs `op` with its tensors stored as `storage` (op.inputs then op.outputs, in order):
+  // a backend is brought up op by op, and the Executor refuses at start-up, naming the op, a plan with an op
+  // its device cannot run.
+  virtual bool supports_op(const models::OpSpec& op, std::span<const DType> storage) const = 0;
   // One op of the model. The operands must stay valid until it has run; *loss (host memory, may be null)
   // receives the loss's forward value once it has.
   virtual void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands,

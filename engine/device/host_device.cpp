@@ -139,6 +139,10 @@ void HostDevice::accumulate(Stream s, float* dst, const float* src, int64_t n, b
   });
 }
 
+bool HostDevice::supports_op(const models::OpSpec&, std::span<const DType> storage) const {
+  return std::all_of(storage.begin(), storage.end(), [](DType t) { return t == DType::F32 || t == DType::I32; });
+}
+
 void HostDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands,
                         float loss_weight, float* loss, std::string label) {
   queue(Stream::Compute).run(std::move(label), [&spec, &op, operands, loss_weight, loss] {

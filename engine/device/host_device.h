@@ -38,6 +38,8 @@ class HostDevice final : public Device {
   int64_t measured_peak_bytes() const override { return arena_.touched_bytes(); }
   void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
   void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) override;
+  // Every op, on fp32 tensors and int32 token ids (its CPU ops compute in fp32 and read nothing narrower yet).
+  bool supports_op(const models::OpSpec& op, std::span<const DType> storage) const override;
   void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
               float* loss, std::string label) override;
   void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,

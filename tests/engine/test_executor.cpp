@@ -399,6 +399,30 @@ TEST(Executor, AWriteBeyondATensorIsCaughtByItsRedZone) {
   }
 }
 
+// A plan with an op its device cannot run (here: a bf16 activation, which the host device's fp32 ops do not
+// read yet) is refused when the Executor is made, naming the op, its kind and its tensors' storage.
+TEST(Executor, AnOpTheDeviceCannotRunIsRefusedAtStartUp) {
+  const Config c = small_config("resident", false, 1, 0, 1);
+  offload::CostModel cost = offload::CostModel::load(kCostModel);
+  cost.weight_bytes = cost.activation_bytes = 4;
+  cost.fused_attention = false;
+  models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
+  spec.tensors[spec.tensor_index("h.0.mlp.gelu.out")].dtype = DType::BF16;
+  const offload::StepPlan plan = plan_for_config(c, spec, cost, 0, "", 0);
+  memory::PinnedHostPool pool(memory::HostBuckets::bytes_needed(plan.problem.layout, DType::F32, DType::F32), {});
+  memory::HostBuckets host(plan.problem.layout, pool, DType::F32, DType::F32);
+  device::HostDevice dev({plan.memory.layout.peak, 0, 2, nullptr});
+  const cpu_optim::CpuAdamW adamw({});
+  try {
+    Executor executor(spec, plan, host, dev, adamw, {}, nullptr);
+    FAIL() << "the executor ran a bf16 tensor through fp32 ops";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot run op h.0.mlp.gelu.fwd (gelu) with its tensors stored as [fp32, bf16]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Executor, AFailureNamesTheOpOrBucketAndKeepsTheLastCheckpoint) {
   const auto dir = testing::scratch_path("executor_fault");
   for (const char* fault : {"h.1.mlp.c_fc.fwd", "prefetch bucket 2", "offload gradients of bucket 1"}) {
