@@ -45,38 +45,36 @@ using Region = memory::HostBuckets::Region;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The ParameterStore (flat, per parameter) and flat moment buffers (allocated only while a checkpoint is
-// read or written), to and from the host buckets: checkpoints, initial weights and evaluation use the
-// former, training the latter.
-size_t flat_offset(const models::ParameterStore& params, int p) {
-  return static_cast<size_t>(params.value(p).data() - params.values().data());
-}
-void scatter_weights(const models::ParameterStore& params, memory::HostBuckets& host) {
-  for (int p = 0; p < params.count(); ++p)
-    std::memcpy(host.view(p, Region::Master).data, params.value(p).data(), params.value(p).size_bytes());
+// The ParameterStore (flat, per parameter: initial weights and evaluation) to and from the host buckets
+// (training). Checkpoints are written from, and read into, the host buckets' own views.
+void refresh_working_copies(memory::HostBuckets& host) {
   for (size_t b = 0; b < host.layout().buckets().size(); ++b) {
     const auto master = host.master(static_cast<int>(b));
     std::memcpy(host.region(static_cast<int>(b), Region::Working).data, master.data(), master.size_bytes());  // fp32
   }
 }
-void scatter_moments(const models::ParameterStore& params, std::span<const float> m, std::span<const float> v,
-                     memory::HostBuckets& host) {
-  for (int p = 0; p < params.count(); ++p) {
-    const size_t n = params.value(p).size(), at = flat_offset(params, p);
-    std::memcpy(host.view(p, Region::M).data, m.data() + at, n * 4);
-    std::memcpy(host.view(p, Region::V).data, v.data() + at, n * 4);
-  }
+void scatter_weights(const models::ParameterStore& params, memory::HostBuckets& host) {
+  for (int p = 0; p < params.count(); ++p)
+    std::memcpy(host.view(p, Region::Master).data, params.value(p).data(), params.value(p).size_bytes());
+  refresh_working_copies(host);
 }
 void gather_weights(const memory::HostBuckets& host, models::ParameterStore& params) {
   for (int p = 0; p < params.count(); ++p)
     std::memcpy(params.value(p).data(), host.view(p, Region::Master).data, params.value(p).size_bytes());
 }
-void gather_moments(const memory::HostBuckets& host, const models::ParameterStore& params, std::span<float> m, std::span<float> v) {
-  for (int p = 0; p < params.count(); ++p) {
-    const size_t n = params.value(p).size(), at = flat_offset(params, p);
-    std::memcpy(m.data() + at, host.view(p, Region::M).data, n * 4);
-    std::memcpy(v.data() + at, host.view(p, Region::V).data, n * 4);
+// Per parameter, its fp32 master weights, m and v in the host buckets (T: float to read into, const float
+// to write from).
+template <class T>
+formats::ParameterViews<T> bucket_state(const memory::HostBuckets& host, int params) {
+  formats::ParameterViews<T> views;
+  for (int p = 0; p < params; ++p) {
+    const auto view = [&](Region r) {
+      const memory::TensorView t = host.view(p, r);
+      return std::span<float>(t.as<float>(), static_cast<size_t>(t.numel()));
+    };
+    views.weights.push_back(view(Region::Master)), views.m.push_back(view(Region::M)), views.v.push_back(view(Region::V));
   }
+  return views;
 }
 
 // Which device the config asks for: the CUDA backend has no kernels yet, so every run is on the host
@@ -175,6 +173,7 @@ class Run {
   offload::CostModel measure_cost();
   void announce();
   void start_or_resume();
+  std::vector<std::span<float>> pending_gradients() const;
   float evaluate();
   void evaluate_start();
   device::Interrupted cut_short(int step, const std::exception& e) const;
@@ -305,11 +304,14 @@ void Run::announce() {
 
 void Run::start_or_resume() {
   if (resume_from_) {
-    memory::HostBuffer m(params_.values().size_bytes()), v(params_.values().size_bytes());
-    resumed_ = formats::load_checkpoint(resume_from_->second, spec_, params_, m.as<float>(), v.as<float>(), resume_check(cfg_)).first;
-    scatter_weights(params_, host_);
-    scatter_moments(params_, m.as<float>(), v.as<float>(), host_);
-    progress_.message(fmt::format("resumed from {} at step {}{}", resume_from_->second.string(), resumed_.step,
+    // Straight into the host buckets (the pending update's gradients once the executor holds one).
+    const auto& [state, dir] = *resume_from_;
+    formats::check_resumable(state, dir, resume_check(cfg_));
+    formats::read_checkpoint_into(dir, state, spec_, bucket_state<float>(host_, params_.count()));
+    refresh_working_copies(host_);
+    gather_weights(host_, params_);  // the evaluator's copy
+    resumed_ = state;
+    progress_.message(fmt::format("resumed from {} at step {}{}", dir.string(), resumed_.step,
                                   resumed_.files.empty() ? " (written before checkpoints recorded checksums: not verified)"
                                                          : ", checksums verified"));
   }
@@ -321,10 +323,19 @@ void Run::start_or_resume() {
     throw std::runtime_error("--resume: the checkpoint holds a delayed update; resume with offload.overlap: delayed");
   const auto& u = *resumed_.pending;
   executor_.set_pending_update({u.adam_step, u.lr, {{u.grad_norm, u.skipped}, u.grad_scale}});
+  formats::StateToRead pending;
+  pending.pending = pending_gradients();
+  formats::read_checkpoint_into(resume_from_->second, resumed_, spec_, pending);
+}
+
+// Per parameter, its slice of the pending delayed update's gradients (the executor holds one).
+std::vector<std::span<float>> Run::pending_gradients() const {
+  std::vector<std::span<float>> views;
   for (int p = 0; p < params_.count(); ++p) {
     const auto& slot = plan_.problem.layout.slot(p);
-    std::copy_n(params_.grad(p).data(), slot.numel, executor_.pending_gradients(slot.bucket).data() + slot.offset);
+    views.push_back(executor_.pending_gradients(slot.bucket).subspan(static_cast<size_t>(slot.offset), static_cast<size_t>(slot.numel)));
   }
+  return views;
 }
 
 float Run::evaluate() {
@@ -342,9 +353,7 @@ float Run::evaluate() {
 void Run::checkpoint(int step) {
   if (!checkpoints_) return;
   executor_.download_state();
-  gather_weights(host_, params_);
-  memory::HostBuffer m(params_.values().size_bytes()), v(params_.values().size_bytes());
-  gather_moments(host_, params_, m.as<float>(), v.as<float>());
+  formats::StateToWrite from = bucket_state<const float>(host_, params_.count());  // written as they are, no copy
   formats::TrainState state{step, optimizer_steps_, sum_.val_loss_start, scaler_.value(), scaler_.good_steps(), hash_, cfg_.model,
                             cfg_.data.tokenizer, {}};
   state.val_loss = sum_.val_loss;  // the last evaluated: what a resumed, already complete run reports
@@ -352,12 +361,9 @@ void Run::checkpoint(int step) {
   if (const auto u = executor_.pending_update()) {  // delayed: the last step's update travels with the checkpoint
     state.pending = formats::TrainState::PendingUpdate{u->adam_step, u->lr, u->decision.report.grad_norm, u->decision.grad_scale,
                                                        u->decision.report.skipped};
-    for (int p = 0; p < params_.count(); ++p) {
-      const auto& slot = plan_.problem.layout.slot(p);
-      std::copy_n(executor_.pending_gradients(slot.bucket).data() + slot.offset, slot.numel, params_.grad(p).data());
-    }
+    for (const auto& g : pending_gradients()) from.pending.push_back(g);
   }
-  sum_.last_checkpoint = checkpoints_->save(spec_, params_, m.as<float>(), v.as<float>(), state, cfg_.train.keep_checkpoints);
+  sum_.last_checkpoint = checkpoints_->save(spec_, from, state, cfg_.train.keep_checkpoints);
 }
 
 void Run::log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val) {

@@ -32,10 +32,6 @@ constexpr int64_t kMaxStep = std::numeric_limits<int>::max();  // the trainer co
 std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }
 
 // The slice of a flat buffer laid out like the ParameterStore's values.
-std::span<const float> slice(std::span<const float> flat, const models::ParameterStore& params, int i) {
-  return flat.subspan(static_cast<size_t>(params.value(i).data() - params.values().data()), params.value(i).size());
-}
-
 // Reads the fields of one JSON object of state.json; every defect is an error naming the file, the field
 // (with its section: "model.n_head"), its value and what is allowed.
 class StateFields {
@@ -207,17 +203,28 @@ std::string read_text(const std::filesystem::path& path) {
   return ss.str();
 }
 
+// Each parameter's tensor `prefix + name` of a checkpoint file into its view.
 void read_tensors(const SafetensorsFile& file, const std::string& prefix, const models::ModelSpec& spec,
-                  const models::ParameterStore& params, std::span<float> flat, const std::filesystem::path& origin) {
-  for (int i = 0; i < params.count(); ++i) {
+                  const std::vector<std::span<float>>& into, const std::filesystem::path& origin) {
+  for (size_t i = 0; i < spec.params.size(); ++i) {
     const std::string name = prefix + spec.params[i].name;
     const auto* e = file.find(name);
-    if (!e || e->shape != spec.params[i].shape)
+    if (!e || e->shape != spec.params[i].shape || into.at(i).size() != static_cast<size_t>(models::numel(e->shape)))
       throw std::runtime_error("--resume: '" + origin.string() + "' lacks " + name + " or has another shape");
     const auto values = file.read_f32(name);
-    const size_t offset = static_cast<size_t>(params.value(i).data() - params.values().data());
-    std::copy(values.begin(), values.end(), flat.begin() + static_cast<std::ptrdiff_t>(offset));
+    std::copy(values.begin(), values.end(), into[i].begin());
   }
+}
+
+template <class Store, class Span>
+auto views(Store& params, Span m, Span v) {
+  ParameterViews<typename Span::element_type> out;
+  for (int i = 0; i < params.count(); ++i) {
+    const auto at = static_cast<size_t>(params.value(i).data() - params.values().data()), n = params.value(i).size();
+    out.weights.push_back(params.value(i)), out.m.push_back(m.subspan(at, n)), out.v.push_back(v.subspan(at, n));
+    out.pending.push_back(params.grad(i));
+  }
+  return out;
 }
 
 }  // namespace
@@ -330,22 +337,28 @@ models::ParameterStore read_checkpoint_weights(const std::filesystem::path& dir,
   return params;
 }
 
-void write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec,
-                            const models::ParameterStore& params, std::span<const float> m, std::span<const float> v,
+StateToWrite views_of(const models::ParameterStore& params, std::span<const float> m, std::span<const float> v) {
+  return views(params, m, v);
+}
+StateToRead views_of(models::ParameterStore& params, std::span<float> m, std::span<float> v) { return views(params, m, v); }
+
+void write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec, const StateToWrite& from,
                             TrainState state) {
+  const size_t n = spec.params.size();
+  if (from.weights.size() != n || from.m.size() != n || from.v.size() != n || (state.pending && from.pending.size() != n))
+    throw std::logic_error("write_checkpoint_files: a view per parameter is needed");
   std::vector<SafetensorsTensorRef> weights, moments;
-  for (int i = 0; i < params.count(); ++i) {
-    weights.push_back({spec.params[i].name, spec.params[i].shape, params.value(i).data()});
-    moments.push_back({"exp_avg." + spec.params[i].name, spec.params[i].shape, slice(m, params, i).data()});
-    moments.push_back({"exp_avg_sq." + spec.params[i].name, spec.params[i].shape, slice(v, params, i).data()});
+  for (size_t i = 0; i < n; ++i) {
+    weights.push_back({spec.params[i].name, spec.params[i].shape, from.weights[i].data()});
+    moments.push_back({"exp_avg." + spec.params[i].name, spec.params[i].shape, from.m[i].data()});
+    moments.push_back({"exp_avg_sq." + spec.params[i].name, spec.params[i].shape, from.v[i].data()});
   }
   std::vector<std::string> files{"model.safetensors", "optimizer.safetensors"};
   write_safetensors(dir / files[0], weights, {{"format", "pt"}});
   write_safetensors(dir / files[1], moments);
   if (state.pending) {
     std::vector<SafetensorsTensorRef> grads;
-    for (int i = 0; i < params.count(); ++i)
-      grads.push_back({"pending_grad." + spec.params[i].name, spec.params[i].shape, params.grad(i).data()});
+    for (size_t i = 0; i < n; ++i) grads.push_back({"pending_grad." + spec.params[i].name, spec.params[i].shape, from.pending[i].data()});
     files.push_back("pending_update.safetensors");
     write_safetensors(dir / files.back(), grads);
   }
@@ -369,25 +382,25 @@ std::pair<TrainState, std::filesystem::path> load_checkpoint(const std::filesyst
                                                              std::span<float> v, const ResumeCheck& expected) {
   auto [s, dir] = read_checkpoint_state(path);
   check_resumable(s, dir, expected);
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) verify_checkpoint_file(dir, s, f);
-  if (s.pending) verify_checkpoint_file(dir, s, "pending_update.safetensors");
-  load_weights(SafetensorsFile::open(dir / "model.safetensors"), spec, params);
-  const auto optimizer = dir / "optimizer.safetensors";
-  const SafetensorsFile opt = SafetensorsFile::open(optimizer);
-  read_tensors(opt, "exp_avg.", spec, params, m, optimizer);
-  read_tensors(opt, "exp_avg_sq.", spec, params, v, optimizer);
-  if (s.pending) {
-    const auto pending_path = dir / "pending_update.safetensors";
-    const SafetensorsFile pending = SafetensorsFile::open(pending_path);
-    // The grads of the ParameterStore are one flat buffer laid out like its values.
-    std::vector<float> grads(params.values().size());
-    read_tensors(pending, "pending_grad.", spec, params, grads, pending_path);
-    for (int i = 0; i < params.count(); ++i) {
-      const auto from = slice(grads, params, i);
-      std::copy(from.begin(), from.end(), params.grad(i).begin());
-    }
-  }
+  read_checkpoint_into(dir, s, spec, views_of(params, m, v));
   return {s, dir};
+}
+
+void read_checkpoint_into(const std::filesystem::path& dir, const TrainState& state, const models::ModelSpec& spec,
+                          const StateToRead& into) {
+  if (!into.weights.empty()) {
+    for (const char* f : {"model.safetensors", "optimizer.safetensors"}) verify_checkpoint_file(dir, state, f);
+    read_tensors(SafetensorsFile::open(dir / "model.safetensors"), "", spec, into.weights, dir / "model.safetensors");
+    const auto optimizer = dir / "optimizer.safetensors";
+    const SafetensorsFile opt = SafetensorsFile::open(optimizer);
+    read_tensors(opt, "exp_avg.", spec, into.m, optimizer);
+    read_tensors(opt, "exp_avg_sq.", spec, into.v, optimizer);
+  }
+  if (state.pending && !into.pending.empty()) {
+    const auto pending = dir / "pending_update.safetensors";
+    verify_checkpoint_file(dir, state, "pending_update.safetensors");
+    read_tensors(SafetensorsFile::open(pending), "pending_grad.", spec, into.pending, pending);
+  }
 }
 
 }  // namespace ferry::formats

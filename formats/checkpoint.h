@@ -77,11 +77,30 @@ bool verify_checkpoint_file(const std::filesystem::path& dir, const TrainState& 
 models::ParameterStore read_checkpoint_weights(const std::filesystem::path& dir, const TrainState& state,
                                                const models::ModelSpec& spec, bool* verified);
 
+// A model's training state as one view per parameter (spec.params order): its weights, AdamW's m and v, and
+// a pending delayed update's gradients. The engine gives views into its host buckets, so that a checkpoint
+// is written from, and read into, the training state itself, with no gathered copy of the model.
+template <class T>
+struct ParameterViews {
+  std::vector<std::span<T>> weights, m, v, pending;
+};
+using StateToWrite = ParameterViews<const float>;
+using StateToRead = ParameterViews<float>;
+
+// Views of a ParameterStore's values, flat m and v laid out like them, and its grads as the pending gradients.
+StateToWrite views_of(const models::ParameterStore& params, std::span<const float> m, std::span<const float> v);
+StateToRead views_of(models::ParameterStore& params, std::span<float> m, std::span<float> v);
+
 // Writes a checkpoint's files into the existing, empty folder `dir`, each fsynced, state.json last with the
-// others' checksums. With state.pending, the pending update's gradients are params' grads.
-void write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec,
-                            const models::ParameterStore& params, std::span<const float> m, std::span<const float> v,
+// others' checksums. With state.pending, also the pending update's gradients.
+void write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec, const StateToWrite& from,
                             TrainState state);
+
+// Reads the checkpoint folder `dir` (whose state is `state`) into the parts of `into` that are not empty:
+// weights, m and v together, and the pending gradients (state.pending), each file checked against its
+// checksum first.
+void read_checkpoint_into(const std::filesystem::path& dir, const TrainState& state, const models::ModelSpec& spec,
+                          const StateToRead& into);
 
 // Writes root/step-NNNNNNNN as the checkpoint of a new run (CheckpointDir's rules: a root holding another
 // run's checkpoints is refused) and keeps the newest `keep` of that run. Returns the folder written.

@@ -211,8 +211,7 @@ void CheckpointDir::write_manifest() const {
   write_file_atomically(root_ / kRunManifest, j.dump(2) + "\n", "checkpoint");
 }
 
-std::filesystem::path CheckpointDir::save(const models::ModelSpec& spec, const models::ParameterStore& params,
-                                          std::span<const float> m, std::span<const float> v, TrainState state, int keep) {
+std::filesystem::path CheckpointDir::save(const models::ModelSpec& spec, const StateToWrite& from, TrainState state, int keep) {
   state.run_id = run_id_;
   const std::string name = step_folder_name(state.step);
   const std::filesystem::path final_dir = root_ / name, tmp = root_ / temporary_folder_name(name, run_id_);
@@ -229,7 +228,7 @@ std::filesystem::path CheckpointDir::save(const models::ModelSpec& spec, const m
   try {
     std::filesystem::remove_all(tmp);
     std::filesystem::create_directory(tmp);
-    write_checkpoint_files(tmp, spec, params, m, v, std::move(state));
+    write_checkpoint_files(tmp, spec, from, std::move(state));
   } catch (...) {
     std::filesystem::remove_all(tmp, ec);  // leave nothing half-written behind
     throw;

@@ -51,8 +51,11 @@ class CheckpointDir {
 
   // Writes root/step-NNNNNNNN (state.run_id set to this run's), records it in the manifest, and deletes
   // this run's older checkpoints beyond the newest `keep`. Returns the folder written.
+  std::filesystem::path save(const models::ModelSpec& spec, const StateToWrite& from, TrainState state, int keep);
   std::filesystem::path save(const models::ModelSpec& spec, const models::ParameterStore& params, std::span<const float> m,
-                             std::span<const float> v, TrainState state, int keep);
+                             std::span<const float> v, TrainState state, int keep) {
+    return save(spec, views_of(params, m, v), std::move(state), keep);
+  }
 
   const std::string& run_id() const { return run_id_; }
   const std::filesystem::path& root() const { return root_; }
