@@ -57,6 +57,10 @@ int run_adam_bench(int64_t params, int threads, int reps, const std::string& jso
 // `ferry-bench planner`: the memory Planner on GPT-2 step schedules and random instances.
 int run_planner_bench(const std::string& json_path, const std::string& markdown_path, const std::string& command);
 
+// `ferry-bench memory`: host bytes per parameter of training runs (GPT-2 124M and 350M shapes).
+int run_memory_bench(const std::string& config_path, const std::vector<std::string>& overrides, int steps, const std::string& json_path,
+                     const std::string& markdown_path, const std::string& command);
+
 // `ferry-bench policies`: every placement policy on a cost model for GPT shapes and budgets.
 int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_t seq, bool delayed,
                        const std::string& json_path, const std::string& markdown_path, const std::string& command);

@@ -56,6 +56,15 @@ int main(int argc, char** argv) {
   experiment->add_option("--set", offload_overrides, "Config overrides (repeatable)");
   experiment->add_option("--json", json, "Also write the results as JSON to this file (bench/results/experiment-<name>.json)");
   experiment->add_option("--markdown", markdown, "Also write the Markdown table to this file");
+  int memory_steps = 2;
+  std::string memory_config = "configs/gpt2-124m.yaml";
+  auto* memory_cmd = app.add_subcommand("memory", "Host memory per parameter of training runs, GPT-2 124M and 350M shapes, each in a "
+                                                  "process of its own: peak RSS, device arena, host bytes per parameter");
+  memory_cmd->add_option("-c,--config", memory_config, "Experiment file the shapes start from")->check(CLI::ExistingFile)->capture_default_str();
+  memory_cmd->add_option("--set", offload_overrides, "Config overrides for every shape, e.g. offload.gpu_budget=1GiB (repeatable)");
+  memory_cmd->add_option("--steps", memory_steps, "Training steps per run")->check(CLI::PositiveNumber);
+  memory_cmd->add_option("--json", json, "Also write the results as JSON to this file (bench/results/memory.json)");
+  memory_cmd->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   int pcie_reps = 9;
   auto* pcie = app.add_subcommand("pcie", "Host<->device copy bandwidth from the pinned pool, 64 KiB to 1 GiB (needs a GPU)");
   pcie->add_option("--reps", pcie_reps, "Copies per size (the median is reported)")->check(CLI::PositiveNumber);
@@ -67,6 +76,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   try {
     if (*experiment) return ferry::bench::run_experiment_bench(config, offload_overrides, json, markdown, command);
+    if (*memory_cmd) return ferry::bench::run_memory_bench(memory_config, offload_overrides, memory_steps, json, markdown, command);
     if (*pcie) return ferry::bench::run_pcie_bench(pcie_reps, json, markdown, command);
     if (*offload) return ferry::bench::run_offload_bench(config, offload_overrides, offload_steps, json, markdown, command);
     if (*policies) return ferry::bench::run_policies_bench(cost_model, policy_batch, policy_seq, policy_overlap == "delayed", json, markdown, command);

@@ -534,6 +534,8 @@ TrainSummary Run::train() {
   sum_.policy = plan_.schedule.policy;
   sum_.checkpointed_blocks = plan_.problem.checkpointed_layers;
   sum_.arena_bytes = plan_.memory.layout.peak;
+  sum_.params = spec_.param_count();
+  sum_.host_bucket_bytes = memory::HostBuckets::bytes_needed(plan_.problem.layout, DType::F32, DType::F32);
   sum_.budget_bytes = plan_.problem.budget_bytes;
   sum_.predicted_step_s = predicted_.step_s * cfg_.train.grad_accum;
   t_start_ = Clock::now();

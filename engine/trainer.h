@@ -43,6 +43,8 @@ struct TrainSummary {
   std::string policy;
   int checkpointed_blocks = 0;
   int64_t arena_bytes = 0;         // the device arena: the plan's peak
+  int64_t params = 0;              // the model's parameters
+  int64_t host_bucket_bytes = 0;   // the host buckets' pinned pool: master, m, v, working copy, gradient landing
   int64_t measured_peak_device_bytes = 0;  // measured on the device: the highest arena byte written
   int64_t device_allocations_at_start_up = 0;    // device allocations while the run was set up
   int64_t device_allocations_after_start_up = 0;  // and afterwards: none, if nothing is allocated per step
