@@ -1,5 +1,5 @@
 // ferry: the command-line trainer. Builds the app from the subcommands (one file each), runs the chosen one
-// and turns an error into `ferry: error: ...` and exit status 1.
+// and turns an error into `ferry: error: ...` and exit status 1; a command line that does not parse exits 2.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -13,8 +13,13 @@
 namespace {
 
 constexpr const char* kDescription =
-    "Ferry trains GPT models on one device, keeping model state in host memory.\n"
+    "Ferry trains GPT-2 and BERT models on one device, keeping model state in host memory.\n"
     "Experiments are YAML files (see configs/); every key is documented in README.md.";
+
+// A command line that does not parse (an unknown command or option, a value out of range) is a usage error:
+// exit status 2, whatever CLI11's own code for it, so that scripts can tell it from bad input found while
+// running (1). --help exits 0.
+int usage_exit(const CLI::App& app, const CLI::Error& e) { return app.exit(e) == 0 ? 0 : 2; }
 
 }  // namespace
 
@@ -27,10 +32,14 @@ int main(int argc, char** argv) {
   // CLI11 takes an unknown first word for a stray argument and says only that a subcommand is required.
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(commands.begin(), commands.end(), [&](const auto& c) { return c.app->check_name(argv[1]); }))
-    return app.exit(CLI::ExtrasError(fmt::format("unknown command '{}'; expected one of train, plan, sample, export, tokenize",
-                                                  argv[1]),
-                                      CLI::ExitCodes::ExtrasError));
-  CLI11_PARSE(app, argc, argv);
+    return usage_exit(app, CLI::ExtrasError(fmt::format("unknown command '{}'; expected one of train, plan, sample, export, tokenize",
+                                                         argv[1]),
+                                             CLI::ExitCodes::ExtrasError));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return usage_exit(app, e);
+  }
 
   try {
     for (const auto& command : commands)
