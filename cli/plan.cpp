@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "engine/device/host_cost_model.h"
+#include "engine/host_memory.h"
 #include "engine/step_planning.h"
 #include "formats/atomic_file.h"
 #include "models/registry.h"
@@ -20,6 +21,39 @@
 #include "offload/policies.h"
 
 namespace ferry::cli {
+
+// The chosen policy's plan in words, and the host memory the run will need beside what the machine has.
+// Returns the exit status: 0, or 3 when the machine cannot hold the run.
+int print_chosen(const engine::Config& cfg, const models::ModelSpec& spec, const offload::StepPlan& plan, const offload::SimResult& r,
+                 double bound, const offload::PlanRequest& request, int64_t budget, nlohmann::json& j) {
+  fmt::print("fits: yes, peak device memory {} of {}\n", memory::format_bytes(r.peak_device_bytes), memory::format_bytes(budget));
+  fmt::print("plan: {}; overlap {}\n", plan.schedule.label(),
+             plan.overlap_note.empty() ? offload::to_string(request.overlap) : plan.overlap_note);
+  fmt::print("activation checkpointing ({}): {} of {} blocks\n", cfg.train.activation_checkpointing, plan.problem.checkpointed_layers,
+             cfg.model.n_layer);
+  fmt::print("placement: {} resident, {} offloaded; {} host-to-device and {} device-to-host per step\n",
+             memory::format_bytes(r.resident_bytes), memory::format_bytes(r.offloaded_bytes), memory::format_bytes(r.h2d_bytes),
+             memory::format_bytes(r.d2h_bytes));
+  fmt::print("predicted step: {:.4f} s (lower bound {:.4f} s, {:.2f}x); compute {:.4f} s, stalls {:.4f} s, CPU AdamW {:.4f} s\n",
+             r.step_s, bound, r.step_s / bound, r.compute_busy_s, r.stall_s, r.cpu_busy_s);
+  std::vector<int> ops(plan.problem.n_ops);
+  for (int i = 0; i < plan.problem.n_ops; ++i) ops[i] = i;
+  std::stable_sort(ops.begin(), ops.end(), [&](int a, int b) { return r.stall_before_op[a] > r.stall_before_op[b]; });
+  for (int k = 0; k < 5 && k < plan.problem.n_ops && r.stall_before_op[ops[k]] > 0; ++k)
+    fmt::print("  stall {:.2f} ms before {}{}\n", r.stall_before_op[ops[k]] * 1e3, spec.ops[plan.problem.op_source[ops[k]]].name,
+               plan.problem.op_recompute[ops[k]] ? " (recompute)" : "");
+  // Without a cost model file the plan is the host device's, whose arena is host memory too.
+  const engine::HostMemoryEstimate host = engine::estimate_host_memory(spec, plan, cfg.offload.cost_model.empty());
+  const int64_t available = engine::available_host_memory();
+  fmt::print("host memory: {}; {} available\n", host.describe(), available < 0 ? "unknown" : memory::format_bytes(available));
+  j.update({{"host_memory_bytes", host.total()}, {"host_memory_available_bytes", available}});
+  const std::string shortfall = engine::host_memory_shortfall(host, host.total(), available);
+  if (shortfall.empty()) return 0;
+  fmt::print("fits: no: {}\n", shortfall);
+  j.update({{"fits", false}, {"error", shortfall}});
+  return 3;
+}
+
 int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   const int64_t budget = opt.budget > 0 ? opt.budget : cfg.offload.gpu_budget;
   if (budget <= 0)
@@ -66,25 +100,7 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
                 {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"resident_bytes", r.resident_bytes},
                 {"offloaded_bytes", r.offloaded_bytes}, {"stall_s", r.stall_s}});
       line += fmt::format(" {} {:.4f} s |", offload::to_string(policy), r.step_s);
-      if (policy == chosen) {
-        status = 0;
-        fmt::print("fits: yes, peak device memory {} of {}\n", memory::format_bytes(r.peak_device_bytes), memory::format_bytes(budget));
-        fmt::print("plan: {}; overlap {}\n", plan.schedule.label(),
-                   plan.overlap_note.empty() ? offload::to_string(request.overlap) : plan.overlap_note);
-        fmt::print("activation checkpointing ({}): {} of {} blocks\n", cfg.train.activation_checkpointing,
-                   plan.problem.checkpointed_layers, cfg.model.n_layer);
-        fmt::print("placement: {} resident, {} offloaded; {} host-to-device and {} device-to-host per step\n",
-                   memory::format_bytes(r.resident_bytes), memory::format_bytes(r.offloaded_bytes), memory::format_bytes(r.h2d_bytes), memory::format_bytes(r.d2h_bytes));
-        fmt::print("predicted step: {:.4f} s (lower bound {:.4f} s, {:.2f}x); compute {:.4f} s, stalls {:.4f} s, "
-                   "CPU AdamW {:.4f} s\n",
-                   r.step_s, bound, r.step_s / bound, r.compute_busy_s, r.stall_s, r.cpu_busy_s);
-        std::vector<int> ops(plan.problem.n_ops);
-        for (int i = 0; i < plan.problem.n_ops; ++i) ops[i] = i;
-        std::stable_sort(ops.begin(), ops.end(), [&](int a, int b) { return r.stall_before_op[a] > r.stall_before_op[b]; });
-        for (int k = 0; k < 5 && k < plan.problem.n_ops && r.stall_before_op[ops[k]] > 0; ++k)
-          fmt::print("  stall {:.2f} ms before {}{}\n", r.stall_before_op[ops[k]] * 1e3,
-                     spec.ops[plan.problem.op_source[ops[k]]].name, plan.problem.op_recompute[ops[k]] ? " (recompute)" : "");
-      }
+      if (policy == chosen) status = print_chosen(cfg, spec, plan, r, bound, request, budget, j);
     } catch (const offload::BudgetError& e) {
       j.update({{"fits", false}, {"error", e.what()}, {"peak_device_bytes", nullptr}, {"predicted_step_s", nullptr},
                 {"h2d_bytes", nullptr}, {"d2h_bytes", nullptr}, {"resident_bytes", nullptr},

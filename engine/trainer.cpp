@@ -19,6 +19,7 @@
 #include "cpu_optim/lr_schedule.h"
 #include "engine/device/cuda_devices.h"
 #include "engine/device/make_device.h"
+#include "engine/host_memory.h"
 #include "engine/device/stop.h"
 #include "engine/device/trace.h"
 #include "engine/executor.h"
@@ -220,6 +221,16 @@ class Run {
   int64_t allocations_after_set_up_ = 0;
 };
 
+// The host buckets' bytes, once the machine is known to hold them and the host device's arena beside what
+// the run already holds (the model copy and the evaluator): a run that cannot is refused before it allocates.
+int64_t checked_host_buckets(const models::ModelSpec& spec, const offload::StepPlan& plan) {
+  const HostMemoryEstimate needs = estimate_host_memory(spec, plan, true);
+  if (std::string shortfall = host_memory_shortfall(needs, needs.host_buckets + needs.device_arena, available_host_memory());
+      !shortfall.empty())
+    throw std::runtime_error(shortfall);
+  return needs.host_buckets;
+}
+
 models::ParameterStore initial_weights(const Config& cfg, const models::ModelSpec& spec) {
   models::ParameterStore params(spec.params);
   models::init_model(cfg.model, spec, params, cfg.train.seed);
@@ -244,7 +255,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
       cost_(measure_cost()),
       plan_(plan_for_config(cfg, spec_, cost_, 0, "", opt.red_zone_bytes)),
       predicted_(offload::simulate(plan_.problem, plan_.schedule, plan_.memory)),
-      pool_(memory::HostBuckets::bytes_needed(plan_.problem.layout, DType::F32, DType::F32), {}),
+      pool_(checked_host_buckets(spec_, plan_), {}),
       host_(plan_.problem.layout, pool_, DType::F32, DType::F32),
       trace_(opt.trace.empty() ? nullptr : std::make_unique<device::Trace>()),
       device_(device::make_device({.kind = device::DeviceChoice::Kind::Host,
