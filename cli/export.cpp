@@ -16,7 +16,7 @@ Command add_export(CLI::App& app) {
   };
   auto args = std::make_shared<ExportArgs>();
   auto* exporter = app.add_subcommand("export", "Write a checkpoint's weights as a Hugging Face model folder "
-                                                "(model.safetensors + config.json for GPT2LMHeadModel)");
+                                                "(model.safetensors + config.json for GPT2LMHeadModel or BertForMaskedLM)");
   exporter->add_option("--checkpoint", args->checkpoint, "A checkpoint folder, or a train.checkpoint_dir (the newest)")
       ->required();
   exporter->add_option("--out", args->out, "Folder to write")->required();

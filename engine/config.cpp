@@ -212,7 +212,15 @@ DataKeys read_data(const YAML::Node& node, DataConfig& data) {
                    if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a file path");
                    given.path = n.Scalar();
                  }},
-                choice("tokenizer", data.tokenizer, {"byte"}),
+                {"tokenizer", [&](const YAML::Node& n, const std::string& where) {
+                   // GPT-2 BPE and WordPiece run once, ahead of training, into a token shard.
+                   if (n.IsScalar() && (n.Scalar() == "gpt2" || n.Scalar() == "wordpiece"))
+                     throw ConfigError(fmt::format("{}: '{}' is applied by `ferry tokenize`, not while training: run `ferry tokenize "
+                                                   "--tokenizer {} --vocab ... --input TEXT --out data.bin` once and set data.path to "
+                                                   "data.bin (and model.vocab_size to the vocabulary it prints)",
+                                                   where, n.Scalar(), n.Scalar()));
+                   choice("tokenizer", data.tokenizer, {"byte"}).read(n, where);
+                 }},
                 choice("format", data.format, {"auto", "text", "shard"}),
                 number("val_fraction", data.val_fraction, 0.0, 0.5, "a fraction in [0, 0.5]"),
                 {"mask_token_id", [&](const YAML::Node& n, const std::string& where) {

@@ -78,6 +78,8 @@ TEST(Config, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
       {kMinimal + "model: {n_embd: 65, n_head: 4}\n", "model.n_embd: 65 is not a multiple of model.n_head (4)"},
       {kMinimal + "model: {vocab_size: 100}\n", "model.vocab_size: 100 is smaller than the byte tokenizer's 256"},
       {"data: {path: data/fortunes.txt, val_fraction: 0.9}\n", "data.val_fraction: 0.9 is out of range"},
+      {"data: {path: data/fortunes.txt, tokenizer: wordpiece}\n", "data.tokenizer: 'wordpiece' is applied by `ferry tokenize`, not while training: run `ferry tokenize --tokenizer wordpiece"},
+      {"data: {path: data/fortunes.txt, tokenizer: sentencepiece}\n", "data.tokenizer: 'sentencepiece' is not allowed; expected one of byte"},
       {kMinimal + "data: {val_fraction: 0.1}\n", "data: section given twice"},
       {"data: {path: data/fortunes.txt, path: x}\n", "data.path: given twice"},
       {"data: {path: nowhere.txt}\n", "data.path: '" + (kConfigs / "nowhere.txt").string() + "' does not exist"},
