@@ -56,11 +56,29 @@ Config small_config(const std::string& policy, bool checkpointing, int accum, in
   return c;
 }
 
-// A budget that forces offload: a little above what the model needs with every bucket offloaded.
-int64_t tight_budget(const Config& c, double factor = 1.5) {
+// The cost model the executor's plans use on the host device: the shipped one, in fp32, attention unfused.
+offload::CostModel fp32_cost_model() {
   offload::CostModel cost = offload::CostModel::load(kCostModel);
   cost.weight_bytes = cost.activation_bytes = 4;
   cost.fused_attention = false;
+  return cost;
+}
+
+// What an Executor needs beside its plan: the host buckets in a pinned pool, a host device, the CPU AdamW.
+struct ExecutorParts {
+  explicit ExecutorParts(const offload::StepPlan& plan)
+      : pool(memory::HostBuckets::bytes_needed(plan.problem.layout, DType::F32, DType::F32), {}),
+        host(plan.problem.layout, pool, DType::F32, DType::F32),
+        dev({plan.memory.layout.peak, 0, 2, nullptr}) {}
+  memory::PinnedHostPool pool;
+  memory::HostBuckets host;
+  device::HostDevice dev;
+  const cpu_optim::CpuAdamW adamw{cpu_optim::AdamWOptions{}};
+};
+
+// A budget that forces offload: a little above what the model needs with every bucket offloaded.
+int64_t tight_budget(const Config& c, double factor = 1.5) {
+  const offload::CostModel cost = fp32_cost_model();
   const auto spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
   std::vector<bool> ckpt(c.model.n_layer, c.train.activation_checkpointing == "true");
   const offload::OffloadProblem p(spec, cost, c.offload.bucket_bytes, 1, ckpt, c.train.grad_accum);
@@ -335,9 +353,7 @@ int prefetches_racing_gradients(const offload::StepPlan& plan) {
 // plan assumes, their copy is still running when the prefetch is issued; only the prefetch's wait for it
 // keeps the gradients, and so the losses, bitwise those of resident.
 TEST(Executor, APrefetchWaitsForGradientsReleasedWhereItsWindowLies) {
-  offload::CostModel cost = offload::CostModel::load(kCostModel);
-  cost.weight_bytes = cost.activation_bytes = 4;
-  cost.fused_attention = false;
+  const offload::CostModel cost = fp32_cost_model();
   const TrainSummary reference = run(small_config("resident", false, 1, 0, 4));
   // Two plans in which such a prefetch exists (found by prefetches_racing_gradients over budgets and buckets).
   for (const auto& [policy, factor, bucket_kib] : {std::tuple{"chunk-lru", 1.2, 128}, std::tuple{"greedy", 1.5, 512}}) {
@@ -375,17 +391,12 @@ TEST(Executor, RedZonesStayIntactAndTheMeasuredPeakIsThePlannedOne) {
 // writes) is caught by the red zone after that tensor, naming the tensor and the op.
 TEST(Executor, AWriteBeyondATensorIsCaughtByItsRedZone) {
   const Config c = small_config("zero-offload", false, 1, 0, 1);
-  offload::CostModel cost = offload::CostModel::load(kCostModel);
-  cost.weight_bytes = cost.activation_bytes = 4;
-  cost.fused_attention = false;
+  const offload::CostModel cost = fp32_cost_model();
   models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
   spec.tensors[spec.tensor_index("h.0.mlp.gelu.out")].shape.back() -= 1;
   const offload::StepPlan plan = plan_for_config(c, spec, cost, 0, "", 64);
-  memory::PinnedHostPool pool(memory::HostBuckets::bytes_needed(plan.problem.layout, DType::F32, DType::F32), {});
-  memory::HostBuckets host(plan.problem.layout, pool, DType::F32, DType::F32);
-  device::HostDevice dev({plan.memory.layout.peak, 0, 2, nullptr});
-  const cpu_optim::CpuAdamW adamw({});
-  Executor executor(spec, plan, host, dev, adamw, {}, nullptr);
+  ExecutorParts parts(plan);
+  Executor executor(spec, plan, parts.host, parts.dev, parts.adamw, {}, nullptr);
   executor.upload_state();
   const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
   const std::vector<dataset::Batch> batch{data.train_batch(1, 0, c.train.batch_size)};
@@ -403,18 +414,13 @@ TEST(Executor, AWriteBeyondATensorIsCaughtByItsRedZone) {
 // read yet) is refused when the Executor is made, naming the op, its kind and its tensors' storage.
 TEST(Executor, AnOpTheDeviceCannotRunIsRefusedAtStartUp) {
   const Config c = small_config("resident", false, 1, 0, 1);
-  offload::CostModel cost = offload::CostModel::load(kCostModel);
-  cost.weight_bytes = cost.activation_bytes = 4;
-  cost.fused_attention = false;
+  const offload::CostModel cost = fp32_cost_model();
   models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
   spec.tensors[spec.tensor_index("h.0.mlp.gelu.out")].dtype = DType::BF16;
   const offload::StepPlan plan = plan_for_config(c, spec, cost, 0, "", 0);
-  memory::PinnedHostPool pool(memory::HostBuckets::bytes_needed(plan.problem.layout, DType::F32, DType::F32), {});
-  memory::HostBuckets host(plan.problem.layout, pool, DType::F32, DType::F32);
-  device::HostDevice dev({plan.memory.layout.peak, 0, 2, nullptr});
-  const cpu_optim::CpuAdamW adamw({});
+  ExecutorParts parts(plan);
   try {
-    Executor executor(spec, plan, host, dev, adamw, {}, nullptr);
+    Executor executor(spec, plan, parts.host, parts.dev, parts.adamw, {}, nullptr);
     FAIL() << "the executor ran a bf16 tensor through fp32 ops";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("cannot run op h.0.mlp.gelu.fwd (gelu) with its tensors stored as [fp32, bf16]"),
