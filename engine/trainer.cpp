@@ -311,6 +311,7 @@ void Run::announce() {
       memory::format_bytes(predicted_.offloaded_bytes), p.checkpointed_layers, m.n_layer, overlap,
       delayed ? fmt::format(" (synchronous for the first {} steps)", cfg_.offload.sync_steps) : "",
       predicted_.step_s * cfg_.train.grad_accum, cost_.name, cost_cache_.empty() ? "" : ", cached in " + cost_cache_));
+  progress_.message("host memory: " + estimate_host_memory(spec_, plan_, true).describe());
 }
 
 void Run::start_or_resume() {
