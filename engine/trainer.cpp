@@ -203,6 +203,7 @@ class Run {
   offload::CostModel cost_;
   offload::StepPlan plan_;
   offload::SimResult predicted_;
+  const HostMemoryEstimate host_memory_;  // on the host device: its arena is host memory too
   memory::PinnedHostPool pool_;
   memory::HostBuckets host_;
   std::unique_ptr<device::Trace> trace_;
@@ -223,8 +224,7 @@ class Run {
 
 // The host buckets' bytes, once the machine is known to hold them and the host device's arena beside what
 // the run already holds (the model copy and the evaluator): a run that cannot is refused before it allocates.
-int64_t checked_host_buckets(const models::ModelSpec& spec, const offload::StepPlan& plan) {
-  const HostMemoryEstimate needs = estimate_host_memory(spec, plan, true);
+int64_t checked_host_buckets(const HostMemoryEstimate& needs) {
   if (std::string shortfall = host_memory_shortfall(needs, needs.host_buckets + needs.device_arena, available_host_memory());
       !shortfall.empty())
     throw std::runtime_error(shortfall);
@@ -255,7 +255,8 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
       cost_(measure_cost()),
       plan_(plan_for_config(cfg, spec_, cost_, 0, "", opt.red_zone_bytes)),
       predicted_(offload::simulate(plan_.problem, plan_.schedule, plan_.memory)),
-      pool_(checked_host_buckets(spec_, plan_), {}),
+      host_memory_(estimate_host_memory(spec_, plan_, true)),
+      pool_(checked_host_buckets(host_memory_), {}),
       host_(plan_.problem.layout, pool_, DType::F32, DType::F32),
       trace_(opt.trace.empty() ? nullptr : std::make_unique<device::Trace>()),
       device_(device::make_device({.kind = device::DeviceChoice::Kind::Host,
@@ -311,14 +312,14 @@ void Run::announce() {
       memory::format_bytes(predicted_.offloaded_bytes), p.checkpointed_layers, m.n_layer, overlap,
       delayed ? fmt::format(" (synchronous for the first {} steps)", cfg_.offload.sync_steps) : "",
       predicted_.step_s * cfg_.train.grad_accum, cost_.name, cost_cache_.empty() ? "" : ", cached in " + cost_cache_));
-  progress_.message("host memory: " + estimate_host_memory(spec_, plan_, true).describe());
+  progress_.message("host memory: " + host_memory_.describe());
 }
 
 void Run::start_or_resume() {
   if (resume_from_) {
-    // Straight into the host buckets (the pending update's gradients once the executor holds one).
+    // Straight into the host buckets (the pending update's gradients once the executor holds one). The
+    // checkpoint was checked against the config when it was found (read_resume_point).
     const auto& [state, dir] = *resume_from_;
-    formats::check_resumable(state, dir, resume_check(cfg_));
     formats::read_checkpoint_into(dir, state, spec_, bucket_state<float>(host_, params_.count()));
     refresh_working_copies(host_);
     gather_weights(host_, params_);  // the evaluator's copy

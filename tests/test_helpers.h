@@ -6,7 +6,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <span>
+#include <stdexcept>
 #include <string>
 
 #include <unistd.h>
@@ -19,6 +22,23 @@ inline std::filesystem::path source_path(const std::string& name) { return std::
 // several checkouts may run the suite at once on one machine).
 inline std::filesystem::path scratch_path(const std::string& name) {
   return std::filesystem::temp_directory_path() / ("ferry-test-" + std::to_string(::getpid()) + "-" + name);
+}
+
+// A file's bytes as a string ("" when it cannot be read).
+inline std::string file_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The message of the runtime_error `f` throws; "" when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // Largest |a-b| / max(|b|, floor) over two arrays; `floor` keeps near-zero references from dominating.

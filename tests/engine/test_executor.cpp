@@ -32,6 +32,7 @@
 #include "models/cpu_runner.h"
 #include "models/gpt2.h"
 #include "offload/policies.h"
+#include "plan_inspection.h"
 #include "test_helpers.h"
 
 namespace ferry::engine {
@@ -315,39 +316,6 @@ TEST(Executor, NothingIsAllocatedOnTheDeviceAfterStartUp) {
   }
 }
 
-// How many prefetches in the plan write where gradients lay whose copy to the host nothing before the
-// prefetch waits for: released at the prefetch's own point, and no earlier release waits for a copy queued
-// after theirs (the d2h stream copies in order).
-int prefetches_racing_gradients(const offload::StepPlan& plan) {
-  using offload::Action;
-  const offload::DeviceMemory& m = plan.memory;
-  std::vector<size_t> windows, grads(plan.problem.n_buckets, 0);
-  for (size_t i = 0; i < m.tensors.size(); ++i) {
-    if (m.tensors[i].kind == offload::DeviceTensor::Kind::Weights) windows.push_back(i);
-    if (m.tensors[i].kind == offload::DeviceTensor::Kind::Grads) grads[m.tensors[i].index] = i;
-  }
-  auto overlap = [&](size_t a, size_t b) {
-    return m.layout.offsets[a] < m.layout.offsets[b] + m.tensors[b].life.bytes &&
-           m.layout.offsets[b] < m.layout.offsets[a] + m.tensors[a].life.bytes;
-  };
-  std::vector<int> offload_order(plan.problem.n_buckets, -1);  // position in the d2h stream
-  int copies = 0, last_waited = -1, racing = 0;                // last_waited: the latest d2h copy compute waited for
-  size_t window = 0;
-  for (const auto& actions : plan.schedule.before) {
-    for (const Action& a : actions)
-      if (a.kind == Action::Kind::OffloadGrads) offload_order[a.bucket] = copies++;
-    for (const Action& a : actions) {
-      if (a.kind != Action::Kind::Prefetch) continue;
-      const size_t w = windows[window++];
-      for (const Action& r : actions)
-        racing += r.kind == Action::Kind::ReleaseGrads && offload_order[r.bucket] > last_waited && overlap(w, grads[r.bucket]);
-    }
-    for (const Action& a : actions)
-      if (a.kind == Action::Kind::ReleaseGrads) last_waited = std::max(last_waited, offload_order[a.bucket]);
-  }
-  return racing;
-}
-
 // Gradients released at the point where a prefetch fills their bytes (the plan reuses them: their life ends
 // where the window's begins) must have left before the prefetch writes. On a link back far slower than the
 // plan assumes, their copy is still running when the prefetch is issued; only the prefetch's wait for it
@@ -355,13 +323,15 @@ int prefetches_racing_gradients(const offload::StepPlan& plan) {
 TEST(Executor, APrefetchWaitsForGradientsReleasedWhereItsWindowLies) {
   const offload::CostModel cost = fp32_cost_model();
   const TrainSummary reference = run(small_config("resident", false, 1, 0, 4));
-  // Two plans in which such a prefetch exists (found by prefetches_racing_gradients over budgets and buckets).
+  // Two plans in which such a prefetch exists (found by searching budgets and bucket sizes).
   for (const auto& [policy, factor, bucket_kib] : {std::tuple{"chunk-lru", 1.2, 128}, std::tuple{"greedy", 1.5, 512}}) {
     Config c = small_config(policy, false, 1, 0, 4);
     c.offload.bucket_bytes = int64_t(bucket_kib) << 10;
     c.offload.gpu_budget = tight_budget(c, factor);
     const models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
-    ASSERT_GT(prefetches_racing_gradients(plan_for_config(c, spec, cost, 0, "", 0)), 0) << policy << ": the test would check nothing";
+    const offload::StepPlan plan = plan_for_config(c, spec, cost, 0, "", 0);
+    ASSERT_GT(testing::prefetches_into_released_gradients(plan.schedule, plan.memory, plan.problem.n_buckets, true), 0)
+        << policy << ": the test would check nothing";
     TrainOptions slow_back;
     slow_back.d2h_link_gbps = 0.02;  // the plan assumed the cost model's PCIe link
     EXPECT_EQ(run(c, slow_back).losses, reference.losses) << policy;

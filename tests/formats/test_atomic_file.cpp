@@ -16,22 +16,8 @@
 namespace ferry::formats {
 namespace {
 
-std::string contents(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// The error `f` throws; fails the test when it throws none.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
-}
+using testing::error_of;  // every check below looks for text in the message, so no error fails it
+using testing::file_text;
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -40,16 +26,16 @@ TEST(AtomicFile, ReplacesTheTargetOnlyWhenComplete) {
   std::filesystem::create_directories(dir);
   const auto target = dir / "out.json";
   write_file_atomically(target, "old\n", "test");
-  EXPECT_EQ(contents(target), "old\n");
+  EXPECT_EQ(file_text(target), "old\n");
   {
     AtomicFile half(target, "test");  // an error before commit(): the target keeps its content
     half.write("new, but never finished");
     EXPECT_TRUE(std::filesystem::exists(half.temporary()));
   }
-  EXPECT_EQ(contents(target), "old\n");
+  EXPECT_EQ(file_text(target), "old\n");
   EXPECT_FALSE(std::filesystem::exists(dir / "out.json.tmp"));
   write_file_atomically(target, "new\n", "test");
-  EXPECT_EQ(contents(target), "new\n");
+  EXPECT_EQ(file_text(target), "new\n");
   EXPECT_FALSE(std::filesystem::exists(dir / "out.json.tmp"));
   std::filesystem::remove_all(dir);
 }
@@ -66,7 +52,7 @@ TEST(AtomicFile, AFullDiskIsAnErrorNamingTheFileAndLeavesNoTemporary) {
     error = error_of([&] { write_safetensors(target, {{"w", {4096}, weights.data()}}); });
   }
   EXPECT_TRUE(has(error, target.string()) && has(error, "File too large")) << error;
-  EXPECT_EQ(contents(target), "the previous file");
+  EXPECT_EQ(file_text(target), "the previous file");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1) << "a temporary was left behind";
   std::filesystem::remove_all(dir);
 }
@@ -83,7 +69,7 @@ TEST(AtomicFile, ALinkKeepsPointingAtTheReplacedFile) {
   std::filesystem::create_symlink("real.txt", dir / "link.txt");
   write_file_atomically(dir / "link.txt", "new", "test");
   EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.txt"));
-  EXPECT_EQ(contents(dir / "real.txt"), "new");
+  EXPECT_EQ(file_text(dir / "real.txt"), "new");
   const std::string error = error_of([&] { write_file_atomically(dir, "x", "test"); });
   EXPECT_TRUE(has(error, "it is a folder")) << error;
   std::filesystem::remove_all(dir);
@@ -101,7 +87,7 @@ TEST(AppendFile, AFailedLineIsCutSoTheFileKeepsWholeLines) {
     error = error_of([&] { file.append_line(line); });
   }
   EXPECT_TRUE(has(error, "--metrics: writing '" + path.string() + "' failed: File too large")) << error;
-  EXPECT_EQ(contents(path), line + "\n" + line + "\n");
+  EXPECT_EQ(file_text(path), line + "\n" + line + "\n");
   std::filesystem::remove(path);
   const std::string full_error = error_of([] { AppendFile("/dev/full", false, "--metrics").append_line("{}"); });
   EXPECT_TRUE(has(full_error, "'/dev/full' failed: No space left on device")) << full_error;

@@ -61,10 +61,7 @@ TEST(Crc32c, AnySplitGivesTheWholesChecksum) {
   std::filesystem::remove(path);
 }
 
-std::string file_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using testing::file_text;
 
 // Each bad state.json of the corpus (named FIELD--what.json) is refused with an error that names FIELD
 // first (dashes read as spaces: "it-is-not-a-JSON-object"); each good one parses.
@@ -121,15 +118,7 @@ std::vector<std::string> entries(const std::filesystem::path& dir) {
   return names;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(Checkpoint, RoundTripsWithChecksumsThatCatchAnyChangedFile) {
   const auto root = testing::scratch_path("ckpt-roundtrip");

@@ -18,6 +18,7 @@
 #include "offload/policies.h"
 #include "offload/simulator.h"
 #include "offload/stream_reuse.h"
+#include "plan_inspection.h"
 #include "test_helpers.h"
 
 namespace ferry::offload {
@@ -227,30 +228,6 @@ TEST(StreamReuse, AWriteBeforeACopyStreamIsDoneWithTheBytesIsCaught) {
   EXPECT_NE(check_stream_reuse(m, t).find("bytes [1024, 1088)"), std::string::npos) << check_stream_reuse(m, t);
 }
 
-// How many prefetches fill bytes that gradients released at the same point held.
-int prefetches_into_released_gradients(const OffloadProblem& p, const PlannedSchedule& planned) {
-  const DeviceMemory& m = planned.memory;
-  std::vector<size_t> windows, grads(p.n_buckets, m.tensors.size());
-  for (size_t i = 0; i < m.tensors.size(); ++i) {
-    if (m.tensors[i].kind == DeviceTensor::Kind::Weights) windows.push_back(i);
-    if (m.tensors[i].kind == DeviceTensor::Kind::Grads) grads[m.tensors[i].index] = i;
-  }
-  auto overlap = [&](size_t a, size_t b) {
-    return m.layout.offsets[a] < m.layout.offsets[b] + m.tensors[b].life.bytes &&
-           m.layout.offsets[b] < m.layout.offsets[a] + m.tensors[a].life.bytes;
-  };
-  int found = 0;
-  size_t window = 0;
-  for (const auto& actions : planned.schedule.before)
-    for (const Action& a : actions) {
-      if (a.kind != Action::Kind::Prefetch) continue;
-      const size_t w = windows[window++];
-      for (const Action& r : actions)
-        if (r.kind == Action::Kind::ReleaseGrads && overlap(w, grads[r.bucket])) ++found;
-    }
-  return found;
-}
-
 // A prefetch into bytes whose gradients are released at its own point must wait until they have left: the
 // schedule and layout assume the copy ended in time, but a link slower than planned delays it. Simulated on
 // a link 20x slower back than planned, every such plan stays valid (the prefetch starts once the gradients
@@ -266,7 +243,7 @@ TEST(Simulator, APrefetchIntoReleasedGradientsStartsOnceTheyHaveLeft) {
     for (Policy policy : {Policy::ChunkLru, Policy::Greedy}) {
       try {
         const PlannedSchedule planned = make_schedule(p, policy);
-        const int here = prefetches_into_released_gradients(p, planned);
+        const int here = testing::prefetches_into_released_gradients(planned.schedule, planned.memory, p.n_buckets, false);
         shared += here;
         const SimResult r = simulate(slow_back, planned.schedule, planned.memory);
         ASSERT_EQ(r.error, "") << to_string(policy) << ", " << here << " prefetches into released gradients";
