@@ -62,7 +62,7 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   std::string cache;
   const offload::CostModel cost =
       cfg.offload.cost_model.empty() ? device::host_cost_model(cfg.threads(), &cache) : offload::CostModel::load(cfg.offload.cost_model);
-  const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len);
+  const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len, cfg.precision());
   const int64_t bucket_bytes = cfg.bucket_bytes();
   const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
   const double bound = offload::lower_bound_step_s(problem);

@@ -263,7 +263,7 @@ void read_train(const YAML::Node& node, TrainConfig& train) {
                 number("threads", train.threads, 0, 4096, "an integer >= 0 (0: all cores)"),
                 number("checkpoint_every", train.checkpoint_every, 0, kIntMax, "an integer >= 0 (0: only when interrupted)"),
                 number("keep_checkpoints", train.keep_checkpoints, 1, 1 << 20, "an integer >= 1"),
-                choice("precision", train.precision, {"bf16", "fp16"}),
+                choice("precision", train.precision, {"bf16", "fp16", "fp32"}),
                 {"loss_scale_init", [&](const YAML::Node& n, const std::string& where) {
                    double v = 0;
                    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || v < 1 || v > 1e38 || std::exp2(std::round(std::log2(v))) != v)
@@ -375,6 +375,10 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
     throw std::runtime_error(origin + ": " + e.what());
   }
   return c;
+}
+
+DType Config::precision() const {
+  return train.precision == "fp32" ? DType::F32 : train.precision == "fp16" ? DType::F16 : DType::BF16;
 }
 
 int Config::threads() const {

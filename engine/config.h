@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "memory/dtype.h"
 #include "models/registry.h"
 
 namespace ferry::engine {
@@ -45,7 +46,7 @@ struct TrainConfig {
   int checkpoint_every = 0;                  // steps; 0: only on interruption (when checkpoint_dir is set)
   std::filesystem::path checkpoint_dir;      // empty: no checkpoints
   int keep_checkpoints = 3;
-  std::string precision = "bf16";     // bf16 | fp16 (dynamic loss scaling); the host device computes in fp32 either way
+  std::string precision = "bf16";     // bf16 | fp16 (dynamic loss scaling) | fp32: how device tensors are stored
   double loss_scale_init = 65536;     // fp16: the first loss scale (a power of two)
   int loss_scale_growth_interval = 1000;  // fp16: good steps before the scale doubles
 };
@@ -80,6 +81,7 @@ struct Config {
   // Defaults that `ferry plan` and the trainer both need, resolved in one place so that they cannot disagree.
   // train.threads, where 0 means every core (std::thread::hardware_concurrency()).
   int threads() const;
+  DType precision() const;  // train.precision as the storage dtype of the device's tensors
   // offload.bucket_mb in bytes, where auto means memory::BucketLayout::kDefaultBucketBytes.
   int64_t bucket_bytes() const;
 };

@@ -88,15 +88,16 @@ void DeviceBindings::bind(const models::ModelSpec& spec, const offload::StepPlan
     for (int b : p.op_buckets[t]) buckets += (buckets.empty() ? "" : ", ") + std::to_string(b);
     o.label = op.name + (p.op_recompute[t] ? " (recompute)" : "") + (buckets.empty() ? "" : " [bucket " + buckets + "]");
     int d = -1;
-    for (int x : op.inputs) o.inputs.push_back(activation_at(spec, x, t, &d)), o.touched.push_back(d);
-    for (int x : op.outputs) o.outputs.push_back(activation_at(spec, x, t, &d)), o.touched.push_back(d);
+    for (int x : op.inputs) o.inputs.push_back({activation_at(spec, x, t, &d), spec.tensors[x].dtype}), o.touched.push_back(d);
+    for (int x : op.outputs) o.outputs.push_back({activation_at(spec, x, t, &d), spec.tensors[x].dtype}), o.touched.push_back(d);
+    const int64_t element = dtype_bytes(p.precision);  // weights and their gradients are stored in the precision
     for (int param : op.params) {
       const auto& slot = p.layout.slot(param);
       const int w = weights_at(slot.bucket, t);
-      o.values.push_back(floats(w) + slot.offset);
+      o.values.push_back({address(w) + slot.offset * element, p.precision});
       o.touched.push_back(w);
       const bool backward = op.pass == models::Pass::Backward;
-      o.grads.push_back(backward ? floats(grads_[slot.bucket]) + slot.offset : nullptr);
+      o.grads.push_back({backward ? address(grads_[slot.bucket]) + slot.offset * element : nullptr, p.precision});
       if (backward) o.touched.push_back(grads_[slot.bucket]);
     }
   }

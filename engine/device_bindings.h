@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "memory/arena.h"
+#include "models/cpu_op.h"
 #include "models/model_spec.h"
 #include "offload/policies.h"
 
@@ -47,8 +48,7 @@ class DeviceBindings {
   // optimizer and accumulation).
   struct Op {
     std::string label;
-    std::vector<std::byte*> inputs, outputs;
-    std::vector<float*> values, grads;
+    std::vector<models::Operand> inputs, outputs, values, grads;  // each with its storage dtype
     std::vector<int> touched, created;
     std::vector<int> zero_grads_before, sum_grads_after;
   };

@@ -21,7 +21,6 @@
 #include "engine/device_bindings.h"
 #include "engine/faults.h"
 #include "engine/host_optimizer.h"
-#include "memory/host_buffer.h"
 
 namespace ferry::engine {
 
@@ -84,17 +83,20 @@ struct Executor::Impl {
   Faults faults;
   DeviceBindings at;
   HostOptimizer cpu;
-  memory::HostBuffer batch_staging;  // tokens, targets and attention mask of one micro-batch
+  std::byte* batch_staging;          // pinned: tokens, targets and attention mask of one micro-batch
   std::vector<int32_t> no_padding;   // the attention mask of a batch without one
   StepState st;
 
-  Impl(const models::ModelSpec& sp, const offload::StepPlan& plan, memory::HostBuckets& h, device::Device& d,
-       const cpu_optim::CpuAdamW& a, const ExecutorOptions& o, device::Trace* trace)
+  Impl(const models::ModelSpec& sp, const offload::StepPlan& plan, memory::HostBuckets& h, memory::PinnedHostPool& pool,
+       device::Device& d, const cpu_optim::CpuAdamW& a, const ExecutorOptions& o, device::Trace* trace)
       : spec(sp), p(plan.problem), s(plan.schedule), host(h), dev(d), adamw(a), options(o),
         at(sp, plan, d.arena().data(), plan.memory.red_zone_bytes),
-        cpu(plan.problem, h, a, plan.schedule.delayed_update, o.grad_clip, at.bucket_labels(), faults, trace) {}
+        cpu(plan.problem, h, pool, a, plan.schedule.delayed_update, o.grad_clip, at.bucket_labels(), faults, trace),
+        batch_staging(pool.carve(batch_bytes(sp), 4096)) {}
 
-  int64_t bytes(int b) const { return p.bucket_numel(b) * 4; }
+  static int64_t batch_bytes(const models::ModelSpec& spec) { return 3 * spec.tensors[spec.tensor_index("tokens")].bytes(); }
+
+  int64_t bytes(int b) const { return p.bucket_bytes[b]; }  // of its working copy and of its gradients
   bool delayed() const { return s.delayed_update; }
 
   // Queues a task on a stream, or in its place a failing one when a test injected a fault into it.
@@ -152,7 +154,7 @@ void Executor::Impl::stage_batch(const dataset::Batch& batch) {
     throw std::invalid_argument(fmt::format("a micro-batch has {} tokens; the model step takes {}", batch.tokens.size(), n / 4));
   const std::vector<int32_t>& padding = batch.attention_mask.empty() ? no_padding : batch.attention_mask;
   if (mask >= 0 && !fits(padding)) throw std::invalid_argument("a micro-batch's attention mask has the wrong size");
-  std::byte* staged = batch_staging.data();
+  std::byte* staged = batch_staging;
   std::memcpy(staged, batch.tokens.data(), static_cast<size_t>(n));
   std::memcpy(staged + n, batch.targets.data(), static_cast<size_t>(n));
   copy(Stream::H2D, at.address(tokens), staged, n, "batch tokens");
@@ -195,7 +197,7 @@ void Executor::Impl::prefetch(int b, MicroBatch& mb) {
 
 void Executor::Impl::offload_grads(int b, MicroBatch& mb) {
   if (mb.op_done) dev.wait(Stream::D2H, mb.op_done, "gradients of " + at.bucket_label(b));
-  copy(Stream::D2H, cpu.landing(b, mb.index), at.address(at.grads_tensor(b)), bytes(b), "offload gradients of " + at.bucket_label(b));
+  copy(Stream::D2H, cpu.landing(b), at.address(at.grads_tensor(b)), bytes(b), "offload gradients of " + at.bucket_label(b));
   mb.landed[b] = dev.record(Stream::D2H);
 }
 
@@ -256,7 +258,8 @@ void Executor::Impl::run_op(int t, MicroBatch& mb) {
   for (int b : o.sum_grads_after) {
     const std::string label = "sum gradients of " + at.bucket_label(b);
     queue(Stream::Compute, label, [&] {
-      dev.accumulate(Stream::Compute, at.floats(at.gradsum_tensor(b)), at.floats(at.grads_tensor(b)), p.bucket_numel(b), mb.index == 0, label);
+      dev.accumulate(Stream::Compute, at.floats(at.gradsum_tensor(b)), at.address(at.grads_tensor(b)), p.precision, p.bucket_numel(b),
+                     mb.index == 0, label);
     });
   }
   mb.op_done = dev.record(Stream::Compute);
@@ -281,8 +284,10 @@ void Executor::Impl::device_adam() {
     if (p.first_grad_op[b] < 0) continue;
     float* state = at.floats(at.state_tensor(b));
     const int64_t n = p.bucket_numel(b);
-    const int grads = at.gradsum_tensor(b) >= 0 ? at.gradsum_tensor(b) : at.grads_tensor(b);
-    buckets.push_back({state, state + n, state + 2 * n, at.floats(grads), at.floats(at.resident_tensor(b)), n});
+    const bool summed = at.gradsum_tensor(b) >= 0;  // fp32 sums over micro-batches
+    const int grads = summed ? at.gradsum_tensor(b) : at.grads_tensor(b);
+    buckets.push_back({state, state + n, state + 2 * n, at.address(grads), summed ? DType::F32 : p.precision,
+                       at.address(at.resident_tensor(b)), p.precision, n});
   }
   const std::string label = "adamw (device)";
   queue(Stream::Compute, label, [&] {
@@ -310,20 +315,21 @@ void Executor::Impl::flush_pending() {
   cpu.end_pending();
 }
 
-Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, device::Device& device,
-                   const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, device::Trace* trace) {
-  if (plan.problem.cost.weight_bytes != 4 || plan.problem.cost.activation_bytes != 4)
-    throw std::invalid_argument("the executor's device computes in fp32: plan it with 4-byte weights and activations");
+int64_t Executor::host_bytes_needed(const models::ModelSpec& spec, const offload::StepPlan& plan) {
+  return Impl::batch_bytes(spec) + 4096 + HostOptimizer::bytes_needed(plan.problem, plan.schedule.delayed_update);
+}
+
+Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, memory::PinnedHostPool& pool,
+                   device::Device& device, const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, device::Trace* trace) {
   if (device.arena().size() < plan.memory.layout.peak)
     throw std::logic_error(fmt::format("the device arena holds {} bytes; the plan needs {}", device.arena().size(), plan.memory.layout.peak));
   if (plan.memory.red_zone_bytes > 0 && device.arena().backing() != memory::Arena::Backing::Host)
     throw std::invalid_argument("red zones are checked on the host device only");
   check_device_runs_every_op(spec, device);
-  impl_ = std::make_unique<Impl>(spec, plan, host, device, adamw, options, trace);
+  impl_ = std::make_unique<Impl>(spec, plan, host, pool, device, adamw, options, trace);
   Impl& x = *impl_;
-  const int64_t batch_bytes = spec.tensors[spec.tensor_index("tokens")].bytes();
-  x.batch_staging = memory::HostBuffer(static_cast<size_t>(batch_bytes * 3));
-  if (x.at.input_tensor("attention_mask") >= 0) x.no_padding.assign(static_cast<size_t>(batch_bytes / 4), 1);
+  const int64_t token_bytes = spec.tensors[spec.tensor_index("tokens")].bytes();
+  if (x.at.input_tensor("attention_mask") >= 0) x.no_padding.assign(static_cast<size_t>(token_bytes / 4), 1);
   x.warm_up();
 }
 
@@ -366,7 +372,7 @@ void Executor::download_state() {
     x.copy(Stream::D2H, x.host.region(b, Region::Master).data, device_state, n * 4, "download master " + name);
     x.copy(Stream::D2H, x.host.region(b, Region::M).data, device_state + n, n * 4, "download m " + name);
     x.copy(Stream::D2H, x.host.region(b, Region::V).data, device_state + 2 * n, n * 4, "download v " + name);
-    x.copy(Stream::D2H, x.host.region(b, Region::Working).data, device_state, n * 4, "download working " + name);
+    x.copy(Stream::D2H, x.host.region(b, Region::Working).data, x.at.address(x.at.resident_tensor(b)), x.bytes(b), "download working " + name);
   }
   x.barrier();
 }
@@ -413,6 +419,6 @@ std::optional<Executor::PendingUpdate> Executor::pending_update() const {
 
 void Executor::set_pending_update(const PendingUpdate& update) { impl_->cpu.set_pending(update.adam_step, update.lr, update.decision); }
 
-std::span<float> Executor::pending_gradients(int b) const { return impl_->cpu.pending_gradients(b); }
+memory::TensorView Executor::pending_gradients(int b) const { return impl_->cpu.pending_gradients(b); }
 
 }  // namespace ferry::engine

@@ -14,6 +14,8 @@
 #include "engine/device/device.h"
 #include "engine/device/trace.h"
 #include "memory/host_buckets.h"
+#include "memory/pinned_pool.h"
+#include "memory/tensor_view.h"
 #include "models/model_spec.h"
 #include "offload/policies.h"
 
@@ -33,12 +35,16 @@ struct StepResult {
 
 class Executor {
  public:
-  // host: the buckets' master weights, moments, working copies and gradient landing regions, laid out as
-  // plan.problem.layout. The host device computes in fp32, so its working copies and gradients are fp32.
-  // The device's arena must hold plan.memory's layout. With red zones in the plan (tests), every op is
-  // followed by a check that no tensor it touched was written past its end (host device only).
-  Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, device::Device& device,
-           const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, device::Trace* trace);
+  // The pinned host bytes the executor carves from its pool beyond the host buckets (batch staging, fp32
+  // gradient sums over micro-batches, the delayed update's second buffers).
+  static int64_t host_bytes_needed(const models::ModelSpec& spec, const offload::StepPlan& plan);
+  // host: the buckets' master weights, moments, working copies and gradient landing regions (those two in
+  // the plan's precision), laid out as plan.problem.layout; pool: the device's pinned host memory, with
+  // host_bytes_needed() left to carve. The device's arena must hold plan.memory's layout. With red zones in
+  // the plan (tests), every op is followed by a check that no tensor it touched was written past its end
+  // (host device only).
+  Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, memory::PinnedHostPool& pool,
+           device::Device& device, const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, device::Trace* trace);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -68,7 +74,7 @@ class Executor {
   void apply_pending_update();
   std::optional<PendingUpdate> pending_update() const;
   void set_pending_update(const PendingUpdate& update);  // then fill pending_gradients(b)
-  std::span<float> pending_gradients(int bucket) const;
+  memory::TensorView pending_gradients(int bucket) const;  // fp32 sums, or in the precision they landed in
 
   // Tests only: from now on, every task whose label contains `label` fails instead of running.
   void inject_fault(std::string label);

@@ -2,27 +2,47 @@
 // the order the executor queues them, so statistics, the decision and the updates need no locks.
 #include "engine/host_optimizer.h"
 
+#include <cstring>
 #include <stdexcept>
+
+#include "memory/convert.h"
 
 namespace ferry::engine {
 
 using Region = memory::HostBuckets::Region;
 
-HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, memory::HostBuckets& host, const cpu_optim::CpuAdamW& adamw,
-                             bool delayed, float max_norm, std::vector<std::string> bucket_labels, const Faults& faults,
-                             device::Trace* trace)
+namespace {
+
+constexpr int64_t kAlignment = 4096;  // page-aligned regions, as the host buckets'
+
+int64_t aligned(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+}  // namespace
+
+int64_t HostOptimizer::bytes_needed(const offload::OffloadProblem& p, bool delayed) {
+  int64_t total = 0;
+  const int parities = delayed ? 2 : 1;
+  for (int b = 0; b < p.n_buckets; ++b) {
+    if (p.grad_accum > 1) total += parities * aligned(p.bucket_numel(b) * 4);
+    if (delayed) total += 2 * aligned(p.bucket_bytes[b]);  // a second landing region and a second working copy
+  }
+  return total;
+}
+
+HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, memory::HostBuckets& host, memory::PinnedHostPool& pool,
+                             const cpu_optim::CpuAdamW& adamw, bool delayed, float max_norm, std::vector<std::string> bucket_labels,
+                             const Faults& faults, device::Trace* trace)
     : p_(p), host_(host), adamw_(adamw), delayed_(delayed), max_norm_(max_norm), faults_(faults), label_(std::move(bucket_labels)) {
   const int nb = p.n_buckets;
-  std::vector<int64_t> offset;
-  int64_t total = 0;
-  for (int b = 0; b < nb; ++b) offset.push_back(total), total += p.bucket_numel(b) * 4;
-  if (p.grad_accum > 1) staging_ = memory::HostBuffer(static_cast<size_t>(total)), staging_offset_ = offset;
-  if (delayed) grad_alt_ = memory::HostBuffer(static_cast<size_t>(total)), working_alt_ = memory::HostBuffer(static_cast<size_t>(total));
   for (int b = 0; b < nb; ++b) {
-    grad_land_[0].push_back(region(b, Region::Grad));
-    grad_land_[1].push_back(delayed ? reinterpret_cast<float*>(grad_alt_.data() + offset[b]) : nullptr);
-    working_now_.push_back(region(b, Region::Working));
-    working_next_.push_back(delayed ? reinterpret_cast<float*>(working_alt_.data() + offset[b]) : nullptr);
+    const int64_t sum_bytes = p.bucket_numel(b) * 4, bytes = p.bucket_bytes[b];
+    grad_land_[0].push_back(host.region(b, Region::Grad).as<std::byte>());
+    grad_land_[1].push_back(delayed ? pool.carve(aligned(bytes), kAlignment) : nullptr);
+    for (int parity = 0; parity < 2; ++parity)
+      grad_sum_[parity].push_back(summed() && (parity == 0 || delayed) ? reinterpret_cast<float*>(pool.carve(aligned(sum_bytes), kAlignment))
+                                                                      : nullptr);
+    working_now_.push_back(host.region(b, Region::Working).as<std::byte>());
+    working_next_.push_back(delayed ? pool.carve(aligned(bytes), kAlignment) : nullptr);
   }
   working_spare_ = working_next_;
   updated_.assign(nb, nullptr);
@@ -48,37 +68,36 @@ void HostOptimizer::run(std::string label, std::function<void()> work) {
   worker_->run(std::move(label), std::move(work));
 }
 
-float* HostOptimizer::landing(int b, int micro) const {
-  if (micro == 0) return grad_land_[landing_parity()][b];
-  return reinterpret_cast<float*>(const_cast<std::byte*>(staging_.data()) + staging_offset_[b]);
-}
-
 void HostOptimizer::gather(int b, device::Device& device, device::EventPtr landed, int micro, bool last_micro) {
   run("wait for gradients of " + label_[b], [&device, landed] { device.synchronize(landed); });
-  float* sum = grad_land_[landing_parity()][b];
+  const int parity = landing_parity();
   const int64_t n = p_.bucket_numel(b);
-  if (micro > 0) {
-    const float* add = landing(b, micro);
-    run("sum gradients of " + label_[b], [sum, add, n] {
-      for (int64_t i = 0; i < n; ++i) sum[i] += add[i];
-    });
+  if (summed()) {  // the device's fp32 sum, in the same order: the first micro-batch widened, the others added
+    float* sum = grad_sum_[parity][b];
+    const std::byte* landed_grads = grad_land_[parity][b];
+    const DType type = p_.precision;
+    run("sum gradients of " + label_[b], [sum, landed_grads, type, n, micro] { memory::accumulate_widened(sum, landed_grads, type, n, micro == 0); });
   }
-  if (last_micro)
-    run("gradient stats of " + label_[b], [this, b, sum, n] { step_->record_stats(static_cast<size_t>(b), sum, DType::F32, static_cast<size_t>(n)); });
+  if (last_micro) {
+    const void* grads = gradients(parity, b);
+    const DType type = gradient_type();
+    run("gradient stats of " + label_[b], [this, b, grads, type, n] { step_->record_stats(static_cast<size_t>(b), grads, type, static_cast<size_t>(n)); });
+  }
 }
 
 void HostOptimizer::queue_decision() {
   run("global gradient norm", [this] { step_->decide(); });
 }
 
-// AdamW on bucket b under `step`'s decision, its fp32 working copy written by the same fused pass.
+// AdamW on bucket b under `step`'s decision, its working copy (in the precision) written by the same fused pass.
 void HostOptimizer::queue_update(const cpu_optim::OptimizerStep& step, int b, int grads, int64_t adam_step, double lr) {
   run("adamw " + label_[b], [this, &step, b, grads, adam_step, lr] {
     const size_t n = static_cast<size_t>(p_.bucket_numel(b));
-    float* out = delayed_ ? working_next_[b] : working_now_[b];
-    if (step.decision().report.skipped && delayed_) std::copy_n(working_now_[b], n, out);  // the next copy is the current one
+    std::byte* out = delayed_ ? working_next_[b] : working_now_[b];
+    if (step.decision().report.skipped && delayed_)  // the next copy is the current one
+      std::memcpy(out, working_now_[b], static_cast<size_t>(p_.bucket_bytes[b]));
     step.update(static_cast<size_t>(b), {{region(b, Region::Master), n}, {region(b, Region::M), n}, {region(b, Region::V), n},
-                                         grad_land_[grads][b], DType::F32, out, DType::F32},
+                                         gradients(grads, b), gradient_type(), out, p_.precision},
                 adam_step, lr);
   });
   updated_[b] = worker_->record();
@@ -107,7 +126,7 @@ void HostOptimizer::swap_working(const std::vector<int>& order) {
 
 void HostOptimizer::reset() {
   has_pending_ = false;
-  for (int b = 0; b < p_.n_buckets; ++b) working_now_[b] = region(b, Region::Working);
+  for (int b = 0; b < p_.n_buckets; ++b) working_now_[b] = host_.region(b, Region::Working).as<std::byte>();
   if (delayed_) working_next_ = working_spare_;
 }
 
@@ -121,9 +140,9 @@ void HostOptimizer::set_pending(int64_t adam_step, double lr, const cpu_optim::S
   parity_ = 1;
 }
 
-std::span<float> HostOptimizer::pending_gradients(int b) const {
+memory::TensorView HostOptimizer::pending_gradients(int b) const {
   if (!has_pending_) throw std::logic_error("no pending update");
-  return {grad_land_[pending_.parity][b], static_cast<size_t>(p_.bucket_numel(b))};
+  return {const_cast<void*>(gradients(pending_.parity, b)), {p_.bucket_numel(b)}, gradient_type()};
 }
 
 }  // namespace ferry::engine

@@ -1,9 +1,10 @@
 // HostOptimizer: the host side of a step for the buckets whose AdamW runs on the CPU. It owns the
-// gradient landing regions, the working copies that travel to the device, and the CPU worker that
-// gathers each bucket's gradient statistics as they land, decides the step once every bucket is in
-// (global norm, clipping, inf/nan skip) and updates each bucket with a fused copy-out into its working
-// copy. With the delayed update (ZeRO-Offload's), a step's updates run during the next step: gradients
-// alternate between two landing regions and working copies are swapped once the updates are in.
+// gradient landing regions, the working copies that travel to the device (both in the step's precision),
+// and the CPU worker that gathers each bucket's gradient statistics as they land, decides the step once
+// every bucket is in (global norm, clipping, inf/nan skip) and updates each bucket with a fused copy-out
+// into its working copy. Micro-batches' gradients are summed in fp32. With the delayed update
+// (ZeRO-Offload's), a step's updates run during the next step: gradients alternate between two landing
+// regions and working copies are swapped once the updates are in.
 #pragma once
 
 #include <cstdint>
@@ -20,25 +21,29 @@
 #include "engine/device/work_queue.h"
 #include "engine/faults.h"
 #include "memory/host_buckets.h"
-#include "memory/host_buffer.h"
+#include "memory/pinned_pool.h"
+#include "memory/tensor_view.h"
 #include "offload/problem.h"
 
 namespace ferry::engine {
 
 class HostOptimizer {
  public:
-  // bucket_labels: how errors and the trace name each bucket.
-  HostOptimizer(const offload::OffloadProblem& problem, memory::HostBuckets& host, const cpu_optim::CpuAdamW& adamw,
-                bool delayed, float max_norm, std::vector<std::string> bucket_labels, const Faults& faults, device::Trace* trace);
+  // The pinned bytes it carves beyond the host buckets: fp32 sums over micro-batches, the delayed update's
+  // second landing regions and working copies.
+  static int64_t bytes_needed(const offload::OffloadProblem& problem, bool delayed);
+  // bucket_labels: how errors and the trace name each bucket. Its extra buffers come from `pool`.
+  HostOptimizer(const offload::OffloadProblem& problem, memory::HostBuckets& host, memory::PinnedHostPool& pool,
+                const cpu_optim::CpuAdamW& adamw, bool delayed, float max_norm, std::vector<std::string> bucket_labels,
+                const Faults& faults, device::Trace* trace);
   ~HostOptimizer();
 
   // A new step: its statistics are gathered as gradients land, under this loss scale.
   void begin_step(float loss_scale);
-  // Where micro-batch `micro`'s gradients of bucket b land: the landing region for the first, a staging
-  // buffer that is summed into it for the others.
-  float* landing(int bucket, int micro) const;
-  // Queues, on the CPU worker: wait for the gradients to land (`landed`), sum a later micro-batch's into
-  // the landing region, and after the last micro-batch the bucket's statistics.
+  // Where bucket b's gradients land (in the precision), every micro-batch's.
+  std::byte* landing(int bucket) const { return grad_land_[landing_parity()][bucket]; }
+  // Queues, on the CPU worker: wait for the gradients to land (`landed`), add them to the bucket's fp32 sum
+  // when micro-batches accumulate, and after the last micro-batch the bucket's statistics.
   void gather(int bucket, device::Device& device, device::EventPtr landed, int micro, bool last_micro);
 
   // The step decision from every bucket's statistics (global norm, clip scale, inf/nan skip).
@@ -50,8 +55,8 @@ class HostOptimizer {
   std::shared_ptr<device::HostEvent> updated(int bucket) const { return updated_[bucket]; }
 
   // The working copy prefetches read, and the one an upload sends after this step's update.
-  const float* working(int bucket) const { return working_now_[bucket]; }
-  const float* updated_working(int bucket) const { return delayed_ ? working_next_[bucket] : working_now_[bucket]; }
+  const std::byte* working(int bucket) const { return working_now_[bucket]; }
+  const std::byte* updated_working(int bucket) const { return delayed_ ? working_next_[bucket] : working_now_[bucket]; }
 
   // Waits for the CPU worker; throws its first failure.
   void drain() { worker_->drain(); }
@@ -76,7 +81,8 @@ class HostOptimizer {
   void end_pending() { swap_working(pending_.order), has_pending_ = false; }
   // A checkpoint's pending update: its gradients go to pending_gradients(b), then it applies next step.
   void set_pending(int64_t adam_step, double lr, const cpu_optim::StepDecision& decision);
-  std::span<float> pending_gradients(int bucket) const;
+  // The pending update's gradients of a bucket: fp32 sums, or as they landed in the precision.
+  memory::TensorView pending_gradients(int bucket) const;
   int landing_parity() const { return delayed_ ? parity_ : 0; }
 
  private:
@@ -84,6 +90,10 @@ class HostOptimizer {
   void swap_working(const std::vector<int>& order);
   float* region(int bucket, memory::HostBuckets::Region r) const { return host_.region(bucket, r).as<float>(); }
   void run(std::string label, std::function<void()> work);
+  bool summed() const { return p_.grad_accum > 1; }
+  // The gradients AdamW and the statistics read for a parity: the fp32 sums, or the landing region.
+  const void* gradients(int parity, int bucket) const { return summed() ? static_cast<const void*>(grad_sum_[parity][bucket]) : grad_land_[parity][bucket]; }
+  DType gradient_type() const { return summed() ? DType::F32 : p_.precision; }
 
   const offload::OffloadProblem& p_;
   memory::HostBuckets& host_;
@@ -93,11 +103,9 @@ class HostOptimizer {
   const Faults& faults_;
   const std::vector<std::string> label_;
 
-  std::vector<float*> grad_land_[2];  // per parity, per bucket
-  memory::HostBuffer staging_;        // micro-batches after the first land here
-  std::vector<int64_t> staging_offset_;
-  std::vector<float*> working_now_, working_next_, working_spare_;
-  memory::HostBuffer grad_alt_, working_alt_;  // the delayed update's second regions
+  std::vector<std::byte*> grad_land_[2];  // per parity, per bucket: in the precision
+  std::vector<float*> grad_sum_[2];       // per parity, per bucket: fp32 sums over micro-batches (grad_accum > 1)
+  std::vector<std::byte*> working_now_, working_next_, working_spare_;
   int parity_ = 0;
 
   std::optional<cpu_optim::OptimizerStep> step_;  // this step's: statistics as gradients land, then the decision

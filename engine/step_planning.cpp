@@ -14,8 +14,7 @@ offload::CostModel host_device_cost_model(const Config& cfg, models::CpuRunner& 
                                           std::string* cache) {
   const bool measured = cfg.offload.cost_model.empty();
   offload::CostModel cost = measured ? device::host_cost_model(cfg.threads(), cache) : offload::CostModel::load(cfg.offload.cost_model);
-  cost.weight_bytes = cost.activation_bytes = 4;  // the host device computes in fp32
-  cost.fused_attention = false;
+  cost.fused_attention = false;  // the host device's attention keeps its probabilities
   if (measured) {
     // The fastest of 3 to 10 passes, 1 s at least: single passes on a shared machine are noisy.
     profiler.set_batch(sample.tokens, sample.targets, sample.attention_mask);

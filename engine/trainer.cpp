@@ -30,6 +30,7 @@
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_dir.h"
 #include "formats/weights.h"
+#include "memory/convert.h"
 #include "memory/device_allocations.h"
 #include "memory/host_buckets.h"
 #include "memory/host_buffer.h"
@@ -48,10 +49,13 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // The ParameterStore (flat, per parameter: initial weights and evaluation) to and from the host buckets
 // (training). Checkpoints are written from, and read into, the host buckets' own views.
+// The working copies (what the device computes with, in the precision) rounded from the fp32 masters, as
+// AdamW's fused copy-out writes them.
 void refresh_working_copies(memory::HostBuckets& host) {
   for (size_t b = 0; b < host.layout().buckets().size(); ++b) {
     const auto master = host.master(static_cast<int>(b));
-    std::memcpy(host.region(static_cast<int>(b), Region::Working).data, master.data(), master.size_bytes());  // fp32
+    const memory::TensorView working = host.region(static_cast<int>(b), Region::Working);
+    memory::narrow(working.data, working.dtype, master.data(), static_cast<int64_t>(master.size()));
   }
 }
 void scatter_weights(const models::ParameterStore& params, memory::HostBuckets& host) {
@@ -174,7 +178,7 @@ class Run {
   offload::CostModel measure_cost();
   void announce();
   void start_or_resume();
-  std::vector<std::span<float>> pending_gradients() const;
+  std::vector<memory::TensorView> pending_gradients() const;
   float evaluate();
   void evaluate_start();
   device::Interrupted cut_short(int step, const std::exception& e) const;
@@ -204,10 +208,10 @@ class Run {
   offload::StepPlan plan_;
   offload::SimResult predicted_;
   const HostMemoryEstimate host_memory_;  // on the host device: its arena is host memory too
-  memory::PinnedHostPool pool_;
-  memory::HostBuckets host_;
   std::unique_ptr<device::Trace> trace_;
   std::unique_ptr<device::Device> device_;
+  std::unique_ptr<memory::PinnedHostPool> pool_;  // the device's pinned host memory: host buckets and staging
+  memory::HostBuckets host_;
   Executor executor_;
   LossScaler scaler_;
   const cpu_optim::LrSchedule schedule_;
@@ -222,13 +226,15 @@ class Run {
   int64_t allocations_after_set_up_ = 0;
 };
 
-// The host buckets' bytes, once the machine is known to hold them and the host device's arena beside what
-// the run already holds (the model copy and the evaluator): a run that cannot is refused before it allocates.
-int64_t checked_host_buckets(const HostMemoryEstimate& needs) {
+// The pinned host bytes of the run (host buckets and the executor's staging), once the machine is known to
+// hold them and the host device's arena beside what the run already holds (the model copy and the
+// evaluator): a run that cannot is refused before it allocates.
+int64_t checked_host_pool(const HostMemoryEstimate& needs, const models::ModelSpec& spec, const offload::StepPlan& plan) {
   if (std::string shortfall = host_memory_shortfall(needs, needs.host_buckets + needs.device_arena, available_host_memory());
       !shortfall.empty())
     throw std::runtime_error(shortfall);
-  return needs.host_buckets;
+  return memory::HostBuckets::bytes_needed(plan.problem.layout, plan.problem.precision, plan.problem.precision) +
+         Executor::host_bytes_needed(spec, plan);
 }
 
 models::ParameterStore initial_weights(const Config& cfg, const models::ModelSpec& spec) {
@@ -246,7 +252,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
       checkpoints_(open_checkpoint_dir(cfg, opt, resume_from_)),
       threads_(cfg.threads()),
       tbb_threads_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)),
-      spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len)),
+      spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len, cfg.precision())),
       params_(initial_weights(cfg, spec_)),
       adamw_(adamw_options(cfg)),
       batches_(cfg),
@@ -256,8 +262,6 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
       plan_(plan_for_config(cfg, spec_, cost_, 0, "", opt.red_zone_bytes)),
       predicted_(offload::simulate(plan_.problem, plan_.schedule, plan_.memory)),
       host_memory_(estimate_host_memory(spec_, plan_, true)),
-      pool_(checked_host_buckets(host_memory_), {}),
-      host_(plan_.problem.layout, pool_, DType::F32, DType::F32),
       trace_(opt.trace.empty() ? nullptr : std::make_unique<device::Trace>()),
       device_(device::make_device({.kind = device::DeviceChoice::Kind::Host,
                                    .arena_bytes = plan_.memory.layout.peak,
@@ -265,7 +269,9 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
                                    .compute_threads = threads_,
                                    .link_gbps = cfg.host_device.link_gbps,
                                    .d2h_link_gbps = opt.d2h_link_gbps})),
-      executor_(spec_, plan_, host_, *device_, adamw_, {static_cast<float>(cfg.optim.grad_clip)}, trace_.get()),
+      pool_(device_->make_host_pool(checked_host_pool(host_memory_, spec_, plan_))),
+      host_(plan_.problem.layout, *pool_, plan_.problem.precision, plan_.problem.precision),
+      executor_(spec_, plan_, host_, *pool_, *device_, adamw_, {static_cast<float>(cfg.optim.grad_clip)}, trace_.get()),
       scaler_(cfg.train.precision == "fp16" ? cfg.train.loss_scale_init : 1.0, cfg.train.loss_scale_growth_interval),
       schedule_{cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,
                 static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps},
@@ -342,11 +348,12 @@ void Run::start_or_resume() {
 }
 
 // Per parameter, its slice of the pending delayed update's gradients (the executor holds one).
-std::vector<std::span<float>> Run::pending_gradients() const {
-  std::vector<std::span<float>> views;
-  for (int p = 0; p < params_.count(); ++p) {
+std::vector<memory::TensorView> Run::pending_gradients() const {
+  std::vector<memory::TensorView> views;
+  for (int p = 0; p < static_cast<int>(spec_.params.size()); ++p) {
     const auto& slot = plan_.problem.layout.slot(p);
-    views.push_back(executor_.pending_gradients(slot.bucket).subspan(static_cast<size_t>(slot.offset), static_cast<size_t>(slot.numel)));
+    const memory::TensorView bucket = executor_.pending_gradients(slot.bucket);
+    views.push_back({static_cast<std::byte*>(bucket.data) + slot.offset * dtype_bytes(bucket.dtype), {slot.numel}, bucket.dtype});
   }
   return views;
 }
@@ -548,7 +555,7 @@ TrainSummary Run::train() {
   sum_.checkpointed_blocks = plan_.problem.checkpointed_layers;
   sum_.arena_bytes = plan_.memory.layout.peak;
   sum_.params = spec_.param_count();
-  sum_.host_bucket_bytes = memory::HostBuckets::bytes_needed(plan_.problem.layout, DType::F32, DType::F32);
+  sum_.host_bucket_bytes = memory::HostBuckets::bytes_needed(plan_.problem.layout, plan_.problem.precision, plan_.problem.precision);
   sum_.budget_bytes = plan_.problem.budget_bytes;
   sum_.predicted_step_s = predicted_.step_s * cfg_.train.grad_accum;
   t_start_ = Clock::now();

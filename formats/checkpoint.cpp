@@ -21,6 +21,7 @@
 #include "formats/checkpoint_dir.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
+#include "memory/convert.h"
 
 namespace ferry::formats {
 namespace {
@@ -216,13 +217,28 @@ void read_tensors(const SafetensorsFile& file, const std::string& prefix, const 
   }
 }
 
+// The same into typed views (pending gradients, stored as they landed): read as fp32, then stored in the
+// view's dtype (exact for a tensor written in that dtype).
+void read_tensors(const SafetensorsFile& file, const std::string& prefix, const models::ModelSpec& spec,
+                  const std::vector<memory::TensorView>& into, const std::filesystem::path& origin) {
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    const std::string name = prefix + spec.params[i].name;
+    const auto* e = file.find(name);
+    if (!e || e->shape != spec.params[i].shape || into.at(i).numel() != models::numel(e->shape))
+      throw std::runtime_error("--resume: '" + origin.string() + "' lacks " + name + " or has another shape");
+    const auto values = file.read_f32(name);
+    memory::narrow(into[i].data, into[i].dtype, values.data(), static_cast<int64_t>(values.size()));
+  }
+}
+
 template <class Store, class Span>
 auto views(Store& params, Span m, Span v) {
   ParameterViews<typename Span::element_type> out;
   for (int i = 0; i < params.count(); ++i) {
     const auto at = static_cast<size_t>(params.value(i).data() - params.values().data()), n = params.value(i).size();
     out.weights.push_back(params.value(i)), out.m.push_back(m.subspan(at, n)), out.v.push_back(v.subspan(at, n));
-    out.pending.push_back(params.grad(i));
+    const auto grad = params.grad(i);
+    out.pending.push_back({const_cast<float*>(grad.data()), {static_cast<int64_t>(grad.size())}, DType::F32});
   }
   return out;
 }
@@ -358,7 +374,8 @@ void write_checkpoint_files(const std::filesystem::path& dir, const models::Mode
   write_safetensors(dir / files[1], moments);
   if (state.pending) {
     std::vector<SafetensorsTensorRef> grads;
-    for (size_t i = 0; i < n; ++i) grads.push_back({"pending_grad." + spec.params[i].name, spec.params[i].shape, from.pending[i].data()});
+    for (size_t i = 0; i < n; ++i)
+      grads.push_back({"pending_grad." + spec.params[i].name, spec.params[i].shape, from.pending[i].data, from.pending[i].dtype});
     files.push_back("pending_update.safetensors");
     write_safetensors(dir / files.back(), grads);
   }

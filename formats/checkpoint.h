@@ -15,6 +15,7 @@
 
 #include "formats/crc32c.h"
 #include "models/registry.h"
+#include "memory/tensor_view.h"
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
 
@@ -82,7 +83,8 @@ models::ParameterStore read_checkpoint_weights(const std::filesystem::path& dir,
 // is written from, and read into, the training state itself, with no gathered copy of the model.
 template <class T>
 struct ParameterViews {
-  std::vector<std::span<T>> weights, m, v, pending;
+  std::vector<std::span<T>> weights, m, v;
+  std::vector<memory::TensorView> pending;  // each in the dtype its gradients landed in (fp32, bf16, fp16)
 };
 using StateToWrite = ParameterViews<const float>;
 using StateToRead = ParameterViews<float>;

@@ -204,11 +204,16 @@ void write_safetensors(AtomicFile& out, const std::vector<SafetensorsTensorRef>&
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
-  for (const auto& t : tensors) {
-    size_t n = 1;
+  const auto bytes_of = [](const SafetensorsTensorRef& t) {
+    size_t n = static_cast<size_t>(dtype_bytes(t.dtype));
     for (int64_t d : t.shape) n *= static_cast<size_t>(d);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 4 * n}}};
-    offset += 4 * n;
+    return n;
+  };
+  for (const auto& t : tensors) {
+    if (t.dtype == DType::I32) throw std::logic_error("write_safetensors: " + t.name + " is int32; only fp32, bf16 and fp16 are written");
+    const char* type = t.dtype == DType::BF16 ? "BF16" : t.dtype == DType::F16 ? "F16" : "F32";
+    header[t.name] = {{"dtype", type}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes_of(t)}}};
+    offset += bytes_of(t);
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned, as the format recommends
@@ -217,11 +222,7 @@ void write_safetensors(AtomicFile& out, const std::vector<SafetensorsTensorRef>&
   for (int i = 0; i < 8; ++i) le[i] = static_cast<char>((len >> (8 * i)) & 0xff);
   out.write(le, 8);
   out.write(h);
-  for (const auto& t : tensors) {
-    size_t n = 1;
-    for (int64_t d : t.shape) n *= static_cast<size_t>(d);
-    out.write(t.data, 4 * n);
-  }
+  for (const auto& t : tensors) out.write(t.data, bytes_of(t));
 }
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsTensorRef>& tensors,

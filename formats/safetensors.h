@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "formats/atomic_file.h"
+#include "memory/dtype.h"
 
 namespace ferry::formats {
 
@@ -47,10 +48,11 @@ class SafetensorsFile {
 struct SafetensorsTensorRef {
   std::string name;
   std::vector<int64_t> shape;
-  const float* data;  // fp32, numel(shape) values
+  const void* data;  // numel(shape) values stored as dtype
+  DType dtype = DType::F32;  // F32, BF16 or F16
 };
 
-// Writes fp32 tensors to `path` atomically (a temporary file renamed into place; removed on failure).
+// Writes tensors to `path` atomically (a temporary file renamed into place; removed on failure).
 void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsTensorRef>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 // The same into an AtomicFile the caller commits (with the files that belong with it).

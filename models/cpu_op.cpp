@@ -31,11 +31,11 @@ struct Call {
   float loss_weight;
   bool fwd;
 
-  float* in(size_t k) const { return reinterpret_cast<float*>(at.inputs[k]); }
-  const int32_t* in_i32(size_t k) const { return reinterpret_cast<const int32_t*>(at.inputs[k]); }
-  float* out(size_t k) const { return reinterpret_cast<float*>(at.outputs[k]); }
-  float* value(size_t k) const { return k < at.values.size() ? at.values[k] : nullptr; }  // null: absent
-  float* grad(size_t k) const { return k < at.grads.size() ? at.grads[k] : nullptr; }
+  float* in(size_t k) const { return reinterpret_cast<float*>(at.inputs[k].data); }
+  const int32_t* in_i32(size_t k) const { return reinterpret_cast<const int32_t*>(at.inputs[k].data); }
+  float* out(size_t k) const { return reinterpret_cast<float*>(at.outputs[k].data); }
+  float* value(size_t k) const { return k < at.values.size() ? reinterpret_cast<float*>(at.values[k].data) : nullptr; }  // null: absent
+  float* grad(size_t k) const { return k < at.grads.size() ? reinterpret_cast<float*>(at.grads[k].data) : nullptr; }
 };
 
 float embedding(const Call& c) {
@@ -121,11 +121,15 @@ float dispatch(const Call& c) {
 }  // namespace
 
 float run_cpu_op(const ModelSpec& spec, const OpSpec& op, const OpOperands& at, float loss_weight) {
+  for (const auto* list : {&at.inputs, &at.outputs, &at.values, &at.grads})
+    for (const Operand& o : *list)
+      if (o.data && o.dtype != DType::F32 && o.dtype != DType::I32)
+        throw std::invalid_argument("run_cpu_op: op " + op.name + " has an operand stored as " + to_string(o.dtype));
   // Gradient tensors begin life here at zero: backward ops accumulate into them.
   for (int t : op.creates) {
     if (!spec.tensors[t].is_grad) continue;
     for (size_t k = 0; k < op.outputs.size(); ++k)
-      if (op.outputs[k] == t) std::memset(at.outputs[k], 0, static_cast<size_t>(spec.tensors[t].bytes()));
+      if (op.outputs[k] == t) std::memset(at.outputs[k].data, 0, static_cast<size_t>(spec.tensors[t].bytes()));
   }
   return dispatch({op, op.attrs, at, loss_weight, op.pass == Pass::Forward});
 }

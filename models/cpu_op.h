@@ -1,5 +1,5 @@
-// run_cpu_op: one op of a ModelSpec on the CPU, wherever its operands live. The CpuRunner points the
-// operands into its own arena and ParameterStore; the Executor points them into the device arena.
+// run_cpu_op: one op of a ModelSpec on the CPU, wherever its operands live and whatever their storage. The
+// CpuRunner points the operands into its own arena and ParameterStore; the host device into its arena.
 #pragma once
 
 #include <cstddef>
@@ -9,16 +9,24 @@
 
 namespace ferry::models {
 
+// One operand: where it is and how it is stored (fp32, bf16, fp16; int32 for token ids). Null data: absent
+// (a parameter's gradient in forward).
+struct Operand {
+  std::byte* data = nullptr;
+  DType dtype = DType::F32;
+};
+
 // Where one op's operands are, by position: its input and output tensors (as op.inputs / op.outputs list
-// them) and its parameters' values and gradients (as op.params lists them; gradients may be null in forward).
+// them) and its parameters' values and gradients (as op.params lists them).
 struct OpOperands {
-  std::span<std::byte* const> inputs, outputs;
-  std::span<float* const> values, grads;
+  std::span<const Operand> inputs, outputs, values, grads;
 };
 
 // Runs `op`: forward ops overwrite their outputs, backward ops accumulate into theirs and into their
 // parameters' gradients (gradient tensors the op creates are zeroed first). loss_weight scales the loss's
-// gradient (1 / micro-batches). Returns the batch's mean loss for the loss's forward op, else 0.
+// gradient (1 / micro-batches, times fp16's loss scale). Operands stored in bf16/fp16 are widened to fp32
+// around the op and its results rounded back to nearest even, so the math is the fp32 math of models/ops.
+// Returns the batch's mean loss for the loss's forward op, else 0.
 float run_cpu_op(const ModelSpec& spec, const OpSpec& op, const OpOperands& at, float loss_weight);
 
 }  // namespace ferry::models

@@ -68,11 +68,11 @@ std::span<const float> CpuRunner::tensor(const std::string& name) const {
 }
 
 void CpuRunner::run_op(const OpSpec& op) {
-  std::vector<std::byte*> in, out;
-  std::vector<float*> values, grads;
-  for (int t : op.inputs) in.push_back(tensor_ptr_[t]);
-  for (int t : op.outputs) out.push_back(tensor_ptr_[t]);
-  for (int p : op.params) values.push_back(value_ptr_[p]), grads.push_back(grad_ptr_[p]);
+  std::vector<Operand> in, out, values, grads;
+  for (int t : op.inputs) in.push_back({tensor_ptr_[t], spec_.tensors[t].dtype});
+  for (int t : op.outputs) out.push_back({tensor_ptr_[t], spec_.tensors[t].dtype});
+  for (int p : op.params)
+    values.push_back({reinterpret_cast<std::byte*>(value_ptr_[p]), DType::F32}), grads.push_back({reinterpret_cast<std::byte*>(grad_ptr_[p]), DType::F32});
   const float loss = run_cpu_op(spec_, op, {in, out, values, grads}, loss_weight_);
   if (op.kind == OpKind::CrossEntropy && op.pass == Pass::Forward) last_loss_ = loss;
 }

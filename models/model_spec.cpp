@@ -109,4 +109,11 @@ void ModelSpec::finalize() {
   }
 }
 
+void ModelSpec::set_precision(DType storage) {
+  if (storage == DType::I32) throw std::invalid_argument("a model is stored in fp32, bf16 or fp16, not int32");
+  precision = storage;
+  for (TensorSpec& t : tensors)
+    if (!t.fixed_dtype) t.dtype = storage;
+}
+
 }  // namespace ferry::models

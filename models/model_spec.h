@@ -67,6 +67,9 @@ struct OpSpec {
 
 struct ModelSpec {
   std::string kind;  // "gpt2"
+  // The storage of the weights, their gradients, the activations and the activations' gradients on the
+  // device (train.precision); tensors of a fixed dtype keep theirs. Set by set_precision.
+  DType precision = DType::F32;
   std::vector<ParamSpec> params;
   std::vector<TensorSpec> tensors;
   std::vector<OpSpec> ops;  // forward ops, the loss, then backward ops in reverse
@@ -85,6 +88,8 @@ struct ModelSpec {
   // Derives each op's `creates`/`frees` from first and last use, and checks the op list: every tensor
   // read is live (written earlier or a batch input), parameter and tensor indices are in range.
   void finalize();
+  // Stores every tensor that is not of a fixed dtype (and every parameter) in `storage`: F32, BF16 or F16.
+  void set_precision(DType storage);
 };
 
 }  // namespace ferry::models

@@ -8,10 +8,18 @@
 
 namespace ferry::models {
 
-ModelSpec build_model(const ModelConfig& m, int64_t batch, int64_t seq) {
+namespace {
+ModelSpec build_fp32(const ModelConfig& m, int64_t batch, int64_t seq) {
   if (m.kind == "gpt2") return build_gpt2({m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len}, batch, seq);
   if (m.kind == "bert") return build_bert({m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len, 0}, batch, seq);
   throw std::invalid_argument("model.kind: '" + m.kind + "' is not a model; expected gpt2 or bert");
+}
+}  // namespace
+
+ModelSpec build_model(const ModelConfig& m, int64_t batch, int64_t seq, DType precision) {
+  ModelSpec spec = build_fp32(m, batch, seq);
+  spec.set_precision(precision);
+  return spec;
 }
 
 void init_model(const ModelConfig& m, const ModelSpec& spec, ParameterStore& params, uint64_t seed) {

@@ -22,8 +22,8 @@ struct ModelConfig {
   std::filesystem::path init_from;  // Hugging Face weights to start from (file, folder or sharded index)
 };
 
-// The op list of one step on `batch` sequences of `seq` tokens.
-ModelSpec build_model(const ModelConfig& model, int64_t batch, int64_t seq);
+// The op list of one step on `batch` sequences of `seq` tokens, its tensors stored in `precision`.
+ModelSpec build_model(const ModelConfig& model, int64_t batch, int64_t seq, DType precision = DType::F32);
 // The architecture's own initialisation (GPT-2's or BERT's), deterministic in `seed`.
 void init_model(const ModelConfig& model, const ModelSpec& spec, ParameterStore& params, uint64_t seed);
 

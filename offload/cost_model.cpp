@@ -13,7 +13,7 @@ double CostModel::op_seconds(const models::ModelSpec& spec, const models::OpSpec
   if (profiled_op_s.size() == spec.ops.size() && &op >= spec.ops.data() && &op < spec.ops.data() + spec.ops.size())
     return profiled_op_s[static_cast<size_t>(&op - spec.ops.data())];
   double bytes = 0;
-  for (int p : op.params) bytes += double(models::numel(spec.params[p].shape)) * weight_bytes;
+  for (int p : op.params) bytes += double(models::numel(spec.params[p].shape)) * double(dtype_bytes(spec.precision));
   for (const auto* list : {&op.inputs, &op.outputs})
     for (int t : *list) bytes += double(tensor_bytes(spec, t));
   return op_overhead_s + std::max(op.flops / flops_per_s, bytes / memory_bytes_per_s);
@@ -21,18 +21,17 @@ double CostModel::op_seconds(const models::ModelSpec& spec, const models::OpSpec
 
 int64_t CostModel::tensor_bytes(const models::ModelSpec& spec, int tensor) const {
   const models::TensorSpec& t = spec.tensors[tensor];
-  if (t.fixed_dtype) return t.bytes();  // ids, LayerNorm statistics, losses: their own dtype in any precision
   const bool probabilities = t.name.ends_with("attn.probs");  // (B, heads, T, T)
   if (fused_attention && probabilities) return models::numel(t.shape) / t.shape.back() * 4;  // an fp32 log-sum-exp per row
-  return models::numel(t.shape) * activation_bytes;
+  return t.bytes();  // its storage: the model's precision, or its fixed dtype (ids, LayerNorm statistics, losses)
 }
 
 namespace {
 
 // Every figure a cost model holds: a file that leaves one out would plan with a made-up default. (name and
 // assumed may be left out: the file's path names it, and its figures are then taken as assumed.)
-const std::vector<std::string> kRequiredKeys{"flops_per_s", "memory_bytes_per_s", "op_overhead_s", "activation_bytes",
-                                             "weight_bytes", "fused_attention", "h2d", "d2h", "cpu_adam_params_per_s",
+const std::vector<std::string> kRequiredKeys{"flops_per_s", "memory_bytes_per_s", "op_overhead_s", "fused_attention",
+                                             "h2d", "d2h", "cpu_adam_params_per_s",
                                              "cpu_norm_params_per_s", "device_adam_params_per_s"};
 
 void require_keys(const nlohmann::json& j, const std::string& origin) {
@@ -74,10 +73,8 @@ CostModel CostModel::from_json(const nlohmann::json& j, const std::string& origi
   number(j["cpu_adam_params_per_s"], "cpu_adam_params_per_s", c.cpu_adam_params_per_s, 1);
   number(j["device_adam_params_per_s"], "device_adam_params_per_s", c.device_adam_params_per_s, 1);
   number(j["cpu_norm_params_per_s"], "cpu_norm_params_per_s", c.cpu_norm_params_per_s, 1);
-  double ab = 0, wb = 0;
-  number(j["activation_bytes"], "activation_bytes", ab, 1);
-  number(j["weight_bytes"], "weight_bytes", wb, 1);
-  c.activation_bytes = static_cast<int>(ab), c.weight_bytes = static_cast<int>(wb);
+  // Files of earlier builds also give activation_bytes and weight_bytes: the machine's figures do not decide the
+  // bytes a tensor takes (train.precision does), so those two are ignored.
   if (!j["fused_attention"].is_boolean()) throw std::runtime_error(origin + ": 'fused_attention' must be true or false");
   c.fused_attention = j["fused_attention"].get<bool>();
   link("h2d", c.h2d);
@@ -99,8 +96,6 @@ nlohmann::json CostModel::to_json() const {
           {"flops_per_s", flops_per_s},
           {"memory_bytes_per_s", memory_bytes_per_s},
           {"op_overhead_s", op_overhead_s},
-          {"activation_bytes", activation_bytes},
-          {"weight_bytes", weight_bytes},
           {"fused_attention", fused_attention},
           {"h2d", {{"gbps", h2d.gbps}, {"latency_s", h2d.latency_s}}},
           {"d2h", {{"gbps", d2h.gbps}, {"latency_s", d2h.latency_s}}},

@@ -25,8 +25,6 @@ struct CostModel {
   double flops_per_s = 1e12;          // dense math actually achieved
   double memory_bytes_per_s = 1e11;   // device memory traffic achieved by elementwise ops
   double op_overhead_s = 5e-6;        // launch / dispatch cost per op
-  int activation_bytes = 2;           // bytes per activation element on the device (bf16: 2; host fp32: 4)
-  int weight_bytes = 2;               // bytes per parameter of the working copy that travels
   bool fused_attention = false;       // attention keeps a (B, heads, T) log-sum-exp, not the (T, T) probabilities
   LinkCost h2d, d2h;
   double cpu_adam_params_per_s = 1e9;
@@ -41,11 +39,10 @@ struct CostModel {
 
   // One op's time: its profiled time when there is a profile for this spec; else the roofline: the larger
   // of its FLOPs at flops_per_s and the bytes it touches (its tensors and parameters at the device's
-  // element sizes) at memory_bytes_per_s, plus the per-op overhead.
+  // storage: ModelSpec::precision and each tensor's dtype) at memory_bytes_per_s, plus the per-op overhead.
   double op_seconds(const models::ModelSpec& spec, const models::OpSpec& op) const;
-  // Bytes a tensor takes on the device: its elements at activation_bytes, except tensors of a fixed dtype
-  // (token ids, LayerNorm statistics, losses: TensorSpec::fixed_dtype) and the attention probabilities
-  // under fused attention (one fp32 per row instead of a row of T).
+  // Bytes a tensor takes on the device: its own (TensorSpec::bytes, from its storage dtype), except the
+  // attention probabilities under fused attention (one fp32 log-sum-exp per row instead of a row of T).
   int64_t tensor_bytes(const models::ModelSpec& spec, int tensor) const;
 
   static CostModel from_json(const nlohmann::json& j, const std::string& origin);

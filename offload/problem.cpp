@@ -8,10 +8,10 @@
 namespace ferry::offload {
 namespace {
 
-memory::BucketLayout make_layout(const models::ModelSpec& spec, int64_t bucket_size, const CostModel& c) {
+memory::BucketLayout make_layout(const models::ModelSpec& spec, int64_t bucket_size) {
   std::vector<memory::BucketLayout::Param> order;
   for (int id : spec.params_in_first_use_order()) order.push_back({id, spec.params[id].shape});
-  return memory::BucketLayout(order, bucket_size, c.weight_bytes == 4 ? DType::F32 : DType::BF16);
+  return memory::BucketLayout(order, bucket_size, spec.precision);
 }
 
 // A tensor's uses over the timeline, split by when they happen.
@@ -43,7 +43,7 @@ struct Uses {
 
 OffloadProblem::OffloadProblem(const models::ModelSpec& spec, const CostModel& c, int64_t bucket_size,
                                int64_t budget, const std::vector<bool>& checkpointed, int accum)
-    : layout(make_layout(spec, bucket_size, c)), grad_accum(accum), cost(c), budget_bytes(budget) {
+    : precision(spec.precision), layout(make_layout(spec, bucket_size)), grad_accum(accum), cost(c), budget_bytes(budget) {
   std::vector<bool> ckpt = checkpointed;
   for (const auto& op : spec.ops) n_layers = std::max(n_layers, op.layer + 1);
   ckpt.resize(n_layers, false);
@@ -80,7 +80,7 @@ void OffloadProblem::index_buckets(const models::ModelSpec& spec) {
     int64_t n = 0;
     for (int p : b.params) n += layout.slot(p).numel;
     bucket_params.push_back(n);
-    bucket_bytes.push_back(b.numel * cost.weight_bytes);
+    bucket_bytes.push_back(b.numel * dtype_bytes(precision));
   }
   first_grad_op.assign(n_buckets, -1);
   last_grad_op.assign(n_buckets, -1);

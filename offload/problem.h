@@ -20,7 +20,8 @@ struct OffloadProblem {
   OffloadProblem(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget_bytes,
                  const std::vector<bool>& checkpointed = {}, int grad_accum = 1);
 
-  memory::BucketLayout layout;      // the buckets, in the element type that travels (cost.weight_bytes)
+  DType precision;                  // the weights' and gradients' storage on the device (spec.precision)
+  memory::BucketLayout layout;      // the buckets, in the element type that travels (precision)
   int grad_accum = 1;               // micro-batches per step: the device optimizer then keeps fp32 gradient sums
 
   // The step's timeline: the spec's ops with the recomputations inserted. Everything below is indexed by it.
@@ -44,7 +45,7 @@ struct OffloadProblem {
 
   int64_t total_params() const;
   int64_t total_weight_bytes() const;
-  int64_t bucket_numel(int b) const { return bucket_bytes[b] / cost.weight_bytes; }  // padded elements
+  int64_t bucket_numel(int b) const { return bucket_bytes[b] / dtype_bytes(precision); }  // padded elements
 
  private:
   // The constructor's passes, in this order; `checkpointed` has one entry per block.

@@ -69,6 +69,10 @@ CudaDevice::~CudaDevice() {
 
 std::string CudaDevice::name() const { return name_; }
 
+std::unique_ptr<memory::PinnedHostPool> CudaDevice::make_host_pool(int64_t bytes) const {
+  return std::make_unique<memory::PinnedHostPool>(bytes, memory::PinnedHostPool::Options{.cuda = true, .lock = false});
+}
+
 void CudaDevice::run(Stream s, std::string label, std::function<void()> work) {
   tls_stream = streams_[static_cast<int>(s)];
   try {
@@ -175,7 +179,7 @@ void CudaDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {
   check(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), streams_[static_cast<int>(s)]), fmt::format("{}: {}", to_string(s), label));
 }
 
-void CudaDevice::accumulate(Stream, float*, const float*, int64_t, bool, std::string label) { needs_kernels(label); }
+void CudaDevice::accumulate(Stream, float*, const void*, DType, int64_t, bool, std::string label) { needs_kernels(label); }
 
 void CudaDevice::run_op(const models::ModelSpec&, const models::OpSpec&, const models::OpOperands&, float, float*, std::string label) {
   needs_kernels(label);

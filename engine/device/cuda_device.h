@@ -31,6 +31,7 @@ class CudaDevice final : public Device {
   ~CudaDevice() override;
 
   std::string name() const override;
+  std::unique_ptr<memory::PinnedHostPool> make_host_pool(int64_t bytes) const override;
   const memory::Arena& arena() const override { return arena_; }
   void run(Stream stream, std::string label, std::function<void()> work) override;
   void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) override;
@@ -43,7 +44,7 @@ class CudaDevice final : public Device {
   double compute_stall_seconds() const override { return 0; }
   int64_t measured_peak_bytes() const override;
   void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
-  void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) override;
+  void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) override;
   // No op yet: the CUDA kernels are issue 15's.
   bool supports_op(const models::OpSpec&, std::span<const DType>) const override { return false; }
   void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,

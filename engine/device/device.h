@@ -14,6 +14,7 @@
 #include "cpu_optim/adamw.h"
 #include "engine/device/work_queue.h"
 #include "memory/arena.h"
+#include "memory/pinned_pool.h"
 #include "models/cpu_op.h"
 #include "models/model_spec.h"
 
@@ -34,6 +35,9 @@ class Device {
   virtual ~Device() = default;
 
   virtual std::string name() const = 0;
+  // Host memory the copy streams move at full speed (cudaHostAlloc'd on a GPU; page-aligned on the host
+  // device), allocated once at start-up and carved: every host buffer a copy reads or writes is from one.
+  virtual std::unique_ptr<memory::PinnedHostPool> make_host_pool(int64_t bytes) const = 0;
   // The arena: allocated once at construction; nothing else is ever allocated on the device.
   virtual const memory::Arena& arena() const = 0;
 
@@ -60,8 +64,10 @@ class Device {
 
   // The compute stream's work, all in the arena. Each names itself (label) in errors and the trace.
   virtual void zero(Stream stream, void* dst, int64_t bytes, std::string label) = 0;
-  // dst = src (overwrite) or dst += src, n fp32 elements.
-  virtual void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) = 0;
+  // dst = src (overwrite) or dst += src over n elements: src stored as src_type (fp32, bf16, fp16) and
+  // widened, the sum in fp32 (gradients summed over micro-batches).
+  virtual void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite,
+                          std::string label) = 0;
   // Whether this device runs `op` with its tensors stored as `storage` (op.inputs then op.outputs, in order):
   // a backend is brought up op by op, and the Executor refuses at start-up, naming the op, a plan with an op
   // its device cannot run.
@@ -78,8 +84,10 @@ class Device {
     float* master;
     float* m;
     float* v;
-    const float* grad;
-    float* working;
+    const void* grad;     // stored as grad_type (the precision, or fp32 sums over micro-batches)
+    DType grad_type;
+    void* working;        // the weights the ops read, written by the same fused pass as working_type
+    DType working_type;
     int64_t numel;
   };
   virtual void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,

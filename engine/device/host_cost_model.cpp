@@ -43,8 +43,6 @@ offload::CostModel measure_host_cost_model(int threads) {
   offload::CostModel c;
   c.name = "host device (measured at start-up)";
   c.assumed = false;
-  c.activation_bytes = 4;  // the host device computes in fp32
-  c.weight_bytes = 4;
   c.op_overhead_s = 20e-6;
 
   const int64_t M = 512, K = 768, N = 2304;

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "memory/convert.h"
 #include "cpu_optim/optimizer_step.h"
 #include "engine/device/stop.h"
 #include "models/ops/matmul.h"
@@ -55,6 +56,10 @@ HostDevice::~HostDevice() {
     } catch (const std::exception&) {
     }
   }
+}
+
+std::unique_ptr<memory::PinnedHostPool> HostDevice::make_host_pool(int64_t bytes) const {
+  return std::make_unique<memory::PinnedHostPool>(bytes, memory::PinnedHostPool::Options{.cuda = false, .lock = false});
 }
 
 std::string HostDevice::name() const {
@@ -132,11 +137,8 @@ void HostDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {
   queue(s).run(std::move(label), [dst, bytes] { std::memset(dst, 0, static_cast<size_t>(bytes)); });
 }
 
-void HostDevice::accumulate(Stream s, float* dst, const float* src, int64_t n, bool overwrite, std::string label) {
-  queue(s).run(std::move(label), [dst, src, n, overwrite] {
-    if (overwrite) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-    else for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-  });
+void HostDevice::accumulate(Stream s, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) {
+  queue(s).run(std::move(label), [dst, src, src_type, n, overwrite] { memory::accumulate_widened(dst, src, src_type, n, overwrite); });
 }
 
 bool HostDevice::supports_op(const models::OpSpec&, std::span<const DType> storage) const {
@@ -167,7 +169,7 @@ void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::Ad
     std::vector<cpu_optim::Bucket> views;
     for (const auto& b : buckets) {
       const size_t n = static_cast<size_t>(b.numel);
-      views.push_back({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, DType::F32, b.working, DType::F32});
+      views.push_back({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, b.grad_type, b.working, b.working_type});
     }
     cpu_optim::OptimizerStep optimizer_step(rule, views.size(), max_norm, loss_scale);
     optimizer_step.run(views, step, lr);

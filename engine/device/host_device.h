@@ -26,6 +26,7 @@ class HostDevice final : public Device {
   ~HostDevice() override;
 
   std::string name() const override;
+  std::unique_ptr<memory::PinnedHostPool> make_host_pool(int64_t bytes) const override;
   const memory::Arena& arena() const override { return arena_; }
   void run(Stream stream, std::string label, std::function<void()> work) override;
   void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) override;
@@ -37,7 +38,7 @@ class HostDevice final : public Device {
   double compute_stall_seconds() const override;
   int64_t measured_peak_bytes() const override { return arena_.touched_bytes(); }
   void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
-  void accumulate(Stream stream, float* dst, const float* src, int64_t n, bool overwrite, std::string label) override;
+  void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) override;
   // Every op, on fp32 tensors and int32 token ids (its CPU ops compute in fp32 and read nothing narrower yet).
   bool supports_op(const models::OpSpec& op, std::span<const DType> storage) const override;
   void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,

@@ -1,0 +1,54 @@
+// Conversion loops over whole buffers; plain loops over the scalar rules, which the compiler vectorises.
+#include "memory/convert.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "cpu_optim/half.h"
+
+namespace ferry::memory {
+namespace {
+
+void require_float(DType type, const char* what) {
+  if (type == DType::I32) throw std::invalid_argument(std::string(what) + ": int32 is not a floating-point storage");
+}
+
+}  // namespace
+
+void widen(float* dst, const void* src, DType type, int64_t n) {
+  require_float(type, "widen");
+  const auto* h = static_cast<const uint16_t*>(src);
+  switch (type) {
+    case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case DType::BF16: for (int64_t i = 0; i < n; ++i) dst[i] = cpu_optim::bf16_to_float(h[i]); return;
+    case DType::F16: for (int64_t i = 0; i < n; ++i) dst[i] = cpu_optim::half_to_float(h[i]); return;
+    case DType::I32: break;
+  }
+}
+
+void narrow(void* dst, DType type, const float* src, int64_t n) {
+  require_float(type, "narrow");
+  auto* h = static_cast<uint16_t*>(dst);
+  switch (type) {
+    case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case DType::BF16: for (int64_t i = 0; i < n; ++i) h[i] = cpu_optim::float_to_bf16(src[i]); return;
+    case DType::F16: for (int64_t i = 0; i < n; ++i) h[i] = cpu_optim::float_to_half(src[i]); return;
+    case DType::I32: break;
+  }
+}
+
+void accumulate_widened(float* dst, const void* src, DType type, int64_t n, bool overwrite) {
+  require_float(type, "accumulate");
+  if (overwrite) return widen(dst, src, type, n);
+  const auto* f = static_cast<const float*>(src);
+  const auto* h = static_cast<const uint16_t*>(src);
+  switch (type) {
+    case DType::F32: for (int64_t i = 0; i < n; ++i) dst[i] += f[i]; return;
+    case DType::BF16: for (int64_t i = 0; i < n; ++i) dst[i] += cpu_optim::bf16_to_float(h[i]); return;
+    case DType::F16: for (int64_t i = 0; i < n; ++i) dst[i] += cpu_optim::half_to_float(h[i]); return;
+    case DType::I32: break;
+  }
+}
+
+}  // namespace ferry::memory
