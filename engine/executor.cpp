@@ -131,6 +131,7 @@ struct Executor::Impl {
   void stage_batch(const dataset::Batch& batch);
   void warm_up();
   void run_micro_batch(const dataset::Batch& batch, MicroBatch& mb);
+  float run_forward(const dataset::Batch& batch);
   void run_action(const Action& a, MicroBatch& mb);
   void run_op(int t, MicroBatch& mb);
   void finish_step();
@@ -276,6 +277,27 @@ void Executor::Impl::run_micro_batch(const dataset::Batch& batch, MicroBatch& mb
   if (!mb.last) barrier();
 }
 
+// The step's timeline up to the loss, with only the copies that bring weights (prefetches and their waits):
+// no gradient exists yet at those points, and nothing is uploaded before a bucket's last use.
+float Executor::Impl::run_forward(const dataset::Batch& batch) {
+  st = StepState{};
+  st.losses.assign(1, 0.0f);
+  stage_batch(batch);
+  MicroBatch mb;
+  mb.last = true;
+  mb.arrival.assign(p.n_buckets, nullptr), mb.landed.assign(p.n_buckets, nullptr), mb.next_window.assign(p.n_buckets, 0);
+  for (int point = 0; point < p.n_ops; ++point) {
+    mb.point = point;
+    for (const Action& a : s.before[point])
+      if (a.kind == Action::Kind::Prefetch || a.kind == Action::Kind::Wait) run_action(a, mb);
+    run_op(point, mb);
+    const models::OpSpec& op = spec.ops[p.op_source[point]];
+    if (op.kind == models::OpKind::CrossEntropy && op.pass == models::Pass::Forward) break;
+  }
+  barrier();
+  return st.losses[0];
+}
+
 // AdamW on the device's copy of the optimizer state (policy resident), with the same kernels and the
 // same order of reductions as on the CPU path, so that both give bitwise the same weights.
 void Executor::Impl::device_adam() {
@@ -410,6 +432,8 @@ StepResult Executor::step(std::span<const dataset::Batch> micro_batches, int64_t
 }
 
 void Executor::apply_pending_update() { impl_->flush_pending(); }
+
+float Executor::evaluate(const dataset::Batch& batch) { return impl_->run_forward(batch); }
 
 std::optional<Executor::PendingUpdate> Executor::pending_update() const {
   if (!impl_->cpu.has_pending()) return std::nullopt;

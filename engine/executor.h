@@ -64,6 +64,11 @@ class Executor {
   // loss_scale: fp16's dynamic loss scale (gradients are computed scaled and unscaled inside AdamW).
   StepResult step(std::span<const dataset::Batch> micro_batches, int64_t adam_step, double lr, float loss_scale = 1.0f);
 
+  // The mean loss of one batch, forward only, with the weights the next step computes with: the plan's ops
+  // up to the loss and the copies that bring their weights, on the device (evaluation needs no copy of the
+  // model). Changes no training state; call between steps.
+  float evaluate(const dataset::Batch& batch);
+
   // Delayed update: the update of the last step, not applied yet; apply it now (a synchronous step), or
   // save and restore it with a checkpoint: its gradients are pending_gradients(b) per bucket.
   struct PendingUpdate {

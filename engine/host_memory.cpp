@@ -4,11 +4,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "engine/config.h"
+#include "engine/executor.h"
 #include "memory/host_buckets.h"
 #include "memory/host_buffer.h"
 #include "memory/planner.h"
@@ -16,17 +18,41 @@
 namespace ferry::engine {
 
 std::string HostMemoryEstimate::describe() const {
-  std::string parts = fmt::format("host buckets {}, model copy {}, evaluation activations {}", memory::format_bytes(host_buckets),
-                                  memory::format_bytes(model_copy), memory::format_bytes(evaluation));
+  std::string parts = fmt::format("host buckets {}", memory::format_bytes(host_buckets));
+  if (op_scratch > 0) parts += ", host device op scratch " + memory::format_bytes(op_scratch);
   if (device_arena > 0) parts += ", host device arena " + memory::format_bytes(device_arena);
   return fmt::format("{} ({})", memory::format_bytes(total()), parts);
 }
 
+namespace {
+
+// What the host device's ops hold beside the arena while the largest of them runs: fp32 copies of operands
+// stored in 2 bytes (widened around the op), and the scratch of the two ops that keep a matrix of their
+// own (the loss's softmax over the vocabulary, attention's score gradients).
+int64_t host_op_scratch(const models::ModelSpec& spec) {
+  int64_t most = 0;
+  for (const models::OpSpec& op : spec.ops) {
+    int64_t bytes = 0;
+    for (const auto* list : {&op.inputs, &op.outputs})
+      for (int t : *list)
+        if (dtype_bytes(spec.tensors[t].dtype) == 2) bytes += models::numel(spec.tensors[t].shape) * 4;
+    const bool backward = op.pass == models::Pass::Backward;
+    if (dtype_bytes(spec.precision) == 2)
+      for (int p : op.params) bytes += models::numel(spec.params[p].shape) * 4 * (backward ? 2 : 1);
+    if (op.kind == models::OpKind::CrossEntropy) bytes += op.attrs.rows * op.attrs.in * 4;
+    if (op.kind == models::OpKind::Attention && backward) bytes += op.attrs.batch * op.attrs.heads * op.attrs.seq * op.attrs.seq * 4;
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
+}  // namespace
+
 HostMemoryEstimate estimate_host_memory(const models::ModelSpec& spec, const offload::StepPlan& plan, bool host_device) {
   HostMemoryEstimate e;
-  e.host_buckets = memory::HostBuckets::bytes_needed(plan.problem.layout, DType::F32, DType::F32);
-  e.model_copy = 2 * spec.param_count() * 4;
-  e.evaluation = memory::Planner::plan(spec.tensor_lifetimes()).peak;
+  e.host_buckets = memory::HostBuckets::bytes_needed(plan.problem.layout, plan.problem.precision, plan.problem.precision) +
+                   Executor::host_bytes_needed(spec, plan);
+  e.op_scratch = host_device ? host_op_scratch(spec) : 0;
   e.device_arena = host_device ? plan.memory.layout.peak : 0;
   return e;
 }

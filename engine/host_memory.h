@@ -11,12 +11,13 @@
 namespace ferry::engine {
 
 struct HostMemoryEstimate {
-  int64_t host_buckets = 0;  // per bucket: fp32 master, m, v, the working copy and the gradient landing region
-  int64_t model_copy = 0;    // fp32 weights and gradients per parameter, read by evaluation and start-up profiling
-  int64_t evaluation = 0;    // the evaluator's activations: a whole step's, without checkpointing
+  // The pinned pool: per bucket the fp32 master, m and v, the working copy and the gradient landing region
+  // (those two in the precision), and the executor's staging (batch, fp32 gradient sums, delayed buffers).
+  int64_t host_buckets = 0;
+  int64_t op_scratch = 0;    // the host device's ops: fp32 copies of the largest op's 2-byte operands, its own scratch
   int64_t device_arena = 0;  // the host device's arena (host memory; none on a GPU)
-  int64_t total() const { return host_buckets + model_copy + evaluation + device_arena; }
-  // "4.08 GiB (host buckets 2.31 GiB, model copy ..., ...)"
+  int64_t total() const { return host_buckets + op_scratch + device_arena; }
+  // "4.08 GiB (host buckets 2.31 GiB, ...)"
   std::string describe() const;
 };
 

@@ -7,18 +7,22 @@
 #include <stdexcept>
 
 #include "engine/device/host_cost_model.h"
+#include "engine/device/make_device.h"
+#include "engine/device/op_profile.h"
 
 namespace ferry::engine {
 
-offload::CostModel host_device_cost_model(const Config& cfg, models::CpuRunner& profiler, const dataset::Batch& sample,
+offload::CostModel host_device_cost_model(const Config& cfg, const models::ModelSpec& spec, const dataset::Batch& sample,
                                           std::string* cache) {
   const bool measured = cfg.offload.cost_model.empty();
   offload::CostModel cost = measured ? device::host_cost_model(cfg.threads(), cache) : offload::CostModel::load(cfg.offload.cost_model);
   cost.fused_attention = false;  // the host device's attention keeps its probabilities
   if (measured) {
-    // The fastest of 3 to 10 passes, 1 s at least: single passes on a shared machine are noisy.
-    profiler.set_batch(sample.tokens, sample.targets, sample.attention_mask);
-    cost.profiled_op_s = profiler.profile_ops(3, 1.0, 10);
+    // The fastest of 3 to 10 passes, 1 s at least: single passes on a shared machine are noisy. The profiling
+    // device goes before the run's is made.
+    const std::unique_ptr<device::Device> profiler = device::make_device(
+        {.kind = device::DeviceChoice::Kind::Host, .arena_bytes = device::profile_arena_bytes(spec), .compute_threads = cfg.threads()});
+    cost.profiled_op_s = device::profile_ops(spec, *profiler, sample.tokens, sample.targets, 3, 1.0, 10);
     cost.name += "; op times profiled on this model";
   }
   if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;

@@ -8,7 +8,6 @@
 
 #include "dataset/dataset.h"
 #include "engine/config.h"
-#include "models/cpu_runner.h"
 #include "models/model_spec.h"
 #include "offload/cost_model.h"
 #include "offload/policies.h"
@@ -16,9 +15,9 @@
 namespace ferry::engine {
 
 // The cost model of a run on the host device: offload.cost_model when given, else the host's rates
-// (measured once and cached; `cache` receives the file) with every op of this model profiled on `sample`
-// by `profiler`. fp32 sizes (the host device computes in fp32) and the link device.host sets.
-offload::CostModel host_device_cost_model(const Config& config, models::CpuRunner& profiler, const dataset::Batch& sample,
+// (measured once and cached; `cache` receives the file) with every op of `spec` profiled on `sample` on a host
+// device of its own (device::profile_ops: one op's operands at a time), and the link device.host sets.
+offload::CostModel host_device_cost_model(const Config& config, const models::ModelSpec& spec, const dataset::Batch& sample,
                                           std::string* cache);
 
 // What the config asks plan_step for: bucket size, budget (offload.gpu_budget; 0 when unset), policy,

@@ -1,5 +1,5 @@
-// train(): the model's parameters in host buckets, a plan for the device budget, and the Executor running
-// every step on the device. Evaluation and checkpoints read the host's master weights.
+// train(): the model's parameters in host buckets (the only copy of the model), a plan for the device budget,
+// and the Executor running every step, and every evaluation, on the device. Checkpoints read the host buckets.
 #include "engine/trainer.h"
 
 #include <fmt/format.h>
@@ -35,7 +35,6 @@
 #include "memory/host_buckets.h"
 #include "memory/host_buffer.h"
 #include "memory/pinned_pool.h"
-#include "models/cpu_runner.h"
 #include "models/ops/matmul.h"
 #include "models/registry.h"
 
@@ -47,8 +46,8 @@ using Region = memory::HostBuckets::Region;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The ParameterStore (flat, per parameter: initial weights and evaluation) to and from the host buckets
-// (training). Checkpoints are written from, and read into, the host buckets' own views.
+// Checkpoints are written from, and read into, the host buckets' own views; initial weights are written
+// straight into their masters.
 // The working copies (what the device computes with, in the precision) rounded from the fp32 masters, as
 // AdamW's fused copy-out writes them.
 void refresh_working_copies(memory::HostBuckets& host) {
@@ -58,14 +57,13 @@ void refresh_working_copies(memory::HostBuckets& host) {
     memory::narrow(working.data, working.dtype, master.data(), static_cast<int64_t>(master.size()));
   }
 }
-void scatter_weights(const models::ParameterStore& params, memory::HostBuckets& host) {
-  for (int p = 0; p < params.count(); ++p)
-    std::memcpy(host.view(p, Region::Master).data, params.value(p).data(), params.value(p).size_bytes());
-  refresh_working_copies(host);
-}
-void gather_weights(const memory::HostBuckets& host, models::ParameterStore& params) {
-  for (int p = 0; p < params.count(); ++p)
-    std::memcpy(params.value(p).data(), host.view(p, Region::Master).data, params.value(p).size_bytes());
+std::vector<std::span<float>> master_views(const memory::HostBuckets& host, int params) {
+  std::vector<std::span<float>> views;
+  for (int p = 0; p < params; ++p) {
+    const memory::TensorView t = host.view(p, Region::Master);
+    views.emplace_back(t.as<float>(), static_cast<size_t>(t.numel()));
+  }
+  return views;
 }
 // Per parameter, its fp32 master weights, m and v in the host buckets (T: float to read into, const float
 // to write from).
@@ -179,6 +177,7 @@ class Run {
   void announce();
   void start_or_resume();
   std::vector<memory::TensorView> pending_gradients() const;
+  int param_count() const { return static_cast<int>(spec_.params.size()); }
   float evaluate();
   void evaluate_start();
   device::Interrupted cut_short(int step, const std::exception& e) const;
@@ -199,10 +198,8 @@ class Run {
   tbb::global_control tbb_threads_;
   const int64_t allocations_at_entry_ = memory::DeviceAllocations::count();
   const models::ModelSpec spec_;
-  models::ParameterStore params_;
   const cpu_optim::CpuAdamW adamw_;
   const Batches batches_;
-  models::CpuRunner evaluator_;  // evaluation: the resident CPU path on the gathered master weights
   std::string device_note_, cost_cache_;
   offload::CostModel cost_;
   offload::StepPlan plan_;
@@ -226,22 +223,21 @@ class Run {
   int64_t allocations_after_set_up_ = 0;
 };
 
-// The pinned host bytes of the run (host buckets and the executor's staging), once the machine is known to
-// hold them and the host device's arena beside what the run already holds (the model copy and the
-// evaluator): a run that cannot is refused before it allocates.
-int64_t checked_host_pool(const HostMemoryEstimate& needs, const models::ModelSpec& spec, const offload::StepPlan& plan) {
-  if (std::string shortfall = host_memory_shortfall(needs, needs.host_buckets + needs.device_arena, available_host_memory());
-      !shortfall.empty())
+// The host memory the run will hold, once the machine is known to have it (the pinned pool, the host device's
+// arena and its ops' scratch): a run that cannot is refused before the device or the pool is allocated.
+HostMemoryEstimate checked_host_memory(HostMemoryEstimate needs) {
+  if (std::string shortfall = host_memory_shortfall(needs, needs.total(), available_host_memory()); !shortfall.empty())
     throw std::runtime_error(shortfall);
-  return memory::HostBuckets::bytes_needed(plan.problem.layout, plan.problem.precision, plan.problem.precision) +
-         Executor::host_bytes_needed(spec, plan);
+  return needs;
 }
 
-models::ParameterStore initial_weights(const Config& cfg, const models::ModelSpec& spec) {
-  models::ParameterStore params(spec.params);
-  models::init_model(cfg.model, spec, params, cfg.train.seed);
-  if (!cfg.model.init_from.empty()) formats::load_weights(cfg.model.init_from, spec, params);
-  return params;
+// The initial weights, into the host buckets' masters (the moments start at zero, as the pool does), and the
+// working copies rounded from them.
+void initialize_weights(const Config& cfg, const models::ModelSpec& spec, memory::HostBuckets& host) {
+  const std::vector<std::span<float>> masters = master_views(host, static_cast<int>(spec.params.size()));
+  models::init_model(cfg.model, spec, masters, cfg.train.seed);
+  if (!cfg.model.init_from.empty()) formats::load_weights(cfg.model.init_from, spec, masters);
+  refresh_working_copies(host);
 }
 
 Run::Run(const Config& cfg, const TrainOptions& opt)
@@ -253,15 +249,13 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
       threads_(cfg.threads()),
       tbb_threads_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)),
       spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len, cfg.precision())),
-      params_(initial_weights(cfg, spec_)),
       adamw_(adamw_options(cfg)),
       batches_(cfg),
-      evaluator_(spec_, params_),
       device_note_(host_device_note(cfg)),  // refuses device: cuda before anything is measured
       cost_(measure_cost()),
       plan_(plan_for_config(cfg, spec_, cost_, 0, "", opt.red_zone_bytes)),
       predicted_(offload::simulate(plan_.problem, plan_.schedule, plan_.memory)),
-      host_memory_(estimate_host_memory(spec_, plan_, true)),
+      host_memory_(checked_host_memory(estimate_host_memory(spec_, plan_, true))),
       trace_(opt.trace.empty() ? nullptr : std::make_unique<device::Trace>()),
       device_(device::make_device({.kind = device::DeviceChoice::Kind::Host,
                                    .arena_bytes = plan_.memory.layout.peak,
@@ -269,14 +263,14 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
                                    .compute_threads = threads_,
                                    .link_gbps = cfg.host_device.link_gbps,
                                    .d2h_link_gbps = opt.d2h_link_gbps})),
-      pool_(device_->make_host_pool(checked_host_pool(host_memory_, spec_, plan_))),
+      pool_(device_->make_host_pool(host_memory_.host_buckets)),
       host_(plan_.problem.layout, *pool_, plan_.problem.precision, plan_.problem.precision),
       executor_(spec_, plan_, host_, *pool_, *device_, adamw_, {static_cast<float>(cfg.optim.grad_clip)}, trace_.get()),
       scaler_(cfg.train.precision == "fp16" ? cfg.train.loss_scale_init : 1.0, cfg.train.loss_scale_growth_interval),
       schedule_{cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,
                 static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps},
       hash_(config_hash(cfg)) {
-  scatter_weights(params_, host_);  // the moments start at zero, as the pool does
+  initialize_weights(cfg, spec_, host_);
   announce();
   start_or_resume();
   allocations_after_set_up_ = memory::DeviceAllocations::count();
@@ -284,17 +278,10 @@ Run::Run(const Config& cfg, const TrainOptions& opt)
   if (!opt.metrics.empty()) metrics_.emplace(opt.metrics, opt.resume.empty(), "--metrics");
 }
 
-// The cost model; its profile (when the host device is measured) also runs the evaluator's ops once, or
-// else a forward pass does: either way they are compiled and their workspaces sized at start-up.
+// The cost model: a file's, or the host device's rates with this model's ops profiled on a device of its own.
 offload::CostModel Run::measure_cost() {
   models::ops::set_matmul_threads(threads_);
-  offload::CostModel cost = host_device_cost_model(cfg_, evaluator_, batches_.train(0), &cost_cache_);
-  params_.zero_grads();  // the profile ran backward
-  if (!cost.profiled_op_s.empty()) return cost;
-  const dataset::Batch b = batches_.train(0);
-  evaluator_.set_batch(b.tokens, b.targets, b.attention_mask);
-  evaluator_.forward();
-  return cost;
+  return host_device_cost_model(cfg_, spec_, batches_.train(0), &cost_cache_);
 }
 
 void Run::announce() {
@@ -326,9 +313,8 @@ void Run::start_or_resume() {
     // Straight into the host buckets (the pending update's gradients once the executor holds one). The
     // checkpoint was checked against the config when it was found (read_resume_point).
     const auto& [state, dir] = *resume_from_;
-    formats::read_checkpoint_into(dir, state, spec_, bucket_state<float>(host_, params_.count()));
+    formats::read_checkpoint_into(dir, state, spec_, bucket_state<float>(host_, param_count()));
     refresh_working_copies(host_);
-    gather_weights(host_, params_);  // the evaluator's copy
     resumed_ = state;
     progress_.message(fmt::format("resumed from {} at step {}{}", dir.string(), resumed_.step,
                                   resumed_.files.empty() ? " (written before checkpoints recorded checksums: not verified)"
@@ -350,7 +336,7 @@ void Run::start_or_resume() {
 // Per parameter, its slice of the pending delayed update's gradients (the executor holds one).
 std::vector<memory::TensorView> Run::pending_gradients() const {
   std::vector<memory::TensorView> views;
-  for (int p = 0; p < static_cast<int>(spec_.params.size()); ++p) {
+  for (int p = 0; p < param_count(); ++p) {
     const auto& slot = plan_.problem.layout.slot(p);
     const memory::TensorView bucket = executor_.pending_gradients(slot.bucket);
     views.push_back({static_cast<std::byte*>(bucket.data) + slot.offset * dtype_bytes(bucket.dtype), {slot.numel}, bucket.dtype});
@@ -359,21 +345,15 @@ std::vector<memory::TensorView> Run::pending_gradients() const {
 }
 
 float Run::evaluate() {
-  executor_.download_state();
-  gather_weights(host_, params_);
   double sum = 0;
-  for (int i = 0; i < cfg_.train.eval_batches; ++i) {
-    const dataset::Batch b = batches_.val(i);
-    evaluator_.set_batch(b.tokens, b.targets, b.attention_mask);
-    sum += evaluator_.forward();
-  }
+  for (int i = 0; i < cfg_.train.eval_batches; ++i) sum += executor_.evaluate(batches_.val(i));
   return static_cast<float>(sum / cfg_.train.eval_batches);
 }
 
 void Run::checkpoint(int step) {
   if (!checkpoints_) return;
   executor_.download_state();
-  formats::StateToWrite from = bucket_state<const float>(host_, params_.count());  // written as they are, no copy
+  formats::StateToWrite from = bucket_state<const float>(host_, param_count());  // written as they are, no copy
   formats::TrainState state{step, optimizer_steps_, sum_.val_loss_start, scaler_.value(), scaler_.good_steps(), hash_, cfg_.model,
                             cfg_.data.tokenizer, {}};
   state.val_loss = sum_.val_loss;  // the last evaluated: what a resumed, already complete run reports
@@ -438,10 +418,11 @@ StepResult Run::execute_step(int step, double* step_s) {
 // nan without the sign fmt gives it (a NaN's sign bit means nothing), inf and -inf as they are.
 std::string non_finite_text(float x) { return std::isnan(x) ? "nan" : fmt::format("{}", x); }
 
-// The first weight that is not finite, as "tensor NAME holds VALUE"; empty when all are.
-std::string first_non_finite(const models::ModelSpec& spec, const models::ParameterStore& params) {
-  for (int p = 0; p < params.count(); ++p) {
-    const auto v = params.value(p);
+// The first master weight that is not finite, as "tensor NAME holds VALUE"; empty when all are.
+std::string first_non_finite(const models::ModelSpec& spec, const memory::HostBuckets& host) {
+  const auto masters = master_views(host, static_cast<int>(spec.params.size()));
+  for (size_t p = 0; p < masters.size(); ++p) {
+    const auto v = masters[p];
     const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
     if (bad != v.end()) return fmt::format("tensor {} holds {}", spec.params[p].name, non_finite_text(*bad));
   }
@@ -453,8 +434,7 @@ std::string first_non_finite(const models::ModelSpec& spec, const models::Parame
 // diverged. (A step whose gradients are not finite is skipped, so the weights are those that gave the loss.)
 std::string Run::non_finite_loss(int step, float loss) {
   executor_.download_state();
-  gather_weights(host_, params_);
-  const std::string bad = first_non_finite(spec_, params_);
+  const std::string bad = first_non_finite(spec_, host_);
   const bool first = step == static_cast<int>(resumed_.step) + 1;
   const std::string source = resume_from_                      ? "the checkpoint resumed, '" + resume_from_->second.string() + "'"
                              : !cfg_.model.init_from.empty()  ? "model.init_from, '" + cfg_.model.init_from.string() + "'"

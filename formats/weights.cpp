@@ -37,7 +37,7 @@ std::string canonical_name(const std::string& name) {
 namespace {
 
 // Checks and copies the parameters found in `file`; records which it had.
-void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store,
+void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, std::span<const std::span<float>> values,
                std::set<std::string>& found) {
   std::set<std::string> wanted;
   for (const auto& p : spec.params) wanted.insert(p.name);
@@ -51,8 +51,10 @@ void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, model
     if (e.shape != spec.params[i].shape)
       throw std::runtime_error("weights: tensor '" + e.name + "' has shape " + shape_str(e.shape) +
                                " in the checkpoint; the model needs " + shape_str(spec.params[i].shape));
-    const std::vector<float> values = file.read_f32(e.name);
-    std::copy(values.begin(), values.end(), store.value(i).begin());
+    const std::vector<float> values_read = file.read_f32(e.name);
+    const std::span<float> into = values[static_cast<size_t>(i)];
+    if (into.size() != values_read.size()) throw std::logic_error("load_weights: the view of " + name + " has another size");
+    std::copy(values_read.begin(), values_read.end(), into.begin());
     found.insert(name);
   }
 }
@@ -64,13 +66,21 @@ void require_all(const models::ModelSpec& spec, const std::set<std::string>& fou
 
 }  // namespace
 
-void load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store) {
+void load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, std::span<const std::span<float>> values) {
   std::set<std::string> found;
-  load_from(file, spec, store, found);
+  load_from(file, spec, values, found);
   require_all(spec, found);
 }
 
+void load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store) {
+  load_weights(file, spec, store.value_views());
+}
+
 void load_weights(const std::filesystem::path& path, const models::ModelSpec& spec, models::ParameterStore& store) {
+  load_weights(path, spec, store.value_views());
+}
+
+void load_weights(const std::filesystem::path& path, const models::ModelSpec& spec, std::span<const std::span<float>> values) {
   std::filesystem::path file = path;
   if (std::filesystem::is_directory(path)) {
     if (std::filesystem::exists(path / "model.safetensors.index.json")) {
@@ -81,7 +91,7 @@ void load_weights(const std::filesystem::path& path, const models::ModelSpec& sp
   }
   if (!std::filesystem::exists(file))
     throw std::runtime_error("model.init_from: '" + path.string() + "' has no model.safetensors or model.safetensors.index.json");
-  if (file.extension() != ".json") return load_weights(SafetensorsFile::open(file), spec, store);
+  if (file.extension() != ".json") return load_weights(SafetensorsFile::open(file), spec, values);
   std::ifstream in(file);
   const nlohmann::json index = nlohmann::json::parse(in, nullptr, false);
   if (index.is_discarded() || !index.contains("weight_map") || !index["weight_map"].is_object())
@@ -91,7 +101,7 @@ void load_weights(const std::filesystem::path& path, const models::ModelSpec& sp
     if (!shard.is_string()) throw std::runtime_error(file.string() + ": weight_map." + name + " is not a file name");
     shards.insert(shard.get<std::string>());
   }
-  for (const auto& shard : shards) load_from(SafetensorsFile::open(file.parent_path() / shard), spec, store, found);
+  for (const auto& shard : shards) load_from(SafetensorsFile::open(file.parent_path() / shard), spec, values, found);
   require_all(spec, found);
 }
 

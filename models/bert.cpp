@@ -85,11 +85,11 @@ ModelSpec build_bert(const BertConfig& cfg, int64_t B, int64_t T) {
   return std::move(b).finish();
 }
 
-void init_bert(const ModelSpec& spec, ParameterStore& store, uint64_t seed) {
+void init_bert(const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed) {
   Rng rng(seed);
   for (int i = 0; i < static_cast<int>(spec.params.size()); ++i) {
     const std::string& name = spec.params[i].name;
-    auto v = store.value(i);
+    const std::span<float> v = values[static_cast<size_t>(i)];
     if (name.find("LayerNorm.weight") != std::string::npos) std::fill(v.begin(), v.end(), 1.0f);
     else if (name.ends_with(".bias")) std::fill(v.begin(), v.end(), 0.0f);
     else for (float& w : v) w = static_cast<float>(rng.normal() * 0.02);

@@ -71,12 +71,12 @@ ModelSpec build_gpt2(const GptConfig& cfg, int64_t B, int64_t T) {
   return std::move(b).finish();
 }
 
-void init_gpt2(const ModelSpec& spec, const GptConfig& cfg, ParameterStore& store, uint64_t seed) {
+void init_gpt2(const ModelSpec& spec, const GptConfig& cfg, std::span<const std::span<float>> values, uint64_t seed) {
   Rng rng(seed);
   const double proj_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
   for (int i = 0; i < static_cast<int>(spec.params.size()); ++i) {
     const std::string& name = spec.params[i].name;
-    auto v = store.value(i);
+    const std::span<float> v = values[static_cast<size_t>(i)];
     const bool is_bias = name.ends_with(".bias");
     const bool is_ln = name.find(".ln_") != std::string::npos;
     if (is_bias) {

@@ -22,6 +22,9 @@ ModelSpec build_gpt2(const GptConfig& config, int64_t B, int64_t T);
 
 // GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2 n_layer), zero
 // biases, unit LayerNorm gains. Deterministic in `seed` on every platform.
-void init_gpt2(const ModelSpec& spec, const GptConfig& config, ParameterStore& store, uint64_t seed);
+void init_gpt2(const ModelSpec& spec, const GptConfig& config, std::span<const std::span<float>> values, uint64_t seed);
+inline void init_gpt2(const ModelSpec& spec, const GptConfig& config, ParameterStore& store, uint64_t seed) {
+  init_gpt2(spec, config, store.value_views(), seed);
+}
 
 }  // namespace ferry::models

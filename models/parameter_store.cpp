@@ -17,6 +17,12 @@ ParameterStore::ParameterStore(const std::vector<ParamSpec>& params) {
   grads_ = memory::HostBuffer(static_cast<size_t>(total) * sizeof(float));
 }
 
+std::vector<std::span<float>> ParameterStore::value_views() {
+  std::vector<std::span<float>> views;
+  for (int i = 0; i < count(); ++i) views.push_back(value(i));
+  return views;
+}
+
 void ParameterStore::zero_grads() {
   auto g = grads();
   std::fill(g.begin(), g.end(), 0.0f);

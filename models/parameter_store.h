@@ -29,6 +29,8 @@ class ParameterStore {
   std::span<const float> grads() const { return grads_.as<float>(); }
 
   int count() const { return static_cast<int>(offset_.size()); }
+  // Every parameter's values, one span each (what init_model and load_weights write into).
+  std::vector<std::span<float>> value_views();
   void zero_grads();
 
  private:

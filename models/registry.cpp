@@ -22,9 +22,15 @@ ModelSpec build_model(const ModelConfig& m, int64_t batch, int64_t seq, DType pr
   return spec;
 }
 
+void init_model(const ModelConfig& m, const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed) {
+  if (values.size() != spec.params.size())
+    throw std::invalid_argument("init_model: " + std::to_string(values.size()) + " views for " + std::to_string(spec.params.size()) + " parameters");
+  if (m.kind == "bert") return init_bert(spec, values, seed);
+  init_gpt2(spec, {m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len}, values, seed);
+}
+
 void init_model(const ModelConfig& m, const ModelSpec& spec, ParameterStore& params, uint64_t seed) {
-  if (m.kind == "bert") return init_bert(spec, params, seed);
-  init_gpt2(spec, {m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len}, params, seed);
+  init_model(m, spec, params.value_views(), seed);
 }
 
 }  // namespace ferry::models

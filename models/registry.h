@@ -24,7 +24,9 @@ struct ModelConfig {
 
 // The op list of one step on `batch` sequences of `seq` tokens, its tensors stored in `precision`.
 ModelSpec build_model(const ModelConfig& model, int64_t batch, int64_t seq, DType precision = DType::F32);
-// The architecture's own initialisation (GPT-2's or BERT's), deterministic in `seed`.
+// The architecture's own initialisation (GPT-2's or BERT's), deterministic in `seed`, into one fp32 view per
+// parameter (spec.params order): a ParameterStore's, or the host buckets' master weights.
+void init_model(const ModelConfig& model, const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed);
 void init_model(const ModelConfig& model, const ModelSpec& spec, ParameterStore& params, uint64_t seed);
 
 }  // namespace ferry::models

@@ -98,6 +98,23 @@ EventPtr CudaDevice::record(Stream s) {
   return e;
 }
 
+EventPtr CudaDevice::record_timed(Stream s) {
+  auto e = std::make_shared<CudaEvent>();
+  check(cudaEventCreate(&e->event), "cudaEventCreate (timed)");
+  check(cudaEventRecord(e->event, streams_[static_cast<int>(s)]), fmt::format("cudaEventRecord on {}", to_string(s)));
+  return e;
+}
+
+double CudaDevice::elapsed_seconds(const EventPtr& from, const EventPtr& to) {
+  const auto* a = dynamic_cast<const CudaEvent*>(from.get());
+  const auto* b = dynamic_cast<const CudaEvent*>(to.get());
+  if (!a || !b) throw std::logic_error("an event from another device was given to the CUDA device");
+  check(cudaEventSynchronize(b->event), "cudaEventSynchronize");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, a->event, b->event), "cudaEventElapsedTime (were both events recorded with timing?)");
+  return ms * 1e-3;
+}
+
 void CudaDevice::wait(Stream s, const EventPtr& event, std::string label) {
   const auto* e = dynamic_cast<const CudaEvent*>(event.get());
   if (!e) throw std::logic_error("an event from another device was given to the CUDA device");

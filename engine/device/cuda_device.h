@@ -36,6 +36,8 @@ class CudaDevice final : public Device {
   void run(Stream stream, std::string label, std::function<void()> work) override;
   void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) override;
   EventPtr record(Stream stream) override;
+  EventPtr record_timed(Stream stream) override;
+  double elapsed_seconds(const EventPtr& from, const EventPtr& to) override;
   void wait(Stream stream, const EventPtr& event, std::string label) override;
   EventPtr from_host(std::shared_ptr<HostEvent> event) override;
   void synchronize(const EventPtr& event) override;

@@ -47,6 +47,11 @@ class Device {
   // Queues a copy between pinned host memory and the arena on the H2D or D2H stream. Thread-safe.
   virtual void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) = 0;
   virtual EventPtr record(Stream stream) = 0;
+  // An event that also records when the stream reached it, and the seconds between two such events of one
+  // stream once both are done (CUDA events with timing; on the host device, the stream thread's clock):
+  // how ops are profiled on the device itself.
+  virtual EventPtr record_timed(Stream stream) = 0;
+  virtual double elapsed_seconds(const EventPtr& from, const EventPtr& to) = 0;
   // Work queued on `stream` after this waits for `event`.
   virtual void wait(Stream stream, const EventPtr& event, std::string label) = 0;
   // An event of this device that is done when a host event is (e.g. CPU AdamW has updated a bucket), so

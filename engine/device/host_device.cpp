@@ -19,6 +19,7 @@ namespace {
 
 struct HostDeviceEvent final : Event {
   std::shared_ptr<HostEvent> done;
+  std::shared_ptr<std::chrono::steady_clock::time_point> reached;  // timed events: when the stream got here
 };
 
 const std::shared_ptr<HostEvent>& host_event(const EventPtr& e) {
@@ -106,6 +107,22 @@ EventPtr HostDevice::record(Stream s) {
   return e;
 }
 
+EventPtr HostDevice::record_timed(Stream s) {
+  auto e = std::make_shared<HostDeviceEvent>();
+  e->reached = std::make_shared<std::chrono::steady_clock::time_point>();
+  queue(s).run("timing", [at = e->reached] { *at = std::chrono::steady_clock::now(); });
+  e->done = queue(s).record();
+  return e;
+}
+
+double HostDevice::elapsed_seconds(const EventPtr& from, const EventPtr& to) {
+  synchronize(from), synchronize(to);
+  const auto* a = dynamic_cast<const HostDeviceEvent*>(from.get());
+  const auto* b = dynamic_cast<const HostDeviceEvent*>(to.get());
+  if (!a || !b || !a->reached || !b->reached) throw std::logic_error("elapsed_seconds needs two timed events of the host device");
+  return std::chrono::duration<double>(*b->reached - *a->reached).count();
+}
+
 void HostDevice::wait(Stream s, const EventPtr& e, std::string label) { queue(s).wait(host_event(e), std::move(label)); }
 
 EventPtr HostDevice::from_host(std::shared_ptr<HostEvent> event) {
@@ -141,8 +158,12 @@ void HostDevice::accumulate(Stream s, float* dst, const void* src, DType src_typ
   queue(s).run(std::move(label), [dst, src, src_type, n, overwrite] { memory::accumulate_widened(dst, src, src_type, n, overwrite); });
 }
 
-bool HostDevice::supports_op(const models::OpSpec&, std::span<const DType> storage) const {
-  return std::all_of(storage.begin(), storage.end(), [](DType t) { return t == DType::F32 || t == DType::I32; });
+bool HostDevice::supports_op(const models::OpSpec& op, std::span<const DType> storage) const {
+  // Every floating-point storage (2-byte operands are widened to fp32 around the op: models/cpu_op.h); int32
+  // is read (token ids, targets, the attention mask) but never written.
+  for (size_t k = 0; k < storage.size(); ++k)
+    if (storage[k] == DType::I32 && k >= op.inputs.size()) return false;
+  return true;
 }
 
 void HostDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands,

@@ -31,6 +31,8 @@ class HostDevice final : public Device {
   void run(Stream stream, std::string label, std::function<void()> work) override;
   void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) override;
   EventPtr record(Stream stream) override;
+  EventPtr record_timed(Stream stream) override;
+  double elapsed_seconds(const EventPtr& from, const EventPtr& to) override;
   void wait(Stream stream, const EventPtr& event, std::string label) override;
   EventPtr from_host(std::shared_ptr<HostEvent> event) override;
   void synchronize(const EventPtr& event) override;
@@ -39,7 +41,7 @@ class HostDevice final : public Device {
   int64_t measured_peak_bytes() const override { return arena_.touched_bytes(); }
   void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
   void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) override;
-  // Every op, on fp32 tensors and int32 token ids (its CPU ops compute in fp32 and read nothing narrower yet).
+  // Every op with its tensors in fp32, bf16 or fp16 (widened to fp32 around the CPU math), reading int32 ids.
   bool supports_op(const models::OpSpec& op, std::span<const DType> storage) const override;
   void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
               float* loss, std::string label) override;

@@ -46,7 +46,7 @@ Config small_config(const std::string& policy, bool checkpointing, int accum, in
   Config c = parse_config("model: {n_layer: 2, n_head: 2, n_embd: 128, seq_len: 16}\n"
                           "data: {path: " + kText.string() + ", val_fraction: 0.05}\n"
                           "optim: {lr: 3.0e-3, warmup_steps: 3, grad_clip: 1.0}\n"
-                          "train: {batch_size: 4, steps: " + std::to_string(steps) + ", seed: 7, eval_batches: 1, threads: 2}\n"
+                          "train: {batch_size: 4, steps: " + std::to_string(steps) + ", seed: 7, eval_batches: 1, threads: 2, precision: fp32}\n"
                           "offload: {bucket_mb: 0.25, cost_model: " + kCostModel.string() + "}\n"
                           "device: cpu\n",
                           "small", ".");
@@ -57,23 +57,24 @@ Config small_config(const std::string& policy, bool checkpointing, int accum, in
   return c;
 }
 
-// The cost model the executor's plans use on the host device: the shipped one, in fp32, attention unfused.
+// The cost model the executor's plans use on the host device: the shipped one, attention unfused.
 offload::CostModel fp32_cost_model() {
   offload::CostModel cost = offload::CostModel::load(kCostModel);
-  cost.weight_bytes = cost.activation_bytes = 4;
   cost.fused_attention = false;
   return cost;
 }
 
-// What an Executor needs beside its plan: the host buckets in a pinned pool, a host device, the CPU AdamW.
+// What an Executor needs beside its plan: a host device, its pinned pool holding the host buckets (in the
+// plan's precision) and the executor's staging, the CPU AdamW.
 struct ExecutorParts {
-  explicit ExecutorParts(const offload::StepPlan& plan)
-      : pool(memory::HostBuckets::bytes_needed(plan.problem.layout, DType::F32, DType::F32), {}),
-        host(plan.problem.layout, pool, DType::F32, DType::F32),
-        dev({plan.memory.layout.peak, 0, 2, nullptr}) {}
-  memory::PinnedHostPool pool;
-  memory::HostBuckets host;
+  ExecutorParts(const models::ModelSpec& spec, const offload::StepPlan& plan)
+      : dev({plan.memory.layout.peak, 0, 2, nullptr}),
+        pool(dev.make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, plan.problem.precision, plan.problem.precision) +
+                                Executor::host_bytes_needed(spec, plan))),
+        host(plan.problem.layout, *pool, plan.problem.precision, plan.problem.precision) {}
   device::HostDevice dev;
+  std::unique_ptr<memory::PinnedHostPool> pool;
+  memory::HostBuckets host;
   const cpu_optim::CpuAdamW adamw{cpu_optim::AdamWOptions{}};
 };
 
@@ -130,7 +131,6 @@ std::vector<float> reference_losses(const Config& c, int sync_steps) {
   models::ParameterStore params(spec.params);
   models::init_gpt2(spec, g, params, c.train.seed);
   offload::CostModel cost;
-  cost.weight_bytes = 4;
   const offload::OffloadProblem problem(spec, cost, c.offload.bucket_bytes, 1);
   const auto& layout = problem.layout;
   const int nb = static_cast<int>(layout.buckets().size());
@@ -365,8 +365,8 @@ TEST(Executor, AWriteBeyondATensorIsCaughtByItsRedZone) {
   models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
   spec.tensors[spec.tensor_index("h.0.mlp.gelu.out")].shape.back() -= 1;
   const offload::StepPlan plan = plan_for_config(c, spec, cost, 0, "", 64);
-  ExecutorParts parts(plan);
-  Executor executor(spec, plan, parts.host, parts.dev, parts.adamw, {}, nullptr);
+  ExecutorParts parts(spec, plan);
+  Executor executor(spec, plan, parts.host, *parts.pool, parts.dev, parts.adamw, {}, nullptr);
   executor.upload_state();
   const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
   const std::vector<dataset::Batch> batch{data.train_batch(1, 0, c.train.batch_size)};
@@ -380,20 +380,20 @@ TEST(Executor, AWriteBeyondATensorIsCaughtByItsRedZone) {
   }
 }
 
-// A plan with an op its device cannot run (here: a bf16 activation, which the host device's fp32 ops do not
-// read yet) is refused when the Executor is made, naming the op, its kind and its tensors' storage.
+// A plan with an op its device cannot run (here: an activation stored as int32, which no op of the host
+// device writes) is refused when the Executor is made, naming the op, its kind and its tensors' storage.
 TEST(Executor, AnOpTheDeviceCannotRunIsRefusedAtStartUp) {
   const Config c = small_config("resident", false, 1, 0, 1);
   const offload::CostModel cost = fp32_cost_model();
   models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
-  spec.tensors[spec.tensor_index("h.0.mlp.gelu.out")].dtype = DType::BF16;
+  spec.tensors[spec.tensor_index("h.0.mlp.gelu.out")].dtype = DType::I32;
   const offload::StepPlan plan = plan_for_config(c, spec, cost, 0, "", 0);
-  ExecutorParts parts(plan);
+  ExecutorParts parts(spec, plan);
   try {
-    Executor executor(spec, plan, parts.host, parts.dev, parts.adamw, {}, nullptr);
-    FAIL() << "the executor ran a bf16 tensor through fp32 ops";
+    Executor executor(spec, plan, parts.host, *parts.pool, parts.dev, parts.adamw, {}, nullptr);
+    FAIL() << "the executor ran an op writing an int32 activation";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot run op h.0.mlp.gelu.fwd (gelu) with its tensors stored as [fp32, bf16]"),
+    EXPECT_NE(std::string(e.what()).find("cannot run op h.0.mlp.gelu.fwd (gelu) with its tensors stored as [fp32, int32]"),
               std::string::npos)
         << e.what();
   }

@@ -1,10 +1,11 @@
-// The host memory estimate: its parts are the allocations the trainer makes (host buckets, the fp32 model
-// copy, the evaluator's arena, the host device's arena), what the machine has is read or given, and a run
-// that does not fit says by how much and what to do.
+// The host memory estimate: its parts are the allocations the trainer makes (the pinned pool of host buckets
+// and staging, the host device's op scratch and arena; no copy of the model), what the machine has is read or
+// given, and a run that does not fit says by how much and what to do.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
+#include "engine/executor.h"
 #include "engine/host_memory.h"
 #include "memory/host_buckets.h"
 #include "memory/planner.h"
@@ -18,22 +19,23 @@ offload::StepPlan small_plan(const models::ModelSpec& spec) {
   offload::PlanRequest request;
   request.bucket_bytes = 64 << 10;
   request.budget_bytes = int64_t(1) << 30;
-  offload::CostModel cost;
-  cost.weight_bytes = cost.activation_bytes = 4;
-  return offload::plan_step(spec, cost, request);
+  return offload::plan_step(spec, offload::CostModel{}, request);
 }
 
 TEST(HostMemory, TheEstimateIsTheTrainersAllocations) {
-  const models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
+  models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
+  spec.set_precision(DType::BF16);
   const offload::StepPlan plan = small_plan(spec);
   const HostMemoryEstimate gpu = estimate_host_memory(spec, plan, false), host = estimate_host_memory(spec, plan, true);
-  EXPECT_EQ(gpu.host_buckets, memory::HostBuckets::bytes_needed(plan.problem.layout, DType::F32, DType::F32));
-  EXPECT_GE(gpu.host_buckets, 20 * spec.param_count());  // master, m, v, working copy, gradients: fp32 each
-  EXPECT_EQ(gpu.model_copy, 8 * spec.param_count());
-  EXPECT_EQ(gpu.evaluation, memory::Planner::plan(spec.tensor_lifetimes()).peak);
+  EXPECT_EQ(gpu.host_buckets, memory::HostBuckets::bytes_needed(plan.problem.layout, DType::BF16, DType::BF16) +
+                                  Executor::host_bytes_needed(spec, plan));
+  // master, m, v in fp32, the working copy and the gradients in bf16: 16 bytes a parameter, and no model copy
+  EXPECT_GE(gpu.host_buckets, 16 * spec.param_count());
+  EXPECT_EQ(gpu.op_scratch, 0);
   EXPECT_EQ(gpu.device_arena, 0);
   EXPECT_EQ(host.device_arena, plan.memory.layout.peak);
-  EXPECT_EQ(host.total(), gpu.total() + plan.memory.layout.peak);
+  EXPECT_GT(host.op_scratch, 0);  // the host device widens bf16 operands to fp32 around its ops
+  EXPECT_EQ(host.total(), gpu.total() + host.op_scratch + plan.memory.layout.peak);
   EXPECT_NE(host.describe().find("host device arena"), std::string::npos) << host.describe();
   EXPECT_EQ(gpu.describe().find("host device arena"), std::string::npos) << gpu.describe();
 }
@@ -50,11 +52,11 @@ TEST(HostMemory, AvailableMemoryIsReadOrGiven) {
 
 TEST(HostMemory, AShortfallSaysByHowMuchAndWhatToDo) {
   HostMemoryEstimate e;
-  e.host_buckets = 600 << 20, e.model_copy = 200 << 20, e.evaluation = 100 << 20, e.device_arena = 124 << 20;
+  e.host_buckets = 600 << 20, e.op_scratch = 300 << 20, e.device_arena = 124 << 20;
   EXPECT_EQ(host_memory_shortfall(e, e.total(), int64_t(1) << 30), "");
   EXPECT_EQ(host_memory_shortfall(e, e.total(), -1), "");  // unknown: not refused
   const std::string plan = host_memory_shortfall(e, e.total(), 512 << 20);
-  EXPECT_NE(plan.find("this run needs 1.00 GiB (host buckets 600.0 MiB, model copy 200.0 MiB, evaluation activations 100.0 MiB, "
+  EXPECT_NE(plan.find("this run needs 1.00 GiB (host buckets 600.0 MiB, host device op scratch 300.0 MiB, "
                       "host device arena 124.0 MiB), 512.0 MiB more than the 512.0 MiB available"),
             std::string::npos)
       << plan;

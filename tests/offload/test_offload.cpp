@@ -24,6 +24,18 @@
 namespace ferry::offload {
 namespace {
 
+// The offload tests plan as on a GPU, in bf16: weights, activations and their gradients take 2 bytes.
+models::ModelSpec gpt2_bf16(const models::GptConfig& c, int64_t batch, int64_t seq) {
+  models::ModelSpec spec = models::build_gpt2(c, batch, seq);
+  spec.set_precision(DType::BF16);
+  return spec;
+}
+models::ModelSpec bert_bf16(const models::BertConfig& c, int64_t batch, int64_t seq) {
+  models::ModelSpec spec = models::build_bert(c, batch, seq);
+  spec.set_precision(DType::BF16);
+  return spec;
+}
+
 CostModel random_cost(models::Rng& rng) {
   CostModel c;
   c.name = "random";
@@ -50,9 +62,8 @@ TEST(CostModel, MissingKeysAreNamed) {
   std::ifstream in(path);
   const nlohmann::json shipped = nlohmann::json::parse(in);
   EXPECT_NO_THROW(CostModel::from_json(shipped, "shipped"));
-  for (const char* key : {"flops_per_s", "memory_bytes_per_s", "op_overhead_s", "activation_bytes", "weight_bytes",
-                          "fused_attention", "h2d", "d2h", "cpu_adam_params_per_s", "cpu_norm_params_per_s",
-                          "device_adam_params_per_s"}) {
+  for (const char* key : {"flops_per_s", "memory_bytes_per_s", "op_overhead_s", "fused_attention", "h2d", "d2h",
+                          "cpu_adam_params_per_s", "cpu_norm_params_per_s", "device_adam_params_per_s"}) {
     nlohmann::json j = shipped;
     j.erase(key);
     try {
@@ -75,14 +86,17 @@ TEST(CostModel, MissingKeysAreNamed) {
   j["d2h"]["latency_s"] = -1;  // was clamped to 0 without a word
   EXPECT_THROW(CostModel::from_json(j, "costs.json"), std::runtime_error);
   EXPECT_NO_THROW(CostModel::from_json(CostModel{}.to_json(), "defaults written out"));
+  // Files of earlier builds give the element sizes too; train.precision decides them now, so they are ignored.
+  j = shipped;
+  j["activation_bytes"] = 4, j["weight_bytes"] = 4;
+  EXPECT_NO_THROW(CostModel::from_json(j, "older.json"));
 }
 
 // In a 2-byte plan, token ids, LayerNorm statistics and losses keep their 4 bytes (a kernel writing an fp32
 // statistic into 2 bytes a element would write past it); activations and their gradients take 2.
 TEST(CostModel, TensorBytesFollowThePrecisionExceptFixedDtypes) {
-  const models::ModelSpec spec = models::build_gpt2({1, 2, 64, 256, 16}, 2, 16);
+  const models::ModelSpec spec = gpt2_bf16({1, 2, 64, 256, 16}, 2, 16);
   CostModel bf16;
-  bf16.activation_bytes = 2;
   bf16.fused_attention = false;
   auto bytes = [&](const std::string& name) { return bf16.tensor_bytes(spec, spec.tensor_index(name)); };
   const int64_t tokens = 2 * 16;
@@ -111,7 +125,7 @@ TEST(CostModel, ShippedH100ModelLoadsAndRoundTrips) {
   bad["flops_per_s"] = "fast";
   EXPECT_THROW(CostModel::from_json(bad, "bad"), std::runtime_error);
   // Roofline: a big matmul is bound by FLOPs, a residual add by bytes.
-  const models::ModelSpec spec = models::build_gpt2({12, 12, 768, 50257, 1024}, 4, 1024);
+  const models::ModelSpec spec = gpt2_bf16({12, 12, 768, 50257, 1024}, 4, 1024);
   for (const auto& op : spec.ops) {
     if (op.name == "lm_head.fwd") {
       EXPECT_NEAR(c.op_seconds(spec, op), op.flops / c.flops_per_s + c.op_overhead_s, 1e-3 * op.flops / c.flops_per_s);
@@ -124,7 +138,7 @@ TEST(CostModel, ShippedH100ModelLoadsAndRoundTrips) {
 
 OffloadProblem small_problem(models::Rng& rng, int64_t budget_fraction_permille = 1000) {
   const int layers = 1 + static_cast<int>(rng.below(3)), heads = 1 + static_cast<int>(rng.below(2));
-  const models::ModelSpec spec = models::build_gpt2({layers, heads, heads * 32, 256, 32}, 2, 32);
+  const models::ModelSpec spec = gpt2_bf16({layers, heads, heads * 32, 256, 32}, 2, 32);
   const int64_t bucket = 8192 * (1 + static_cast<int64_t>(rng.below(8)));
   const OffloadProblem base(spec, random_cost(rng), bucket, int64_t(1) << 40);
   const int64_t everything = make_schedule(base, Policy::Resident).memory.layout.peak;
@@ -136,7 +150,7 @@ OffloadProblem small_problem(models::Rng& rng, int64_t budget_fraction_permille 
 }
 
 TEST(Simulator, InvalidSchedulesNameTheOpAndTheBucket) {
-  const models::ModelSpec spec = models::build_gpt2({1, 1, 32, 256, 16}, 1, 16);
+  const models::ModelSpec spec = gpt2_bf16({1, 1, 32, 256, 16}, 1, 16);
   const OffloadProblem p(spec, CostModel{}, 4096, int64_t(1) << 40);
   ASSERT_GT(p.n_buckets, 1);
   auto base = [&] {
@@ -274,7 +288,7 @@ TEST(DeviceMemory, RedZonesFollowEveryTensorAndCountAgainstTheBudget) {
     }
   EXPECT_THROW(lay_out(p, s, -1), std::invalid_argument);
   // plan_step pads every tensor and fits the padded layout into the budget.
-  const models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
+  const models::ModelSpec spec = gpt2_bf16({2, 2, 64, 256, 32}, 2, 32);
   PlanRequest request;
   request.bucket_bytes = 16384;
   request.budget_bytes = int64_t(1) << 30;
@@ -381,7 +395,7 @@ TEST(Policies, GreedyIsResidentWhenEverythingFitsOnAnH100) {
   // On the shipped H100-class model, AdamW on the device beats any trip over PCIe: with a budget that
   // holds everything, greedy keeps everything resident, and says whose construction it adopted.
   const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
-  const models::ModelSpec spec = models::build_gpt2({4, 4, 256, 1024, 128}, 4, 128);
+  const models::ModelSpec spec = gpt2_bf16({4, 4, 256, 1024, 128}, 4, 128);
   const OffloadProblem p(spec, h100, 1 << 20, int64_t(1) << 40);
   const PlannedSchedule greedy = make_schedule(p, Policy::Greedy);
   EXPECT_TRUE(greedy.schedule.optimizer_on_device);
@@ -394,7 +408,7 @@ TEST(Policies, GreedyIsResidentWhenEverythingFitsOnAnH100) {
 
 TEST(Checkpointing, RecomputationJoinsTheTimelineAndShortensActivationLives) {
   models::Rng rng(4);
-  const models::ModelSpec spec = models::build_gpt2({4, 2, 64, 256, 64}, 4, 64);
+  const models::ModelSpec spec = gpt2_bf16({4, 2, 64, 256, 64}, 4, 64);
   int forward_block_ops = 0;
   for (const auto& op : spec.ops) forward_block_ops += op.pass == models::Pass::Forward && op.layer == 0;
   const CostModel cost = random_cost(rng);
@@ -431,7 +445,7 @@ PlanRequest request_for(int64_t bucket, int64_t budget, Policy policy, Checkpoin
 
 TEST(Checkpointing, AutoCheckpointsTheFewestBlocksThatFit) {
   models::Rng rng(6);
-  const models::ModelSpec spec = models::build_gpt2({6, 2, 64, 256, 128}, 8, 128);
+  const models::ModelSpec spec = gpt2_bf16({6, 2, 64, 256, 128}, 8, 128);
   const CostModel cost = random_cost(rng);
   const int64_t without = minimum_device_bytes(OffloadProblem(spec, cost, 16384, 1));
   const int64_t with_all = minimum_device_bytes(OffloadProblem(spec, cost, 16384, 1, std::vector<bool>(6, true)));
@@ -480,9 +494,9 @@ TEST(Checkpointing, GreedyAutoIsNeverSlowerThanTheAnchorsAuto) {
     CostModel cost;
     int64_t budget;
   };
-  std::vector<Case> cases{{models::build_bert({24, 16, 1024, 30522, 512, 0}, 32, 512), h100, int64_t(16) << 30}};
+  std::vector<Case> cases{{bert_bf16({24, 16, 1024, 30522, 512, 0}, 32, 512), h100, int64_t(16) << 30}};
   models::Rng rng(12);
-  const models::ModelSpec gpt = models::build_gpt2({6, 2, 64, 256, 128}, 8, 128);
+  const models::ModelSpec gpt = gpt2_bf16({6, 2, 64, 256, 128}, 8, 128);
   for (int trial = 0; trial < 6; ++trial) {
     const CostModel cost = random_cost(rng);
     const int64_t all = minimum_device_bytes(OffloadProblem(gpt, cost, 16384, 1, std::vector<bool>(6, true)));
@@ -504,7 +518,7 @@ TEST(Checkpointing, GreedyAutoIsNeverSlowerThanTheAnchorsAuto) {
 }
 
 TEST(Policies, ImpossibleBudgetSaysWhatIsNeededAndWhatToChange) {
-  const models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
+  const models::ModelSpec spec = gpt2_bf16({2, 2, 64, 256, 32}, 2, 32);
   const OffloadProblem p(spec, CostModel{}, 16384, 1000);
   for (Policy policy : all_policies()) {
     try {
@@ -545,7 +559,7 @@ TEST(Policies, ImpossibleBudgetSaysWhatIsNeededAndWhatToChange) {
 
 TEST(PlanStep, OneLayoutPerPlanThatTheExecutorAndTheSimulatorShare) {
   models::Rng rng(9);
-  const models::ModelSpec spec = models::build_gpt2({3, 2, 64, 256, 64}, 4, 64);
+  const models::ModelSpec spec = gpt2_bf16({3, 2, 64, 256, 64}, 4, 64);
   for (int trial = 0; trial < 6; ++trial) {
     const CostModel cost = random_cost(rng);
     const int64_t least = minimum_device_bytes(OffloadProblem(spec, cost, 16384, 1));
@@ -566,7 +580,7 @@ TEST(PlanStep, OneLayoutPerPlanThatTheExecutorAndTheSimulatorShare) {
 }
 
 TEST(PlanStep, OneRuleDecidesWhichOverlapAPolicyAllows) {
-  const models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
+  const models::ModelSpec spec = gpt2_bf16({2, 2, 64, 256, 32}, 2, 32);
   const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
   PlanRequest request = request_for(16384, int64_t(1) << 40, Policy::Resident, Checkpointing::Off);
   request.overlap = Overlap::Delayed;
@@ -627,10 +641,11 @@ OffloadProblem chain_problem(models::Rng& rng, int n, bool tied) {
   for (int i = n - 1; i >= 0; --i)
     add_op("b" + std::to_string(i), models::Pass::Backward, params_of(i), {i, grad(i + 1)}, i > 0 ? std::vector<int>{grad(i)} : std::vector<int>{});
   spec.finalize();
+  spec.set_precision(DType::BF16);
   CostModel c;
   double compute = 0;
   for (size_t i = 0; i < spec.ops.size(); ++i) compute += c.profiled_op_s.emplace_back(1e-6 * double(5 + rng.below(200)));
-  const double weight_bytes = double(spec.param_count()) * c.weight_bytes, params = double(spec.param_count());
+  const double weight_bytes = double(spec.param_count()) * double(dtype_bytes(spec.precision)), params = double(spec.param_count());
   auto share = [&](int lo, int hi) { return compute * double(lo + rng.below(hi - lo + 1)) / 10; };  // lo/10 .. hi/10 of compute
   c.h2d.gbps = weight_bytes / share(2, 30) / 1e9;
   c.d2h.gbps = weight_bytes / share(2, 30) / 1e9;

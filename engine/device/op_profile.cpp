@@ -1,0 +1,134 @@
+// profile_ops: one op's operands at a time in the arena, filled once by copies from host memory, then timed
+// passes over the op list between timed events on the compute stream.
+#include "engine/device/op_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+#include "memory/convert.h"
+#include "memory/host_buffer.h"
+
+namespace ferry::device {
+namespace {
+
+constexpr int64_t kAlign = 256;
+int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// Where one op's operands sit in the arena (offsets from its start) and what each holds.
+struct OpLayout {
+  std::vector<models::Operand> inputs, outputs, values, grads;
+  int64_t bytes = 0;
+};
+
+struct Slot {
+  int64_t offset, bytes;
+  DType dtype;
+  std::string name;  // a tensor's name ("tokens", "targets", "attention_mask" get their own contents)
+};
+
+OpLayout lay_out_op(const models::ModelSpec& spec, const models::OpSpec& op, std::byte* base, std::vector<Slot>* slots) {
+  OpLayout l;
+  auto place = [&](int64_t bytes, DType dtype, const std::string& name) {
+    const models::Operand o{base + l.bytes, dtype};
+    if (slots) slots->push_back({l.bytes, bytes, dtype, name});
+    l.bytes += aligned(bytes);
+    return o;
+  };
+  for (int t : op.inputs) l.inputs.push_back(place(spec.tensors[t].bytes(), spec.tensors[t].dtype, spec.tensors[t].name));
+  for (int t : op.outputs) l.outputs.push_back(place(spec.tensors[t].bytes(), spec.tensors[t].dtype, spec.tensors[t].name));
+  const int64_t element = dtype_bytes(spec.precision);
+  for (int p : op.params) {
+    const int64_t bytes = models::numel(spec.params[p].shape) * element;
+    l.values.push_back(place(bytes, spec.precision, spec.params[p].name));
+    if (op.pass == models::Pass::Backward) l.grads.push_back(place(bytes, spec.precision, spec.params[p].name + ".grad"));
+    else l.grads.push_back({nullptr, spec.precision});
+  }
+  return l;
+}
+
+// The contents of every slot, in host memory: token ids and targets from the batch, an attention mask of
+// ones, small values elsewhere (no inf, nan or subnormal to take a slow path).
+memory::HostBuffer contents(const std::vector<Slot>& slots, int64_t bytes, std::span<const int32_t> tokens,
+                            std::span<const int32_t> targets) {
+  memory::HostBuffer host(static_cast<size_t>(bytes));
+  std::vector<float> values;
+  for (const Slot& s : slots) {
+    std::byte* at = host.data() + s.offset;
+    if (s.dtype == DType::I32) {
+      auto* ids = reinterpret_cast<int32_t*>(at);
+      const auto n = static_cast<size_t>(s.bytes / 4);
+      const std::span<const int32_t> from = s.name == "tokens" ? tokens : s.name == "targets" ? targets : std::span<const int32_t>{};
+      if (!from.empty() && from.size() != n)
+        throw std::invalid_argument("profile_ops: the sample batch has " + std::to_string(from.size()) + " tokens; the step takes " + std::to_string(n));
+      for (size_t i = 0; i < n; ++i) ids[i] = from.empty() ? 1 : from[i];
+      continue;
+    }
+    const int64_t n = s.bytes / dtype_bytes(s.dtype);
+    values.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = 0.01f * static_cast<float>(i % 7 - 3) + 0.5f * (s.name.ends_with("rstd"));
+    memory::narrow(at, s.dtype, values.data(), n);
+  }
+  return host;
+}
+
+}  // namespace
+
+int64_t profile_arena_bytes(const models::ModelSpec& spec) {
+  int64_t most = kAlign;
+  for (const auto& op : spec.ops) most = std::max(most, lay_out_op(spec, op, nullptr, nullptr).bytes);
+  return most;
+}
+
+std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, std::span<const int32_t> tokens,
+                                std::span<const int32_t> targets, int min_reps, double min_seconds, int max_reps) {
+  std::byte* base = device.arena().data();
+  if (device.arena().size() < profile_arena_bytes(spec))
+    throw std::invalid_argument("profile_ops: the device arena holds fewer bytes than the largest op's operands");
+  const std::vector<int32_t> ones(tokens.size(), 1);
+  std::vector<OpLayout> layouts;
+  std::vector<std::vector<std::pair<int64_t, const int32_t*>>> ids(spec.ops.size());  // per op: its id slots
+  layouts.reserve(spec.ops.size());
+  for (size_t i = 0; i < spec.ops.size(); ++i) {
+    const models::OpSpec& op = spec.ops[i];
+    std::vector<Slot> slots;
+    layouts.push_back(lay_out_op(spec, op, base, &slots));
+    for (const Slot& slot : slots)
+      if (slot.dtype == DType::I32)
+        ids[i].emplace_back(slot.offset, slot.name == "tokens" ? tokens.data() : slot.name == "targets" ? targets.data() : ones.data());
+    // The first pass (untimed: kernels compiled, workspaces sized) starts every op from small values.
+    const memory::HostBuffer host = contents(slots, layouts.back().bytes, tokens, targets);
+    device.wait(Stream::H2D, device.record(Stream::Compute), "profile: previous op");
+    device.copy(Stream::H2D, base, host.data(), layouts.back().bytes, "profile: operands of " + op.name);
+    device.wait(Stream::Compute, device.record(Stream::H2D), "profile: operands of " + op.name);
+    const OpLayout& l = layouts.back();
+    device.run_op(spec, op, {l.inputs, l.outputs, l.values, l.grads}, 1.0f, nullptr, "profile (warm-up): " + op.name);
+    device.synchronize();  // `host` goes out of scope
+  }
+  // Timed passes: the ops share the arena, so each op's token ids and targets are copied in again (other
+  // operands hold what earlier ops left: their values do not change an op's time).
+  const int64_t id_bytes = static_cast<int64_t>(tokens.size() * 4);
+  std::vector<double> best(spec.ops.size(), 1e30);
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < max_reps; ++r) {
+    if (r >= min_reps && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= min_seconds) break;
+    std::vector<std::pair<EventPtr, EventPtr>> marks;
+    for (size_t i = 0; i < spec.ops.size(); ++i) {
+      const OpLayout& l = layouts[i];
+      if (!ids[i].empty()) {
+        device.wait(Stream::H2D, device.record(Stream::Compute), "profile: previous op");
+        for (const auto& [offset, from] : ids[i]) device.copy(Stream::H2D, base + offset, from, id_bytes, "profile: token ids");
+        device.wait(Stream::Compute, device.record(Stream::H2D), "profile: token ids");
+      }
+      EventPtr before = device.record_timed(Stream::Compute);
+      device.run_op(spec, spec.ops[i], {l.inputs, l.outputs, l.values, l.grads}, 1.0f, nullptr, "profile: " + spec.ops[i].name);
+      marks.emplace_back(std::move(before), device.record_timed(Stream::Compute));
+    }
+    for (size_t i = 0; i < marks.size(); ++i) best[i] = std::min(best[i], device.elapsed_seconds(marks[i].first, marks[i].second));
+  }
+  device.synchronize();
+  return best;
+}
+
+}  // namespace ferry::device

@@ -1,0 +1,26 @@
+// Start-up profiling on the device itself: every op of a step timed with the device's own timed events,
+// its operands laid out one op at a time in a small arena (the largest op's), so that profiling holds
+// neither a whole step of activations nor a copy of the model.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/device/device.h"
+#include "models/model_spec.h"
+
+namespace ferry::device {
+
+// The arena a device needs to profile `spec`: the largest op's operands (tensors, parameter values and
+// gradients, in their storage), each 256-byte aligned.
+int64_t profile_arena_bytes(const models::ModelSpec& spec);
+
+// Each op's time on `device` (whose arena holds profile_arena_bytes(spec)), indexed like spec.ops: the
+// fastest of at least min_reps passes over every op and min_seconds in all, at most max_reps. The token
+// ids and targets (a batch of the run: B*T each) make the embedding and the loss read real ids; every
+// other operand holds small values. The first pass warms up (kernels compiled, workspaces sized).
+std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, std::span<const int32_t> tokens,
+                                std::span<const int32_t> targets, int min_reps, double min_seconds, int max_reps);
+
+}  // namespace ferry::device
