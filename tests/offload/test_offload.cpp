@@ -50,9 +50,8 @@ TEST(CostModel, MissingKeysAreNamed) {
   std::ifstream in(path);
   const nlohmann::json shipped = nlohmann::json::parse(in);
   EXPECT_NO_THROW(CostModel::from_json(shipped, "shipped"));
-  for (const char* key : {"flops_per_s", "memory_bytes_per_s", "op_overhead_s", "activation_bytes", "weight_bytes",
-                          "fused_attention", "h2d", "d2h", "cpu_adam_params_per_s", "cpu_norm_params_per_s",
-                          "device_adam_params_per_s"}) {
+  for (const char* key : {"flops_per_s", "memory_bytes_per_s", "op_overhead_s", "fused_attention", "h2d", "d2h",
+                          "cpu_adam_params_per_s", "cpu_norm_params_per_s", "device_adam_params_per_s"}) {
     nlohmann::json j = shipped;
     j.erase(key);
     try {
@@ -80,9 +79,9 @@ TEST(CostModel, MissingKeysAreNamed) {
 // In a 2-byte plan, token ids, LayerNorm statistics and losses keep their 4 bytes (a kernel writing an fp32
 // statistic into 2 bytes a element would write past it); activations and their gradients take 2.
 TEST(CostModel, TensorBytesFollowThePrecisionExceptFixedDtypes) {
-  const models::ModelSpec spec = models::build_gpt2({1, 2, 64, 256, 16}, 2, 16);
+  models::ModelSpec spec = models::build_gpt2({1, 2, 64, 256, 16}, 2, 16);
+  spec.set_precision(DType::BF16);
   CostModel bf16;
-  bf16.activation_bytes = 2;
   bf16.fused_attention = false;
   auto bytes = [&](const std::string& name) { return bf16.tensor_bytes(spec, spec.tensor_index(name)); };
   const int64_t tokens = 2 * 16;
@@ -565,6 +564,74 @@ TEST(PlanStep, OneLayoutPerPlanThatTheExecutorAndTheSimulatorShare) {
   }
 }
 
+// The device libraries' workspace: one tensor, last, alive the whole step, in the layout the Simulator
+// takes its peak from, in the least memory any plan needs, and against the budget: a budget that fits the
+// plan without it fails with it, and the error says how much of the need the workspace is.
+TEST(PlanStep, TheLibrariesWorkspaceIsOneTensorCountedInThePeakAndTheBudget) {
+  const models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
+  constexpr int64_t kWorkspace = int64_t(256) << 10;  // less than resident needs beyond the least any plan needs
+  PlanRequest request = request_for(16384, int64_t(1) << 40, Policy::Resident, Checkpointing::Off);
+  const StepPlan plain = plan_step(spec, CostModel{}, request);
+  request.workspace_bytes = kWorkspace;
+  const StepPlan with = plan_step(spec, CostModel{}, request);
+  EXPECT_EQ(with.problem.workspace_bytes, kWorkspace);
+  ASSERT_EQ(with.memory.tensors.size(), plain.memory.tensors.size() + 1);
+  const DeviceTensor& w = with.memory.tensors.back();
+  EXPECT_EQ(w.kind, DeviceTensor::Kind::Workspace);
+  EXPECT_STREQ(to_string(w.kind), "workspace");
+  EXPECT_EQ(w.life.bytes, kWorkspace);
+  EXPECT_EQ(w.life.first, 0);
+  EXPECT_EQ(w.life.last, with.problem.n_ops - 1);
+  for (const DeviceTensor& t : plain.memory.tensors) EXPECT_NE(t.kind, DeviceTensor::Kind::Workspace);
+  // The peak holds it beside everything alive at the busiest op, and the Simulator reports that peak.
+  int64_t busiest = 0;
+  for (int op = 0; op < plain.problem.n_ops; ++op) {
+    int64_t live = 0;
+    for (const DeviceTensor& t : plain.memory.tensors) live += t.life.first <= op && op <= t.life.last ? t.life.bytes : 0;
+    busiest = std::max(busiest, live);
+  }
+  EXPECT_GE(with.memory.layout.peak, busiest + kWorkspace);
+  EXPECT_EQ(simulate_plan(with).peak_device_bytes, with.memory.layout.peak);
+  EXPECT_EQ(minimum_device_bytes(with.problem), minimum_device_bytes(plain.problem) + kWorkspace);
+  // A budget resident fits without the workspace is too small with it.
+  request.budget_bytes = plain.memory.layout.peak;
+  ASSERT_LE(minimum_device_bytes(with.problem), request.budget_bytes);  // so resident's own check is the one that fails
+  try {
+    plan_step(spec, CostModel{}, request);
+    ADD_FAILURE() << "the workspace was left out of the budget";
+  } catch (const BudgetError& e) {
+    EXPECT_EQ(e.shortfall.needed_bytes, with.memory.layout.peak) << e.what();
+    EXPECT_EQ(e.shortfall.workspace_bytes, kWorkspace);
+    EXPECT_NE(std::string(e.what()).find("(" + memory::format_bytes(kWorkspace) + " of it the device libraries' workspace)"),
+              std::string::npos) << e.what();
+  }
+  // Below the least any plan needs with it, every policy refuses before planning, counting it.
+  for (Policy policy : all_policies()) {
+    const PlanRequest tight = [&] {
+      PlanRequest r = request_for(16384, minimum_device_bytes(with.problem) - 1, policy, Checkpointing::Off);
+      r.workspace_bytes = kWorkspace;
+      return r;
+    }();
+    try {
+      plan_step(spec, CostModel{}, tight);
+      ADD_FAILURE() << to_string(policy);
+    } catch (const BudgetError& e) {
+      EXPECT_EQ(e.shortfall.needed_bytes, minimum_device_bytes(with.problem)) << to_string(policy);
+      EXPECT_NE(std::string(e.what()).find("of it the device libraries' workspace"), std::string::npos) << e.what();
+    }
+  }
+  // Greedy offloading under a budget that holds the workspace: its own accounting counts it, so its plan fits.
+  request.policy = Policy::Greedy;
+  request.budget_bytes = (minimum_device_bytes(with.problem) + plain.memory.layout.peak + kWorkspace) / 2;
+  const StepPlan greedy = plan_step(spec, CostModel{}, request);
+  const SimResult r = simulate_plan(greedy);
+  EXPECT_EQ(r.error, "");
+  EXPECT_TRUE(r.fits);
+  EXPECT_LE(r.peak_device_bytes, request.budget_bytes);
+  EXPECT_EQ(greedy.memory.tensors.back().kind, DeviceTensor::Kind::Workspace);
+  EXPECT_THROW(OffloadProblem(spec, CostModel{}, 16384, 1 << 30, {}, 1, -1), std::invalid_argument);
+}
+
 TEST(PlanStep, OneRuleDecidesWhichOverlapAPolicyAllows) {
   const models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
   const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
@@ -627,10 +694,11 @@ OffloadProblem chain_problem(models::Rng& rng, int n, bool tied) {
   for (int i = n - 1; i >= 0; --i)
     add_op("b" + std::to_string(i), models::Pass::Backward, params_of(i), {i, grad(i + 1)}, i > 0 ? std::vector<int>{grad(i)} : std::vector<int>{});
   spec.finalize();
+  spec.set_precision(DType::BF16);  // 2-byte weights and activations: the problems this search was tuned on
   CostModel c;
   double compute = 0;
   for (size_t i = 0; i < spec.ops.size(); ++i) compute += c.profiled_op_s.emplace_back(1e-6 * double(5 + rng.below(200)));
-  const double weight_bytes = double(spec.param_count()) * c.weight_bytes, params = double(spec.param_count());
+  const double weight_bytes = double(spec.param_count()) * double(dtype_bytes(spec.precision)), params = double(spec.param_count());
   auto share = [&](int lo, int hi) { return compute * double(lo + rng.below(hi - lo + 1)) / 10; };  // lo/10 .. hi/10 of compute
   c.h2d.gbps = weight_bytes / share(2, 30) / 1e9;
   c.d2h.gbps = weight_bytes / share(2, 30) / 1e9;
