@@ -53,6 +53,7 @@ void DeviceBindings::place(const models::ModelSpec& spec, const offload::StepPla
       case Kind::Grads: grads_[t.index] = d, names_.push_back("gradients of " + bucket_label_[t.index]); break;
       case Kind::OptimizerState: state_[t.index] = d, names_.push_back("optimizer state of " + bucket_label_[t.index]); break;
       case Kind::GradSum: gradsum_[t.index] = d, names_.push_back("gradient sum of " + bucket_label_[t.index]); break;
+      case Kind::Workspace: workspace_ = d, names_.push_back("workspace"); break;
     }
   }
   for (size_t x = 0; x < spec.tensors.size(); ++x)

@@ -34,6 +34,8 @@ class DeviceBindings {
   const std::vector<Window>& windows(int bucket) const { return windows_[bucket]; }
   const std::string& bucket_label(int bucket) const { return bucket_label_[bucket]; }
   const std::vector<std::string>& bucket_labels() const { return bucket_label_; }
+  // The libraries' scratch (one tensor alive the whole step); -1 when the plan has none.
+  int workspace_tensor() const { return workspace_; }
   // A batch input's (tokens, targets, attention_mask) device tensor; -1 when the model has none.
   int input_tensor(const std::string& name) const;
 
@@ -72,6 +74,7 @@ class DeviceBindings {
   std::vector<memory::TensorLifetime> lives_;
   std::vector<std::string> names_;  // per device tensor, for red-zone reports
   std::vector<int> resident_, grads_, state_, gradsum_;
+  int workspace_ = -1;
   std::vector<std::vector<Window>> windows_;
   std::vector<std::vector<int>> entries_of_;  // spec tensor -> its activation device tensors
   std::vector<std::string> bucket_label_;

@@ -350,6 +350,8 @@ Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan,
   check_device_runs_every_op(spec, device);
   impl_ = std::make_unique<Impl>(spec, plan, host, pool, device, adamw, options, trace);
   Impl& x = *impl_;
+  // The libraries' scratch lives in the plan's workspace (before the warm-up, whose ops use it).
+  if (const int w = x.at.workspace_tensor(); w >= 0) device.bind_workspace(x.at.address(w), x.at.bytes(w));
   const int64_t token_bytes = spec.tensors[spec.tensor_index("tokens")].bytes();
   if (x.at.input_tensor("attention_mask") >= 0) x.no_padding.assign(static_cast<size_t>(token_bytes / 4), 1);
   x.warm_up();

@@ -9,6 +9,7 @@
 #include "engine/device/host_cost_model.h"
 #include "engine/device/make_device.h"
 #include "engine/device/op_profile.h"
+#include "models/ops/workspace.h"
 
 namespace ferry::engine {
 
@@ -23,6 +24,11 @@ offload::CostModel host_device_cost_model(const Config& cfg, const models::Model
     const std::unique_ptr<device::Device> profiler = device::make_device(
         {.kind = device::DeviceChoice::Kind::Host, .arena_bytes = device::profile_arena_bytes(spec), .compute_threads = cfg.threads()});
     cost.profiled_op_s = device::profile_ops(spec, *profiler, sample.tokens, sample.targets, 3, 1.0, 10);
+    // What oneDNN's scratchpads needed on the compute stream: the plan's workspace tensor holds it.
+    int64_t scratch = 0;
+    profiler->run(device::Stream::Compute, "library scratch", [&scratch] { scratch = models::ops::workspace_bytes(models::ops::Scratch::Library); });
+    profiler->synchronize();
+    cost.profiled_workspace_bytes = scratch;
     cost.name += "; op times profiled on this model";
   }
   if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;
@@ -43,6 +49,7 @@ offload::PlanRequest plan_request(const Config& cfg) {
 offload::StepPlan plan_for_config(const Config& cfg, const models::ModelSpec& spec, const offload::CostModel& cost, int64_t budget,
                                   const std::string& policy, int64_t red_zone_bytes) {
   offload::PlanRequest request = plan_request(cfg);
+  request.workspace_bytes = cost.profiled_workspace_bytes;
   if (!policy.empty()) request.policy = offload::parse_policy(policy);
   if (budget > 0) request.budget_bytes = budget;
   request.red_zone_bytes = red_zone_bytes;

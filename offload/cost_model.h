@@ -36,6 +36,9 @@ struct CostModel {
   // Per-op times profiled on the device for one spec (indexed like spec.ops); they replace the roofline
   // for that spec. Not saved to JSON: a profile belongs to one model shape and batch.
   std::vector<double> profiled_op_s;
+  // The scratch the device's libraries needed while the profiled ops ran (oneDNN's scratchpad on the host
+  // device): the plan's workspace tensor. Not saved to JSON either.
+  int64_t profiled_workspace_bytes = 0;
 
   // One op's time: its profiled time when there is a profile for this spec; else the roofline: the larger
   // of its FLOPs at flops_per_s and the bytes it touches (its tensors and parameters at the device's

@@ -1,5 +1,6 @@
 // DeviceMemory: the device tensors a schedule implies (its Prefetch/Release pairs, resident slots,
-// gradient buffers until ReleaseGrads, the device optimizer's state) and their one layout.
+// gradient buffers until ReleaseGrads, the device optimizer's state, the libraries' workspace) and their
+// one layout.
 #include "offload/device_memory.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@ const char* to_string(DeviceTensor::Kind kind) {
     case DeviceTensor::Kind::Grads: return "gradients";
     case DeviceTensor::Kind::OptimizerState: return "optimizer state";
     case DeviceTensor::Kind::GradSum: return "gradient sum";
+    case DeviceTensor::Kind::Workspace: return "workspace";
   }
   return "?";
 }
@@ -66,6 +68,8 @@ std::vector<DeviceTensor> device_tensors(const OffloadProblem& p, const Schedule
       if (p.grad_accum > 1) out.push_back({Kind::GradSum, b, {4 * numel, 256, 0, last}});
     }
   }
+  // Last, so that every other tensor keeps its index whether or not the device needs a workspace.
+  if (p.workspace_bytes > 0) out.push_back({Kind::Workspace, 0, {p.workspace_bytes, 256, 0, last}});
   return out;
 }
 

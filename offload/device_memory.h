@@ -20,6 +20,7 @@ struct DeviceTensor {
     Grads,           // index: bucket; its gradients during backward, until released
     OptimizerState,  // index: bucket; fp32 master, m and v, in that order (optimizer on the device)
     GradSum,         // index: bucket; fp32 sum over micro-batches (optimizer on the device, grad_accum > 1)
+    Workspace,       // index: 0; the libraries' scratch (problem.workspace_bytes > 0), the whole step, listed last
   };
   Kind kind;
   int index;
@@ -36,7 +37,8 @@ struct DeviceMemory {
   int64_t red_zone_bytes = 0;
 };
 
-// Everything the schedule keeps on the device. Weight windows appear in the order of their Prefetch.
+// Everything the schedule keeps on the device. Weight windows appear in the order of their Prefetch; the
+// workspace, when there is one, comes last.
 std::vector<DeviceTensor> device_tensors(const OffloadProblem& problem, const Schedule& schedule);
 std::vector<memory::TensorLifetime> lifetimes(const std::vector<DeviceTensor>& tensors);
 

@@ -33,7 +33,8 @@ class StepPlanner {
   StepPlan attempt(Policy with, int k) const {
     std::vector<bool> checkpointed(layers_, false);
     std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
-    OffloadProblem p(spec_, cost_, request_.bucket_bytes, request_.budget_bytes, checkpointed, request_.grad_accum);
+    OffloadProblem p(spec_, cost_, request_.bucket_bytes, request_.budget_bytes, checkpointed, request_.grad_accum,
+                     request_.workspace_bytes);
     PlannedSchedule planned = make_schedule(p, with, request_.red_zone_bytes);
     Schedule& s = planned.schedule;
     if (with != request_.policy) s.policy = to_string(request_.policy);  // the construction stays

@@ -31,7 +31,7 @@ std::vector<double> timeline(const OffloadProblem& p) {
 
 // A shortfall of the problem's budget; recomputing more blocks is suggested while any is left.
 BudgetShortfall shortfall(const OffloadProblem& p, int64_t needed, std::string needed_by, std::string placement) {
-  BudgetShortfall s{p.budget_bytes, needed, std::move(needed_by), std::move(placement), p.checkpointed_layers, p.n_layers};
+  BudgetShortfall s{p.budget_bytes, needed, std::move(needed_by), std::move(placement), p.workspace_bytes, p.checkpointed_layers, p.n_layers};
   s.suggest_checkpointing = p.checkpointed_layers < p.n_layers;
   return s;
 }
@@ -84,7 +84,7 @@ Schedule chunk_lru(const OffloadProblem& p, int64_t budget) {
     for (int b : p.op_buckets[i]) {
       last_used[b] = i;
       if (on[b]) continue;
-      while (p.activation_live[i] + grads_live[i] + held + p.bucket_bytes[b] > budget) {
+      while (p.workspace_bytes + p.activation_live[i] + grads_live[i] + held + p.bucket_bytes[b] > budget) {
         const int victim = lru_victim(i);
         if (victim < 0) break;  // nothing left to evict: the Simulator's budget check reports it
         s.before[i].push_back({Action::Kind::Release, victim});
@@ -148,7 +148,7 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
   for (int b = 0; b < p.n_buckets; ++b)
     if (resident[b]) resident_bytes += p.bucket_bytes[b];
   std::vector<int64_t> used(p.n_ops);
-  for (int i = 0; i < p.n_ops; ++i) used[i] = p.activation_live[i] + grads_live[i] + resident_bytes;
+  for (int i = 0; i < p.n_ops; ++i) used[i] = p.workspace_bytes + p.activation_live[i] + grads_live[i] + resident_bytes;
   std::vector<int> released_at(p.n_buckets, 0);  // a bucket's next window may not start before this point
   double h2d_free = 0;
   for (const Window& w : windows_of(p, resident, gap)) {  // in order of first use
@@ -271,7 +271,7 @@ PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes) {
     std::vector<bool> resident_set(p.n_buckets, false);
     int64_t resident_bytes = 0;
     for (int i = 0; i < size; ++i) resident_set[ranking[i]] = true, resident_bytes += p.bucket_bytes[ranking[i]];
-    if (resident_bytes + most_activations > p.budget_bytes) break;  // neither this prefix nor a larger one fits
+    if (p.workspace_bytes + resident_bytes + most_activations > p.budget_bytes) break;  // neither this prefix nor a larger one fits
     for (int64_t rung : ladder) best.consider(greedy_for(p, resident_set, rung));
   }
   if (!best.fastest) throw BudgetError(shortfall(p, best.smallest_peak, "greedy's smallest plan", ""));
@@ -315,13 +315,15 @@ std::string budget_message(const BudgetShortfall& s) {
     const std::string blocks = std::to_string(s.recomputed_blocks) + " of " + std::to_string(s.blocks) + " blocks recomputed";
     how = how.empty() ? "with " + blocks : how + " and " + blocks;
   }
+  if (s.workspace_bytes > 0)  // the device sized it, not the config: say what part of the need it is
+    how += (how.empty() ? "" : " ") + std::string("(") + memory::format_bytes(s.workspace_bytes) + " of it the device libraries' workspace)";
   return "offload.gpu_budget: " + budget + " is below the " + needed + " " + s.needed_by + " needs" + (how.empty() ? "" : " " + how) + "; " + fix;
 }
 
 int64_t minimum_device_bytes(const OffloadProblem& p) {
   int64_t need = 0;
   for (int i = 0; i < p.n_ops; ++i) {
-    int64_t at = p.activation_live[i];
+    int64_t at = p.workspace_bytes + p.activation_live[i];
     for (int b : p.op_buckets[i]) at += p.bucket_bytes[b] * (p.first_grad_op[b] >= 0 && i >= p.first_grad_op[b] ? 2 : 1);
     need = std::max(need, at);
   }

@@ -27,12 +27,14 @@ struct BudgetShortfall {
   int64_t needed_bytes = 0;
   std::string needed_by;  // "this model", "policy resident", "greedy's smallest plan"
   std::string placement;  // "with every bucket offloaded"; may be empty
+  int64_t workspace_bytes = 0;  // of needed_bytes, the libraries' workspace (named in the message when > 0)
   int recomputed_blocks = 0, blocks = 0;
   bool suggest_greedy = false;         // an offloading policy could fit where this one cannot
   bool suggest_checkpointing = false;  // recomputing more blocks would make it fit (or might, from make_schedule)
 };
 // "offload.gpu_budget: 2 GiB is below the 3.1 GiB this model needs with every bucket offloaded and 0 of
-// 12 blocks recomputed; raise it or set train.activation_checkpointing: auto"
+// 12 blocks recomputed (64 MiB of it the device libraries' workspace); raise it or set
+// train.activation_checkpointing: auto"
 std::string budget_message(const BudgetShortfall& shortfall);
 
 // The budget cannot hold what the policy must keep on the device.
@@ -42,7 +44,7 @@ struct BudgetError : std::runtime_error {
 };
 
 // The least device memory any policy can run in: at every op, its activations, the buckets it uses and
-// the gradient buffers it writes.
+// the gradient buffers it writes; and the libraries' workspace throughout.
 int64_t minimum_device_bytes(const OffloadProblem& problem);
 
 // No plan can be faster. With AdamW on the CPU: the largest of the compute time, every gradient crossing
@@ -94,6 +96,9 @@ struct PlanRequest {
   Checkpointing checkpointing = Checkpointing::Off;                  // [train.activation_checkpointing]
   int grad_accum = 1;                                                // [train.grad_accum]
   Overlap overlap = Overlap::Backward;                               // [offload.overlap]
+  // Scratch the device's libraries need while an op runs: cuBLASLt, cuDNN, CUB; oneDNN's scratchpad on
+  // the host device; sized by the device. One device tensor alive the whole step; counts against the budget.
+  int64_t workspace_bytes = 0;
   int64_t red_zone_bytes = 0;  // padding after every device tensor, for canaries (tests); counts against the budget
 };
 

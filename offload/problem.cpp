@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 namespace ferry::offload {
 namespace {
@@ -42,8 +44,15 @@ struct Uses {
 }  // namespace
 
 OffloadProblem::OffloadProblem(const models::ModelSpec& spec, const CostModel& c, int64_t bucket_size,
-                               int64_t budget, const std::vector<bool>& checkpointed, int accum)
-    : precision(spec.precision), layout(make_layout(spec, bucket_size)), grad_accum(accum), cost(c), budget_bytes(budget) {
+                               int64_t budget, const std::vector<bool>& checkpointed, int accum, int64_t workspace)
+    : precision(spec.precision),
+      layout(make_layout(spec, bucket_size)),
+      grad_accum(accum),
+      cost(c),
+      budget_bytes(budget),
+      workspace_bytes(workspace) {
+  if (workspace < 0)
+    throw std::invalid_argument("workspace_bytes: " + std::to_string(workspace) + " is negative; use 0 when the device's libraries need no scratch");
   std::vector<bool> ckpt = checkpointed;
   for (const auto& op : spec.ops) n_layers = std::max(n_layers, op.layer + 1);
   ckpt.resize(n_layers, false);

@@ -16,9 +16,9 @@ namespace ferry::offload {
 struct OffloadProblem {
   // checkpointed: per transformer block (op.layer), whether its activations are dropped after forward and
   // recomputed right before its backward (the recomputation ops join the step's timeline). Empty: none;
-  // missing entries are false, entries beyond the model's blocks are ignored.
+  // missing entries are false, entries beyond the model's blocks are ignored. workspace_bytes: see below.
   OffloadProblem(const models::ModelSpec& spec, const CostModel& cost, int64_t bucket_bytes, int64_t budget_bytes,
-                 const std::vector<bool>& checkpointed = {}, int grad_accum = 1);
+                 const std::vector<bool>& checkpointed = {}, int grad_accum = 1, int64_t workspace_bytes = 0);
 
   DType precision;                  // the weights' and gradients' storage on the device (spec.precision)
   memory::BucketLayout layout;      // the buckets, in the element type that travels (precision)
@@ -33,6 +33,9 @@ struct OffloadProblem {
   int n_buckets = 0;
   CostModel cost;
   int64_t budget_bytes = 0;
+  // Scratch the device's libraries need while an op runs (PlanRequest::workspace_bytes): one device tensor
+  // alive over the whole step, so every policy's fit and the least memory any plan needs count it.
+  int64_t workspace_bytes = 0;
   std::vector<double> op_seconds;                 // per op
   std::vector<std::vector<int>> op_buckets;       // buckets each op reads (forward) or reads and writes grads of
   std::vector<int64_t> bucket_params;             // parameters per bucket

@@ -28,7 +28,8 @@ std::vector<Access> accesses(const DeviceMemory& memory, const StreamTimes& t) {
     a.first_write = t.op_start[d.life.first], a.last_end = t.op_end[d.life.last];
     // device_tensors lists the travelling windows, in the order of their Prefetch, before any resident slot
     if (d.kind == Kind::Weights && window < t.window_copy_start.size()) a.first_write = t.window_copy_start[window++];
-    else if (d.kind == Kind::Weights || d.kind == Kind::OptimizerState || d.kind == Kind::GradSum) a.first_write = 0, a.last_end = step_end;
+    else if (d.kind == Kind::Weights || d.kind == Kind::OptimizerState || d.kind == Kind::GradSum || d.kind == Kind::Workspace)
+      a.first_write = 0, a.last_end = step_end;
     if (d.kind == Kind::Grads) a.last_end = std::max(a.last_end, t.grads_landed[d.index]);
   }
   return out;
@@ -36,6 +37,7 @@ std::vector<Access> accesses(const DeviceMemory& memory, const StreamTimes& t) {
 
 std::string name(const DeviceTensor& d) {
   if (d.kind == Kind::Activation) return fmt::format("activation {} (ops {}..{})", d.index, d.life.first, d.life.last);
+  if (d.kind == Kind::Workspace) return fmt::format("workspace (ops {}..{})", d.life.first, d.life.last);
   return fmt::format("{} of bucket {} (ops {}..{})", to_string(d.kind), d.index, d.life.first, d.life.last);
 }
 

@@ -1,19 +1,29 @@
 // CudaDevice: streams and events are CUDA's own. A stream waiting for host work (CPU AdamW) runs a
 // one-thread kernel (cuda_device_kernels.cu) that spins on a pinned flag; a watcher thread sets the flag
-// once the host event is done (2 when the host work failed, which synchronize() then reports). Host code
-// only, compiled as C++20 by the host compiler.
+// once the host event is done (2 when the host work failed, which synchronize() then reports). Host work
+// queued by run() is a cudaLaunchHostFunc whose failure is recorded the same way. Host code only,
+// compiled as C++20 by the host compiler.
 #include "engine/device/cuda_device.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-
+#include <memory>
 #include <stdexcept>
 
 namespace ferry::device {
 namespace {
 
 thread_local cudaStream_t tls_stream = nullptr;
+
+// current_stream() is `stream` while the device's own method launching kernels on it runs.
+class Launching {
+ public:
+  explicit Launching(cudaStream_t stream) { tls_stream = stream; }
+  ~Launching() { tls_stream = nullptr; }
+  Launching(const Launching&) = delete;
+  Launching& operator=(const Launching&) = delete;
+};
 
 void check(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess) {
@@ -73,28 +83,64 @@ std::unique_ptr<memory::PinnedHostPool> CudaDevice::make_host_pool(int64_t bytes
   return std::make_unique<memory::PinnedHostPool>(bytes, memory::PinnedHostPool::Options{.cuda = true, .lock = false});
 }
 
+struct CudaDevice::HostWork {
+  CudaDevice* device;
+  Stream stream;
+  std::string label;
+  std::function<void()> work;
+};
+
 void CudaDevice::run(Stream s, std::string label, std::function<void()> work) {
-  tls_stream = streams_[static_cast<int>(s)];
-  try {
-    work();
-  } catch (const std::exception& e) {
-    tls_stream = nullptr;
-    throw std::runtime_error(fmt::format("{}: {}: {}", to_string(s), label, e.what()));
+  // Owned by the host function once CUDA has accepted it: it deletes it when it has run (also when earlier
+  // host work failed; only a device fault, which ends the run, leaves it unrun).
+  auto host_work = std::make_unique<HostWork>(HostWork{this, s, std::move(label), std::move(work)});
+  const std::string what = fmt::format("{}: {} (cudaLaunchHostFunc)", to_string(s), host_work->label);
+  check(cudaLaunchHostFunc(stream(s), &CudaDevice::run_host_work, host_work.get()), what);
+  host_work.release();
+}
+
+// On the CUDA runtime's callback thread, in stream order. Nothing may escape it (CUDA would terminate), and
+// it makes no CUDA call: a failure is recorded for synchronize(), like a failed host event.
+void CUDART_CB CudaDevice::run_host_work(void* p) {
+  const std::unique_ptr<HostWork> w(static_cast<HostWork*>(p));
+  CudaDevice& dev = *w->device;
+  const int s = static_cast<int>(w->stream);
+  {
+    std::lock_guard lock(dev.mutex_);
+    if (dev.stream_failed_[s]) return;  // the stream failed: later host work is skipped, as on the host device
   }
-  tls_stream = nullptr;
-  check(cudaGetLastError(), fmt::format("{}: {}", to_string(s), label));
+  std::string error;
+  try {
+    w->work();
+    return;
+  } catch (const std::exception& e) {
+    error = fmt::format("{}: {}: {}", to_string(w->stream), w->label, e.what());
+  } catch (...) {
+    error = fmt::format("{}: {}: an exception that is not a std::exception", to_string(w->stream), w->label);
+  }
+  std::lock_guard lock(dev.mutex_);
+  dev.stream_failed_[s] = true;
+  if (dev.host_failure_.empty()) dev.host_failure_ = std::move(error);
+}
+
+void CudaDevice::bind_workspace(std::byte* data, int64_t bytes) {
+  if (bytes < 0 || (!data && bytes != 0))
+    throw std::invalid_argument(fmt::format("bind_workspace: {} bytes at {}: a workspace needs a size >= 0 and an address", bytes,
+                                            static_cast<void*>(data)));
+  workspace_ = data;
+  workspace_bytes_ = data ? bytes : 0;
 }
 
 void CudaDevice::copy(Stream s, void* dst, const void* src, int64_t bytes, std::string label) {
   if (s == Stream::Compute) throw std::logic_error("copies go on the h2d or d2h stream");
-  check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, streams_[static_cast<int>(s)]),
+  check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, stream(s)),
         fmt::format("{}: {} (cudaMemcpyAsync of {} bytes)", to_string(s), label, bytes));
 }
 
 EventPtr CudaDevice::record(Stream s) {
   auto e = std::make_shared<CudaEvent>();
   check(cudaEventCreateWithFlags(&e->event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  check(cudaEventRecord(e->event, streams_[static_cast<int>(s)]), fmt::format("cudaEventRecord on {}", to_string(s)));
+  check(cudaEventRecord(e->event, stream(s)), fmt::format("cudaEventRecord on {}", to_string(s)));
   return e;
 }
 
@@ -118,7 +164,7 @@ double CudaDevice::elapsed_seconds(const EventPtr& from, const EventPtr& to) {
 void CudaDevice::wait(Stream s, const EventPtr& event, std::string label) {
   const auto* e = dynamic_cast<const CudaEvent*>(event.get());
   if (!e) throw std::logic_error("an event from another device was given to the CUDA device");
-  check(cudaStreamWaitEvent(streams_[static_cast<int>(s)], e->event, 0), fmt::format("{}: wait for {}", to_string(s), label));
+  check(cudaStreamWaitEvent(stream(s), e->event, 0), fmt::format("{}: wait for {}", to_string(s), label));
 }
 
 EventPtr CudaDevice::from_host(std::shared_ptr<HostEvent> host) {
@@ -180,11 +226,11 @@ void CudaDevice::synchronize(const EventPtr& event) {
 
 void CudaDevice::synchronize() {
   for (Stream s : {Stream::Compute, Stream::H2D, Stream::D2H})
-    check(cudaStreamSynchronize(streams_[static_cast<int>(s)]), fmt::format("{} stream", to_string(s)));
+    check(cudaStreamSynchronize(stream(s)), fmt::format("{} stream", to_string(s)));
   check_host_failure();
 }
 
-// The compute stream's work needs Ferry's CUDA kernels (issue 7); until they exist these refuse clearly
+// The ops and device AdamW need Ferry's CUDA kernels (issue 7); until they exist these refuse clearly
 // (the trainer refuses device: cuda before any of them could be reached).
 namespace {
 [[noreturn]] void needs_kernels(const std::string& what) {
@@ -193,10 +239,16 @@ namespace {
 }  // namespace
 
 void CudaDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {
-  check(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), streams_[static_cast<int>(s)]), fmt::format("{}: {}", to_string(s), label));
+  check(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream(s)), fmt::format("{}: {}", to_string(s), label));
 }
 
-void CudaDevice::accumulate(Stream, float*, const void*, DType, int64_t, bool, std::string label) { needs_kernels(label); }
+void CudaDevice::accumulate(Stream s, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) {
+  if (src_type != DType::F32 && src_type != DType::BF16 && src_type != DType::F16)
+    throw std::invalid_argument(fmt::format("{}: {}: accumulate reads fp32, bf16 or fp16, not {}", to_string(s), label, to_string(src_type)));
+  const Launching on(stream(s));
+  check(launch_accumulate(dst, src, src_type, n, overwrite, current_stream()),
+        fmt::format("{}: {} (accumulate of {} {} elements)", to_string(s), label, n, to_string(src_type)));
+}
 
 void CudaDevice::run_op(const models::ModelSpec&, const models::OpSpec&, const models::OpOperands&, float, float*, std::string label) {
   needs_kernels(label);

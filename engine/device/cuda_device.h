@@ -1,6 +1,6 @@
 // CudaDevice: the Device on a GPU: three CUDA streams, CUDA events, cudaMemcpyAsync between the pinned
-// pool and the arena (one cudaMalloc at start-up). Compute work launches its kernels on the stream it is
-// queued on (current_stream()). Built only with CUDA (FERRY_WITH_CUDA).
+// pool and the arena (one cudaMalloc at start-up), host work queued in stream order (cudaLaunchHostFunc).
+// Its own methods launch their kernels on the stream directly. Built only with CUDA (FERRY_WITH_CUDA).
 #pragma once
 
 #ifdef FERRY_WITH_CUDA
@@ -19,6 +19,9 @@ namespace ferry::device {
 
 // Launches a one-thread kernel on `stream` that returns once *device_flag (pinned, mapped) is nonzero.
 cudaError_t launch_wait_for_flag(int* device_flag, cudaStream_t stream);
+// Launches dst[i] = src[i] (overwrite) or dst[i] += src[i] for i < n, src stored as fp32, bf16 or fp16 and
+// widened exactly, the sum in fp32 (cuda_device_kernels.cu). cudaErrorInvalidValue for another type.
+cudaError_t launch_accumulate(float* dst, const void* src, DType src_type, int64_t n, bool overwrite, cudaStream_t stream);
 
 class CudaDevice final : public Device {
  public:
@@ -45,6 +48,10 @@ class CudaDevice final : public Device {
   // Not measured on the CUDA device yet (it would need timing events around every wait): 0.
   double compute_stall_seconds() const override { return 0; }
   int64_t measured_peak_bytes() const override;
+  // Recorded for the libraries (cuBLASLt, cuDNN, CUB); no kernel uses it yet.
+  void bind_workspace(std::byte* data, int64_t bytes) override;
+  std::byte* workspace() const { return workspace_; }
+  int64_t workspace_bytes() const { return workspace_bytes_; }
   void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
   void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) override;
   // No op yet: the CUDA kernels are issue 15's.
@@ -54,10 +61,15 @@ class CudaDevice final : public Device {
   void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
              float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
 
-  // The stream the work being queued by run() launches on.
+  // The stream the device's own kernels launch on while one of its methods (accumulate, and run_op and
+  // adamw once they exist) queues them, so that the library code an op calls needs no stream argument;
+  // null elsewhere (host work queued by run() makes no CUDA call).
   static cudaStream_t current_stream();
 
  private:
+  struct HostWork;  // what run() queues: the work, kept alive until it has run, with its stream and label
+  static void CUDART_CB run_host_work(void* host_work);
+  cudaStream_t stream(Stream s) const { return streams_[static_cast<int>(s)]; }
   void check_host_failure();
   void watch();  // the thread that sets a pinned flag once its host event is done
 
@@ -71,9 +83,12 @@ class CudaDevice final : public Device {
   std::mutex mutex_;  // guards everything below (and next_flag_)
   std::condition_variable cv_;
   std::deque<std::pair<std::shared_ptr<HostEvent>, int>> watched_;
-  std::string host_failure_;
+  std::string host_failure_;  // the first failure of host work: a host event (from_host) or run()'s work
+  std::array<bool, 3> stream_failed_{};  // a stream whose host work failed skips its later host work
   bool stopping_ = false;
   std::thread watcher_;
+  std::byte* workspace_ = nullptr;
+  int64_t workspace_bytes_ = 0;
 };
 
 }  // namespace ferry::device

@@ -4,6 +4,7 @@
 // the CUDA device.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,8 +42,14 @@ class Device {
   // The arena: allocated once at construction; nothing else is ever allocated on the device.
   virtual const memory::Arena& arena() const = 0;
 
-  // Queues work on a stream. `label` names it in errors and traces ("h.0.attn.c_attn.fwd").
-  // The host device runs `work` on the stream's thread.
+  // Queues host code on a stream: `work` runs on a thread of the device's (the host device: the stream's
+  // worker; the CUDA device: the CUDA runtime's callback thread, via cudaLaunchHostFunc) once everything
+  // queued on the stream before it has finished, and work queued after it waits for it. `label` names it
+  // in errors and traces ("h.0.attn.c_attn.fwd"). Both devices promise the same: an exception thrown by
+  // `work` does not reach the caller; it fails the stream, later host work on it is skipped, and
+  // synchronize() throws it, naming the stream and the label. `work` must make no CUDA call (CUDA forbids
+  // them in host functions): a device's kernels are queued by its own methods (zero, accumulate, run_op,
+  // adamw), never from host work.
   virtual void run(Stream stream, std::string label, std::function<void()> work) = 0;
   // Queues a copy between pinned host memory and the arena on the H2D or D2H stream. Thread-safe.
   virtual void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) = 0;
@@ -63,6 +70,12 @@ class Device {
   virtual void synchronize() = 0;
   // Seconds the compute stream has spent waiting for events (stalls), since construction.
   virtual double compute_stall_seconds() const = 0;
+  // The plan's workspace (offload::DeviceTensor::Kind::Workspace, in the arena, alive the whole step): the
+  // scratch the device's libraries take while an op runs, so that none of them allocates. The host
+  // device's compute stream takes oneDNN's scratchpads from it (an op needing more fails, saying so); the
+  // CUDA device keeps it for cuBLASLt, cuDNN and CUB. Called before the ops that use it are queued;
+  // nullptr (0 bytes) unbinds it.
+  virtual void bind_workspace(std::byte* data, int64_t bytes) = 0;
   // Device memory really used so far, measured, not planned: on the host device the arena's highest byte
   // ever written; on a GPU the arena plus whatever else was allocated on it since start-up.
   virtual int64_t measured_peak_bytes() const = 0;

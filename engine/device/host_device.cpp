@@ -13,6 +13,7 @@
 #include "cpu_optim/optimizer_step.h"
 #include "engine/device/stop.h"
 #include "models/ops/matmul.h"
+#include "models/ops/workspace.h"
 
 namespace ferry::device {
 namespace {
@@ -149,6 +150,12 @@ void HostDevice::synchronize() {
 }
 
 double HostDevice::compute_stall_seconds() const { return queues_[0]->blocked_seconds(); }
+
+void HostDevice::bind_workspace(std::byte* data, int64_t bytes) {
+  // The binding is per thread (the ops' workspaces are): it must happen on the thread that runs the ops,
+  // in stream order, so a task does it. The other streams run no ops.
+  queue(Stream::Compute).run("bind workspace", [data, bytes] { models::ops::bind_workspace(models::ops::Scratch::Library, data, bytes); });
+}
 
 void HostDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {
   queue(s).run(std::move(label), [dst, bytes] { std::memset(dst, 0, static_cast<size_t>(bytes)); });

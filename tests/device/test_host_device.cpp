@@ -1,5 +1,5 @@
-// The host device: streams ordered only by events, throttled copies that take the link's time, and a
-// failed task that fails every later event with its label.
+// The host device: streams ordered only by events, throttled copies that take the link's time, a failed
+// task that fails every later event with its label, and the plan's workspace as the ops' library scratch.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,6 +12,8 @@
 #include "engine/device/cuda_devices.h"
 #include "engine/device/host_device.h"
 #include "engine/device/make_device.h"
+#include "memory/device_allocations.h"
+#include "models/ops/workspace.h"
 
 namespace ferry::device {
 namespace {
@@ -97,6 +99,39 @@ TEST(HostDevice, AFailedTaskFailsLaterEventsWithItsLabel) {
     EXPECT_NE(std::string(err.what()).find("d2h: offload gradients of bucket 3: disk on fire"), std::string::npos) << err.what();
   }
   EXPECT_FALSE(ran);
+}
+
+// The plan's workspace bound on the host device becomes the compute stream's oneDNN scratch, on the thread
+// that runs the ops, without an allocation; other streams keep their own; an op needing more fails its
+// stream, saying how much it needed and how much the plan gave.
+TEST(HostDevice, BindWorkspaceRoutesTheComputeThreadsLibraryScratch) {
+  HostDevice dev({1 << 20, 0, 0, nullptr});
+  std::byte* region = dev.arena().data() + 4096;
+  const int64_t before = memory::DeviceAllocations::count();
+  dev.bind_workspace(region, 64 << 10);
+  std::byte* compute = nullptr;
+  int64_t compute_bytes = 0;
+  dev.run(Stream::Compute, "an op's scratchpad", [&] {
+    compute = reinterpret_cast<std::byte*>(models::ops::workspace(models::ops::Scratch::Library, 1000));
+    compute_bytes = models::ops::workspace_bytes(models::ops::Scratch::Library);
+  });
+  std::byte* other = nullptr;
+  dev.run(Stream::D2H, "not the compute stream", [&] {
+    other = reinterpret_cast<std::byte*>(models::ops::workspace(models::ops::Scratch::Library, 1000));
+  });
+  dev.synchronize();
+  EXPECT_EQ(compute, region);
+  EXPECT_EQ(compute_bytes, 64 << 10);
+  EXPECT_NE(other, region);
+  EXPECT_EQ(memory::DeviceAllocations::count(), before + 1);  // the d2h thread's own buffer; the compute thread none
+  dev.run(Stream::Compute, "h.0.attn.c_attn.fwd", [] { models::ops::workspace(models::ops::Scratch::Library, (64 << 10) + 1); });
+  try {
+    dev.synchronize();
+    FAIL() << "an op's scratch outgrew the plan's workspace unnoticed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("compute: h.0.attn.c_attn.fwd: oneDNN needs 65537 bytes of scratch; the plan's workspace holds 65536"),
+              std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -579,6 +579,74 @@ TEST(PlanStep, OneLayoutPerPlanThatTheExecutorAndTheSimulatorShare) {
   }
 }
 
+// The device libraries' workspace: one tensor, last, alive the whole step, in the layout the Simulator
+// takes its peak from, in the least memory any plan needs, and against the budget: a budget that fits the
+// plan without it fails with it, and the error says how much of the need the workspace is.
+TEST(PlanStep, TheLibrariesWorkspaceIsOneTensorCountedInThePeakAndTheBudget) {
+  const models::ModelSpec spec = models::build_gpt2({2, 2, 64, 256, 32}, 2, 32);
+  constexpr int64_t kWorkspace = int64_t(256) << 10;  // less than resident needs beyond the least any plan needs
+  PlanRequest request = request_for(16384, int64_t(1) << 40, Policy::Resident, Checkpointing::Off);
+  const StepPlan plain = plan_step(spec, CostModel{}, request);
+  request.workspace_bytes = kWorkspace;
+  const StepPlan with = plan_step(spec, CostModel{}, request);
+  EXPECT_EQ(with.problem.workspace_bytes, kWorkspace);
+  ASSERT_EQ(with.memory.tensors.size(), plain.memory.tensors.size() + 1);
+  const DeviceTensor& w = with.memory.tensors.back();
+  EXPECT_EQ(w.kind, DeviceTensor::Kind::Workspace);
+  EXPECT_STREQ(to_string(w.kind), "workspace");
+  EXPECT_EQ(w.life.bytes, kWorkspace);
+  EXPECT_EQ(w.life.first, 0);
+  EXPECT_EQ(w.life.last, with.problem.n_ops - 1);
+  for (const DeviceTensor& t : plain.memory.tensors) EXPECT_NE(t.kind, DeviceTensor::Kind::Workspace);
+  // The peak holds it beside everything alive at the busiest op, and the Simulator reports that peak.
+  int64_t busiest = 0;
+  for (int op = 0; op < plain.problem.n_ops; ++op) {
+    int64_t live = 0;
+    for (const DeviceTensor& t : plain.memory.tensors) live += t.life.first <= op && op <= t.life.last ? t.life.bytes : 0;
+    busiest = std::max(busiest, live);
+  }
+  EXPECT_GE(with.memory.layout.peak, busiest + kWorkspace);
+  EXPECT_EQ(simulate_plan(with).peak_device_bytes, with.memory.layout.peak);
+  EXPECT_EQ(minimum_device_bytes(with.problem), minimum_device_bytes(plain.problem) + kWorkspace);
+  // A budget resident fits without the workspace is too small with it.
+  request.budget_bytes = plain.memory.layout.peak;
+  ASSERT_LE(minimum_device_bytes(with.problem), request.budget_bytes);  // so resident's own check is the one that fails
+  try {
+    plan_step(spec, CostModel{}, request);
+    ADD_FAILURE() << "the workspace was left out of the budget";
+  } catch (const BudgetError& e) {
+    EXPECT_EQ(e.shortfall.needed_bytes, with.memory.layout.peak) << e.what();
+    EXPECT_EQ(e.shortfall.workspace_bytes, kWorkspace);
+    EXPECT_NE(std::string(e.what()).find("(" + memory::format_bytes(kWorkspace) + " of it the device libraries' workspace)"),
+              std::string::npos) << e.what();
+  }
+  // Below the least any plan needs with it, every policy refuses before planning, counting it.
+  for (Policy policy : all_policies()) {
+    const PlanRequest tight = [&] {
+      PlanRequest r = request_for(16384, minimum_device_bytes(with.problem) - 1, policy, Checkpointing::Off);
+      r.workspace_bytes = kWorkspace;
+      return r;
+    }();
+    try {
+      plan_step(spec, CostModel{}, tight);
+      ADD_FAILURE() << to_string(policy);
+    } catch (const BudgetError& e) {
+      EXPECT_EQ(e.shortfall.needed_bytes, minimum_device_bytes(with.problem)) << to_string(policy);
+      EXPECT_NE(std::string(e.what()).find("of it the device libraries' workspace"), std::string::npos) << e.what();
+    }
+  }
+  // Greedy offloading under a budget that holds the workspace: its own accounting counts it, so its plan fits.
+  request.policy = Policy::Greedy;
+  request.budget_bytes = (minimum_device_bytes(with.problem) + plain.memory.layout.peak + kWorkspace) / 2;
+  const StepPlan greedy = plan_step(spec, CostModel{}, request);
+  const SimResult r = simulate_plan(greedy);
+  EXPECT_EQ(r.error, "");
+  EXPECT_TRUE(r.fits);
+  EXPECT_LE(r.peak_device_bytes, request.budget_bytes);
+  EXPECT_EQ(greedy.memory.tensors.back().kind, DeviceTensor::Kind::Workspace);
+  EXPECT_THROW(OffloadProblem(spec, CostModel{}, 16384, 1 << 30, {}, 1, -1), std::invalid_argument);
+}
+
 TEST(PlanStep, OneRuleDecidesWhichOverlapAPolicyAllows) {
   const models::ModelSpec spec = gpt2_bf16({2, 2, 64, 256, 32}, 2, 32);
   const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
