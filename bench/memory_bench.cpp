@@ -1,7 +1,8 @@
-// ferry-bench memory: what a training run holds in host memory, per parameter. Each shape trains a few steps
-// in a child process of its own (so that runs do not share a peak); the parent reads the child's peak RSS and
-// subtracts the device arena (host memory on the host device) to give host bytes per parameter, beside the
-// host buckets (master, m, v, working copy, gradient landing) that the offload engine needs by design.
+// ferry-bench memory: what a training run holds in host memory, per parameter. Each shape and precision trains a
+// few steps in a child process of its own (so that runs do not share a peak); the parent reads the child's peak
+// RSS and subtracts the device memory (on the host device, host memory standing for the GPU's: its arena and
+// its ops' workspaces) to give host bytes per parameter, beside the host buckets (master, m, v, working copy,
+// gradient landing) that the offload engine needs by design.
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -39,8 +40,8 @@ std::pair<nlohmann::json, int64_t> run_child(const engine::Config& cfg) {
       engine::TrainOptions opt;
       opt.progress = nullptr;
       const engine::TrainSummary s = engine::train(cfg, opt);
-      out = nlohmann::json{{"params", s.params}, {"arena_bytes", s.arena_bytes}, {"host_bucket_bytes", s.host_bucket_bytes},
-                           {"policy", s.policy}, {"median_step_s", s.median_step_s}}.dump();
+      out = nlohmann::json{{"params", s.params}, {"arena_bytes", s.arena_bytes}, {"device_bytes", s.device_bytes_held},
+                           {"host_bucket_bytes", s.host_bucket_bytes}, {"policy", s.policy}, {"median_step_s", s.median_step_s}}.dump();
     } catch (const std::exception& e) {
       out = nlohmann::json{{"error", e.what()}}.dump();
     }
@@ -69,28 +70,32 @@ int run_memory_bench(const std::string& config_path, const std::vector<std::stri
                      const std::string& markdown_path, const std::string& command) {
   nlohmann::json runs = nlohmann::json::array();
   std::ostringstream table;
-  table << "| shape | params | policy | peak RSS | device arena | host bytes / param | of which host buckets | other |\n"
-        << "|---|---|---|---|---|---|---|---|\n";
-  for (const Shape& shape : kShapes) {
+  table << "| shape | precision | params | policy | peak RSS | device arena | device memory | host bytes / param | of which host buckets | other |\n"
+        << "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const Shape& shape : kShapes)
+    for (const char* precision : {"bf16", "fp32"}) {
     std::vector<std::string> o = shape.sets;
+    o.push_back(fmt::format("train.precision={}", precision));
     o.insert(o.end(), overrides.begin(), overrides.end());
     o.push_back(fmt::format("train.steps={}", steps));
     o.push_back("train.eval_batches=1");
     engine::Config cfg = engine::load_config(config_path, o);
     cfg.train.checkpoint_dir.clear(), cfg.train.checkpoint_every = 0;  // the run's state, not a checkpoint's
-    fmt::print(stderr, "{}: training {} steps in a child process\n", shape.name, steps);
+    fmt::print(stderr, "{} ({}): training {} steps in a child process\n", shape.name, precision, steps);
     const auto [s, rss] = run_child(cfg);
-    nlohmann::json run{{"shape", shape.name}, {"sets", o}, {"peak_rss_bytes", rss}};
+    nlohmann::json run{{"shape", shape.name}, {"precision", precision}, {"sets", o}, {"peak_rss_bytes", rss}};
     if (s.contains("error")) {
       run["error"] = s["error"];
-      table << fmt::format("| {} | | | {} | | | | |\n", shape.name, s["error"].get<std::string>());
+      table << fmt::format("| {} | {} | | | {} | | | | | |\n", shape.name, precision, s["error"].get<std::string>());
     } else {
       const double params = s["params"].get<double>();
-      const double host = double(rss - s["arena_bytes"].get<int64_t>()) / params, buckets = s["host_bucket_bytes"].get<double>() / params;
+      const int64_t device = s["device_bytes"].get<int64_t>();
+      const double host = double(rss - device) / params, buckets = s["host_bucket_bytes"].get<double>() / params;
       run.update(s);
       run.update({{"host_bytes_per_param", host}, {"host_bucket_bytes_per_param", buckets}});
-      table << fmt::format("| {} | {:.1f}M | {} | {} | {} | {:.1f} | {:.1f} | {:.1f} |\n", shape.name, params / 1e6, s["policy"].get<std::string>(),
-                           memory::format_bytes(rss), memory::format_bytes(s["arena_bytes"].get<int64_t>()), host, buckets, host - buckets);
+      table << fmt::format("| {} | {} | {:.1f}M | {} | {} | {} | {} | {:.2f} | {:.2f} | {:.2f} |\n", shape.name, precision, params / 1e6,
+                           s["policy"].get<std::string>(), memory::format_bytes(rss), memory::format_bytes(s["arena_bytes"].get<int64_t>()),
+                           memory::format_bytes(device), host, buckets, host - buckets);
     }
     runs.push_back(run);
   }
@@ -101,8 +106,9 @@ int run_memory_bench(const std::string& config_path, const std::vector<std::stri
                  nlohmann::json{{"benchmark", "memory"}, {"runs", runs}, {"machine", cpu_model()}, {"date", today()}, {"command", command}}.dump(2) + "\n");
   if (!markdown_path.empty())
     write_result(markdown_path, "--markdown",
-                 fmt::format("# Host memory per parameter\n\nPeak RSS of a training run (its own process), minus the device arena "
-                             "(host memory on the host device), over the parameters. {}\n\nCommand: `{}`\n\n{}",
+                 fmt::format("# Host memory per parameter\n\nPeak RSS of a training run (its own process), minus the device memory "
+                             "(on the host device, host memory standing for the GPU's: the arena and the ops' workspaces, as "
+                             "memory::DeviceAllocations counts them), over the parameters. {}\n\nCommand: `{}`\n\n{}",
                              about, command, table.str()));
   return 0;
 }

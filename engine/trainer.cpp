@@ -477,6 +477,7 @@ bool Run::run_step(int step, int first_step) {
 void Run::summarise() {
   sum_.device_allocations_after_start_up = memory::DeviceAllocations::count() - allocations_after_set_up_;
   sum_.measured_peak_device_bytes = device_->measured_peak_bytes();
+  sum_.device_bytes_held = memory::DeviceAllocations::bytes_held();
   if (!sum_.interrupted) sum_.steps = cfg_.train.steps;
   sum_.wall_s = seconds_since(t_start_);
   const size_t ran = sum_.losses.size();  // steps run by this call (fewer when resumed or stopped)

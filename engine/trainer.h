@@ -46,6 +46,9 @@ struct TrainSummary {
   int64_t params = 0;              // the model's parameters
   int64_t host_bucket_bytes = 0;   // the host buckets' pinned pool: master, m, v, working copy, gradient landing
   int64_t measured_peak_device_bytes = 0;  // measured on the device: the highest arena byte written
+  // Device memory held at the end (memory::DeviceAllocations): the arena and the ops' workspaces. On the host
+  // device it is host memory that stands for the GPU's.
+  int64_t device_bytes_held = 0;
   int64_t device_allocations_at_start_up = 0;    // device allocations while the run was set up
   int64_t device_allocations_after_start_up = 0;  // and afterwards: none, if nothing is allocated per step
   int64_t budget_bytes = 0;

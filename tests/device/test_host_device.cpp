@@ -1,7 +1,9 @@
 // The host device: streams ordered only by events, throttled copies that take the link's time, a failed
-// task that fails every later event with its label, and the plan's workspace as the ops' library scratch.
+// task that fails every later event with its label, the plan's workspace as the ops' library scratch, timed
+// events, and start-up profiling of a model's ops on the device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -12,6 +14,10 @@
 #include "engine/device/cuda_devices.h"
 #include "engine/device/host_device.h"
 #include "engine/device/make_device.h"
+#include "engine/device/op_profile.h"
+#include "models/gpt2.h"
+#include "models/bert.h"
+#include "memory/planner.h"
 #include "memory/device_allocations.h"
 #include "models/ops/workspace.h"
 
@@ -131,6 +137,50 @@ TEST(HostDevice, BindWorkspaceRoutesTheComputeThreadsLibraryScratch) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("compute: h.0.attn.c_attn.fwd: oneDNN needs 65537 bytes of scratch; the plan's workspace holds 65536"),
               std::string::npos) << e.what();
+  }
+}
+
+// Timed events measure the stream's own time between them: work queued between them is inside, work before
+// the first is not.
+TEST(HostDevice, TimedEventsMeasureTheStreamsTimeBetweenThem) {
+  HostDevice dev({1 << 20, 0, 0, nullptr});
+  dev.run(Stream::Compute, "before", [] { std::this_thread::sleep_for(std::chrono::milliseconds(60)); });
+  const EventPtr from = dev.record_timed(Stream::Compute);
+  dev.run(Stream::Compute, "timed", [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
+  const EventPtr to = dev.record_timed(Stream::Compute);
+  const double s = dev.elapsed_seconds(from, to);
+  EXPECT_GE(s, 0.030);
+  EXPECT_LT(s, 0.060);  // the 60 ms before the first event are not counted (generous for a loaded machine)
+  EXPECT_THROW(dev.elapsed_seconds(dev.record(Stream::Compute), to), std::logic_error);  // an untimed event
+}
+
+// Profiling runs every op of the step on the device in an arena that holds one op's operands, not a step's
+// activations, and gives each op a positive time; the big matmul of the LM head takes longer than a
+// residual add.
+TEST(OpProfile, EveryOpIsTimedOnTheDeviceInOneOpsMemory) {
+  for (DType precision : {DType::F32, DType::BF16}) {
+    models::ModelSpec spec = models::build_gpt2({2, 2, 64, 512, 32}, 4, 32);
+    spec.set_precision(precision);
+    const int64_t arena = profile_arena_bytes(spec);
+    EXPECT_LT(arena, memory::Planner::plan(spec.tensor_lifetimes()).peak / 2);  // no whole step of activations
+    HostDevice dev({arena, 0, 0, nullptr});
+    std::vector<int32_t> tokens(4 * 32), targets(4 * 32);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 512), targets[i] = static_cast<int32_t>((i * 7) % 512);
+    const std::vector<double> op_s = profile_ops(spec, dev, tokens, targets, 2, 0.0, 2);
+    ASSERT_EQ(op_s.size(), spec.ops.size());
+    for (size_t i = 0; i < op_s.size(); ++i) {
+      EXPECT_GT(op_s[i], 0.0) << spec.ops[i].name;
+      EXPECT_LT(op_s[i], 1.0) << spec.ops[i].name;
+    }
+    auto time_of = [&](const std::string& name) {
+      const auto op = std::find_if(spec.ops.begin(), spec.ops.end(), [&](const models::OpSpec& o) { return o.name == name; });
+      EXPECT_NE(op, spec.ops.end()) << name;
+      return op_s[static_cast<size_t>(op - spec.ops.begin())];
+    };
+    EXPECT_GT(time_of("lm_head.bwd"), time_of("h.0.res_1.fwd")) << to_string(precision);
+    // A sample batch that is not the step's size is refused, naming both.
+    EXPECT_THROW(profile_ops(spec, dev, std::vector<int32_t>(5, 0), std::vector<int32_t>(5, 0), 1, 0.0, 1), std::invalid_argument);
+    dev.synchronize();
   }
 }
 

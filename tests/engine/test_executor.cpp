@@ -3,6 +3,8 @@
 // checkpointing on and off, gives bitwise the losses of `resident`, inside its budget, allocating nothing
 // on the device after start-up.
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include <atomic>
@@ -185,6 +187,38 @@ std::vector<float> reference_losses(const Config& c, int sync_steps) {
     else pending.push_back(std::move(u));
   }
   return losses;
+}
+
+// Evaluation runs on the device, forward only: its loss is the resident CPU path's on the same weights,
+// bitwise (fp32), whichever policy places them, and it changes no training state (twice the same loss; a
+// step's update then changes it).
+TEST(Executor, EvaluationIsTheForwardLossOnTheDevice) {
+  const Config c = small_config("resident", false, 1, 0, 3);
+  const auto spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
+  models::ParameterStore params(spec.params);
+  models::init_model(c.model, spec, params, 11);
+  const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
+  const dataset::Batch batch = data.val_batch(0, 1, c.train.batch_size);
+  models::CpuRunner runner(spec, params);
+  runner.set_batch(batch.tokens, batch.targets);
+  const float expected = runner.forward();
+  for (const char* policy : {"resident", "chunk-lru"}) {
+    Config pc = small_config(policy, false, 1, 0, 3);
+    if (std::string(policy) == "chunk-lru") pc.offload.gpu_budget = tight_budget(pc, 2.0);
+    const offload::StepPlan plan = plan_for_config(pc, spec, fp32_cost_model());
+    ExecutorParts parts(spec, plan);
+    for (int p = 0; p < params.count(); ++p) {
+      std::memcpy(parts.host.view(p, memory::HostBuckets::Region::Master).data, params.value(p).data(), params.value(p).size_bytes());
+      std::memcpy(parts.host.view(p, memory::HostBuckets::Region::Working).data, params.value(p).data(), params.value(p).size_bytes());
+    }
+    Executor executor(spec, plan, parts.host, *parts.pool, parts.dev, parts.adamw, {}, nullptr);
+    executor.upload_state();
+    EXPECT_EQ(executor.evaluate(batch), expected) << policy;
+    EXPECT_EQ(executor.evaluate(batch), expected) << policy;
+    const std::vector<dataset::Batch> step{data.train_batch(1, 0, c.train.batch_size)};
+    executor.step(step, 1, 1e-3);
+    EXPECT_NE(executor.evaluate(batch), expected) << policy;
+  }
 }
 
 TEST(Executor, MatchesThePlainUpdateRulesBitwise) {
