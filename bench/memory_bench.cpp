@@ -72,32 +72,33 @@ int run_memory_bench(const std::string& config_path, const std::vector<std::stri
   std::ostringstream table;
   table << "| shape | precision | params | policy | peak RSS | device arena | device memory | host bytes / param | of which host buckets | other |\n"
         << "|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const Shape& shape : kShapes)
+  for (const Shape& shape : kShapes) {
     for (const char* precision : {"bf16", "fp32"}) {
-    std::vector<std::string> o = shape.sets;
-    o.push_back(fmt::format("train.precision={}", precision));
-    o.insert(o.end(), overrides.begin(), overrides.end());
-    o.push_back(fmt::format("train.steps={}", steps));
-    o.push_back("train.eval_batches=1");
-    engine::Config cfg = engine::load_config(config_path, o);
-    cfg.train.checkpoint_dir.clear(), cfg.train.checkpoint_every = 0;  // the run's state, not a checkpoint's
-    fmt::print(stderr, "{} ({}): training {} steps in a child process\n", shape.name, precision, steps);
-    const auto [s, rss] = run_child(cfg);
-    nlohmann::json run{{"shape", shape.name}, {"precision", precision}, {"sets", o}, {"peak_rss_bytes", rss}};
-    if (s.contains("error")) {
-      run["error"] = s["error"];
-      table << fmt::format("| {} | {} | | | {} | | | | | |\n", shape.name, precision, s["error"].get<std::string>());
-    } else {
-      const double params = s["params"].get<double>();
-      const int64_t device = s["device_bytes"].get<int64_t>();
-      const double host = double(rss - device) / params, buckets = s["host_bucket_bytes"].get<double>() / params;
-      run.update(s);
-      run.update({{"host_bytes_per_param", host}, {"host_bucket_bytes_per_param", buckets}});
-      table << fmt::format("| {} | {} | {:.1f}M | {} | {} | {} | {} | {:.2f} | {:.2f} | {:.2f} |\n", shape.name, precision, params / 1e6,
-                           s["policy"].get<std::string>(), memory::format_bytes(rss), memory::format_bytes(s["arena_bytes"].get<int64_t>()),
-                           memory::format_bytes(device), host, buckets, host - buckets);
+      std::vector<std::string> o = shape.sets;
+      o.push_back(fmt::format("train.precision={}", precision));
+      o.insert(o.end(), overrides.begin(), overrides.end());
+      o.push_back(fmt::format("train.steps={}", steps));
+      o.push_back("train.eval_batches=1");
+      engine::Config cfg = engine::load_config(config_path, o);
+      cfg.train.checkpoint_dir.clear(), cfg.train.checkpoint_every = 0;  // the run's state, not a checkpoint's
+      fmt::print(stderr, "{} ({}): training {} steps in a child process\n", shape.name, precision, steps);
+      const auto [s, rss] = run_child(cfg);
+      nlohmann::json run{{"shape", shape.name}, {"precision", precision}, {"sets", o}, {"peak_rss_bytes", rss}};
+      if (s.contains("error")) {
+        run["error"] = s["error"];
+        table << fmt::format("| {} | {} | | | {} | | | | | |\n", shape.name, precision, s["error"].get<std::string>());
+      } else {
+        const double params = s["params"].get<double>();
+        const int64_t device = s["device_bytes"].get<int64_t>();
+        const double host = double(rss - device) / params, buckets = s["host_bucket_bytes"].get<double>() / params;
+        run.update(s);
+        run.update({{"host_bytes_per_param", host}, {"host_bucket_bytes_per_param", buckets}});
+        table << fmt::format("| {} | {} | {:.1f}M | {} | {} | {} | {} | {:.2f} | {:.2f} | {:.2f} |\n", shape.name, precision, params / 1e6,
+                             s["policy"].get<std::string>(), memory::format_bytes(rss), memory::format_bytes(s["arena_bytes"].get<int64_t>()),
+                             memory::format_bytes(device), host, buckets, host - buckets);
+      }
+      runs.push_back(run);
     }
-    runs.push_back(run);
   }
   fmt::print("{}", table.str());
   const std::string about = fmt::format("Machine: {}, {} hardware threads. Date: {}.", cpu_model(), std::thread::hardware_concurrency(), today());

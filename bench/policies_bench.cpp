@@ -30,7 +30,8 @@ int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_
   table << "| model | params | budget | lower bound s | resident | zero-offload | chunk-lru | greedy | greedy / bound |\n"
         << "|---|---|---|---|---|---|---|---|---|\n";
   for (const Model& m : shapes) {
-    const models::ModelSpec spec = models::build_gpt2(m.cfg, batch, seq);
+    models::ModelSpec spec = models::build_gpt2(m.cfg, batch, seq);
+    spec.set_precision(DType::BF16);  // train.precision's default: what the GPU stores
     for (int gib : {4, 8, 16}) {
       const offload::OffloadProblem p(spec, cost, memory::BucketLayout::kDefaultBucketBytes, int64_t(gib) << 30);
       const double bound = offload::lower_bound_step_s(p);
