@@ -11,7 +11,7 @@ namespace ferry::models::ops {
 namespace {
 
 struct ThreadWorkspace {
-  std::array<memory::HostBuffer, 2> buffers;
+  std::array<memory::HostBuffer, 3> buffers;  // one per Scratch kind
   ~ThreadWorkspace() {
     for (const auto& b : buffers) memory::DeviceAllocations::release(static_cast<int64_t>(b.bytes()));
   }
