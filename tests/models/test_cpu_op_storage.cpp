@@ -146,5 +146,20 @@ TEST(StoredOps, Fp32OperandsAreUsedInPlace) {
   EXPECT_GT(storage_workspace_after_a_step(DType::BF16), 0);  // the same ops, staged
 }
 
+// Storage the op's slots cannot take is refused before anything is staged or written, naming the op.
+TEST(StoredOps, MixedStorageIsRefusedNamingTheOp) {
+  const ModelSpec spec = build_model({"gpt2", 1, 2, 32, kVocab, 16, {}}, 1, 16, DType::BF16);
+  const OpSpec& op = spec.ops[1];  // h.0.ln_1.fwd: [x] -> [y, mean, rstd]
+  OperandSet operands = random_operands(spec, op, 1);
+  Rng rng(2);
+  operands.lists[2][0] = random_buffer("w", DType::F16, operands.lists[2][0].n, rng);
+  try {
+    run_cpu_op(spec, op, operands.operands(), 1.0f);
+    ADD_FAILURE() << "an fp16 weight among bf16 operands was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("op " + op.name), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ferry::models
