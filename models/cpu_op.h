@@ -1,5 +1,6 @@
 // run_cpu_op: one op of a ModelSpec on the CPU, wherever its operands live and whatever their storage. The
-// CpuRunner points the operands into its own arena and ParameterStore; the host device into its arena.
+// CpuRunner points the operands into its own arena and parameters (the ParameterStore, or its working copy
+// in the precision); the host device into its arena.
 #pragma once
 
 #include <cstddef>
