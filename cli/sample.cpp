@@ -73,7 +73,8 @@ std::string sample(const SampleOptions& o) {
     std::copy(text.end() - len, text.end(), window.begin());
     runner.set_batch(window, targets);
     runner.forward();
-    const float* logits = runner.tensor("lm_head.out").data() + (len - 1) * V;
+    const std::vector<float> all_logits = runner.tensor("lm_head.out");  // a copy: it outlives the expression
+    const float* logits = all_logits.data() + (len - 1) * V;
     int32_t next = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
     if (o.temperature > 0) {
       std::vector<int> order(V);

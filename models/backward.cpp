@@ -10,7 +10,7 @@ namespace {
 
 // What a kind's backward op reads, beyond the gradient of the forward op's first output (the only output that
 // is differentiated; the others are statistics the forward saves for backward). The slots this makes are the
-// ones models/cpu_op.cpp documents.
+// ones models/op_dispatch.cpp documents.
 struct BackwardRule {
   OpKind kind;
   bool reads_grad;         // false for the loss: the root, where the chain of gradients starts

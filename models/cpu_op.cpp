@@ -1,137 +1,118 @@
-// run_cpu_op: maps each op's parameter and tensor slots onto the CPU math in models/ops, one function per kind.
-// Slot conventions (inputs -> outputs) per kind, forward | backward. Backward slots follow one rule
-// (models/backward.cpp): [grad of out0 (not for the loss), forward inputs (not for Residual), saved outputs]
-// -> grads of the forward inputs that are not batch inputs.
-//   Embedding    [tokens] -> [x]                      | [dx, tokens] -> []          params [wte, wpe(, type)]
-//   LayerNorm    [x] -> [y, mean, rstd]               | [dy, x, mean, rstd] -> [dx] params [w, b]
-//   Linear       [x] -> [y]                           | [dy, x] -> [dx]             params [W] or [W, b]
-//   Attention    [qkv] -> [y, probs]                  | [dy, qkv, probs, y] -> [dqkv]            (GPT-2)
-//                [q, k, v, mask] -> [y, probs]        | [dy, q, k, v, mask, probs, y] -> [dq, dk, dv] (BERT)
-//                (y is read by a fused backward, which keeps only a log-sum-exp in place of probs; the CPU's
-//                backward reads probs and leaves y alone, but the plan keeps y alive for it either way)
-//   Gelu         [x] -> [y]                           | [dy, x] -> [dx]
-//   Residual     [a, b] -> [y]                        | [dy] -> [da, db]
-//   CrossEntropy [logits, targets] -> [losses]        | [logits, targets] -> [dlogits]
-//                (the loss is the mean over targets >= 0; BERT marks the others -100)
+// run_cpu_op: an op on the CPU whatever its operands' storage. Operands stored in bf16/fp16 are staged as
+// fp32 in this thread's Storage workspace around the op (the one place the CPU widens and narrows an op's
+// operands); fp32 and int32 ones are used in place. The math runs through dispatch_op on CpuKernels.
 #include "models/cpu_op.h"
 
-#include <cstring>
-#include <stdexcept>
+#include <array>
+#include <vector>
 
-#include "models/ops/ops.h"
+#include "memory/convert.h"
+#include "memory/host_buffer.h"
+#include "models/cpu_kernels.h"
+#include "models/op_dispatch.h"
+#include "models/ops/workspace.h"
 
 namespace ferry::models {
 namespace {
 
-// One op's operands, typed by slot.
-struct Call {
-  const OpSpec& op;
-  const OpAttrs& a;  // op.attrs
-  const OpOperands& at;
-  float loss_weight;
-  bool fwd;
+bool two_byte(Operand o) { return o.data && dtype_bytes(o.dtype) == 2; }
 
-  float* in(size_t k) const { return reinterpret_cast<float*>(at.inputs[k].data); }
-  const int32_t* in_i32(size_t k) const { return reinterpret_cast<const int32_t*>(at.inputs[k].data); }
-  float* out(size_t k) const { return reinterpret_cast<float*>(at.outputs[k].data); }
-  float* value(size_t k) const { return k < at.values.size() ? reinterpret_cast<float*>(at.values[k].data) : nullptr; }  // null: absent
-  float* grad(size_t k) const { return k < at.grads.size() ? reinterpret_cast<float*>(at.grads[k].data) : nullptr; }
+// An op's operands as the fp32 kernels take them. What a 2-byte operand's copy starts from: what the op
+// reads (inputs, parameter values) and what it accumulates into (backward outputs, parameter gradients)
+// are widened; forward outputs are overwritten, and gradient tensors the op creates zeroed by the
+// dispatcher, so those start blank. What the op writes is rounded back (nearest even) by narrow_results().
+class Fp32Staging {
+ public:
+  Fp32Staging(const ModelSpec& spec, const OpSpec& op, const OpOperands& at) {
+    const bool fwd = op.pass == Pass::Forward;
+    std::vector<Slot> slots;
+    for (size_t k = 0; k < at.inputs.size(); ++k) slots.push_back({0, k, tensor_numel(spec, op.inputs[k]), true, false});
+    for (size_t k = 0; k < at.outputs.size(); ++k) {
+      const int t = op.outputs[k];
+      slots.push_back({1, k, tensor_numel(spec, t), !fwd && !created_grad(spec, op, t), true});
+    }
+    for (size_t k = 0; k < at.values.size(); ++k) slots.push_back({2, k, param_numel(spec, op.params[k]), true, false});
+    if (!fwd)  // forward leaves gradients alone (and dispatch_op does not look at them)
+      for (size_t k = 0; k < at.grads.size(); ++k) slots.push_back({3, k, param_numel(spec, op.params[k]), true, true});
+    stage(at, slots);
+  }
+
+  OpOperands operands() const { return {lists_[0], lists_[1], lists_[2], lists_[3]}; }
+
+  void narrow_results() const {
+    for (const Staged& s : staged_)
+      if (s.written) memory::narrow(s.stored.data, s.stored.dtype, s.fp32, s.n);
+  }
+
+ private:
+  struct Slot {
+    int list;  // inputs, outputs, values, grads
+    size_t k;
+    int64_t n;
+    bool widen, written;
+  };
+  struct Staged {
+    Operand stored;
+    float* fp32;
+    int64_t n;
+    bool written;
+  };
+
+  static int64_t tensor_numel(const ModelSpec& spec, int t) { return numel(spec.tensors[t].shape); }
+  static int64_t param_numel(const ModelSpec& spec, int p) { return numel(spec.params[p].shape); }
+  static bool created_grad(const ModelSpec& spec, const OpSpec& op, int t) {
+    if (!spec.tensors[t].is_grad) return false;
+    for (int c : op.creates)
+      if (c == t) return true;
+    return false;
+  }
+  // Each copy starts on a cache line (the workspace itself is 64-byte aligned).
+  static int64_t fp32_bytes(int64_t n) { return static_cast<int64_t>(memory::align_up(static_cast<size_t>(n) * sizeof(float), 64)); }
+
+  // Copies every operand list, then points the 2-byte operands at fp32 copies carved from one workspace.
+  void stage(const OpOperands& at, const std::vector<Slot>& slots) {
+    const std::array<std::span<const Operand>, 4> given{at.inputs, at.outputs, at.values, at.grads};
+    for (int l = 0; l < 4; ++l) lists_[l].assign(given[l].begin(), given[l].end());
+    int64_t bytes = 0;
+    for (const Slot& s : slots)
+      if (two_byte(lists_[s.list][s.k])) bytes += fp32_bytes(s.n);
+    auto* next = reinterpret_cast<std::byte*>(ops::workspace(ops::Scratch::Storage, bytes));
+    for (const Slot& s : slots) {
+      Operand& o = lists_[s.list][s.k];
+      if (!two_byte(o)) continue;
+      auto* fp32 = reinterpret_cast<float*>(next);
+      next += fp32_bytes(s.n);
+      if (s.widen) memory::widen(fp32, o.data, o.dtype, s.n);
+      staged_.push_back({o, fp32, s.n, s.written});
+      o = {reinterpret_cast<std::byte*>(fp32), DType::F32};
+    }
+  }
+
+  std::array<std::vector<Operand>, 4> lists_;
+  std::vector<Staged> staged_;
 };
 
-float embedding(const Call& c) {
-  const OpAttrs& a = c.a;
-  if (c.fwd) ops::embedding_forward(c.out(0), c.in_i32(0), c.value(0), c.value(1), a.batch, a.seq, a.in, c.value(2));
-  else ops::embedding_backward(c.grad(0), c.grad(1), c.in(0), c.in_i32(1), a.batch, a.seq, a.in, c.grad(2));
-  return 0;
-}
-
-float layernorm(const Call& c) {
-  const OpAttrs& a = c.a;
-  if (c.fwd) ops::layernorm_forward(c.out(0), c.out(1), c.out(2), c.in(0), c.value(0), c.value(1), a.rows, a.in, a.eps);
-  else ops::layernorm_backward(c.out(0), c.grad(0), c.grad(1), c.in(0), c.in(1), c.value(0), c.in(2), c.in(3), a.rows, a.in);
-  return 0;
-}
-
-float linear(const Call& c) {
-  const OpAttrs& a = c.a;
-  if (c.fwd) ops::linear_forward(c.out(0), c.in(0), c.value(0), c.value(1), a.rows, a.in, a.out, a.weight_out_in);
-  else ops::linear_backward(c.out(0), c.grad(0), c.grad(1), c.in(0), c.in(1), c.value(0), a.rows, a.in, a.out, a.weight_out_in);
-  return 0;
-}
-
-float attention(const Call& c) {
-  const OpAttrs& a = c.a;
-  // The forward's inputs: GPT-2's packed [qkv] or BERT's [q, k, v, mask]; backward reads dy before them and
-  // probs and y after.
-  const size_t forward_inputs = c.fwd ? c.op.inputs.size() : c.op.inputs.size() - 3;
-  if (forward_inputs == 1) {  // GPT-2: [qkv] | [dy, qkv, probs, y]
-    if (c.fwd) ops::attention_forward(c.out(0), c.out(1), c.in(0), a.batch, a.seq, a.in, a.heads);
-    else ops::attention_backward(c.out(0), c.in(0), c.in(1), c.in(2), a.batch, a.seq, a.in, a.heads);
-    return 0;
-  }
-  // BERT: [q, k, v, mask] | [dy, q, k, v, mask, probs, y]
-  const ops::AttentionShape shape{a.batch, a.seq, a.in, a.heads, a.in, a.causal, c.in_i32(c.fwd ? 3 : 4)};
-  if (c.fwd) ops::attention_forward(c.out(0), c.out(1), c.in(0), c.in(1), c.in(2), shape);
-  else ops::attention_backward(c.out(0), c.out(1), c.out(2), c.in(0), c.in(1), c.in(2), c.in(3), c.in(5), shape);
-  return 0;
-}
-
-float gelu(const Call& c) {
-  if (c.fwd) ops::gelu_forward(c.out(0), c.in(0), c.a.rows * c.a.in, c.a.exact_gelu);
-  else ops::gelu_backward(c.out(0), c.in(0), c.in(1), c.a.rows * c.a.in, c.a.exact_gelu);
-  return 0;
-}
-
-float residual(const Call& c) {
-  if (c.fwd) ops::residual_forward(c.out(0), c.in(0), c.in(1), c.a.rows * c.a.in);
-  else ops::residual_backward(c.out(0), c.out(1), c.in(0), c.a.rows * c.a.in);
-  return 0;
-}
-
-// Forward returns the mean loss over the targets counted; backward scales the gradient to match.
-float cross_entropy(const Call& c) {
-  const OpAttrs& a = c.a;
-  const int32_t* targets = c.in_i32(1);
-  int64_t counted = 0;
-  for (int64_t r = 0; r < a.rows; ++r) counted += targets[r] >= 0;
-  if (!c.fwd) {
-    if (counted) ops::cross_entropy_backward(c.out(0), c.in(0), targets, c.loss_weight / static_cast<float>(counted), a.rows, a.in);
-    return 0;
-  }
-  float* losses = c.out(0);
-  ops::cross_entropy_forward(losses, c.in(0), targets, a.rows, a.in);
-  double sum = 0;
-  for (int64_t r = 0; r < a.rows; ++r) sum += losses[r];
-  return counted ? static_cast<float>(sum / static_cast<double>(counted)) : 0.0f;
-}
-
-float dispatch(const Call& c) {
-  switch (c.op.kind) {
-    case OpKind::Embedding: return embedding(c);
-    case OpKind::LayerNorm: return layernorm(c);
-    case OpKind::Linear: return linear(c);
-    case OpKind::Attention: return attention(c);
-    case OpKind::Gelu: return gelu(c);
-    case OpKind::Residual: return residual(c);
-    case OpKind::CrossEntropy: return cross_entropy(c);
-  }
-  throw std::logic_error("run_cpu_op: op " + c.op.name + " has an unknown kind");
+bool any_two_byte(const OpSpec& op, const OpOperands& at) {
+  for (const auto* list : {&at.inputs, &at.outputs, &at.values})
+    for (const Operand& o : *list)
+      if (two_byte(o)) return true;
+  if (op.pass == Pass::Backward)
+    for (const Operand& o : at.grads)
+      if (two_byte(o)) return true;
+  return false;
 }
 
 }  // namespace
 
 float run_cpu_op(const ModelSpec& spec, const OpSpec& op, const OpOperands& at, float loss_weight) {
-  for (const auto* list : {&at.inputs, &at.outputs, &at.values, &at.grads})
-    for (const Operand& o : *list)
-      if (o.data && o.dtype != DType::F32 && o.dtype != DType::I32)
-        throw std::invalid_argument("run_cpu_op: op " + op.name + " has an operand stored as " + to_string(o.dtype));
-  // Gradient tensors begin life here at zero: backward ops accumulate into them.
-  for (int t : op.creates) {
-    if (!spec.tensors[t].is_grad) continue;
-    for (size_t k = 0; k < op.outputs.size(); ++k)
-      if (op.outputs[k] == t) std::memset(at.outputs[k].data, 0, static_cast<size_t>(spec.tensors[t].bytes()));
-  }
-  return dispatch({op, op.attrs, at, loss_weight, op.pass == Pass::Forward});
+  CpuKernels kernels;
+  // fp32 (and int32) operands go to the kernels as they are: no copy, the fp32 path unchanged.
+  if (!any_two_byte(op, at)) return dispatch_op(spec, op, at, loss_weight, kernels);
+  op_compute_dtype(spec, op, at);  // refuses a bad mix of storage dtypes, naming the op, before any copy
+  const Fp32Staging staged(spec, op, at);
+  const float loss = dispatch_op(spec, op, staged.operands(), loss_weight, kernels);
+  staged.narrow_results();
+  return loss;
 }
 
 }  // namespace ferry::models

@@ -1,4 +1,5 @@
-// CpuRunner: the resident CPU path: one arena for the activations, the ParameterStore for parameters.
+// CpuRunner: the resident CPU path: one arena for the activations, the ParameterStore for parameters (through
+// a working copy in the precision when that is not fp32).
 #include "models/cpu_runner.h"
 
 #include <algorithm>
@@ -6,14 +7,45 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "models/cpu_op.h"
+#include "memory/convert.h"
 
 namespace ferry::models {
 
 CpuRunner::CpuRunner(const ModelSpec& spec, ParameterStore& params)
     : spec_(spec), params_(params), plan_(memory::Planner::plan(spec.tensor_lifetimes())), arena_(memory::Arena::Backing::Host, plan_.peak) {
   for (size_t t = 0; t < spec.tensors.size(); ++t) tensor_ptr_.push_back(arena_.data() + plan_.offsets[t]);
-  for (int p = 0; p < params.count(); ++p) value_ptr_.push_back(params.value(p).data()), grad_ptr_.push_back(params.grad(p).data());
+  const auto bytes_of = [](std::span<float> s) { return reinterpret_cast<std::byte*>(s.data()); };
+  if (!working_copy()) {  // fp32: the ops read and accumulate into the store itself
+    for (int p = 0; p < params.count(); ++p)
+      value_.push_back({bytes_of(params.value(p)), DType::F32}), grad_.push_back({bytes_of(params.grad(p)), DType::F32});
+    return;
+  }
+  // Each parameter's slice of the working copy starts on a cache line, like the store's.
+  std::vector<size_t> offset;
+  size_t total = 0;
+  for (int p = 0; p < params.count(); ++p) {
+    offset.push_back(total);
+    total += memory::align_up(params.value(p).size() * static_cast<size_t>(dtype_bytes(spec.precision)), 64);
+  }
+  working_values_ = memory::HostBuffer(total);
+  working_grads_ = memory::HostBuffer(total);
+  for (int p = 0; p < params.count(); ++p)
+    value_.push_back({working_values_.data() + offset[p], spec.precision}),
+        grad_.push_back({working_grads_.data() + offset[p], spec.precision});
+}
+
+void CpuRunner::round_parameters() {
+  for (int p = 0; p < params_.count(); ++p) {
+    const auto v = params_.value(p);
+    memory::narrow(value_[p].data, spec_.precision, v.data(), static_cast<int64_t>(v.size()));
+  }
+}
+
+void CpuRunner::add_gradients() {
+  for (int p = 0; p < params_.count(); ++p) {
+    const auto g = params_.grad(p);
+    memory::accumulate_widened(g.data(), grad_[p].data, spec_.precision, static_cast<int64_t>(g.size()), false);
+  }
 }
 
 void CpuRunner::set_batch(std::span<const int32_t> tokens, std::span<const int32_t> targets,
@@ -34,6 +66,7 @@ void CpuRunner::set_batch(std::span<const int32_t> tokens, std::span<const int32
 }
 
 float CpuRunner::forward() {
+  if (working_copy()) round_parameters();
   for (const auto& op : spec_.ops)
     if (op.pass == Pass::Forward) run_op(op);
   return last_loss_;
@@ -41,13 +74,16 @@ float CpuRunner::forward() {
 
 float CpuRunner::forward_backward(float loss_weight) {
   loss_weight_ = loss_weight;
+  if (working_copy()) round_parameters(), std::memset(working_grads_.data(), 0, working_grads_.bytes());
   for (const auto& op : spec_.ops) run_op(op);
+  if (working_copy()) add_gradients();
   return last_loss_;
 }
 
 std::vector<double> CpuRunner::profile_ops(int min_reps, double min_seconds, int max_reps) {
   std::vector<double> best(spec_.ops.size(), 1e30);
   loss_weight_ = 1.0f;
+  if (working_copy()) round_parameters();  // times on real weights (and no NaN from a blank copy)
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < max_reps; ++r) {
     if (r >= min_reps && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= min_seconds) break;
@@ -60,19 +96,20 @@ std::vector<double> CpuRunner::profile_ops(int min_reps, double min_seconds, int
   return best;
 }
 
-std::span<const float> CpuRunner::tensor(const std::string& name) const {
-  const int t = spec_.tensor_index(name);
-  if (spec_.tensors[t].dtype != DType::F32) throw std::invalid_argument("tensor '" + name + "' is not fp32");
-  const auto* p = reinterpret_cast<const float*>(arena_.data() + plan_.offsets[t]);
-  return {p, static_cast<size_t>(numel(spec_.tensors[t].shape))};
+std::vector<float> CpuRunner::tensor(const std::string& name) const {
+  const int i = spec_.tensor_index(name);
+  const TensorSpec& t = spec_.tensors[i];
+  if (t.dtype == DType::I32) throw std::invalid_argument("tensor '" + name + "' holds int32 ids, not floats");
+  std::vector<float> out(static_cast<size_t>(numel(t.shape)));
+  memory::widen(out.data(), arena_.data() + plan_.offsets[i], t.dtype, numel(t.shape));
+  return out;
 }
 
 void CpuRunner::run_op(const OpSpec& op) {
   std::vector<Operand> in, out, values, grads;
   for (int t : op.inputs) in.push_back({tensor_ptr_[t], spec_.tensors[t].dtype});
   for (int t : op.outputs) out.push_back({tensor_ptr_[t], spec_.tensors[t].dtype});
-  for (int p : op.params)
-    values.push_back({reinterpret_cast<std::byte*>(value_ptr_[p]), DType::F32}), grads.push_back({reinterpret_cast<std::byte*>(grad_ptr_[p]), DType::F32});
+  for (int p : op.params) values.push_back(value_[p]), grads.push_back(grad_[p]);
   const float loss = run_cpu_op(spec_, op, {in, out, values, grads}, loss_weight_);
   if (op.kind == OpKind::CrossEntropy && op.pass == Pass::Forward) last_loss_ = loss;
 }

@@ -47,7 +47,7 @@ struct OpAttrs {
   float eps = 1e-5f;          // LayerNorm
 };
 
-// One op of the step. The tensor slots per kind and pass are fixed (documented in cpu_op.cpp); an op reaches
+// One op of the step. The tensor slots per kind and pass are fixed (documented in op_dispatch.cpp); an op reaches
 // only for the parameters in `params` and the tensors in `inputs`/`outputs`.
 struct OpSpec {
   std::string name;  // e.g. "h.0.attn.c_attn.fwd"

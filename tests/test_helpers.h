@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +48,14 @@ inline double max_rel_error(std::span<const float> a, std::span<const float> b, 
   for (size_t i = 0; i < a.size(); ++i)
     worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::max(std::abs(double(b[i])), floor));
   return worst;
+}
+
+// Largest |a-b| relative to b's largest magnitude: for storage that rounds every value relative to its own
+// size (bf16), where tiny entries carry the rounding of the big ones they are computed from.
+inline double max_error_of_largest(std::span<const float> a, std::span<const float> b) {
+  double scale = 0;
+  for (float x : b) scale = std::max(scale, std::abs(double(x)));
+  return max_rel_error(a, b, scale);
 }
 
 }  // namespace ferry::testing

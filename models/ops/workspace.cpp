@@ -18,8 +18,8 @@ struct Bound {
 };
 
 struct ThreadWorkspace {
-  std::array<memory::HostBuffer, 2> buffers;
-  std::array<Bound, 2> bound;
+  std::array<memory::HostBuffer, 3> buffers;  // one per Scratch kind
+  std::array<Bound, 3> bound;
   ~ThreadWorkspace() {
     for (const auto& b : buffers) memory::DeviceAllocations::release(static_cast<int64_t>(b.bytes()));
   }

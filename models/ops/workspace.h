@@ -7,7 +7,9 @@
 
 namespace ferry::models::ops {
 
-enum class Scratch { Library, Op };  // oneDNN's scratchpad; the op's own buffers (used together)
+// oneDNN's scratchpad; the op's own buffers; the fp32 copies of an op's 2-byte operands (models/cpu_op.cpp),
+// alive around the op while it uses the other two.
+enum class Scratch { Library, Op, Storage };
 
 // This thread's workspace of the kind, at least `bytes` long (64-byte aligned). Valid until the next call
 // for the same kind on this thread. Unbound, it is the thread's own buffer, grown when an op needs more
