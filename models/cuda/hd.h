@@ -2,6 +2,7 @@
 // compiles to the same operations on the CPU and on the GPU: bit casts, fma, sqrt, division.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -9,7 +10,6 @@
 #define FERRY_HD __host__ __device__
 #else
 #define FERRY_HD
-#include <cmath>
 #endif
 
 namespace ferry::cuda {

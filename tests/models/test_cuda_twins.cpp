@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu_optim/kernels.h"
 #include "models/cuda/twins.h"
 #include "models/ops/ops.h"
 
@@ -104,12 +105,12 @@ TEST(CudaTwins, CrossEntropyMatchesCpuOp) {
   }
 }
 
-// The sum of squares against a double sum in index order, and the inf/nan flag wherever the bad value is.
+// The sum of squares against the CPU optimizer's (a double sum in index order), and the inf/nan flag
+// wherever the bad value is.
 TEST(CudaTwins, SumSquaresAndNonFiniteFlag) {
   for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{4097}, int64_t{1000003}}) {
     const auto g = random_vector(n, 16);
-    double want = 0;
-    for (float x : g) want += static_cast<double>(x) * x;
+    const double want = cpu_optim::detail::sum_squares_scalar(g.data(), DType::F32, 0, n);
     const SquaresState s = twin::sum_squares(g.data(), n);
     EXPECT_NEAR(s.sum, want, 1e-12 * want) << n;
     EXPECT_EQ(s.nonfinite, 0u);
