@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "models/cuda/launch.h"
+#include "models/cuda/reduce.h"
 
 namespace ferry::cuda {
 namespace {
@@ -107,6 +110,31 @@ TEST(CudaLaunch, SumSquaresMapCoversOnce) {
           if (const int64_t i = elementwise_index(m.pass1, b, t, k); i < n) ++hits[i];
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << n << " " << i;
   }
+}
+
+// The reduction order the kernels' shuffles follow, pinned with a merge that records it: lane s after the
+// butterfly steps down to offset d is merge(lane s at 2d, lane s^d at 2d), so warp lane 0 pairs 0 with 16
+// first and the even lanes with the odd ones last; the warp values then meet the same way, empty lanes
+// beyond the warp count included.
+TEST(CudaReduceOrder, ButterflyThenWarpLevel) {
+  const auto merge = [](const std::string& a, const std::string& b) { return "(" + a + "+" + b + ")"; };
+  std::function<std::string(int, int, int)> lane = [&](int base, int s, int d) -> std::string {
+    if (d == kWarp) return std::to_string(base + s);
+    return merge(lane(base, s, 2 * d), lane(base, s ^ d, 2 * d));
+  };
+  for (int block : {32, 64, 256}) {
+    std::vector<std::string> partial(block);
+    for (int t = 0; t < block; ++t) partial[t] = std::to_string(t);
+    std::vector<std::string> warp_values(kWarp, "e");
+    for (int w = 0; w < block / kWarp; ++w) warp_values[w] = lane(w * kWarp, 0, 1);
+    std::function<std::string(int, int)> top = [&](int s, int d) -> std::string {
+      return d == kWarp ? warp_values[s] : merge(top(s, 2 * d), top(s ^ d, 2 * d));
+    };
+    EXPECT_EQ(block_reduce_twin(partial.data(), block, std::string("e"), merge), top(0, 1)) << block;
+  }
+  std::string lanes[kWarp];
+  for (int l = 0; l < kWarp; ++l) lanes[l] = std::to_string(l);
+  EXPECT_EQ(warp_tree_twin(lanes, merge).substr(0, 36), "(((((0+16)+(8+24))+((4+20)+(12+28)))");
 }
 
 }  // namespace
