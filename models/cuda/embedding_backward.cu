@@ -95,7 +95,8 @@ cudaError_t embedding_backward(void* dwte, void* dwpe, void* dtype_row, const vo
                                int64_t B, int64_t T, int64_t C, int64_t V, void* scratch, DType dtype,
                                cudaStream_t stream) {
   const int64_t BT = B * T;
-  if (BT > kMaxGridX || BT > INT32_MAX) return cudaErrorInvalidValue;
+  // Everything refused before the first launch, so that a refusal leaves the gradients untouched.
+  if (dtype == DType::I32 || BT > INT32_MAX || column_map(BT, C).chunks > 65535) return cudaErrorInvalidValue;
   if (BT == 0) return cudaSuccess;
   Scratch s = scratch_layout(scratch, BT, C);
   const ElementwiseMap rows = elementwise_map(BT);
@@ -105,7 +106,6 @@ cudaError_t embedding_backward(void* dwte, void* dwpe, void* dtype_row, const vo
                                                              key_bits(V), stream);
   if (sorted != cudaSuccess) return sorted;
   const ColumnMap cm = column_map(BT, C);
-  if (cm.chunks > 65535) return cudaErrorInvalidValue;
   const ElementwiseMap pos = elementwise_map(T * C);
   return launched(with_storage(dtype, [&](auto tag) {
     using S = decltype(tag);

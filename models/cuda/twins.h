@@ -26,7 +26,8 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* x, const T* w,
   }
 }
 
-// dx (N,C) +=; dw, db (C) +=; scratch: 2 * column_map(N, C).chunks * C floats.
+// dx (N,C) +=; dw, db (C) +=; the column partials (2 * column_map(N, C).chunks * C floats) are the
+// scratch the kernel takes from its caller.
 template <class T>
 void layernorm_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, const float* mean,
                         const float* rstd, int64_t N, int64_t C) {

@@ -220,5 +220,27 @@ TYPED_TEST(CudaKernels, AdamWEqualsTwin) {
   }
 }
 
+// Refusals come before any launch, so they hold without a device: int32 storage, too many rows, and an
+// empty tensor is a no-op.
+TEST(CudaLaunchFunctions, RefuseBadArgumentsBeforeLaunching) {
+  float* none = nullptr;
+  EXPECT_EQ(layernorm_forward(none, none, none, none, none, none, 4, 8, 1e-5f, DType::I32, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(layernorm_forward(none, none, none, none, none, none, int64_t{1} << 31, 8, 1e-5f, DType::F32, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(layernorm_backward(none, none, none, none, none, none, none, none, 65536 * kColumnChunkRows, 8, none,
+                               DType::F32, nullptr),
+            cudaErrorInvalidValue);  // more column chunks than grid.y takes
+  EXPECT_EQ(cross_entropy_forward(none, none, nullptr, 4, 8, DType::I32, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cross_entropy_backward(none, none, nullptr, 1.0f, 0, 8, DType::F32, nullptr), cudaSuccess);
+  EXPECT_EQ(gelu_forward(none, none, 0, false, DType::BF16, nullptr), cudaSuccess);
+  EXPECT_EQ(residual_forward(none, none, none, 5, DType::I32, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(embedding_backward(none, none, none, none, nullptr, 2, 3, 4, 10, none, DType::I32, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(sum_squares(nullptr, none, 10, none, DType::I32, nullptr), cudaErrorInvalidValue);
+  float never_read = 0;  // a working copy in int32 is refused, so it is not touched
+  EXPECT_EQ(adamw(none, none, none, none, DType::F32, &never_read, DType::I32, false, 10, AdamWCoefficients{}, nullptr),
+            cudaErrorInvalidValue);
+}
+
 }  // namespace
 }  // namespace ferry::cuda
