@@ -1,0 +1,200 @@
+// The per-element math shared by the CUDA kernels and their host twins (models/cuda/*.h), against the CPU
+// references: cpu_optim's conversions and AdamW bit for bit, libm and the CPU GELU within fp32 tolerance.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cpu_optim/adamw_math.h"
+#include "cpu_optim/half.h"
+#include "models/cuda/adamw.h"
+#include "models/cuda/math.h"
+#include "models/cuda/precision.h"
+#include "models/ops/ops.h"
+
+namespace ferry::cuda {
+namespace {
+
+// Every bf16 pattern read back, and fp32 values around every bf16 pattern (the ties and their neighbours)
+// plus a dense stride over all 2^32 patterns.
+TEST(CudaPrecision, Bf16MatchesCpuOptimBitwise) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(bf16_to_float(static_cast<uint16_t>(h))),
+              std::bit_cast<uint32_t>(cpu_optim::bf16_to_float(static_cast<uint16_t>(h))));
+    for (uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      const float f = std::bit_cast<float>((h << 16) | low);
+      ASSERT_EQ(float_to_bf16(f), cpu_optim::float_to_bf16(f)) << std::hex << ((h << 16) | low);
+      const uint32_t rnd = random_bits(h, low);
+      ASSERT_EQ(float_to_bf16_stochastic(f, rnd), cpu_optim::float_to_bf16_stochastic(f, rnd));
+    }
+  }
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 997) {
+    const float f = std::bit_cast<float>(static_cast<uint32_t>(u));
+    ASSERT_EQ(float_to_bf16(f), cpu_optim::float_to_bf16(f)) << std::hex << u;
+    const uint32_t rnd = cpu_optim::random_bits(0x9e3779b9u, static_cast<uint32_t>(u));
+    ASSERT_EQ(random_bits(0x9e3779b9u, static_cast<uint32_t>(u)), rnd);
+    ASSERT_EQ(float_to_bf16_stochastic(f, rnd), cpu_optim::float_to_bf16_stochastic(f, rnd)) << std::hex << u;
+  }
+}
+
+// fp16: every pattern read back; every fp32 value below 2^-14 down to 2^-26 (the subnormal rounding, done in
+// integer arithmetic here and by nearbyint there), ties around every fp16 pattern and a dense stride.
+TEST(CudaPrecision, Fp16MatchesCpuOptimBitwise) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float f = half_to_float(static_cast<uint16_t>(h));
+    ASSERT_EQ(std::bit_cast<uint32_t>(f), std::bit_cast<uint32_t>(cpu_optim::half_to_float(static_cast<uint16_t>(h))));
+    if (std::isnan(f)) continue;
+    const uint32_t x = std::bit_cast<uint32_t>(f);
+    for (uint32_t d : {0x0u, 0x1u, 0xfffu, 0x1000u, 0x1001u, 0x1fffu}) {  // below, at and above the midpoint
+      const float g = std::bit_cast<float>(x + d);
+      ASSERT_EQ(float_to_half(g), cpu_optim::float_to_half(g)) << std::hex << (x + d);
+    }
+  }
+  for (uint32_t u = 0x32800000u; u < 0x38800000u; ++u)
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      const float f = std::bit_cast<float>(u | sign);
+      ASSERT_EQ(float_to_half(f), cpu_optim::float_to_half(f)) << std::hex << (u | sign);
+    }
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 997) {
+    const float f = std::bit_cast<float>(static_cast<uint32_t>(u));
+    ASSERT_EQ(float_to_half(f), cpu_optim::float_to_half(f)) << std::hex << u;
+  }
+}
+
+TEST(CudaPrecision, TypedLoadStoreRoundTrip) {
+  Bf16 b{};
+  Fp16 h{};
+  store(&b, 0, 1.00390625f);  // halfway between 1 and the next bf16: ties to even, 1
+  store(&h, 0, 65520.0f);     // rounds to inf in fp16
+  EXPECT_EQ(load(&b, 0), 1.0f);
+  EXPECT_TRUE(std::isinf(load(&h, 0)));
+}
+
+cpu_optim::detail::AdamWCoefficients to_cpu(const AdamWCoefficients& c) {
+  return {c.beta1, c.one_minus_beta1, c.beta2, c.one_minus_beta2, c.decay, c.step_size, c.inv_bc2_sqrt, c.eps,
+          c.grad_scale, c.random_key};
+}
+
+// The device optimizer's element equals the CPU optimizer's bitwise over random states and steps.
+TEST(CudaAdamW, ElementMatchesCpuOptimBitwise) {
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> e(-30, 10);
+  for (int i = 0; i < 200000; ++i) {
+    const int t = 1 + i % 1000;
+    const float lr = 1e-3f * std::ldexp(1.0f, e(gen) / 5), b1 = 0.9f, b2 = 0.999f;
+    const AdamWCoefficients c{b1, 1 - b1, b2, 1 - b2, 1 - lr * 0.1f,
+                              lr / (1 - std::pow(b1, static_cast<float>(t))),
+                              1 / std::sqrt(1 - std::pow(b2, static_cast<float>(t))), 1e-8f, i % 3 ? 1.0f : 0.37f, 0u};
+    float p = u(gen), m = u(gen) * std::ldexp(1.0f, e(gen)), v = std::abs(u(gen)) * std::ldexp(1.0f, e(gen));
+    const float g = i % 17 ? u(gen) * std::ldexp(1.0f, e(gen)) : 0.0f;
+    float p2 = p, m2 = m, v2 = v;
+    adamw_element(p, m, v, g, c);
+    cpu_optim::detail::adamw_element(p2, m2, v2, g, to_cpu(c));
+    ASSERT_EQ(std::bit_cast<uint32_t>(p), std::bit_cast<uint32_t>(p2)) << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(m), std::bit_cast<uint32_t>(m2)) << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(v), std::bit_cast<uint32_t>(v2)) << i;
+  }
+}
+
+double ulps(float got, double want) {
+  const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
+  return std::abs(static_cast<double>(got) - want) / ulp;
+}
+
+TEST(CudaMath, ExpAndLogWithinTwoUlp) {
+  for (float x = -87.0f; x < 88.7f; x += 0.001377f) ASSERT_LE(ulps(exp_f(x), std::exp(static_cast<double>(x))), 2.0) << x;
+  EXPECT_EQ(exp_f(0.0f), 1.0f);
+  EXPECT_EQ(exp_f(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isinf(exp_f(89.0f)));
+  EXPECT_GT(exp_f(-100.0f), 0.0f);  // subnormal, not flushed
+  EXPECT_NEAR(exp_f(-100.0f), std::exp(-100.0f), 1e-45);
+  for (float x = 1e-30f; x < 1e30f; x *= 1.0137f) ASSERT_LE(ulps(log_f(x), std::log(static_cast<double>(x))), 2.0) << x;
+  EXPECT_EQ(log_f(1.0f), 0.0f);
+  EXPECT_TRUE(std::isinf(log_f(0.0f)) && log_f(0.0f) < 0);
+  EXPECT_NEAR(log_f(1e-40f), std::log(1e-40), 1e-5);  // a subnormal argument
+}
+
+TEST(CudaMath, TanhAndErfWithinAbsoluteTolerance) {
+  for (float x = -12.0f; x < 12.0f; x += 0.000731f) {
+    ASSERT_NEAR(tanh_f(x), std::tanh(static_cast<double>(x)), 2.5e-7) << x;
+    ASSERT_NEAR(erf_f(x), std::erf(static_cast<double>(x)), 3e-7) << x;
+  }
+}
+
+// GELU, both forms, forward and backward, against the CPU op (oneDNN).
+TEST(CudaMath, GeluMatchesCpuOp) {
+  const int64_t n = 20001;
+  std::vector<float> x(n), y(n), dx(n), dout(n, 1.0f);
+  for (int64_t i = 0; i < n; ++i) x[i] = -10.0f + 20.0f * static_cast<float>(i) / static_cast<float>(n - 1);
+  for (bool exact : {false, true}) {
+    models::ops::gelu_forward(y.data(), x.data(), n, exact);
+    std::fill(dx.begin(), dx.end(), 0.0f);
+    models::ops::gelu_backward(dx.data(), dout.data(), x.data(), n, exact);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(gelu_forward_f(x[i], exact), y[i], 1e-6f + 2e-6f * std::abs(y[i])) << x[i] << " exact " << exact;
+      ASSERT_NEAR(gelu_backward_f(x[i], exact), dx[i], 2e-6f) << x[i] << " exact " << exact;
+    }
+  }
+}
+
+// Online softmax: any split of a row into pushed pieces, merged, gives the row's max and sum of e^{x-max};
+// the empty state is a neutral element; -inf entries and large logits neither overflow nor give NaN.
+TEST(CudaMath, OnlineSoftmaxMergeEqualsWholeRow) {
+  std::mt19937 gen(3);
+  std::normal_distribution<float> d(0.0f, 8.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + trial * 37 % 1000;
+    std::vector<float> x(n);
+    for (float& v : x) v = d(gen) + (trial % 5 == 0 ? 1000.0f : 0.0f);
+    if (trial % 7 == 0 && n > 1) x[trial % n] = -std::numeric_limits<float>::infinity();
+    double mx = -INFINITY, s = 0;
+    for (float v : x) mx = std::max(mx, static_cast<double>(v));
+    for (float v : x) s += std::exp(v - mx);
+    SoftmaxState a = softmax_empty(), b = softmax_empty();
+    const int split = trial % (n + 1);
+    for (int i = 0; i < split; ++i) a = softmax_push(a, x[i]);
+    for (int i = split; i < n; ++i) b = softmax_push(b, x[i]);
+    const SoftmaxState m = softmax_merge(a, b);
+    ASSERT_EQ(m.max, static_cast<float>(mx));
+    ASSERT_NEAR(m.sum, s, 1e-5 * s) << trial;
+    const SoftmaxState e = softmax_merge(m, softmax_empty()), f = softmax_merge(softmax_empty(), m);
+    ASSERT_EQ(e.max, m.max);
+    ASSERT_EQ(e.sum, m.sum);
+    ASSERT_EQ(f.sum, m.sum);
+  }
+}
+
+// LayerNorm moments: Welford pushes and Chan merges of any split give the two-pass mean and variance, even
+// with a large common offset (where sum and sum of squares would cancel).
+TEST(CudaMath, MomentsMergeEqualsTwoPass) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + trial * 53 % 2000;
+    const float offset = trial % 3 == 0 ? 1e4f : 0.0f;
+    std::vector<float> x(n);
+    for (float& v : x) v = offset + d(gen);
+    double mean = 0, var = 0;
+    for (float v : x) mean += v;
+    mean /= n;
+    for (float v : x) var += (v - mean) * (v - mean);
+    var /= n;
+    Moments a{0, 0, 0}, b{0, 0, 0};
+    const int split = trial % (n + 1);
+    for (int i = 0; i < split; ++i) a = moments_push(a, x[i]);
+    for (int i = split; i < n; ++i) b = moments_push(b, x[i]);
+    const Moments m = moments_merge(a, b);
+    float mu, rstd;
+    moments_stats(m, 1e-5f, &mu, &rstd);
+    ASSERT_EQ(m.n, static_cast<float>(n));
+    ASSERT_NEAR(mu, mean, 4e-6 * (std::abs(mean) + 1)) << trial;
+    ASSERT_NEAR(rstd, 1 / std::sqrt(var + 1e-5), 2e-3 / std::sqrt(var + 1e-5) * (offset > 0 ? 10 : 1)) << trial;
+  }
+}
+
+}  // namespace
+}  // namespace ferry::cuda
