@@ -120,10 +120,11 @@ std::optional<TrainState::PendingUpdate> read_pending(const StateFields& f, int6
   p.adam_step = u.integer("adam_step", 1, optimizer_steps + 1);
   p.lr = u.number("lr", 0, 10, false, false);
   p.grad_norm = u.number("grad_norm", 0, 1e300, false, false, 0.0);
-  // The fp32 loss scale the step used: infinite (written as null) when the scale had grown beyond fp32.
-  const double grad_scale = u.number("grad_scale", 0, std::numeric_limits<float>::max(), true, true, 1.0);
-  p.grad_scale = std::isnan(grad_scale) ? std::numeric_limits<float>::infinity() : static_cast<float>(grad_scale);
   p.skipped = u.boolean("skipped", false);
+  // The step's gradient scale (clip coefficient / loss scale): infinite (written as null) when the scale had
+  // grown beyond fp32; 0 for a skipped step, whose infinite norm clips to nothing (nothing is applied).
+  const double grad_scale = u.number("grad_scale", 0, std::numeric_limits<float>::max(), !p.skipped, true, 1.0);
+  p.grad_scale = std::isnan(grad_scale) ? std::numeric_limits<float>::infinity() : static_cast<float>(grad_scale);
   return p;
 }
 
