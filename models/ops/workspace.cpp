@@ -47,6 +47,7 @@ float* workspace(Scratch kind, int64_t bytes) {
   memory::HostBuffer& b = w.buffers[k];
   if (static_cast<int64_t>(b.bytes()) < bytes) {
     memory::DeviceAllocations::release(static_cast<int64_t>(b.bytes()));
+    b = memory::HostBuffer();  // the old one goes first (its contents need not survive): no moment holding both
     b = memory::HostBuffer(memory::align_up(static_cast<size_t>(bytes), memory::HostBuffer::kAlignment));
     memory::DeviceAllocations::record(static_cast<int64_t>(b.bytes()));
   }
