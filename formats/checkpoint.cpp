@@ -340,6 +340,13 @@ bool verify_checkpoint_file(const std::filesystem::path& dir, const TrainState& 
 
 models::ParameterStore read_checkpoint_weights(const std::filesystem::path& dir, const TrainState& state,
                                                const models::ModelSpec& spec, bool* verified) {
+  models::ParameterStore params(spec.params);
+  load_weights(open_checkpoint_weights(dir, state, spec, verified), spec, params);
+  return params;
+}
+
+SafetensorsFile open_checkpoint_weights(const std::filesystem::path& dir, const TrainState& state, const models::ModelSpec& spec,
+                                        bool* verified) {
   const std::filesystem::path file = dir / "model.safetensors";
   *verified = verify_checkpoint_file(dir, state, "model.safetensors");
   std::error_code ec;
@@ -349,9 +356,7 @@ models::ParameterStore read_checkpoint_weights(const std::filesystem::path& dir,
     throw std::runtime_error(fmt::format("'{}' {} for the {}M parameters of the model state.json describes; the checkpoint "
                                          "is damaged", file.string(), ec ? "is missing" : fmt::format("has {} bytes, too few", bytes),
                                          spec.param_count() / 1e6));
-  models::ParameterStore params(spec.params);
-  load_weights(SafetensorsFile::open(file), spec, params);
-  return params;
+  return SafetensorsFile::open(file);
 }
 
 StateToWrite views_of(const models::ParameterStore& params, std::span<const float> m, std::span<const float> v) {

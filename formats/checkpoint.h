@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "formats/crc32c.h"
+#include "formats/safetensors.h"
 #include "models/registry.h"
 #include "memory/tensor_view.h"
 #include "models/model_spec.h"
@@ -77,6 +78,9 @@ bool verify_checkpoint_file(const std::filesystem::path& dir, const TrainState& 
 // loaded. *verified is false for a checkpoint of an earlier build (no checksums to check against).
 models::ParameterStore read_checkpoint_weights(const std::filesystem::path& dir, const TrainState& state,
                                                const models::ModelSpec& spec, bool* verified);
+// The same checks, then the file itself (its bytes are the only copy: `ferry export` writes from them).
+SafetensorsFile open_checkpoint_weights(const std::filesystem::path& dir, const TrainState& state, const models::ModelSpec& spec,
+                                        bool* verified);
 
 // A model's training state as one view per parameter (spec.params order): its weights, AdamW's m and v, and
 // a pending delayed update's gradients. The engine gives views into its host buckets, so that a checkpoint

@@ -74,10 +74,18 @@ ExportedCheckpoint export_checkpoint(const std::filesystem::path& checkpoint, co
     throw std::runtime_error("'" + dir.string() + "': export needs a GPT-2 or BERT checkpoint written by `ferry train`");
   const models::ModelSpec spec = build_model(m, 1, 1);
   ExportedCheckpoint exported{dir, state.step, false};
-  // Checked against its checksum; every tensor present, with its shape.
-  const models::ParameterStore params = read_checkpoint_weights(dir, state, spec, &exported.verified);
+  // Checked against its checksum; every tensor present, with its shape, and written from the file's own
+  // bytes: no second copy of the weights.
+  const SafetensorsFile weights = open_checkpoint_weights(dir, state, spec, &exported.verified);
   std::vector<SafetensorsTensorRef> refs;
-  for (int i = 0; i < params.count(); ++i) refs.push_back({spec.params[i].name, spec.params[i].shape, params.value(i).data()});
+  for (const models::ParamSpec& p : spec.params) {
+    const SafetensorsEntry* e = weights.find(p.name);
+    const DType type = !e ? DType::I32 : e->dtype == "F32" ? DType::F32 : e->dtype == "BF16" ? DType::BF16 : e->dtype == "F16" ? DType::F16 : DType::I32;
+    if (!e || e->shape != p.shape || type == DType::I32)
+      throw std::runtime_error("'" + (dir / "model.safetensors").string() + "' lacks " + p.name +
+                               " as a floating-point tensor of its shape; the checkpoint is damaged");
+    refs.push_back({p.name, p.shape, weights.data(*e), type});
+  }
   std::error_code ec;
   const bool created = std::filesystem::create_directories(out, ec);
   if (ec) throw std::runtime_error("export: cannot create the folder '" + out.string() + "': " + ec.message());

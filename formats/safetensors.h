@@ -31,6 +31,8 @@ class SafetensorsFile {
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
   const SafetensorsEntry* find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // A tensor's bytes as stored (entry.dtype), in place: for writers that pass tensors through unconverted.
+  const std::byte* data(const SafetensorsEntry& entry) const { return bytes_.data() + data_start_ + entry.begin; }
 
   // A tensor converted to fp32 (from F32, F16 or BF16) or to int32 (from I32 or I64, range-checked).
   std::vector<float> read_f32(const std::string& name) const;
