@@ -340,8 +340,9 @@ bool verify_checkpoint_file(const std::filesystem::path& dir, const TrainState& 
 
 models::ParameterStore read_checkpoint_weights(const std::filesystem::path& dir, const TrainState& state,
                                                const models::ModelSpec& spec, bool* verified) {
+  const SafetensorsFile file = open_checkpoint_weights(dir, state, spec, verified);  // checked before allocating
   models::ParameterStore params(spec.params);
-  load_weights(open_checkpoint_weights(dir, state, spec, verified), spec, params);
+  load_weights(file, spec, params);
   return params;
 }
 
