@@ -20,5 +20,6 @@ Command add_plan(CLI::App& app);      // cli/plan.cpp
 Command add_sample(CLI::App& app);    // cli/sample.cpp
 Command add_export(CLI::App& app);    // cli/export.cpp
 Command add_tokenize(CLI::App& app);  // cli/tokenize.cpp
+Command add_eval(CLI::App& app);      // cli/eval.cpp
 
 }  // namespace ferry::cli

@@ -28,11 +28,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<ferry::cli::Command> commands{ferry::cli::add_train(app), ferry::cli::add_plan(app),
                                                   ferry::cli::add_sample(app), ferry::cli::add_export(app),
-                                                  ferry::cli::add_tokenize(app)};
+                                                  ferry::cli::add_tokenize(app), ferry::cli::add_eval(app)};
   // CLI11 takes an unknown first word for a stray argument and says only that a subcommand is required.
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(commands.begin(), commands.end(), [&](const auto& c) { return c.app->check_name(argv[1]); }))
-    return usage_exit(app, CLI::ExtrasError(fmt::format("unknown command '{}'; expected one of train, plan, sample, export, tokenize",
+    return usage_exit(app, CLI::ExtrasError(fmt::format("unknown command '{}'; expected one of train, eval, plan, sample, export, tokenize",
                                                          argv[1]),
                                              CLI::ExitCodes::ExtrasError));
   try {

@@ -36,7 +36,7 @@ constexpr const char* kTrainFooter =
     "  train:  batch_size, grad_accum, steps, seed, log_every, eval_every (0: start and end),\n"
     "          checkpoint_dir, checkpoint_every (0: at the end and when interrupted), keep_checkpoints,\n"
     "          eval_batches, threads (the model's ops, 0: all cores),\n"
-    "          activation_checkpointing (auto | true | false), precision (bf16 | fp16: dynamic loss\n"
+    "          activation_checkpointing (auto | true | false), precision (bf16 | fp32 | fp16: dynamic loss\n"
     "          scaling from loss_scale_init, doubling after loss_scale_growth_interval good steps)\n"
     "  offload: policy (resident | zero-offload | chunk-lru | greedy), gpu_budget (e.g. 6GiB, 48MiB;\n"
     "          unset: what resident needs), bucket_mb (auto | MiB per parameter bucket),\n"

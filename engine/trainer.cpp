@@ -169,13 +169,16 @@ cpu_optim::AdamWOptions adamw_options(const Config& cfg) {
 // One call of train(): everything a run holds, set up in the constructor, then the step loop.
 class Run {
  public:
-  Run(const Config& cfg, const TrainOptions& opt);
+  // eval: `ferry eval`'s options (no checkpoint dir, no metrics; weights from eval->checkpoint if given).
+  Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval = nullptr);
   TrainSummary train();
+  EvalSummary evaluate_only();
 
  private:
   offload::CostModel measure_cost();
   void announce();
   void start_or_resume();
+  void load_weights_of(const std::filesystem::path& checkpoint);
   std::vector<memory::TensorView> pending_gradients() const;
   int param_count() const { return static_cast<int>(spec_.params.size()); }
   float evaluate();
@@ -191,6 +194,8 @@ class Run {
 
   const Config& cfg_;
   const TrainOptions& opt_;
+  const EvalOptions* eval_;
+  std::string weights_from_;  // where the weights came from (for ferry eval's report)
   Progress progress_;
   const std::optional<ResumePoint> resume_from_;
   std::optional<formats::CheckpointDir> checkpoints_;
@@ -240,12 +245,13 @@ void initialize_weights(const Config& cfg, const models::ModelSpec& spec, memory
   refresh_working_copies(host);
 }
 
-Run::Run(const Config& cfg, const TrainOptions& opt)
+Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
     : cfg_(cfg),
       opt_(opt),
+      eval_(eval),
       progress_(opt.progress),
       resume_from_(read_resume_point(cfg, opt)),
-      checkpoints_(open_checkpoint_dir(cfg, opt, resume_from_)),
+      checkpoints_(eval ? std::nullopt : open_checkpoint_dir(cfg, opt, resume_from_)),
       threads_(cfg.threads()),
       tbb_threads_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)),
       spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len, cfg.precision())),
@@ -308,7 +314,31 @@ void Run::announce() {
   progress_.message("host memory: " + host_memory_.describe());
 }
 
+// ferry eval --checkpoint: the weights (and moments) of a checkpoint of this model's shape, whatever the rest
+// of the config it was trained with.
+void Run::load_weights_of(const std::filesystem::path& checkpoint) {
+  const auto [state, dir] = formats::read_checkpoint_state(checkpoint);
+  const models::ModelConfig &a = state.model, &b = cfg_.model;
+  if (a.kind != b.kind || a.n_layer != b.n_layer || a.n_head != b.n_head || a.n_embd != b.n_embd || a.vocab_size != b.vocab_size ||
+      a.seq_len != b.seq_len)
+    throw std::runtime_error(fmt::format(
+        "--checkpoint: '{}' holds a {} with {} layers, {} heads, n_embd {}, vocab_size {}, seq_len {}; the config's model is a {} with {} "
+        "layers, {} heads, n_embd {}, vocab_size {}, seq_len {}: evaluate it with the config it was trained with",
+        dir.string(), a.kind, a.n_layer, a.n_head, a.n_embd, a.vocab_size, a.seq_len, b.kind, b.n_layer, b.n_head, b.n_embd, b.vocab_size,
+        b.seq_len));
+  formats::read_checkpoint_into(dir, state, spec_, bucket_state<float>(host_, param_count()));
+  refresh_working_copies(host_);
+  weights_from_ = fmt::format("{} (step {})", dir.string(), state.step);
+}
+
 void Run::start_or_resume() {
+  if (eval_) {
+    weights_from_ = !cfg_.model.init_from.empty() ? "model.init_from " + cfg_.model.init_from.string()
+                                                  : fmt::format("the initialisation of train.seed {}", cfg_.train.seed);
+    if (!eval_->checkpoint.empty()) load_weights_of(eval_->checkpoint);
+    executor_.upload_state();
+    return;
+  }
   if (resume_from_) {
     // Straight into the host buckets (the pending update's gradients once the executor holds one). The
     // checkpoint was checked against the config when it was found (read_resume_point).
@@ -561,11 +591,29 @@ TrainSummary Run::train() {
   return sum_;
 }
 
+EvalSummary Run::evaluate_only() {
+  if (batches_.data().val_tokens() == 0)
+    throw std::runtime_error("data.val_fraction: 0 leaves no validation text to evaluate; set it above 0");
+  EvalSummary e;
+  e.val_loss = evaluate();
+  e.batches = cfg_.train.eval_batches;
+  e.tokens = int64_t(e.batches) * cfg_.train.batch_size * cfg_.model.seq_len;
+  e.weights = weights_from_;
+  return e;
+}
+
 }  // namespace
 
 TrainSummary train(const Config& config, const TrainOptions& options) {
   Run run(config, options);
   return run.train();
+}
+
+EvalSummary evaluate(const Config& config, const EvalOptions& options) {
+  TrainOptions quiet;
+  quiet.progress = options.progress;
+  Run run(config, quiet, &options);
+  return run.evaluate_only();
 }
 
 }  // namespace ferry::engine

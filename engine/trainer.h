@@ -60,4 +60,20 @@ struct TrainSummary {
 
 TrainSummary train(const Config& config, const TrainOptions& options);
 
+// `ferry eval`: the validation loss of a model without a training step, on the device as training evaluates.
+struct EvalOptions {
+  std::filesystem::path checkpoint;  // weights from this checkpoint folder (or the newest in a dir); empty: the
+                                     // config's own (model.init_from, else the initialisation of train.seed)
+  std::FILE* progress = stderr;      // start-up lines; null: silent
+};
+
+struct EvalSummary {
+  float val_loss = 0;    // mean over train.eval_batches validation batches
+  int batches = 0;
+  int64_t tokens = 0;    // validation tokens read (batch x seq each)
+  std::string weights;   // where the weights came from
+};
+
+EvalSummary evaluate(const Config& config, const EvalOptions& options);
+
 }  // namespace ferry::engine
