@@ -31,7 +31,7 @@ int run_offload_bench(const std::string& config_path, const std::vector<std::str
       o.push_back("train.eval_batches=1");
       engine::Config cfg = engine::load_config(config_path, o);
       cfg.train.checkpoint_dir.clear(), cfg.train.checkpoint_every = 0;  // timings, not checkpoints (and one run per dir)
-      shape = fmt::format("GPT-2 {} layers, n_embd {}, batch {}x{}", cfg.model.n_layer, cfg.model.n_embd, cfg.train.batch_size, cfg.model.seq_len);
+      shape = fmt::format("GPT-2 {} layers, n_embd {}, batch {}x{}", cfg.model.n_layer, cfg.model.n_embd, cfg.train.batch_size, cfg.sequence());
       device = cfg.host_device.link_gbps > 0 ? fmt::format("host device, link {:g} GB/s each way", cfg.host_device.link_gbps)
                                              : "host device, unthrottled copies";
       engine::TrainOptions opt;

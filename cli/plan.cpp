@@ -62,13 +62,13 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   std::string cache;
   const offload::CostModel cost =
       cfg.offload.cost_model.empty() ? device::host_cost_model(cfg.threads(), &cache) : offload::CostModel::load(cfg.offload.cost_model);
-  const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len, cfg.precision());
+  const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision());
   const int64_t bucket_bytes = cfg.bucket_bytes();
   const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
   const double bound = offload::lower_bound_step_s(problem);
 
   fmt::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}\n",
-             spec.kind, cfg.model.n_layer, cfg.model.n_embd, spec.param_count() / 1e6, cfg.train.batch_size, cfg.model.seq_len,
+             spec.kind, cfg.model.n_layer, cfg.model.n_embd, spec.param_count() / 1e6, cfg.train.batch_size, cfg.sequence(),
              offload::to_string(chosen), memory::format_bytes(budget));
   fmt::print("cost model: {}{}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "",
              cache.empty() ? "" : ", cached in " + cache);

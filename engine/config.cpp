@@ -263,6 +263,7 @@ void read_train(const YAML::Node& node, TrainConfig& train) {
                 number("threads", train.threads, 0, 4096, "an integer >= 0 (0: all cores)"),
                 number("checkpoint_every", train.checkpoint_every, 0, kIntMax, "an integer >= 0 (0: only when interrupted)"),
                 number("keep_checkpoints", train.keep_checkpoints, 1, 1 << 20, "an integer >= 1"),
+                number("seq_len", train.seq_len, 0, 1 << 20, "an integer >= 0 (0: model.seq_len)"),
                 choice("precision", train.precision, {"bf16", "fp16", "fp32"}),
                 {"loss_scale_init", [&](const YAML::Node& n, const std::string& where) {
                    double v = 0;
@@ -351,6 +352,9 @@ void check_across_keys(Config& c, const DataKeys& data, const std::filesystem::p
   if (c.data.mask_token_id >= c.model.vocab_size)
     throw ConfigError("data.mask_token_id: " + std::to_string(c.data.mask_token_id) + " is not below model.vocab_size " +
                       std::to_string(c.model.vocab_size));
+  if (c.train.seq_len > c.model.seq_len)
+    throw ConfigError("train.seq_len: " + std::to_string(c.train.seq_len) + " is beyond model.seq_len " + std::to_string(c.model.seq_len) +
+                      " (the position table's rows: no position beyond it has an embedding); lower it or raise model.seq_len");
   if (c.optim.min_lr > c.optim.lr)
     throw ConfigError("optim.min_lr: " + std::to_string(c.optim.min_lr) + " is above optim.lr");
   if (c.optim.min_lr < 0) c.optim.min_lr = c.optim.lr / 10;
@@ -380,6 +384,8 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
 DType Config::precision() const {
   return train.precision == "fp32" ? DType::F32 : train.precision == "fp16" ? DType::F16 : DType::BF16;
 }
+
+int Config::sequence() const { return train.seq_len > 0 ? train.seq_len : model.seq_len; }
 
 int Config::threads() const {
   return train.threads > 0 ? train.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -420,7 +426,7 @@ int64_t parse_bytes(const std::string& text) {
 std::vector<std::pair<std::string, std::string>> config_identity(const Config& c) {
   const auto text = [](const auto& v) { return fmt::format("{}", v); };
   // The order and the formatting are the hash's: checkpoints of earlier builds keep resuming.
-  return {{"model.kind", c.model.kind},
+  std::vector<std::pair<std::string, std::string>> identity{{"model.kind", c.model.kind},
           {"model.n_layer", text(c.model.n_layer)},
           {"model.n_head", text(c.model.n_head)},
           {"model.n_embd", text(c.model.n_embd)},
@@ -448,6 +454,9 @@ std::vector<std::pair<std::string, std::string>> config_identity(const Config& c
           {"train.precision", c.train.precision},
           {"train.loss_scale_init", text(c.train.loss_scale_init)},
           {"train.loss_scale_growth_interval", text(c.train.loss_scale_growth_interval)}};
+  // Only when it differs from the position table's size: a config without it keeps its earlier hash.
+  if (c.sequence() != c.model.seq_len) identity.emplace_back("train.seq_len", text(c.sequence()));
+  return identity;
 }
 
 std::string config_hash(const Config& c) {

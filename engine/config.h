@@ -46,6 +46,7 @@ struct TrainConfig {
   int checkpoint_every = 0;                  // steps; 0: only on interruption (when checkpoint_dir is set)
   std::filesystem::path checkpoint_dir;      // empty: no checkpoints
   int keep_checkpoints = 3;
+  int seq_len = 0;  // tokens per training sequence, at most model.seq_len (the position table's rows); 0: model.seq_len
   std::string precision = "bf16";     // bf16 | fp16 (dynamic loss scaling) | fp32: how device tensors are stored
   double loss_scale_init = 65536;     // fp16: the first loss scale (a power of two)
   int loss_scale_growth_interval = 1000;  // fp16: good steps before the scale doubles
@@ -81,6 +82,7 @@ struct Config {
   // Defaults that `ferry plan` and the trainer both need, resolved in one place so that they cannot disagree.
   // train.threads, where 0 means every core (std::thread::hardware_concurrency()).
   int threads() const;
+  int sequence() const;  // the tokens of one training sequence: train.seq_len, else model.seq_len
   DType precision() const;  // train.precision as the storage dtype of the device's tensors
   // offload.bucket_mb in bytes, where auto means memory::BucketLayout::kDefaultBucketBytes.
   int64_t bucket_bytes() const;

@@ -97,7 +97,7 @@ std::string host_device_note(const Config& cfg) {
 class Batches {
  public:
   Batches(const Config& cfg)
-      : cfg_(cfg), data_(cfg.data.path, cfg.data.val_fraction, cfg.model.seq_len, dataset::parse_data_format(cfg.data.format)),
+      : cfg_(cfg), data_(cfg.data.path, cfg.data.val_fraction, cfg.sequence(), dataset::parse_data_format(cfg.data.format)),
         mlm_(cfg.model.kind == "bert"),
         mask_is_last_(cfg.data.mask_token_id < 0), mask_id_(mask_is_last_ ? cfg.model.vocab_size - 1 : cfg.data.mask_token_id) {
     // [MASK]: data.mask_token_id (a WordPiece vocabulary's), else the last id, which the data then must not use.
@@ -254,7 +254,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
       checkpoints_(eval ? std::nullopt : open_checkpoint_dir(cfg, opt, resume_from_)),
       threads_(cfg.threads()),
       tbb_threads_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)),
-      spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.model.seq_len, cfg.precision())),
+      spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision())),
       adamw_(adamw_options(cfg)),
       batches_(cfg),
       device_note_(host_device_note(cfg)),  // refuses device: cuda before anything is measured
@@ -297,7 +297,7 @@ void Run::announce() {
   progress_.message(fmt::format(
       "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "
       "{} train / {} val tokens, AdamW on the CPU: {} x{}",
-      spec_.kind, m.n_layer, m.n_head, m.n_embd, spec_.param_count() / 1e6, device_note_, threads_, cfg_.train.batch_size, m.seq_len,
+      spec_.kind, m.n_layer, m.n_head, m.n_embd, spec_.param_count() / 1e6, device_note_, threads_, cfg_.train.batch_size, cfg_.sequence(),
       cfg_.train.grad_accum, batches_.data().train_tokens(), batches_.data().val_tokens(), cpu_optim::to_string(adamw_.isa()),
       adamw_.threads()));
   const bool delayed = plan_.schedule.delayed_update;
@@ -398,7 +398,7 @@ void Run::checkpoint(int step) {
 
 void Run::log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val) {
   const double elapsed = seconds_since(t_start_);
-  const int64_t tokens_per_step = int64_t(cfg_.train.batch_size) * cfg_.model.seq_len * cfg_.train.grad_accum;
+  const int64_t tokens_per_step = int64_t(cfg_.train.batch_size) * cfg_.sequence() * cfg_.train.grad_accum;
   const bool last = step == cfg_.train.steps;
   if (step % cfg_.train.log_every == 0 || last || step == 1)
     progress_.update(step, cfg_.train.steps, r.loss, tokens_per_step / step_s, elapsed,
@@ -511,7 +511,7 @@ void Run::summarise() {
   if (!sum_.interrupted) sum_.steps = cfg_.train.steps;
   sum_.wall_s = seconds_since(t_start_);
   const size_t ran = sum_.losses.size();  // steps run by this call (fewer when resumed or stopped)
-  const int64_t tokens_per_step = int64_t(cfg_.train.batch_size) * cfg_.model.seq_len * cfg_.train.grad_accum;
+  const int64_t tokens_per_step = int64_t(cfg_.train.batch_size) * cfg_.sequence() * cfg_.train.grad_accum;
   sum_.tokens_per_s = ran ? static_cast<double>(tokens_per_step) * double(ran) / train_s_ : 0.0;
   if (!step_times_.empty()) {
     std::sort(step_times_.begin(), step_times_.end());
@@ -597,7 +597,7 @@ EvalSummary Run::evaluate_only() {
   EvalSummary e;
   e.val_loss = evaluate();
   e.batches = cfg_.train.eval_batches;
-  e.tokens = int64_t(e.batches) * cfg_.train.batch_size * cfg_.model.seq_len;
+  e.tokens = int64_t(e.batches) * cfg_.train.batch_size * cfg_.sequence();
   e.weights = weights_from_;
   return e;
 }

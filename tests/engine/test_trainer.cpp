@@ -74,6 +74,34 @@ TEST(Trainer, LearnsAndWritesMetrics) {
   std::filesystem::remove(metrics);
 }
 
+// train.seq_len trains shorter sequences than the position table holds: the checkpoint keeps every row of
+// the table, the tokens per step follow the training length, and a length beyond the table is refused.
+TEST(Trainer, TrainingLengthIsIndependentOfThePositionTable) {
+  const auto dir = testing::scratch_path("train_seq_len");
+  std::filesystem::remove_all(dir);
+  Config c = tiny_config(3, 5);
+  c.train.seq_len = 16;  // of model.seq_len 32
+  c.train.checkpoint_dir = dir;
+  const TrainSummary s = train(c, quiet_options());
+  EXPECT_EQ(s.steps, 3);
+  const auto weights = formats::SafetensorsFile::open(s.last_checkpoint / "model.safetensors");
+  EXPECT_EQ(weights.find("transformer.wpe.weight")->shape, (std::vector<int64_t>{32, 32}));
+  EvalOptions eval;
+  eval.progress = nullptr;
+  eval.checkpoint = s.last_checkpoint;
+  EXPECT_EQ(evaluate(c, eval).tokens, int64_t(2) * 4 * 16);  // eval_batches x batch x train.seq_len
+  EXPECT_EQ(evaluate(c, eval).val_loss, s.val_loss);
+  // Unset, it is model.seq_len, and the config's identity is what it was before the key existed.
+  Config plain = tiny_config(3, 5);
+  for (const auto& [key, value] : config_identity(plain)) EXPECT_NE(key, "train.seq_len");
+  bool named = false;
+  for (const auto& [key, value] : config_identity(c)) named |= key == "train.seq_len" && value == "16";
+  EXPECT_TRUE(named);
+  const std::string error = testing::error_of([] { parse_config("model: {seq_len: 32}\ndata: {path: " + kText.string() + "}\ntrain: {seq_len: 64}\n", "long", "."); });
+  EXPECT_NE(error.find("train.seq_len: 64 is beyond model.seq_len 32"), std::string::npos) << error;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Trainer, SameSeedSameLossesBitwise) {
   TrainOptions opt = quiet_options();
   const TrainSummary a = train(tiny_config(6, 7), opt);
