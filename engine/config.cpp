@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "dataset/token_shard.h"
+#include "formats/hf_config.h"
 #include "memory/bucket_layout.h"
 
 namespace ferry::engine {
@@ -85,6 +86,21 @@ Field choice(const std::string& key, std::string& dst, std::vector<std::string> 
             if (!n.IsScalar() || std::find(options.begin(), options.end(), n.Scalar()) == options.end())
               throw ConfigError(where + ": " + scalar_text(n) + " is not allowed; expected one of " + list);
             dst = n.Scalar();
+          }};
+}
+
+// A list of distinct entries of `options` ([] or a single entry written without brackets as well).
+Field choice_list(const std::string& key, std::vector<std::string>& dst, std::vector<std::string> options) {
+  return {key, [&dst, options, key](const YAML::Node& n, const std::string& where) {
+            if (!n.IsSequence() && !n.IsScalar()) throw ConfigError(where + ": expected a list, e.g. [" + options[0] + "]");
+            std::vector<std::string> read;
+            for (size_t i = 0; i < (n.IsSequence() ? n.size() : 1); ++i) {
+              std::string entry;
+              choice(key, entry, options).read(n.IsSequence() ? n[i] : n, n.IsSequence() ? fmt::format("{}[{}]", where, i) : where);
+              if (std::find(read.begin(), read.end(), entry) != read.end()) throw ConfigError(where + ": '" + entry + "' is listed twice");
+              read.push_back(entry);
+            }
+            dst = read;
           }};
 }
 
@@ -195,7 +211,8 @@ void read_model(const YAML::Node& node, models::ModelConfig& model, const std::f
                 number("n_embd", model.n_embd, 1, 65536, "an integer in [1, 65536]"),
                 number("vocab_size", model.vocab_size, 1, 1 << 22, "an integer in [1, 4194304]"),
                 number("seq_len", model.seq_len, 1, 1 << 20, "an integer in [1, 1048576]"),
-                existing_path("init_from", model.init_from, base_dir, false)});
+                existing_path("init_from", model.init_from, base_dir, false),
+                choice_list("init_missing", model.init_missing, models::kInitMissingParts)});
 }
 
 // What the data section says that only the checks across sections can judge.
@@ -355,6 +372,13 @@ void check_across_keys(Config& c, const DataKeys& data, const std::filesystem::p
   if (c.train.seq_len > c.model.seq_len)
     throw ConfigError("train.seq_len: " + std::to_string(c.train.seq_len) + " is beyond model.seq_len " + std::to_string(c.model.seq_len) +
                       " (the position table's rows: no position beyond it has an embedding); lower it or raise model.seq_len");
+  if (!c.model.init_missing.empty() && c.model.init_from.empty())
+    throw ConfigError("model.init_missing: says what model.init_from may lack, and model.init_from is not set; set it or remove the key");
+  try {
+    formats::check_hf_config(c.model);  // here, so that `ferry plan` refuses a mismatch as training would
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(std::string("model.init_from: ") + e.what());
+  }
   if (c.optim.min_lr > c.optim.lr)
     throw ConfigError("optim.min_lr: " + std::to_string(c.optim.min_lr) + " is above optim.lr");
   if (c.optim.min_lr < 0) c.optim.min_lr = c.optim.lr / 10;

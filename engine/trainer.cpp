@@ -3,6 +3,7 @@
 #include "engine/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <tbb/global_control.h>
 
 #include <algorithm>
@@ -237,11 +238,17 @@ HostMemoryEstimate checked_host_memory(HostMemoryEstimate needs) {
 }
 
 // The initial weights, into the host buckets' masters (the moments start at zero, as the pool does), and the
-// working copies rounded from them.
-void initialize_weights(const Config& cfg, const models::ModelSpec& spec, memory::HostBuckets& host) {
+// working copies rounded from them. Parameters model.init_from lacks (allowed by model.init_missing) keep the
+// architecture's initialisation, and the start-up says which.
+void initialize_weights(const Config& cfg, const models::ModelSpec& spec, memory::HostBuckets& host, Progress& progress) {
   const std::vector<std::span<float>> masters = master_views(host, static_cast<int>(spec.params.size()));
   models::init_model(cfg.model, spec, masters, cfg.train.seed);
-  if (!cfg.model.init_from.empty()) formats::load_weights(cfg.model.init_from, spec, masters);
+  if (!cfg.model.init_from.empty()) {
+    const std::vector<std::string> initialised = formats::load_weights(cfg.model.init_from, spec, masters, {cfg.model.init_missing});
+    if (!initialised.empty())
+      progress.message(fmt::format("model.init_from: initialised {} tensors the checkpoint lacks: {}", initialised.size(),
+                                   fmt::join(initialised, ", ")));
+  }
   refresh_working_copies(host);
 }
 
@@ -276,7 +283,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
       schedule_{cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,
                 static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps},
       hash_(config_hash(cfg)) {
-  initialize_weights(cfg, spec_, host_);
+  initialize_weights(cfg, spec_, host_, progress_);
   announce();
   start_or_resume();
   allocations_after_set_up_ = memory::DeviceAllocations::count();

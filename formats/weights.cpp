@@ -1,14 +1,23 @@
-// load_weights: shape and completeness checks, then a dtype-converting copy into the store.
+// load_weights: maps the checkpoint's names onto the model's (prefixes, old LayerNorm names), checks shapes
+// and completeness, then a dtype-converting copy into the views.
 #include "formats/weights.h"
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 
 namespace ferry::formats {
 namespace {
+
+// Which checkpoint name each parameter was read from: a second name for one parameter is an ambiguity.
+using Found = std::map<std::string, std::string>;
+
+// The base-model prefixes of the task models' names (GPT2LMHeadModel, BertForMaskedLM): the base models
+// (GPT2Model, BertModel) ship the same tensors without them.
+const std::vector<std::string> kPrefixes{"transformer.", "bert."};
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -18,7 +27,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 // Tensors a Hugging Face checkpoint may hold that Ferry's model does not: GPT-2's tied LM head and causal
 // mask buffers; BERT's tied decoder, position-id buffer, pooler and next-sentence head (pre-training
-// checkpoints carry them; masked-LM training does not use them).
+// checkpoints carry them; masked-LM training does not use them). Names in the task model's (prefixed) form.
 bool ignorable(const std::string& name) {
   return name == "lm_head.weight" || name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
          name == "cls.predictions.decoder.weight" || name == "cls.predictions.decoder.bias" ||
@@ -32,21 +41,53 @@ std::string canonical_name(const std::string& name) {
   return name;
 }
 
-}  // namespace
+// The one place a checkpoint's name becomes the model's: as it is, or with a base-model prefix added or
+// removed. Empty when no parameter has it in any form.
+std::string model_name(const std::string& checkpoint_name, const std::set<std::string>& wanted) {
+  const std::string name = canonical_name(checkpoint_name);
+  if (wanted.contains(name)) return name;
+  for (const auto& prefix : kPrefixes) {
+    if (wanted.contains(prefix + name)) return prefix + name;
+    if (name.starts_with(prefix) && wanted.contains(name.substr(prefix.size()))) return name.substr(prefix.size());
+  }
+  return "";
+}
 
-namespace {
+bool ignorable_in_any_form(const std::string& checkpoint_name) {
+  const std::string name = canonical_name(checkpoint_name);
+  return ignorable(name) || std::any_of(kPrefixes.begin(), kPrefixes.end(), [&](const auto& p) { return ignorable(p + name); });
+}
 
-// Checks and copies the parameters found in `file`; records which it had.
-void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, std::span<const std::span<float>> values,
-               std::set<std::string>& found) {
+// A tensor no parameter has: says which names the model reads, and when the checkpoint's first name part
+// is none of them, that part (a BERT checkpoint given to a GPT-2 model, or a wrapper's prefix).
+std::string unknown_tensor(const std::string& name, const models::ModelSpec& spec) {
+  const bool bert = spec.kind == "bert";
+  const std::vector<std::string> roots = bert ? std::vector<std::string>{"bert.", "cls.", "embeddings.", "encoder.", "pooler."}
+                                              : std::vector<std::string>{"transformer.", "lm_head.", "wte.", "wpe.", "h.", "ln_f."};
+  const std::string first = name.substr(0, name.find('.') + 1);
+  std::string msg = "weights: the checkpoint has tensor '" + name + "', which this model does not have";
+  if (std::find(roots.begin(), roots.end(), first) != roots.end())
+    return msg + " (does the model section's shape match the checkpoint's?)";
+  msg += "; the checkpoint's names start with '" + first + "', and a model.kind " + spec.kind + " reads ";
+  msg += bert ? "BertForMaskedLM/BertForPreTraining names ('bert.encoder.layer.0...', 'cls.predictions...') or a BertModel's "
+                "(the same without the 'bert.' prefix)"
+              : "GPT2LMHeadModel names ('transformer.h.0...') or a GPT2Model's (the same without the 'transformer.' prefix)";
+  return msg;
+}
+
+// Checks and copies the parameters found in `file`; records which it had and under which name.
+void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, std::span<const std::span<float>> values, Found& found) {
   std::set<std::string> wanted;
   for (const auto& p : spec.params) wanted.insert(p.name);
   for (const auto& e : file.entries()) {
-    const std::string name = canonical_name(e.name);
-    if (!wanted.contains(name)) {
-      if (ignorable(name)) continue;
-      throw std::runtime_error("weights: the checkpoint has tensor '" + e.name + "', which this model does not have");
+    const std::string name = model_name(e.name, wanted);
+    if (name.empty()) {
+      if (ignorable_in_any_form(e.name)) continue;
+      throw std::runtime_error(unknown_tensor(e.name, spec));
     }
+    if (const auto seen = found.find(name); seen != found.end() && seen->second != e.name)
+      throw std::runtime_error("weights: the checkpoint has both '" + seen->second + "' and '" + e.name + "', which are the same tensor '" +
+                               name + "' of this model; remove one of them");
     const int i = spec.param_index(name);
     if (e.shape != spec.params[i].shape)
       throw std::runtime_error("weights: tensor '" + e.name + "' has shape " + shape_str(e.shape) +
@@ -55,32 +96,55 @@ void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, std::
     const std::span<float> into = values[static_cast<size_t>(i)];
     if (into.size() != values_read.size()) throw std::logic_error("load_weights: the view of " + name + " has another size");
     std::copy(values_read.begin(), values_read.end(), into.begin());
-    found.insert(name);
+    found[name] = e.name;
   }
 }
 
-void require_all(const models::ModelSpec& spec, const std::set<std::string>& found) {
-  for (const auto& p : spec.params)
-    if (!found.contains(p.name)) throw std::runtime_error("weights: tensor '" + p.name + "' is missing from the checkpoint");
+// Whether parameter `name` belongs to `part` of models::kInitMissingParts.
+bool in_part(const models::ModelSpec& spec, const std::string& name, const std::string& part) {
+  return part == "head" && spec.kind == "bert" && name.starts_with("cls.predictions.");
+}
+
+// The parameters the checkpoint lacks, each allowed by options.init_missing; any other is an error.
+std::vector<std::string> check_missing(const models::ModelSpec& spec, const Found& found, const LoadOptions& options) {
+  std::vector<std::string> missing;
+  for (const auto& p : spec.params) {
+    if (found.contains(p.name)) continue;
+    const auto allowed = [&](const std::string& part) { return in_part(spec, p.name, part); };
+    if (std::any_of(options.init_missing.begin(), options.init_missing.end(), allowed)) {
+      missing.push_back(p.name);
+      continue;
+    }
+    std::string msg = "weights: tensor '" + p.name + "' is missing from the checkpoint";
+    if (in_part(spec, p.name, "head"))
+      msg += "; it is BERT's masked-LM head, which a BertModel checkpoint does not have: set model.init_missing: [head] "
+             "to start the head from BERT's own initialisation";
+    throw std::runtime_error(msg);
+  }
+  return missing;
 }
 
 }  // namespace
 
-void load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, std::span<const std::span<float>> values) {
-  std::set<std::string> found;
+std::vector<std::string> load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, std::span<const std::span<float>> values,
+                                      const LoadOptions& options) {
+  Found found;
   load_from(file, spec, values, found);
-  require_all(spec, found);
+  return check_missing(spec, found, options);
 }
 
-void load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store) {
-  load_weights(file, spec, store.value_views());
+std::vector<std::string> load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store,
+                                      const LoadOptions& options) {
+  return load_weights(file, spec, store.value_views(), options);
 }
 
-void load_weights(const std::filesystem::path& path, const models::ModelSpec& spec, models::ParameterStore& store) {
-  load_weights(path, spec, store.value_views());
+std::vector<std::string> load_weights(const std::filesystem::path& path, const models::ModelSpec& spec, models::ParameterStore& store,
+                                      const LoadOptions& options) {
+  return load_weights(path, spec, store.value_views(), options);
 }
 
-void load_weights(const std::filesystem::path& path, const models::ModelSpec& spec, std::span<const std::span<float>> values) {
+std::vector<std::string> load_weights(const std::filesystem::path& path, const models::ModelSpec& spec,
+                                      std::span<const std::span<float>> values, const LoadOptions& options) {
   std::filesystem::path file = path;
   if (std::filesystem::is_directory(path)) {
     if (std::filesystem::exists(path / "model.safetensors.index.json")) {
@@ -91,18 +155,19 @@ void load_weights(const std::filesystem::path& path, const models::ModelSpec& sp
   }
   if (!std::filesystem::exists(file))
     throw std::runtime_error("model.init_from: '" + path.string() + "' has no model.safetensors or model.safetensors.index.json");
-  if (file.extension() != ".json") return load_weights(SafetensorsFile::open(file), spec, values);
+  if (file.extension() != ".json") return load_weights(SafetensorsFile::open(file), spec, values, options);
   std::ifstream in(file);
   const nlohmann::json index = nlohmann::json::parse(in, nullptr, false);
   if (index.is_discarded() || !index.contains("weight_map") || !index["weight_map"].is_object())
     throw std::runtime_error(file.string() + ": not a safetensors index (no weight_map)");
-  std::set<std::string> shards, found;
+  std::set<std::string> shards;
   for (const auto& [name, shard] : index["weight_map"].items()) {
     if (!shard.is_string()) throw std::runtime_error(file.string() + ": weight_map." + name + " is not a file name");
     shards.insert(shard.get<std::string>());
   }
+  Found found;
   for (const auto& shard : shards) load_from(SafetensorsFile::open(file.parent_path() / shard), spec, values, found);
-  require_all(spec, found);
+  return check_missing(spec, found, options);
 }
 
 }  // namespace ferry::formats

@@ -1,8 +1,11 @@
-// Loading model weights by Hugging Face name from a safetensors file into a ParameterStore.
+// Loading model weights by Hugging Face name from a safetensors file into a ParameterStore: the layouts
+// people ship (GPT2LMHeadModel, GPT2Model, BertForMaskedLM, BertForPreTraining, BertModel) all load.
 #pragma once
 
 #include <filesystem>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "formats/safetensors.h"
 #include "models/model_spec.h"
@@ -10,16 +13,28 @@
 
 namespace ferry::formats {
 
-// Every parameter of the spec must be present with its exact shape; a missing, extra or misshapen tensor
-// is an error naming it. Tensors that are not parameters in HF checkpoints (the tied lm_head.weight,
-// GPT-2's attention mask buffers) are accepted and ignored.
+struct LoadOptions {
+  std::vector<std::string> init_missing;  // entries of models::kInitMissingParts (model.init_missing)
+};
+
+// Every parameter of the spec must be present with its exact shape, unless it belongs to a part named in
+// options.init_missing; a missing, extra or misshapen tensor is an error naming it. Names are matched with or
+// without the base model's prefix ('transformer.', 'bert.'): a checkpoint holding both forms of one tensor
+// is an error naming both. Tensors that are not parameters in HF checkpoints (the tied lm_head.weight,
+// GPT-2's attention mask buffers, BERT's pooler and next-sentence head) are accepted and ignored.
+// Only the tensors found are written; returns the names of the parameters that were not (each allowed by
+// options.init_missing), so their views keep what they held.
 // Into one fp32 view per parameter (spec.params order): a ParameterStore's, or the host buckets' masters.
-void load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, std::span<const std::span<float>> values);
-void load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store);
+std::vector<std::string> load_weights(const SafetensorsFile& file, const models::ModelSpec& spec,
+                                      std::span<const std::span<float>> values, const LoadOptions& options = {});
+std::vector<std::string> load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store,
+                                      const LoadOptions& options = {});
 
 // The same from a path: a .safetensors file, a folder holding model.safetensors, or a sharded checkpoint
 // (model.safetensors.index.json and the shards its weight_map names), as Hugging Face writes them.
-void load_weights(const std::filesystem::path& path, const models::ModelSpec& spec, std::span<const std::span<float>> values);
-void load_weights(const std::filesystem::path& path, const models::ModelSpec& spec, models::ParameterStore& store);
+std::vector<std::string> load_weights(const std::filesystem::path& path, const models::ModelSpec& spec,
+                                      std::span<const std::span<float>> values, const LoadOptions& options = {});
+std::vector<std::string> load_weights(const std::filesystem::path& path, const models::ModelSpec& spec,
+                                      models::ParameterStore& store, const LoadOptions& options = {});
 
 }  // namespace ferry::formats

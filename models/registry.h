@@ -5,11 +5,17 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
 
 namespace ferry::models {
+
+// Parts of a model that may be absent from model.init_from and keep the architecture's own initialisation
+// (model.init_missing). "head": BERT's masked-LM head (cls.predictions.*), which a BertModel checkpoint
+// lacks; GPT-2's head is tied to its token embedding, so it has nothing to miss.
+inline const std::vector<std::string> kInitMissingParts{"head"};
 
 // The `model:` section of an experiment: the architecture and its shape.
 struct ModelConfig {
@@ -20,6 +26,7 @@ struct ModelConfig {
   int vocab_size = 256;
   int seq_len = 64;
   std::filesystem::path init_from;  // Hugging Face weights to start from (file, folder or sharded index)
+  std::vector<std::string> init_missing;  // parts (kInitMissingParts) init_from may lack
 };
 
 // The op list of one step on `batch` sequences of `seq` tokens, its tensors stored in `precision`.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "engine/config.h"
@@ -92,6 +93,27 @@ TEST(Config, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
     EXPECT_NE(err.find(c.needle), std::string::npos) << "yaml: " << c.yaml << "\nerror: " << err;
     EXPECT_EQ(err.rfind("test.yaml: ", 0), 0u) << err;
   }
+}
+
+TEST(Config, InitMissingListsPartsInitFromMayLack) {
+  // A Hugging Face folder whose config.json agrees with the default model section but for what `extra` sets.
+  const auto dir = std::filesystem::temp_directory_path() / "ferry_config_hf";
+  std::filesystem::create_directories(dir);
+  const auto with_config = [&](const std::string& extra) {
+    std::ofstream(dir / "config.json") << "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 64" << extra << "}";
+    return kMinimal + "model: {init_from: " + dir.string() + ", init_missing: [head]}\n";
+  };
+  EXPECT_EQ(parse(with_config("")).model.init_missing, std::vector<std::string>{"head"});
+  EXPECT_TRUE(parse(kMinimal).model.init_missing.empty());
+  EXPECT_NE(error_of(kMinimal + "model: {init_from: " + dir.string() + ", init_missing: [head, tail]}\n")
+                .find("model.init_missing[1]: 'tail' is not allowed; expected one of head"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal + "model: {init_missing: [head]}\n").find("model.init_missing: says what model.init_from may lack"),
+            std::string::npos);
+  // config.json beside the weights is checked against the model section.
+  const std::string err = error_of(with_config(", \"n_head\": 12"));
+  EXPECT_NE(err.find("model.init_from: " + (dir / "config.json").string() + ": n_head is 12, and model.n_head is 4"), std::string::npos) << err;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Config, DeviceIsAKindOrAMappingWithHostSettings) {

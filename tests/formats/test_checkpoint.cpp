@@ -91,7 +91,7 @@ TEST(TrainState, TheCorpusOfBadStateFilesIsRefusedNamingTheField) {
 
 // A tiny GPT-2 with deterministic weights and moments.
 struct Tiny {
-  models::ModelConfig model{"gpt2", 1, 2, 8, 16, 4, {}};
+  models::ModelConfig model{"gpt2", 1, 2, 8, 16, 4, {}, {}};
   models::ModelSpec spec = models::build_model(model, 1, 4);
   models::ParameterStore params{spec.params};
   std::vector<float> m, v;

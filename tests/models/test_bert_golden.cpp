@@ -109,7 +109,7 @@ TEST_F(BertGolden, FiveAdamWStepsWithClippingMatchTorch) {
 TEST_F(BertGolden, ExportsAHuggingFaceFolder) {
   const auto root = testing::scratch_path("bert_export");
   std::filesystem::remove_all(root);
-  models::ModelConfig model{"bert", bert.n_layer, bert.n_head, bert.n_embd, bert.vocab_size, bert.seq_len, {}};
+  models::ModelConfig model{"bert", bert.n_layer, bert.n_head, bert.n_embd, bert.vocab_size, bert.seq_len, {}, {}};
   std::vector<float> zeros(params.values().size(), 0.0f);
   formats::save_checkpoint(root, spec, params, zeros, zeros, {1, 1, 0, 1, 0, "hash", model, "byte", {}}, 1);
   formats::export_checkpoint(root, root / "hf");
