@@ -81,7 +81,8 @@ struct ExecutorParts {
   const cpu_optim::CpuAdamW adamw{cpu_optim::AdamWOptions{}};
 };
 
-// A budget that forces offload: a little above what the model needs with every bucket offloaded.
+// A budget that forces offload: a little above what the model needs in fp32 with every bucket offloaded (a
+// 2-byte run gets the same budget: the tests that use it check it is under half of what resident needs).
 int64_t tight_budget(const Config& c, double factor = 1.5) {
   const offload::CostModel cost = fp32_cost_model();
   const auto spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
@@ -415,15 +416,17 @@ TEST(Executor, APrefetchWaitsForGradientsReleasedWhereItsWindowLies) {
 // tensor's life begins and checked after every op that touched it. Every policy runs clean, and the
 // measured peak (the highest arena byte ever written) is the planned one, within the budget.
 TEST(Executor, RedZonesStayIntactAndTheMeasuredPeakIsThePlannedOne) {
+  for (const char* precision : {"fp32", "bf16"})
   for (const char* policy : {"resident", "zero-offload", "chunk-lru", "greedy"})
     for (bool ckpt : {false, true}) {
       Config c = small_config(policy, ckpt, 2, 0, 3);
+      c.train.precision = precision;
       if (std::string(policy) == "chunk-lru" || std::string(policy) == "greedy")
         c.offload.gpu_budget = tight_budget(c, std::string(policy) == "chunk-lru" ? 2.5 : 2.0);
       TrainOptions opt;
       opt.red_zone_bytes = 64;
       const TrainSummary s = run(c, opt);  // throws if a red zone was overwritten
-      const std::string what = std::string(policy) + (ckpt ? ", checkpointing" : "");
+      const std::string what = std::string(precision) + ", " + policy + (ckpt ? ", checkpointing" : "");
       EXPECT_LE(s.measured_peak_device_bytes, s.arena_bytes) << what;
       EXPECT_GE(s.measured_peak_device_bytes, s.arena_bytes - 256 - opt.red_zone_bytes) << what;  // the top tensor's padding
       EXPECT_LE(s.measured_peak_device_bytes, s.budget_bytes) << what;
