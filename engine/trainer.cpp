@@ -47,8 +47,6 @@ using Region = memory::HostBuckets::Region;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Checkpoints are written from, and read into, the host buckets' own views; initial weights are written
-// straight into their masters.
 // The working copies (what the device computes with, in the precision) rounded from the fp32 masters, as
 // AdamW's fused copy-out writes them.
 void refresh_working_copies(memory::HostBuckets& host) {
@@ -58,26 +56,27 @@ void refresh_working_copies(memory::HostBuckets& host) {
     memory::narrow(working.data, working.dtype, master.data(), static_cast<int64_t>(master.size()));
   }
 }
-std::vector<std::span<float>> master_views(const memory::HostBuckets& host, int params) {
+
+// Per parameter, its slice of one fp32 region of the host buckets (master, m or v): checkpoints are written
+// from, and read into, these views, and initial weights go straight into the masters'.
+std::vector<std::span<float>> region_views(const memory::HostBuckets& host, int params, Region r) {
   std::vector<std::span<float>> views;
   for (int p = 0; p < params; ++p) {
-    const memory::TensorView t = host.view(p, Region::Master);
+    const memory::TensorView t = host.view(p, r);
     views.emplace_back(t.as<float>(), static_cast<size_t>(t.numel()));
   }
   return views;
 }
-// Per parameter, its fp32 master weights, m and v in the host buckets (T: float to read into, const float
-// to write from).
+std::vector<std::span<float>> master_views(const memory::HostBuckets& host, int params) {
+  return region_views(host, params, Region::Master);
+}
+
+// Master weights, m and v per parameter (T: float to read into, const float to write from).
 template <class T>
 formats::ParameterViews<T> bucket_state(const memory::HostBuckets& host, int params) {
   formats::ParameterViews<T> views;
-  for (int p = 0; p < params; ++p) {
-    const auto view = [&](Region r) {
-      const memory::TensorView t = host.view(p, r);
-      return std::span<float>(t.as<float>(), static_cast<size_t>(t.numel()));
-    };
-    views.weights.push_back(view(Region::Master)), views.m.push_back(view(Region::M)), views.v.push_back(view(Region::V));
-  }
+  for (const auto& [to, r] : {std::pair{&views.weights, Region::Master}, {&views.m, Region::M}, {&views.v, Region::V}})
+    for (const std::span<float> v : region_views(host, params, r)) to->push_back(v);
   return views;
 }
 

@@ -97,7 +97,7 @@ TEST(Config, ErrorsNameTheKeyTheValueAndWhatIsAllowed) {
 
 TEST(Config, InitMissingListsPartsInitFromMayLack) {
   // A Hugging Face folder whose config.json agrees with the default model section but for what `extra` sets.
-  const auto dir = std::filesystem::temp_directory_path() / "ferry_config_hf";
+  const auto dir = testing::scratch_path("config_hf");
   std::filesystem::create_directories(dir);
   const auto with_config = [&](const std::string& extra) {
     std::ofstream(dir / "config.json") << "{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 64" << extra << "}";

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/hf_config.h"
+#include "test_helpers.h"
 
 namespace ferry::formats {
 namespace {
@@ -16,7 +17,7 @@ using nlohmann::json;
 // A model folder holding only config.json (the check reads nothing else): the export's GPT2Config or
 // BertConfig for the default model section, with `changes` applied.
 struct Folder {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / "ferry_hf_config";
+  std::filesystem::path dir = testing::scratch_path("hf_config");
   models::ModelConfig model;
 
   Folder(const std::string& kind, const json& changes) {

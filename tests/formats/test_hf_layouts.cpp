@@ -10,6 +10,7 @@
 #include "formats/weights.h"
 #include "models/bert.h"
 #include "models/gpt2.h"
+#include "test_helpers.h"
 
 namespace ferry::formats {
 namespace {
@@ -28,7 +29,7 @@ const models::ModelSpec& gpt_spec() {
 // (empty: left out), plus `extra` tensors of shape [2] (ignored ones HF ships).
 struct Checkpoint {
   inline static int files = 0;  // one file per checkpoint: a test may hold two
-  std::filesystem::path path = std::filesystem::temp_directory_path() / ("ferry_hf_layout_" + std::to_string(files++) + ".safetensors");
+  std::filesystem::path path = testing::scratch_path("hf_layout_" + std::to_string(files++) + ".safetensors");
   std::vector<std::vector<float>> data;
 
   Checkpoint(const models::ModelSpec& spec, const std::function<std::string(const std::string&)>& rename,
