@@ -180,6 +180,11 @@ class Gpt2Bpe : public Tokenizer {
   }
 
   int vocab_size() const override { return vocab_size_; }
+  int32_t id_of(const std::string& token) const override {
+    const auto it = ids_.find(token);
+    return it == ids_.end() ? -1 : it->second;
+  }
+  std::string token_of(int32_t id) const override { return id >= 0 && id < vocab_size_ ? tokens_[id] : std::string(); }
 
  private:
   // BPE on one piece: start from byte symbols, merge the lowest-ranked adjacent pair until none is left.

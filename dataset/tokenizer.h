@@ -18,6 +18,10 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int vocab_size() const = 0;
+  // The id of a token of the vocabulary ("[MASK]"), -1 when absent; the token of an id, "" when none.
+  // The byte tokenizer has no named tokens.
+  virtual int32_t id_of(const std::string& /*token*/) const { return -1; }
+  virtual std::string token_of(int32_t /*id*/) const { return {}; }
 };
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer();

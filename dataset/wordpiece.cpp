@@ -69,9 +69,12 @@ class WordPiece final : public Tokenizer {
   }
 
   int vocab_size() const override { return static_cast<int>(tokens_.size()); }
-  int32_t id_of(const std::string& token) const {
+  int32_t id_of(const std::string& token) const override {
     const auto it = ids_.find(token);
     return it == ids_.end() ? -1 : it->second;
+  }
+  std::string token_of(int32_t id) const override {
+    return id >= 0 && id < static_cast<int32_t>(tokens_.size()) ? tokens_[id] : std::string();
   }
 
  private:
