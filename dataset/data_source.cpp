@@ -9,17 +9,24 @@
 namespace ferry::dataset {
 namespace {
 
-DataSource open_shard(const DataRequest& r) {
+// data.tokenizer: byte describes text (the shipped configs say it for theirs), not a shard: a shard's tokenizer
+// is what its sidecar says, or a gpt2/wordpiece the config names; two different ones are an error.
+DataSource open_shard(const DataRequest& r, const ReportFn& report) {
   DataSource s;
   s.path = r.path, s.format = r.format, s.origin = fmt::format("the token shard '{}'", r.path.string());
+  const bool given = r.tokenizer_given && r.tokenizer.kind != "byte";
   if (const std::optional<ShardInfo> sidecar = read_shard_info(r.path)) {
     s.known = true, s.info = *sidecar, s.origin = fmt::format("'{}'", shard_info_path(r.path).string());
-    if (r.tokenizer_given && sidecar->tokenizer.kind != r.tokenizer.kind)
-      throw std::runtime_error(fmt::format("data.tokenizer: {}, and {} says the shard '{}' was made by {}: remove data.tokenizer, or "
-                                           "point data.path at the shard of that tokenizer",
-                                           r.tokenizer.kind, s.origin, r.path.string(), sidecar->tokenizer.kind));
+    const std::string& made_by = sidecar->tokenizer.kind;
+    if (given && made_by != r.tokenizer.kind)
+      throw std::runtime_error(fmt::format("data.tokenizer: {}, and {} says the shard '{}' was made by {}: set data.tokenizer: {} (or "
+                                           "remove the key), or point data.path at the shard of that tokenizer",
+                                           r.tokenizer.kind, s.origin, r.path.string(), made_by, made_by));
+    if (r.tokenizer_given && !given && made_by != "byte" && report)
+      report(fmt::format("data.path: the shard '{}' was made by {} ({} says so); data.tokenizer: byte is for text", r.path.string(),
+                         made_by, s.origin));
   }
-  if (r.tokenizer_given) {
+  if (given) {
     s.known = true, s.info.tokenizer.kind = r.tokenizer.kind;
     if (!r.tokenizer.vocab.empty()) s.info.tokenizer = r.tokenizer;  // the files the config names win over the sidecar's
   }
@@ -39,7 +46,7 @@ DataSource open_shard(const DataRequest& r) {
 }  // namespace
 
 DataSource open_data_source(const DataRequest& r, const ReportFn& report) {
-  if (reads_as_token_shard(r.path, r.format)) return open_shard(r);
+  if (reads_as_token_shard(r.path, r.format)) return open_shard(r, report);
   DataSource s;
   s.known = true;
   if (r.tokenizer.kind == "byte") {

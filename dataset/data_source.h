@@ -15,7 +15,7 @@ struct DataRequest {
   std::filesystem::path path;
   DataFormat format = DataFormat::Auto;
   TokenizerFiles tokenizer;       // data.tokenizer and its files
-  bool tokenizer_given = false;   // data.tokenizer was written (a shard's otherwise comes from its sidecar)
+  bool tokenizer_given = false;   // data.tokenizer was written (gpt2/wordpiece also say what made a shard)
   std::filesystem::path cache_dir;  // empty: default_token_cache_dir(path)
 };
 
@@ -30,7 +30,8 @@ struct DataSource {
 };
 
 // Tokenises a text with gpt2/wordpiece through the token cache (reporting on `report`); reads a shard's
-// sidecar; a data.tokenizer that contradicts the sidecar is an error naming both.
+// sidecar: a data.tokenizer gpt2 or wordpiece that contradicts it is an error naming both; byte (what the
+// shipped configs say for their text) does not describe a shard (`report` says so when the sidecar differs).
 DataSource open_data_source(const DataRequest& request, const ReportFn& report = {});
 
 // BERT's [MASK] for this data: `given` (data.mask_token_id, -1 when not given), else the vocabulary's [MASK],

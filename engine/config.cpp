@@ -258,6 +258,14 @@ std::filesystem::path init_from_folder(const std::filesystem::path& init_from) {
   return std::filesystem::is_directory(init_from) ? init_from : init_from.parent_path();
 }
 
+// data.lowercase: auto, as the tokenizer_config.json beside the vocabulary says (do_lower_case), else true.
+std::string resolved_lowercase(const DataConfig& d) {
+  if (d.lowercase != "auto") return d.lowercase;
+  std::ifstream in(d.vocab.empty() ? std::filesystem::path() : d.vocab.parent_path() / "tokenizer_config.json");
+  const nlohmann::json tc = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+  return tc.is_object() && tc.contains("do_lower_case") && tc["do_lower_case"] == false ? "false" : "true";
+}
+
 // data.vocab and data.merges, from model.init_from's folder when not given; data.lowercase: auto resolved.
 // Raw text needs the files; a shard may do without (its sidecar may name them).
 void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_from, bool text) {
@@ -270,10 +278,12 @@ void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_fr
   }
   if (kind == "wordpiece" && !d.merges.empty()) throw ConfigError("data.merges: WordPiece has no merges (that is gpt2's); remove the key");
   const std::filesystem::path folder = init_from_folder(init_from);
+  const auto from_folder = [&](std::filesystem::path& file, const char* name) {
+    if (file.empty() && !folder.empty() && std::filesystem::is_regular_file(folder / name)) file = folder / name;
+  };
   const std::string vocab_name = kind == "wordpiece" ? "vocab.txt" : "vocab.json";
-  if (d.vocab.empty() && !folder.empty() && std::filesystem::is_regular_file(folder / vocab_name)) d.vocab = folder / vocab_name;
-  if (kind == "gpt2" && d.merges.empty() && !folder.empty() && std::filesystem::is_regular_file(folder / "merges.txt"))
-    d.merges = folder / "merges.txt";
+  from_folder(d.vocab, vocab_name.c_str());
+  if (kind == "gpt2") from_folder(d.merges, "merges.txt");
   const bool has_json = !folder.empty() && std::filesystem::exists(folder / "tokenizer.json");
   const std::string where = folder.empty() ? std::string("; or set model.init_from to a Hugging Face folder that holds it")
                             : fmt::format(" (model.init_from's folder '{}' has none{})", folder.string(),
@@ -282,11 +292,7 @@ void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_fr
     throw ConfigError(fmt::format("data.vocab: missing; data.tokenizer: {} on text needs its {}{}", kind, vocab_name, where));
   if (text && kind == "gpt2" && d.merges.empty())
     throw ConfigError(fmt::format("data.merges: missing; data.tokenizer: gpt2 on text needs merges.txt{}", where));
-  if (d.lowercase == "auto") {
-    std::ifstream in(d.vocab.empty() ? std::filesystem::path() : d.vocab.parent_path() / "tokenizer_config.json");
-    const nlohmann::json tc = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
-    d.lowercase = tc.is_object() && tc.contains("do_lower_case") && tc["do_lower_case"] == false ? "false" : "true";
-  }
+  d.lowercase = resolved_lowercase(d);
 }
 
 void read_optim(const YAML::Node& node, OptimConfig& optim) {
@@ -527,7 +533,7 @@ std::vector<std::pair<std::string, std::string>> config_identity(const Config& c
   if (c.data.tokenizer != "byte")  // the tokens depend on the vocabulary's contents too: the token cache's key says so
     for (const auto& [key, value] : {std::pair{"data.vocab (file name)", c.data.vocab.filename().string()},
                                      {"data.merges (file name)", c.data.merges.filename().string()}, {"data.lowercase", c.data.lowercase}})
-      identity.emplace_back(key, value);
+      if (!value.empty()) identity.emplace_back(key, value);  // (state.json holds no empty values)
   return identity;
 }
 
