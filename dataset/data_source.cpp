@@ -33,7 +33,8 @@ DataSource open_shard(const DataRequest& r, const ReportFn& report) {
   if (!s.known) return s;
   const TokenizerFiles& files = s.info.tokenizer;
   const bool files_at_hand = files.kind == "byte" || (!files.vocab.empty() && std::filesystem::exists(files.vocab) &&
-                                                      (files.kind != "gpt2" || std::filesystem::exists(files.merges)));
+                                                      (files.kind != "gpt2" || files.vocab.filename() == "tokenizer.json" ||
+                                                       std::filesystem::exists(files.merges)));
   if (files_at_hand) {
     s.vocabulary = load_tokenizer(files);
     const std::string key = s.info.key;

@@ -58,9 +58,35 @@ size_t part_end(std::string_view text, size_t from, size_t target) {
   return text.size();
 }
 
+// A Hugging Face tokenizer.json, when it is what BertTokenizer or GPT2Tokenizer saves: a WordPiece model
+// behind BERT's normaliser and pre-tokenizer, or a BPE model behind the byte-level pre-tokenizer. Its added
+// tokens ([MASK], <mask>, ...) join the vocabulary. Anything else is an error naming what differs.
+std::unique_ptr<Tokenizer> load_tokenizer_json(const TokenizerFiles& f) {
+  const std::string origin = f.vocab.string();
+  const json j = json::parse(read_file(f.vocab, "data.vocab"), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("model") || !j["model"].is_object())
+    throw std::runtime_error(origin + ": not a Hugging Face tokenizer.json (no model)");
+  const json& model = j["model"];
+  const std::string want = f.kind == "wordpiece" ? "WordPiece" : "BPE";
+  const auto type_of = [&](const char* key) { return j.contains(key) && j[key].is_object() ? j[key].value("type", "") : std::string(); };
+  const bool simple = f.kind == "wordpiece" ? type_of("pre_tokenizer") == "BertPreTokenizer" && type_of("normalizer") == "BertNormalizer"
+                                            : type_of("pre_tokenizer") == "ByteLevel";
+  if (model.value("type", "") != want || !simple)
+    throw std::runtime_error(fmt::format("{}: a {} model behind the {} pre-tokenizer, which Ferry's {} does not reproduce (it reads "
+                                         "what BertTokenizer and GPT2Tokenizer save); give data.vocab as vocab.txt or vocab.json + merges.txt",
+                                         origin, model.value("type", "?"), type_of("pre_tokenizer"), f.kind));
+  json vocab = model.value("vocab", json::object());
+  for (const auto& added : j.value("added_tokens", json::array()))
+    if (added.is_object() && added.contains("content") && !vocab.contains(added["content"].get<std::string>()))
+      vocab[added["content"].get<std::string>()] = added.value("id", -1);
+  if (f.kind == "gpt2") return gpt2_bpe_from_json(vocab, model.value("merges", json::array()), origin);
+  return wordpiece_from_json(vocab, origin, j["normalizer"].value("lowercase", f.lowercase));
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& f) {
+  if (f.kind != "byte" && f.vocab.filename() == "tokenizer.json") return load_tokenizer_json(f);
   if (f.kind == "gpt2") return load_gpt2_bpe(f.vocab, f.merges);
   if (f.kind == "wordpiece") return load_wordpiece(f.vocab, f.lowercase);
   if (f.kind == "byte") return make_byte_tokenizer();

@@ -283,14 +283,15 @@ void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_fr
   };
   const std::string vocab_name = kind == "wordpiece" ? "vocab.txt" : "vocab.json";
   from_folder(d.vocab, vocab_name.c_str());
-  if (kind == "gpt2") from_folder(d.merges, "merges.txt");
-  const bool has_json = !folder.empty() && std::filesystem::exists(folder / "tokenizer.json");
+  if (kind == "gpt2" && !d.vocab.empty()) from_folder(d.merges, "merges.txt");
+  if (d.vocab.empty()) from_folder(d.vocab, "tokenizer.json");  // what transformers 5 saves alone
+  const bool from_json = d.vocab.filename() == "tokenizer.json";
+  if (from_json && !d.merges.empty()) throw ConfigError("data.merges: a tokenizer.json holds its merges; remove the key");
   const std::string where = folder.empty() ? std::string("; or set model.init_from to a Hugging Face folder that holds it")
-                            : fmt::format(" (model.init_from's folder '{}' has none{})", folder.string(),
-                                          has_json ? "; it has a tokenizer.json, which Ferry does not read yet" : "");
+                                           : fmt::format(" (model.init_from's folder '{}' has none)", folder.string());
   if (text && d.vocab.empty())
-    throw ConfigError(fmt::format("data.vocab: missing; data.tokenizer: {} on text needs its {}{}", kind, vocab_name, where));
-  if (text && kind == "gpt2" && d.merges.empty())
+    throw ConfigError(fmt::format("data.vocab: missing; data.tokenizer: {} on text needs its {} or a tokenizer.json{}", kind, vocab_name, where));
+  if (text && kind == "gpt2" && d.merges.empty() && !from_json)
     throw ConfigError(fmt::format("data.merges: missing; data.tokenizer: gpt2 on text needs merges.txt{}", where));
   d.lowercase = resolved_lowercase(d);
 }

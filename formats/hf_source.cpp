@@ -116,7 +116,8 @@ std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& o, const models::
     for (const std::string& name : tokenizer_file_names())
       if (std::filesystem::is_regular_file(o.source_folder / name)) files.push_back({name, read_bytes(o.source_folder / name)});
   } else if (!o.vocab.empty()) {
-    for (const auto& [path, name] : {std::pair{o.vocab, o.kind == "gpt2" ? "vocab.json" : "vocab.txt"}, {o.merges, "merges.txt"}}) {
+    const char* vocab_name = o.vocab.filename() == "tokenizer.json" ? "tokenizer.json" : o.kind == "gpt2" ? "vocab.json" : "vocab.txt";
+    for (const auto& [path, name] : {std::pair{o.vocab, vocab_name}, {o.merges, "merges.txt"}}) {
       if (path.empty()) continue;
       if (!std::filesystem::exists(path)) {
         *note = fmt::format("no tokenizer files: the run's vocabulary '{}' is gone; copy its files into the export", path.string());

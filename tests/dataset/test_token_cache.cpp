@@ -117,6 +117,25 @@ TEST(TokenCache, TokenisingInPartsGivesTheWholeTextsTokens) {
   }
 }
 
+// What transformers 5 saves alone (tests/data/make_hf_roundtrip_reference.py): read as its vocab.txt is.
+TEST(TokenizerJson, ABertTokenizersFileTokenisesAsItsVocabTxt) {
+  const auto folder = testing::data_path("hf_roundtrip/bert_pretraining");
+  const auto from_json = load_tokenizer({"wordpiece", folder / "tokenizer.json", {}, true});
+  const auto from_txt = load_tokenizer({"wordpiece", folder / "vocab.txt", {}, true});
+  const std::string text = "The cats sat on the boat, boating! Unknownword?";
+  EXPECT_EQ(from_json->encode(text), from_txt->encode(text));
+  EXPECT_EQ(from_json->vocab_size(), from_txt->vocab_size());
+  EXPECT_EQ(from_json->id_of("[MASK]"), 4);
+  Scratch s;
+  nlohmann::json other = nlohmann::json::parse(testing::file_text(folder / "tokenizer.json"));
+  other["pre_tokenizer"] = {{"type", "Metaspace"}};
+  std::ofstream(s.dir / "tokenizer.json") << other.dump();
+  EXPECT_NE(error_of([&] { load_tokenizer({"wordpiece", s.dir / "tokenizer.json", {}, true}); })
+                .find("a WordPiece model behind the Metaspace pre-tokenizer, which Ferry's wordpiece does not reproduce"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { load_tokenizer({"gpt2", folder / "tokenizer.json", {}, true}); }).find("a WordPiece model"), std::string::npos);
+}
+
 TEST(ShardInfo, RoundTripsAndADamagedOneIsAnErrorNamingIt) {
   Scratch s;
   const auto shard = s.dir / "data.bin";
