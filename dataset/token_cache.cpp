@@ -172,9 +172,20 @@ std::string token_cache_key(const std::filesystem::path& text, const TokenizerFi
   return fmt::format("{:016x}", h);
 }
 
+namespace {
+
+// What every cached shard of this text and tokenizer is named from: the text's name, a hash of its absolute
+// path (two train.txt in one data.cache_dir are two texts), the tokenizer.
+std::string cache_prefix(const std::filesystem::path& text, const std::string& kind) {
+  const std::string where = std::filesystem::absolute(text).lexically_normal().string();
+  return fmt::format("{}.{:08x}.{}.", text.filename().string(), fnv1a(where) & 0xffffffffu, kind);
+}
+
+}  // namespace
+
 std::filesystem::path token_cache_path(const std::filesystem::path& text, const std::filesystem::path& cache_dir,
                                        const TokenizerFiles& files, const std::string& key) {
-  return cache_dir / fmt::format("{}.{}.{}.bin", text.filename().string(), files.kind, key);
+  return cache_dir / (cache_prefix(text, files.kind) + key + ".bin");
 }
 
 std::filesystem::path default_token_cache_dir(const std::filesystem::path& text) { return text.parent_path() / ".ferry-cache"; }
@@ -232,7 +243,7 @@ CachedTokens cached_tokens(const std::filesystem::path& text, const TokenizerFil
                                          shard.string(), e.what()));
   }
   write_shard_info(shard, out.info);  // last: its key marks the shard complete
-  remove_stale(cache_dir, shard, fmt::format("{}.{}.", text.filename().string(), files.kind));
+  remove_stale(cache_dir, shard, cache_prefix(text, files.kind));
   return out;
 }
 

@@ -47,7 +47,7 @@ std::vector<int32_t> tokenize_in_parts(std::string_view text, const Tokenizer& t
 // The cache's key: the text file's size and modification time, the tokenizer kind and case rule, and the
 // contents of its vocabulary and merges files.
 std::string token_cache_key(const std::filesystem::path& text, const TokenizerFiles& files);
-// cache_dir/<text file name>.<kind>.<key>.bin
+// cache_dir/<text file name>.<hash of its absolute path>.<kind>.<key>.bin
 std::filesystem::path token_cache_path(const std::filesystem::path& text, const std::filesystem::path& cache_dir,
                                        const TokenizerFiles& files, const std::string& key);
 // The default cache folder: .ferry-cache in the text's folder.

@@ -12,7 +12,7 @@ common=(--config "$config" --set data.path="$work/corpus.txt" --set data.tokeniz
 fail() { echo "$1"; shift; cat "$@"; exit 1; }
 "$ferry" train "${common[@]}" --set train.checkpoint_dir="$work/ckpt" > "$work/first.log" 2>&1 || fail "first run failed" "$work/first.log"
 grep -q "tokenising '$work/corpus.txt'" "$work/first.log" || fail "the first run did not tokenise" "$work/first.log"
-shard=$(ls "$work"/.ferry-cache/corpus.txt.wordpiece.*.bin)
+shard=$(ls "$work"/.ferry-cache/corpus.txt.*.wordpiece.*.bin)
 before=$(stat -c %Y.%i "$shard")
 "$ferry" train "${common[@]}" --set train.checkpoint_dir="$work/ckpt2" > "$work/second.log" 2>&1 || fail "second run failed" "$work/second.log"
 grep -q "from the cache" "$work/second.log" || fail "the second run did not reuse the cache" "$work/second.log"

@@ -65,6 +65,20 @@ TEST(TokenCache, TheFirstRunBuildsTheSecondReusesAChangedTextRebuilds) {
   EXPECT_EQ(shard_tokens(third.shard), load_tokenizer(wordpiece())->encode("An entirely different text about boats.\n"));
 }
 
+TEST(TokenCache, TwoTextsOfOneNameShareACacheFolderWithoutEvictingEachOther) {
+  Scratch s;
+  std::filesystem::create_directories(s.dir / "a");
+  std::filesystem::create_directories(s.dir / "b");
+  write_text(s.dir / "a" / "train.txt", "the cat\n");
+  write_text(s.dir / "b" / "train.txt", "the dog sat\n");
+  const CachedTokens a = cached_tokens(s.dir / "a" / "train.txt", wordpiece(), s.dir / "cache");
+  const CachedTokens b = cached_tokens(s.dir / "b" / "train.txt", wordpiece(), s.dir / "cache");
+  EXPECT_NE(a.shard, b.shard);
+  EXPECT_TRUE(std::filesystem::exists(a.shard));
+  EXPECT_FALSE(cached_tokens(s.dir / "a" / "train.txt", wordpiece(), s.dir / "cache").built);
+  EXPECT_FALSE(cached_tokens(s.dir / "b" / "train.txt", wordpiece(), s.dir / "cache").built);
+}
+
 TEST(TokenCache, AnotherVocabularyOrCaseRuleIsAnotherKey) {
   Scratch s;
   const auto text = s.dir / "corpus.txt";
