@@ -28,7 +28,9 @@ DataSource open_shard(const DataRequest& r, const ReportFn& report) {
   }
   if (given) {
     s.known = true, s.info.tokenizer.kind = r.tokenizer.kind;
-    if (!r.tokenizer.vocab.empty()) s.info.tokenizer = r.tokenizer;  // the files the config names win over the sidecar's
+    // The sidecar's files made the shard; the config's (data.vocab, or model.init_from's) stand in without one.
+    const bool sidecar_files = !s.info.tokenizer.vocab.empty() && std::filesystem::exists(s.info.tokenizer.vocab);
+    if (!sidecar_files && !r.tokenizer.vocab.empty()) s.info.tokenizer = r.tokenizer;
   }
   if (!s.known) return s;
   const TokenizerFiles& files = s.info.tokenizer;
@@ -97,7 +99,11 @@ int32_t bert_mask_id(const DataSource& data, int32_t given, int model_vocab, int
   const std::string kind = data.tokenizer_name();
   if (kind == "wordpiece" || kind == "gpt2") {
     if (data.info.mask_token_id >= 0) return data.info.mask_token_id;
-    if (kind == "gpt2" && data.info.vocab_size > 0 && model_vocab - 1 >= data.info.vocab_size) return model_vocab - 1;
+    if (data.info.vocab_size == 0)
+      throw std::runtime_error(fmt::format("data.mask_token_id: not given, and no {} vocabulary is known for {} (no sidecar naming one, "
+                                           "no data.vocab): set data.vocab to the vocabulary that made it, or data.mask_token_id",
+                                           kind, data.origin));
+    if (kind == "gpt2" && model_vocab - 1 >= data.info.vocab_size) return model_vocab - 1;
     throw std::runtime_error(fmt::format("data.mask_token_id: not given, and the {} vocabulary {} has no [MASK] token; add one to it, "
                                          "or set data.mask_token_id to an id beyond its {} tokens (e.g. {}, with model.vocab_size at "
                                          "least {})",

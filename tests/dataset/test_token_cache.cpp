@@ -229,6 +229,13 @@ TEST(DataSource, AShardsSidecarNamesItsTokenizerAndAContradictingDataTokenizerIs
   const DataSource d = open_data_source(r);
   EXPECT_EQ(d.tokenizer_name(), "wordpiece");
   EXPECT_EQ(bert_mask_id(d, -1, 1000, 8), 4);
+  DataRequest declared{shard, DataFormat::Auto, {"wordpiece", {}, {}, true}, true, {}};
+  std::filesystem::remove(shard_info_path(shard));
+  EXPECT_NE(error_of([&] { bert_mask_id(open_data_source(declared), -1, 1000, 8); }).find("no wordpiece vocabulary is known"),
+            std::string::npos);
+  declared.tokenizer.vocab = wordpiece().vocab;
+  EXPECT_EQ(bert_mask_id(open_data_source(declared), -1, 1000, 8), 4);
+  write_shard_info(shard, describe_shard(wordpiece(), *load_tokenizer(wordpiece())));
   r.tokenizer_given = true;  // byte, as the shipped configs say for text, gives way to the sidecar
   std::string note;
   EXPECT_EQ(open_data_source(r, [&](const std::string& l) { note = l; }).tokenizer_name(), "wordpiece");
