@@ -1,5 +1,6 @@
 // `ferry tokenize`: a text file to a uint16 token shard (llm.c's format) with the byte, GPT-2 BPE or
-// WordPiece tokenizer, and the vocabulary size (and BERT's [MASK] id) the config then needs.
+// WordPiece tokenizer, its sidecar (<shard>.json: the tokenizer, its files, [MASK]), and the vocabulary size
+// the config then needs. (Training tokenises raw text itself too, through the token cache.)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "dataset/token_cache.h"
 #include "dataset/token_shard.h"
 #include "dataset/tokenizer.h"
 #include "engine/config.h"
@@ -55,21 +57,21 @@ std::string read_input(const std::string& path, int64_t limit) {
   return text;
 }
 
-// What the config needs for this vocabulary. A WordPiece vocabulary without [MASK] still trains BERT: one
-// more id than it has is [MASK] (data.mask_token_id: -1, the default, means the last id).
-void print_config_advice(const TokenizeArgs& args, int vocab_size) {
+// What the config needs for this vocabulary. BERT's [MASK] is the vocabulary's, which training finds in the
+// shard's sidecar; a WordPiece vocabulary without one needs an id of its own beyond it.
+void print_config_advice(const TokenizeArgs& args, int vocab_size, int32_t mask) {
   if (args.kind != "wordpiece") {
     fmt::print("set model.vocab_size to at least {}\n", vocab_size);
     return;
   }
-  const int32_t mask = dataset::wordpiece_token_id(args.vocab, "[MASK]");
   if (mask >= 0) {
-    fmt::print("set model.vocab_size to at least {}; for BERT, set data.mask_token_id to {} (the vocabulary's [MASK])\n", vocab_size, mask);
+    fmt::print("set model.vocab_size to at least {}; BERT's [MASK] is {} (the vocabulary's; training reads it from {})\n", vocab_size,
+               mask, dataset::shard_info_path(args.out).string());
     return;
   }
-  fmt::print("set model.vocab_size to at least {}; '{}' has no [MASK]: for BERT, set model.vocab_size to {} and leave "
-             "data.mask_token_id unset, so that the extra last id is [MASK]\n",
-             vocab_size, args.vocab, vocab_size + 1);
+  fmt::print("set model.vocab_size to at least {}; '{}' has no [MASK]: for BERT, set data.mask_token_id: {} and model.vocab_size: {} "
+             "(an id beyond the vocabulary)\n",
+             vocab_size, args.vocab, vocab_size, vocab_size + 1);
 }
 
 int run_tokenize(const TokenizeArgs& args) {
@@ -83,14 +85,16 @@ int run_tokenize(const TokenizeArgs& args) {
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(std::string("--max-input: ") + e.what());
   }
-  const auto tokenizer = args.kind == "gpt2"        ? dataset::load_gpt2_bpe(args.vocab, args.merges)
-                         : args.kind == "wordpiece" ? dataset::load_wordpiece(args.vocab, !args.cased)
-                                                    : dataset::make_byte_tokenizer();
+  const dataset::TokenizerFiles files{args.kind, args.vocab, args.merges, !args.cased};
+  const auto tokenizer = dataset::load_tokenizer(files);
   const std::string text = read_input(args.input, limit);
-  const auto ids = tokenizer->encode(text);
+  const auto ids = dataset::tokenize_in_parts(text, *tokenizer, [](const std::string& line) { fmt::print("{}\n", line); });
   dataset::write_token_shard(args.out, ids);
-  fmt::print("{}: {} bytes -> {} tokens (vocabulary {})\n", args.out, text.size(), ids.size(), tokenizer->vocab_size());
-  print_config_advice(args, tokenizer->vocab_size());
+  const dataset::ShardInfo info = dataset::describe_shard(files, *tokenizer);
+  dataset::write_shard_info(args.out, info);  // what made it: the [MASK] id and the vocabulary for training and export
+  fmt::print("{}: {} bytes -> {} tokens (vocabulary {}); its tokenizer recorded in {}\n", args.out, text.size(), ids.size(),
+             tokenizer->vocab_size(), dataset::shard_info_path(args.out).string());
+  print_config_advice(args, tokenizer->vocab_size(), info.mask_token_id);
   if (!dataset::reads_as_token_shard(args.out, dataset::DataFormat::Auto))
     fmt::print("note: data.path reads a token shard by its .bin name; for '{}' set data.format: shard\n", args.out);
   return 0;

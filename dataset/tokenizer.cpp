@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <unordered_map>
@@ -123,35 +124,32 @@ std::vector<std::string_view> pretokenize(std::string_view t) {
 
 class Gpt2Bpe : public Tokenizer {
  public:
-  Gpt2Bpe(const std::filesystem::path& vocab_path, const std::filesystem::path& merges_path) : byte_symbol_(bytes_to_unicode()) {
-    std::ifstream vf(vocab_path);
-    if (!vf) throw std::runtime_error(vocab_path.string() + ": cannot open the vocabulary");
-    const nlohmann::json vocab = nlohmann::json::parse(vf, nullptr, false);
-    if (vocab.is_discarded() || !vocab.is_object()) throw std::runtime_error(vocab_path.string() + ": not a JSON object of token -> id");
+  // vocab: token -> id; merges: merges.txt's lines; the origins name them in errors.
+  Gpt2Bpe(const nlohmann::json& vocab, std::istream& merges, const std::string& vocab_origin, const std::string& merges_origin)
+      : byte_symbol_(bytes_to_unicode()) {
+    if (!vocab.is_object()) throw std::runtime_error(vocab_origin + ": not a JSON object of token -> id");
     for (const auto& [token, id] : vocab.items()) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0)
-        throw std::runtime_error(vocab_path.string() + ": the id of '" + token + "' is not a non-negative integer");
+        throw std::runtime_error(vocab_origin + ": the id of '" + token + "' is not a non-negative integer");
       ids_[token] = id.get<int32_t>();
       vocab_size_ = std::max(vocab_size_, id.get<int32_t>() + 1);
     }
     tokens_.resize(vocab_size_);
     for (const auto& [token, id] : ids_) tokens_[id] = token;
-    std::ifstream mf(merges_path);
-    if (!mf) throw std::runtime_error(merges_path.string() + ": cannot open the merges");
     std::string line;
     int rank = 0, line_no = 0;
-    while (std::getline(mf, line)) {
+    while (std::getline(merges, line)) {
       ++line_no;
       if (line.empty() || line.rfind("#version", 0) == 0) continue;
       const auto sp = line.find(' ');
       if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
-        throw std::runtime_error(merges_path.string() + ":" + std::to_string(line_no) + ": expected two symbols separated by one space");
+        throw std::runtime_error(merges_origin + ":" + std::to_string(line_no) + ": expected two symbols separated by one space");
       ranks_[line] = rank++;
     }
     for (int b = 0; b < 256; ++b) symbol_byte_[byte_symbol_[b]] = static_cast<char>(b);
     for (int b = 0; b < 256; ++b)
       if (!ids_.contains(byte_symbol_[b]))
-        throw std::runtime_error(vocab_path.string() + ": lacks the symbol of byte " + std::to_string(b) + " (not a byte-level BPE vocabulary)");
+        throw std::runtime_error(vocab_origin + ": lacks the symbol of byte " + std::to_string(b) + " (not a byte-level BPE vocabulary)");
   }
 
   std::vector<int32_t> encode(std::string_view text) const override {
@@ -180,6 +178,11 @@ class Gpt2Bpe : public Tokenizer {
   }
 
   int vocab_size() const override { return vocab_size_; }
+  int32_t id_of(const std::string& token) const override {
+    const auto it = ids_.find(token);
+    return it == ids_.end() ? -1 : it->second;
+  }
+  std::string token_of(int32_t id) const override { return id >= 0 && id < vocab_size_ ? tokens_[id] : std::string(); }
 
  private:
   // BPE on one piece: start from byte symbols, merge the lowest-ranked adjacent pair until none is left.
@@ -222,7 +225,24 @@ class Gpt2Bpe : public Tokenizer {
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
 std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt) {
-  return std::make_unique<Gpt2Bpe>(vocab_json, merges_txt);
+  std::ifstream vf(vocab_json);
+  if (!vf) throw std::runtime_error(vocab_json.string() + ": cannot open the vocabulary");
+  const nlohmann::json vocab = nlohmann::json::parse(vf, nullptr, false);
+  if (vocab.is_discarded()) throw std::runtime_error(vocab_json.string() + ": not a JSON object of token -> id");
+  std::ifstream mf(merges_txt);
+  if (!mf) throw std::runtime_error(merges_txt.string() + ": cannot open the merges");
+  return std::make_unique<Gpt2Bpe>(vocab, mf, vocab_json.string(), merges_txt.string());
+}
+
+std::unique_ptr<Tokenizer> gpt2_bpe_from_json(const nlohmann::json& vocab, const nlohmann::json& merges, const std::string& origin) {
+  std::string lines;  // merges as merges.txt's lines: "a b" strings, or ["a", "b"] pairs (newer tokenizer.json files)
+  for (const auto& m : merges) {
+    if (m.is_string()) lines += m.get<std::string>() + "\n";
+    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) lines += m[0].get<std::string>() + " " + m[1].get<std::string>() + "\n";
+    else throw std::runtime_error(origin + ": model.merges holds " + m.dump() + ", not a merge");
+  }
+  std::istringstream in(lines);
+  return std::make_unique<Gpt2Bpe>(vocab, in, origin + " (model.vocab)", origin + " (model.merges)");
 }
 
 }  // namespace ferry::dataset

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,6 +19,10 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int vocab_size() const = 0;
+  // The id of a token of the vocabulary ("[MASK]"), -1 when absent; the token of an id, "" when none.
+  // The byte tokenizer has no named tokens.
+  virtual int32_t id_of(const std::string& /*token*/) const { return -1; }
+  virtual std::string token_of(int32_t /*id*/) const { return {}; }
 };
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
@@ -27,6 +32,10 @@ std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab_json
 // BERT's WordPiece from vocab.txt; lowercase: the uncased models' lowercasing and accent stripping.
 // Encoding adds no [CLS]/[SEP]. Errors name the file (an empty line, a duplicate, no [UNK]).
 std::unique_ptr<Tokenizer> load_wordpiece(const std::filesystem::path& vocab_txt, bool lowercase);
+// A Hugging Face tokenizer.json's model, when it is one of these (what transformers' BertTokenizer and
+// GPT2Tokenizer save): `vocab` and `merges` are its model.vocab and model.merges; `origin` names the file.
+std::unique_ptr<Tokenizer> wordpiece_from_json(const nlohmann::json& vocab, const std::string& origin, bool lowercase);
+std::unique_ptr<Tokenizer> gpt2_bpe_from_json(const nlohmann::json& vocab, const nlohmann::json& merges, const std::string& origin);
 // The id of a token (e.g. "[MASK]") in a vocab.txt; -1 when absent.
 int32_t wordpiece_token_id(const std::filesystem::path& vocab_txt, const std::string& token);
 

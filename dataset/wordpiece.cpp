@@ -6,6 +6,8 @@
 // alphabets, accent stripping Latin-1 and Latin Extended-A; punctuation covers ASCII, Latin-1, General
 // Punctuation, CJK symbols and fullwidth forms (dataset/unicode.cpp's tables say exactly which).
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -35,19 +37,18 @@ char32_t strip_accent(char32_t c) {
 
 class WordPiece final : public Tokenizer {
  public:
-  WordPiece(const std::filesystem::path& vocab_txt, bool lowercase) : lowercase_(lowercase) {
-    std::ifstream in(vocab_txt);
-    if (!in) throw std::runtime_error("--vocab: cannot read '" + vocab_txt.string() + "'");
+  // One token per line of `in` (vocab.txt's format); `origin` names it in errors.
+  WordPiece(std::istream& in, const std::string& origin, bool lowercase) : lowercase_(lowercase) {
     std::string line;
     while (std::getline(in, line)) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.empty()) throw std::runtime_error(vocab_txt.string() + ": line " + std::to_string(tokens_.size() + 1) + " is empty; a vocab.txt holds one token per line");
+      if (line.empty()) throw std::runtime_error(origin + ": line " + std::to_string(tokens_.size() + 1) + " is empty; a vocab.txt holds one token per line");
       if (!ids_.emplace(line, static_cast<int32_t>(tokens_.size())).second)
-        throw std::runtime_error(vocab_txt.string() + ": token '" + line + "' appears twice");
+        throw std::runtime_error(origin + ": token '" + line + "' appears twice");
       tokens_.push_back(line);
     }
     const auto unk = ids_.find("[UNK]");
-    if (unk == ids_.end()) throw std::runtime_error(vocab_txt.string() + ": no [UNK] token; not a BERT vocab.txt");
+    if (unk == ids_.end()) throw std::runtime_error(origin + ": no [UNK] token; not a BERT vocab.txt");
     unk_ = unk->second;
   }
 
@@ -69,9 +70,12 @@ class WordPiece final : public Tokenizer {
   }
 
   int vocab_size() const override { return static_cast<int>(tokens_.size()); }
-  int32_t id_of(const std::string& token) const {
+  int32_t id_of(const std::string& token) const override {
     const auto it = ids_.find(token);
     return it == ids_.end() ? -1 : it->second;
+  }
+  std::string token_of(int32_t id) const override {
+    return id >= 0 && id < static_cast<int32_t>(tokens_.size()) ? tokens_[id] : std::string();
   }
 
  private:
@@ -143,11 +147,28 @@ class WordPiece final : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_wordpiece(const std::filesystem::path& vocab_txt, bool lowercase) {
-  return std::make_unique<WordPiece>(vocab_txt, lowercase);
+  std::ifstream in(vocab_txt);
+  if (!in) throw std::runtime_error("--vocab: cannot read '" + vocab_txt.string() + "'");
+  return std::make_unique<WordPiece>(in, vocab_txt.string(), lowercase);
 }
 
 int32_t wordpiece_token_id(const std::filesystem::path& vocab_txt, const std::string& token) {
-  return WordPiece(vocab_txt, true).id_of(token);
+  return load_wordpiece(vocab_txt, true)->id_of(token);
+}
+
+std::unique_ptr<Tokenizer> wordpiece_from_json(const nlohmann::json& vocab, const std::string& origin, bool lowercase) {
+  if (!vocab.is_object()) throw std::runtime_error(origin + ": model.vocab is not an object of token -> id");
+  std::vector<std::string> by_id(vocab.size());
+  for (const auto& [token, id] : vocab.items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<size_t>() >= by_id.size() || !by_id[id.get<size_t>()].empty())
+      throw std::runtime_error(origin + ": model.vocab's ids are not 0.." + std::to_string(by_id.size() - 1) + " each once ('" + token +
+                               "' has " + id.dump() + ")");
+    by_id[id.get<size_t>()] = token;
+  }
+  std::string lines;
+  for (const std::string& t : by_id) lines += t + "\n";
+  std::istringstream in(lines);
+  return std::make_unique<WordPiece>(in, origin + " (model.vocab)", lowercase);
 }
 
 }  // namespace ferry::dataset

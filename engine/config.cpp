@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -221,22 +223,25 @@ struct DataKeys {
   bool mask_token_id = false;    // given: it means something to BERT only
 };
 
-DataKeys read_data(const YAML::Node& node, DataConfig& data) {
+DataKeys read_data(const YAML::Node& node, DataConfig& data, const std::filesystem::path& base_dir) {
   DataKeys given;
-  const Field mask = number("mask_token_id", data.mask_token_id, -1, 1 << 22, "a token id >= 0, or -1 for the last id of the vocabulary");
+  const Field mask = number("mask_token_id", data.mask_token_id, -1, 1 << 22,
+                            "a token id >= 0, or -1 for the vocabulary's [MASK] (the last id for the byte tokenizer)");
   read_section(node, "data",
                {{"path", [&](const YAML::Node& n, const std::string& where) {
                    if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a file path");
                    given.path = n.Scalar();
                  }},
                 {"tokenizer", [&](const YAML::Node& n, const std::string& where) {
-                   // GPT-2 BPE and WordPiece run once, ahead of training, into a token shard.
-                   if (n.IsScalar() && (n.Scalar() == "gpt2" || n.Scalar() == "wordpiece"))
-                     throw ConfigError(fmt::format("{}: '{}' is applied by `ferry tokenize`, not while training: run `ferry tokenize "
-                                                   "--tokenizer {} --vocab ... --input TEXT --out data.bin` once and set data.path to "
-                                                   "data.bin (and model.vocab_size to the vocabulary it prints)",
-                                                   where, n.Scalar(), n.Scalar()));
-                   choice("tokenizer", data.tokenizer, {"byte"}).read(n, where);
+                   choice("tokenizer", data.tokenizer, {"byte", "gpt2", "wordpiece"}).read(n, where);
+                   data.tokenizer_given = true;
+                 }},
+                existing_path("vocab", data.vocab, base_dir, true),
+                existing_path("merges", data.merges, base_dir, true),
+                choice("lowercase", data.lowercase, {"auto", "true", "false"}),
+                {"cache_dir", [&](const YAML::Node& n, const std::string& where) {
+                   if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(where + ": expected a folder path");
+                   data.cache_dir = std::filesystem::path(n.Scalar()).is_absolute() ? std::filesystem::path(n.Scalar()) : base_dir / n.Scalar();
                  }},
                 choice("format", data.format, {"auto", "text", "shard"}),
                 number("val_fraction", data.val_fraction, 0.0, 0.5, "a fraction in [0, 0.5]"),
@@ -245,6 +250,50 @@ DataKeys read_data(const YAML::Node& node, DataConfig& data) {
                    given.mask_token_id = true;
                  }}});
   return given;
+}
+
+// The folder of a Hugging Face model that model.init_from names (the folder itself, or a weights file's).
+std::filesystem::path init_from_folder(const std::filesystem::path& init_from) {
+  if (init_from.empty()) return {};
+  return std::filesystem::is_directory(init_from) ? init_from : init_from.parent_path();
+}
+
+// data.lowercase: auto, as the tokenizer_config.json beside the vocabulary says (do_lower_case), else true.
+std::string resolved_lowercase(const DataConfig& d) {
+  if (d.lowercase != "auto") return d.lowercase;
+  std::ifstream in(d.vocab.empty() ? std::filesystem::path() : d.vocab.parent_path() / "tokenizer_config.json");
+  const nlohmann::json tc = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+  return tc.is_object() && tc.contains("do_lower_case") && tc["do_lower_case"] == false ? "false" : "true";
+}
+
+// data.vocab and data.merges, from model.init_from's folder when not given; data.lowercase: auto resolved.
+// Raw text needs the files; a shard may do without (its sidecar may name them).
+void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_from, bool text) {
+  const std::string& kind = d.tokenizer;
+  if (kind == "byte") {
+    if (!d.vocab.empty() || !d.merges.empty())
+      throw ConfigError("data.vocab: the byte tokenizer has no vocabulary file; set data.tokenizer: wordpiece or gpt2, or remove "
+                        "data.vocab and data.merges");
+    return;
+  }
+  if (kind == "wordpiece" && !d.merges.empty()) throw ConfigError("data.merges: WordPiece has no merges (that is gpt2's); remove the key");
+  const std::filesystem::path folder = init_from_folder(init_from);
+  const auto from_folder = [&](std::filesystem::path& file, const char* name) {
+    if (file.empty() && !folder.empty() && std::filesystem::is_regular_file(folder / name)) file = folder / name;
+  };
+  const std::string vocab_name = kind == "wordpiece" ? "vocab.txt" : "vocab.json";
+  from_folder(d.vocab, vocab_name.c_str());
+  if (kind == "gpt2" && !d.vocab.empty()) from_folder(d.merges, "merges.txt");
+  if (d.vocab.empty()) from_folder(d.vocab, "tokenizer.json");  // what transformers 5 saves alone
+  const bool from_json = d.vocab.filename() == "tokenizer.json";
+  if (from_json && !d.merges.empty()) throw ConfigError("data.merges: a tokenizer.json holds its merges; remove the key");
+  const std::string where = folder.empty() ? std::string("; or set model.init_from to a Hugging Face folder that holds it")
+                                           : fmt::format(" (model.init_from's folder '{}' has none)", folder.string());
+  if (text && d.vocab.empty())
+    throw ConfigError(fmt::format("data.vocab: missing; data.tokenizer: {} on text needs its {} or a tokenizer.json{}", kind, vocab_name, where));
+  if (text && kind == "gpt2" && d.merges.empty() && !from_json)
+    throw ConfigError(fmt::format("data.merges: missing; data.tokenizer: gpt2 on text needs merges.txt{}", where));
+  d.lowercase = resolved_lowercase(d);
 }
 
 void read_optim(const YAML::Node& node, OptimConfig& optim) {
@@ -360,6 +409,8 @@ void check_across_keys(Config& c, const DataKeys& data, const std::filesystem::p
     throw ConfigError("model.vocab_size: " + std::to_string(c.model.vocab_size) + " is smaller than the byte tokenizer's 256 symbols" +
                       (c.model.kind == "bert" ? std::string(" plus BERT's [MASK]; use at least 257") : std::string("; use at least 256")));
   c.data.path = resolve_data_path(data_path, base_dir);
+  resolve_tokenizer_files(c.data, c.model.init_from,
+                          !dataset::reads_as_token_shard(c.data.path, dataset::parse_data_format(c.data.format)));
   if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
     throw ConfigError("train.checkpoint_every: " + std::to_string(c.train.checkpoint_every) +
                       " needs train.checkpoint_dir (where to write them)");
@@ -393,7 +444,7 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
     const YAML::Node root = load_root(yaml, overrides);
     check_section_names(root);
     read_model(root["model"], c.model, base_dir);
-    const DataKeys data = read_data(root["data"], c.data);
+    const DataKeys data = read_data(root["data"], c.data, base_dir);
     read_optim(root["optim"], c.optim);
     read_train(root["train"], c.train);
     read_offload(root["offload"], c.offload, base_dir);
@@ -480,6 +531,10 @@ std::vector<std::pair<std::string, std::string>> config_identity(const Config& c
           {"train.loss_scale_growth_interval", text(c.train.loss_scale_growth_interval)}};
   // Only when it differs from the position table's size: a config without it keeps its earlier hash.
   if (c.sequence() != c.model.seq_len) identity.emplace_back("train.seq_len", text(c.sequence()));
+  if (c.data.tokenizer != "byte")  // the tokens depend on the vocabulary's contents too: the token cache's key says so
+    for (const auto& [key, value] : {std::pair{"data.vocab (file name)", c.data.vocab.filename().string()},
+                                     {"data.merges (file name)", c.data.merges.filename().string()}, {"data.lowercase", c.data.lowercase}})
+      if (!value.empty()) identity.emplace_back(key, value);  // (state.json holds no empty values)
   return identity;
 }
 

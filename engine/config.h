@@ -17,7 +17,12 @@ struct DataConfig {
   std::string tokenizer = "byte";
   std::string format = "auto";  // auto: a *.bin path is a token shard, anything else text; or text, shard
   double val_fraction = 0.1;
-  int mask_token_id = -1;  // BERT's [MASK]; -1: the last id of the vocabulary (byte-level BERT)
+  int mask_token_id = -1;  // BERT's [MASK]; -1: the vocabulary's [MASK] (the last id for the byte tokenizer)
+  // Raw text with gpt2 or wordpiece is tokenised at start-up and cached (dataset/token_cache.h).
+  bool tokenizer_given = false;          // data.tokenizer was written (gpt2/wordpiece then say what made a shard; byte describes text)
+  std::filesystem::path vocab, merges;   // gpt2: vocab.json + merges.txt; wordpiece: vocab.txt; default: model.init_from's folder's
+  std::string lowercase = "auto";        // wordpiece: true | false | auto (resolved: do_lower_case of tokenizer_config.json beside the vocab, else true)
+  std::filesystem::path cache_dir;       // where text's tokens are cached; empty: .ferry-cache beside data.path
 };
 
 struct OptimConfig {

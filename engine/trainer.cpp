@@ -18,6 +18,7 @@
 
 #include "cpu_optim/adamw.h"
 #include "cpu_optim/lr_schedule.h"
+#include "dataset/data_source.h"
 #include "engine/device/cuda_devices.h"
 #include "engine/device/make_device.h"
 #include "engine/host_memory.h"
@@ -93,28 +94,30 @@ std::string host_device_note(const Config& cfg) {
                   : "auto -> cpu (no CUDA device)";
 }
 
+// data.path and its tokenizer as the data section gives them.
+dataset::DataRequest data_request(const Config& cfg) {
+  const DataConfig& d = cfg.data;
+  return {d.path, dataset::parse_data_format(d.format), {d.tokenizer, d.vocab, d.merges, d.lowercase != "false"}, d.tokenizer_given,
+          d.cache_dir};
+}
+
 // The training and validation batches of a run, as the model takes them (masked-LM batches for BERT).
 class Batches {
  public:
-  Batches(const Config& cfg)
-      : cfg_(cfg), data_(cfg.data.path, cfg.data.val_fraction, cfg.sequence(), dataset::parse_data_format(cfg.data.format)),
-        mlm_(cfg.model.kind == "bert"),
-        mask_is_last_(cfg.data.mask_token_id < 0), mask_id_(mask_is_last_ ? cfg.model.vocab_size - 1 : cfg.data.mask_token_id) {
-    // [MASK]: data.mask_token_id (a WordPiece vocabulary's), else the last id, which the data then must not use.
-    const bool last_is_mask = mlm_ && mask_is_last_;
-    if (data_.max_token() >= (last_is_mask ? mask_id_ : cfg.model.vocab_size))
+  Batches(const Config& cfg, Progress& progress)
+      : cfg_(cfg),
+        source_(dataset::open_data_source(data_request(cfg), [&progress](const std::string& line) { progress.message(line); })),
+        data_(source_.path, cfg.data.val_fraction, cfg.sequence(), source_.format),
+        mlm_(cfg.model.kind == "bert") {
+    if (mlm_) choose_mask();
+    if (data_.max_token() >= (mask_is_last_ ? mask_id_ : cfg.model.vocab_size))
       throw std::runtime_error(
           "data.path: '" + cfg.data.path.string() + "' holds token id " + std::to_string(data_.max_token()) +
-          (last_is_mask ? ", which BERT needs below model.vocab_size - 1 (the last id is [MASK]); raise model.vocab_size or set data.mask_token_id"
-                        : ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size)));
-    // A [MASK] that is also a data token would make masked positions and real ones the same input.
-    if (mlm_ && !mask_is_last_ && data_.holds(mask_id_))
-      throw std::runtime_error(fmt::format(
-          "data.mask_token_id: {} occurs in data.path '{}' as a real token, so the model could not tell [MASK] from it; set it "
-          "to the vocabulary's [MASK] (ferry tokenize prints it), an id the data never uses, or remove it to use the last id",
-          mask_id_, cfg.data.path.string()));
+          (mask_is_last_ ? ", which BERT needs below model.vocab_size - 1 (the last id is [MASK]); raise model.vocab_size or set data.mask_token_id"
+                         : ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size)));
   }
   const dataset::TextDataset& data() const { return data_; }
+  const dataset::DataSource& source() const { return source_; }
   dataset::Batch train(int64_t index) const {
     dataset::Batch b = data_.train_batch(cfg_.train.seed, index, cfg_.train.batch_size);
     return mlm_ ? dataset::masked_lm(b, cfg_.train.seed, index, mask_id_, random_below()) : b;
@@ -125,12 +128,38 @@ class Batches {
   }
 
  private:
+  // [MASK]: data.mask_token_id, else the vocabulary's, else (byte-level) the last id, which the data then must
+  // not use and random replacements leave out.
+  void choose_mask() {
+    const int32_t given = cfg_.data.mask_token_id;
+    // A [MASK] that is also a data token would make masked positions and real ones the same input.
+    if (given >= 0 && data_.holds(given))
+      throw std::runtime_error(fmt::format(
+          "data.mask_token_id: {} occurs in data.path '{}' as a real token, so the model could not tell [MASK] from it; set it "
+          "to the vocabulary's [MASK] (ferry tokenize prints it), an id the data never uses, or remove it to use the vocabulary's",
+          given, cfg_.data.path.string()));
+    mask_id_ = dataset::bert_mask_id(source_, given, cfg_.model.vocab_size, data_.max_token());
+    mask_is_last_ = given < 0 && mask_id_ == cfg_.model.vocab_size - 1 && source_.info.mask_token_id != mask_id_;
+    if (mask_id_ >= cfg_.model.vocab_size)
+      throw std::runtime_error(fmt::format("data.mask_token_id: the vocabulary {}'s [MASK] is {}, not below model.vocab_size {}; set "
+                                           "model.vocab_size to the vocabulary's size ({})",
+                                           source_.origin, mask_id_, cfg_.model.vocab_size, source_.info.vocab_size));
+  }
   int32_t random_below() const { return mask_is_last_ ? mask_id_ : cfg_.model.vocab_size; }
   const Config& cfg_;
+  const dataset::DataSource source_;
   dataset::TextDataset data_;
-  bool mlm_, mask_is_last_;
-  int32_t mask_id_;
+  bool mlm_, mask_is_last_ = false;
+  int32_t mask_id_ = -1;
 };
+
+// Where the model and the tokenizer came from, for `ferry export` (model.init_from, the vocabulary's files).
+formats::TrainState::Origin origin_of_run(const Config& cfg, const dataset::DataSource& data) {
+  formats::TrainState::Origin o;
+  if (!cfg.model.init_from.empty()) o.init_from = std::filesystem::absolute(cfg.model.init_from).lexically_normal();
+  if (data.known) o.vocab = data.info.tokenizer.vocab, o.merges = data.info.tokenizer.merges, o.lowercase = data.info.tokenizer.lowercase;
+  return o;
+}
 
 // What a checkpoint must match to be resumed by this config.
 formats::ResumeCheck resume_check(const Config& cfg) { return {config_hash(cfg), config_identity(cfg), cfg.train.steps}; }
@@ -262,7 +291,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
       tbb_threads_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)),
       spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision())),
       adamw_(adamw_options(cfg)),
-      batches_(cfg),
+      batches_(cfg, progress_),
       device_note_(host_device_note(cfg)),  // refuses device: cuda before anything is measured
       cost_(measure_cost()),
       plan_(plan_for_config(cfg, spec_, cost_, 0, "", opt.red_zone_bytes)),
@@ -391,7 +420,8 @@ void Run::checkpoint(int step) {
   executor_.download_state();
   formats::StateToWrite from = bucket_state<const float>(host_, param_count());  // written as they are, no copy
   formats::TrainState state{step, optimizer_steps_, sum_.val_loss_start, scaler_.value(), scaler_.good_steps(), hash_, cfg_.model,
-                            cfg_.data.tokenizer, {}};
+                            batches_.source().tokenizer_name(), {}};
+  state.origin = origin_of_run(cfg_, batches_.source());
   state.val_loss = sum_.val_loss;  // the last evaluated: what a resumed, already complete run reports
   state.config = config_identity(cfg_);
   if (const auto u = executor_.pending_update()) {  // delayed: the last step's update travels with the checkpoint

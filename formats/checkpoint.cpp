@@ -153,6 +153,26 @@ uint32_t own_checksum(json j) {
   return crc32c(0, std::as_bytes(std::span(text.data(), text.size())));
 }
 
+// state.json's "origin": only the paths that are known, so a run from scratch writes none.
+json origin_json(const TrainState::Origin& o) {
+  json j = json::object();
+  for (const auto& [key, path] : {std::pair{"init_from", &o.init_from}, {"vocab", &o.vocab}, {"merges", &o.merges}})
+    if (!path->empty()) j[key] = path->string();
+  if (!o.vocab.empty()) j["lowercase"] = o.lowercase;
+  return j;
+}
+
+TrainState::Origin read_origin(const StateFields& f) {
+  TrainState::Origin o;
+  if (!f.has("origin")) return o;
+  const StateFields of = f.object("origin");
+  o.init_from = of.text("init_from", std::string());
+  o.vocab = of.text("vocab", std::string());
+  o.merges = of.text("merges", std::string());
+  o.lowercase = of.boolean("lowercase", true);
+  return o;
+}
+
 json state_json(const TrainState& state) {
   const models::ModelConfig& m = state.model;
   json j{{"step", state.step},
@@ -169,6 +189,7 @@ json state_json(const TrainState& state) {
          {"config", json::object()},
          {"files", json::object()}};
   if (state.run_id.empty()) j.erase("run_id");
+  if (const json origin = origin_json(state.origin); !origin.empty()) j["origin"] = origin;
   for (const auto& [key, value] : state.config) j["config"][key] = value;
   for (const auto& [name, sum] : state.files) j["files"][name] = {{"bytes", sum.bytes}, {"crc32c", hex32(sum.crc32c)}};
   if (state.pending) {
@@ -274,6 +295,7 @@ TrainState parse_train_state(const std::string& text, const std::string& origin)
   s.run_id = f.text("run_id", std::string());
   s.model = read_model(f);
   s.pending = read_pending(f, s.optimizer_steps);
+  s.origin = read_origin(f);
   read_config_and_files(f, s);
   // Checked last, so that a value out of range is named as such. Files of earlier builds have neither.
   if (f.has("state_crc32c") && f.crc("state_crc32c") != own_checksum(j))

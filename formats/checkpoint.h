@@ -47,6 +47,14 @@ struct TrainState {
   double val_loss = std::numeric_limits<double>::quiet_NaN();  // the last validation loss evaluated; NaN: none
   std::vector<std::pair<std::string, std::string>> config{};    // the settings config_hash covers: key, value
   std::map<std::string, FileChecksum> files{};                  // the folder's other files; filled when saved
+  // Where the run's model and tokenizer came from, for `ferry export`'s round trip: model.init_from (the
+  // source's tensors Ferry does not train, its config.json and tokenizer files) and the vocabulary's files.
+  // Empty when not known (a run from scratch, a shard nothing describes, a checkpoint of an earlier build).
+  struct Origin {
+    std::filesystem::path init_from, vocab, merges;
+    bool lowercase = true;  // WordPiece's case rule
+  };
+  Origin origin{};
 };
 
 // What a resumed run must match: the settings behind the config hash, and its step count.

@@ -205,13 +205,15 @@ void write_safetensors(AtomicFile& out, const std::vector<SafetensorsTensorRef>&
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
   const auto bytes_of = [](const SafetensorsTensorRef& t) {
+    if (!t.raw_dtype.empty()) return t.raw_bytes;
     size_t n = static_cast<size_t>(dtype_bytes(t.dtype));
     for (int64_t d : t.shape) n *= static_cast<size_t>(d);
     return n;
   };
   for (const auto& t : tensors) {
-    if (t.dtype == DType::I32) throw std::logic_error("write_safetensors: " + t.name + " is int32; only fp32, bf16 and fp16 are written");
-    const char* type = t.dtype == DType::BF16 ? "BF16" : t.dtype == DType::F16 ? "F16" : "F32";
+    if (t.raw_dtype.empty() && t.dtype == DType::I32)
+      throw std::logic_error("write_safetensors: " + t.name + " is int32; only fp32, bf16 and fp16 are written");
+    const std::string type = !t.raw_dtype.empty() ? t.raw_dtype : t.dtype == DType::BF16 ? "BF16" : t.dtype == DType::F16 ? "F16" : "F32";
     header[t.name] = {{"dtype", type}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes_of(t)}}};
     offset += bytes_of(t);
   }

@@ -52,6 +52,10 @@ struct SafetensorsTensorRef {
   std::vector<int64_t> shape;
   const void* data;  // numel(shape) values stored as dtype
   DType dtype = DType::F32;  // F32, BF16 or F16
+  // Bytes passed through as another file's entry stored them (any safetensors dtype: I64 position ids, ...):
+  // when set, `data` holds raw_bytes bytes of raw_dtype, and `dtype` is not used.
+  std::string raw_dtype{};
+  size_t raw_bytes = 0;
 };
 
 // Writes tensors to `path` atomically (a temporary file renamed into place; removed on failure).

@@ -126,6 +126,12 @@ std::vector<std::string> check_missing(const models::ModelSpec& spec, const Foun
 
 }  // namespace
 
+std::string parameter_of(const std::string& checkpoint_name, const models::ModelSpec& spec) {
+  std::set<std::string> wanted;
+  for (const auto& p : spec.params) wanted.insert(p.name);
+  return model_name(checkpoint_name, wanted);
+}
+
 std::vector<std::string> load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, std::span<const std::span<float>> values,
                                       const LoadOptions& options) {
   Found found;

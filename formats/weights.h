@@ -30,6 +30,10 @@ std::vector<std::string> load_weights(const SafetensorsFile& file, const models:
 std::vector<std::string> load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, models::ParameterStore& store,
                                       const LoadOptions& options = {});
 
+// The parameter of `spec` a checkpoint's tensor name is (with or without the base model's prefix, old
+// LayerNorm names); empty when it is none (a pooler, a buffer, a tied copy).
+std::string parameter_of(const std::string& checkpoint_name, const models::ModelSpec& spec);
+
 // The same from a path: a .safetensors file, a folder holding model.safetensors, or a sharded checkpoint
 // (model.safetensors.index.json and the shards its weight_map names), as Hugging Face writes them.
 std::vector<std::string> load_weights(const std::filesystem::path& path, const models::ModelSpec& spec,

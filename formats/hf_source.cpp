@@ -1,0 +1,159 @@
+// The export's round trip: the source's untrained tensors passed through byte for byte, tokenizer files
+// copied (or written for the run's vocabulary), config.json merged.
+#include "formats/hf_source.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+
+#include "formats/weights.h"
+
+namespace ferry::formats {
+namespace {
+
+using nlohmann::json;
+
+std::string read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("export: cannot read '" + path.string() + "'");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The export's name of a source tensor: under the task model's base prefix, as Ferry's own names are.
+std::string export_name(const std::string& name, const std::string& kind) {
+  const std::string base = kind == "bert" ? "bert." : "transformer.";
+  const std::string head = kind == "bert" ? "cls." : "lm_head.";
+  return name.starts_with(base) || name.starts_with(head) ? name : base + name;
+}
+
+// The exported tensor a tied copy repeats (empty: not a tied copy).
+std::string tied_to(const std::string& name) {
+  if (name == "lm_head.weight") return "transformer.wte.weight";
+  if (name == "cls.predictions.decoder.weight") return "bert.embeddings.word_embeddings.weight";
+  if (name == "cls.predictions.decoder.bias") return "cls.predictions.bias";
+  return "";
+}
+
+json minimal_tokenizer_config(const TokenizerOrigin& o, const models::ModelConfig& m) {
+  if (o.kind == "wordpiece")
+    return {{"tokenizer_class", "BertTokenizer"}, {"do_lower_case", o.lowercase}, {"model_max_length", m.seq_len},
+            {"unk_token", "[UNK]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"}, {"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}};
+  return {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", m.seq_len}, {"bos_token", "<|endoftext|>"},
+          {"eos_token", "<|endoftext|>"}, {"unk_token", "<|endoftext|>"}};
+}
+
+// Whether the run tokenised with the source folder's own vocabulary (or with one nothing records).
+bool uses_source_vocabulary(const TokenizerOrigin& o) {
+  if (o.source_folder.empty()) return false;
+  if (o.vocab.empty()) return o.kind != "byte";
+  const std::filesystem::path own = o.source_folder / o.vocab.filename();
+  return std::filesystem::exists(own) && std::filesystem::exists(o.vocab) && read_bytes(own) == read_bytes(o.vocab);
+}
+
+}  // namespace
+
+HfWeights open_hf_weights(const std::filesystem::path& init_from) {
+  HfWeights w;
+  const bool folder = std::filesystem::is_directory(init_from);
+  const std::filesystem::path dir = folder ? init_from : init_from.parent_path();
+  const std::filesystem::path index = dir / "model.safetensors.index.json";
+  const bool sharded = folder ? std::filesystem::exists(index) : init_from.filename() == "model.safetensors.index.json";
+  // A bare weights file under another name has no folder of its own: the files beside it may be anything's.
+  if (folder || sharded || init_from.filename() == "model.safetensors") w.folder = dir;
+  if (!sharded) {
+    w.files.push_back(SafetensorsFile::open(folder ? init_from / "model.safetensors" : init_from));
+    return w;
+  }
+  const json map = json::parse(read_bytes(index), nullptr, false);
+  if (map.is_discarded() || !map.contains("weight_map") || !map["weight_map"].is_object())
+    throw std::runtime_error(index.string() + ": not a safetensors index (no weight_map)");
+  std::set<std::string> shards;
+  for (const auto& [name, shard] : map["weight_map"].items()) shards.insert(shard.get<std::string>());
+  for (const auto& shard : shards) w.files.push_back(SafetensorsFile::open(dir / shard));
+  return w;
+}
+
+std::vector<SafetensorsTensorRef> carried_tensors(const HfWeights& source, const models::ModelSpec& spec,
+                                                  const std::vector<SafetensorsTensorRef>& exported) {
+  std::vector<SafetensorsTensorRef> carried;
+  std::set<std::string> names;
+  for (const auto& t : exported) names.insert(t.name);
+  for (const SafetensorsFile& file : source.files)
+    for (const SafetensorsEntry& e : file.entries()) {
+      if (!parameter_of(e.name, spec).empty()) continue;  // trained: written from the checkpoint
+      const std::string name = export_name(e.name, spec.kind);
+      if (!names.insert(name).second) continue;
+      if (const std::string tied = tied_to(name); !tied.empty()) {
+        const auto it = std::find_if(exported.begin(), exported.end(), [&](const auto& t) { return t.name == tied; });
+        if (it == exported.end()) throw std::logic_error("export: " + tied + " is not among the model's tensors");
+        SafetensorsTensorRef copy = *it;
+        copy.name = name;
+        carried.push_back(copy);
+        continue;
+      }
+      carried.push_back({name, e.shape, file.data(e), DType::F32, e.dtype, e.end - e.begin});
+    }
+  return carried;
+}
+
+const std::vector<std::string>& tokenizer_file_names() {
+  static const std::vector<std::string> names{"vocab.txt", "vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
+                                              "special_tokens_map.json", "added_tokens.json"};
+  return names;
+}
+
+std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& o, const models::ModelConfig& m, std::string* note) {
+  std::vector<ExportFile> files;
+  const auto has = [&](const std::string& name) {
+    return std::any_of(files.begin(), files.end(), [&](const ExportFile& f) { return f.name == name; });
+  };
+  if (uses_source_vocabulary(o)) {
+    for (const std::string& name : tokenizer_file_names())
+      if (std::filesystem::is_regular_file(o.source_folder / name)) files.push_back({name, read_bytes(o.source_folder / name)});
+  } else if (!o.vocab.empty()) {
+    const char* vocab_name = o.vocab.filename() == "tokenizer.json" ? "tokenizer.json" : o.kind == "gpt2" ? "vocab.json" : "vocab.txt";
+    for (const auto& [path, name] : {std::pair{o.vocab, vocab_name}, {o.merges, "merges.txt"}}) {
+      if (path.empty()) continue;
+      if (!std::filesystem::exists(path)) {
+        *note = fmt::format("no tokenizer files: the run's vocabulary '{}' is gone; copy its files into the export", path.string());
+        return {};
+      }
+      files.push_back({name, read_bytes(path)});
+    }
+  }
+  const bool has_vocab = has("vocab.txt") || has("vocab.json") || has("tokenizer.json");
+  if (!has_vocab) {
+    *note = o.kind == "byte" ? "no tokenizer files: the byte tokenizer has no Hugging Face equivalent"
+                             : "no tokenizer files: the run's vocabulary is not known (a token shard without a sidecar, and no "
+                               "model.init_from folder holding one); copy its files into the export";
+    return {};
+  }
+  if (!has("tokenizer_config.json")) {
+    TokenizerOrigin kind = o;
+    if (kind.kind != "wordpiece" && kind.kind != "gpt2") kind.kind = has("vocab.txt") ? "wordpiece" : "gpt2";
+    files.push_back({"tokenizer_config.json", minimal_tokenizer_config(kind, m).dump(2) + "\n"});
+  }
+  return files;
+}
+
+nlohmann::json round_trip_config(const nlohmann::json& source, const nlohmann::json& ferry) {
+  json defaults = ferry;
+  for (const char* key : {"hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop"})
+    if (defaults.contains(key)) defaults[key] = 0.1;  // Hugging Face's defaults in BertConfig and GPT2Config
+  if (!source.is_object()) return defaults;
+  // Settings of training and generation, which the shape does not decide: the source knows them.
+  static const std::set<std::string> source_keeps{"hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop",
+                                                  "attn_pdrop", "pad_token_id", "bos_token_id", "eos_token_id"};
+  json out = source;
+  for (const auto& [key, value] : defaults.items())
+    if (!source_keeps.contains(key) || !source.contains(key)) out[key] = value;
+  if (out.contains("dtype") && defaults.contains("torch_dtype")) out["dtype"] = defaults["torch_dtype"];  // transformers 5's name
+  return out;
+}
+
+}  // namespace ferry::formats

@@ -1,0 +1,56 @@
+// What `ferry export` carries over from the Hugging Face folder a run started from (model.init_from), so the
+// export round-trips: the tensors Ferry does not train (BERT's pooler, the next-sentence head, buffers), the
+// tokenizer files, and config.json with every setting Ferry does not change (dropout among them).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/safetensors.h"
+#include "models/model_spec.h"
+#include "models/registry.h"
+#include <nlohmann/json_fwd.hpp>
+
+namespace ferry::formats {
+
+// A model's weight files: one .safetensors file, a folder's model.safetensors, or the shards of its
+// model.safetensors.index.json.
+struct HfWeights {
+  std::filesystem::path folder;  // where its config.json and tokenizer files are; empty for a bare file of another name
+  std::vector<SafetensorsFile> files;
+};
+HfWeights open_hf_weights(const std::filesystem::path& init_from);
+
+// The source's tensors that are no parameter of `spec`, named as the export names them (the base model's
+// prefix added where the source has none: 'pooler.dense.weight' -> 'bert.pooler.dense.weight'), their bytes
+// as the source stores them. A tied copy (lm_head.weight, cls.predictions.decoder.*) is written as the
+// exported tensor it is tied to: `exported` holds the model's tensors, by their names, to take it from.
+std::vector<SafetensorsTensorRef> carried_tensors(const HfWeights& source, const models::ModelSpec& spec,
+                                                  const std::vector<SafetensorsTensorRef>& exported);
+
+// A file of the export other than the weights.
+struct ExportFile {
+  std::string name, bytes;
+};
+// The tokenizer files the export ships (names Hugging Face's AutoTokenizer reads): the source folder's, when
+// the run's vocabulary is the source's own (or unknown); else the run's vocabulary (`vocab`, `merges`) with a
+// tokenizer_config.json written for it. A tokenizer_config.json is written whenever none is copied.
+// `note` says why there are none (the byte tokenizer) or what is missing.
+struct TokenizerOrigin {
+  std::string kind;  // byte | gpt2 | wordpiece | unknown: what made the run's tokens
+  std::filesystem::path source_folder, vocab, merges;
+  bool lowercase = true;
+};
+std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& origin, const models::ModelConfig& model, std::string* note);
+// Every file name tokenizer_files may write: an earlier export's that this one does not write are removed.
+const std::vector<std::string>& tokenizer_file_names();
+
+// config.json: the source's (`source` an object; null: none) with Ferry's model keys (`ferry`: the shape,
+// architectures, dtype) written over it, and the source's dropout and special token ids kept. Without a
+// source, `ferry` with Hugging Face's default dropout (0.1): Ferry trains without dropout, and a model
+// fine-tuned further in transformers gets the regularisation its architecture normally has.
+nlohmann::json round_trip_config(const nlohmann::json& source, const nlohmann::json& ferry);
+
+}  // namespace ferry::formats
