@@ -66,7 +66,12 @@ struct SpecLayout {
   int64_t grad(const ModelSpec& spec, int p) const { return grads + param_slot[p] * dtype_bytes(spec.precision); }
 };
 
-// One device with an arena and a pinned host image of it of the same size: offsets mean the same in both.
+// The libraries' scratch (cuBLASLt, cuDNN; oneDNN on the host device), bound as the Executor binds the
+// plan's workspace: 32 MiB, what cuBLAS suggests on Hopper, ample for these shapes.
+constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;
+
+// One device with an arena (the operands, then the workspace) and a pinned host image of its operands:
+// offsets mean the same in both.
 struct Mirror {
   std::unique_ptr<Device> dev;
   std::unique_ptr<memory::PinnedHostPool> pool;
@@ -74,8 +79,10 @@ struct Mirror {
   int64_t bytes = 0;
 
   Mirror(DeviceChoice::Kind kind, int64_t size)
-      : dev(make_device({.kind = kind, .arena_bytes = size, .compute_threads = 2})), pool(dev->make_host_pool(size)),
-        host(pool->carve(size)), bytes(size) {}
+      : dev(make_device({.kind = kind, .arena_bytes = size + kWorkspaceBytes, .compute_threads = 2})), pool(dev->make_host_pool(size)),
+        host(pool->carve(size)), bytes(size) {
+    dev->bind_workspace(at(size), kWorkspaceBytes);
+  }
   std::byte* at(int64_t offset) const { return dev->arena().data() + offset; }
   void upload() {
     dev->copy(Stream::H2D, at(0), host, bytes, "upload");
