@@ -112,7 +112,7 @@ unpack_bundle() {
 smoke_test() {
   local dir=$1 t
   for t in ferry ferry-bench test_device test_engine test_models_cuda; do
-    if ldd "$dir/$t" | grep -q "not found"; then log "$dir/$t: $(ldd "$dir/$t" | grep 'not found' | tr '\n' ' ')"; return 1; fi
+    if ldd "$dir/$t" | grep "not found" >/dev/null; then log "$dir/$t: $(ldd "$dir/$t" | grep 'not found' | tr '\n' ' ')"; return 1; fi
   done
   "$dir/ferry" --help >/dev/null && "$dir/ferry-bench" --help >/dev/null && "$dir/test_device" --gtest_list_tests >/dev/null
 }

@@ -12,7 +12,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD_DIR=$(realpath -m "${BUILD_DIR:-$ROOT/build-gpu}")
 BUNDLE=$ROOT/gpu_bundle
 JOBS=${JOBS:-2}
-LIMIT_BYTES=$((40 * 1000 * 1000))  # 40 MB, the bundle's budget in a 64 MiB carry
+LIMIT_BYTES=${FERRY_BUNDLE_LIMIT_BYTES:-$((40 * 1000 * 1000))}  # 40 MB, the bundle's budget in a 64 MiB carry
 TARGETS=(ferry ferry-bench test_device test_engine test_models_cuda)
 # Runtime libraries the binaries load (ldd build/ferry) that a CUDA image may lack or hold in another version
 # (yaml-cpp 0.8, oneDNN 3, fmt 10 elsewhere): Debian 12's, the ones we link against. libc, libstdc++ and
@@ -54,7 +54,7 @@ cuobjdump=$(command -v cuobjdump || python3 -c 'import os, triton; print(os.path
 sm90=unchecked
 if [[ -x $cuobjdump ]]; then
   for t in ferry test_device test_models_cuda; do
-    "$cuobjdump" --list-elf "$BUNDLE/bin/$t" | grep -q sm_90 || die "$t holds no sm_90 code ($cuobjdump --list-elf)"
+    "$cuobjdump" --list-elf "$BUNDLE/bin/$t" | grep sm_90 >/dev/null || die "$t holds no sm_90 code ($cuobjdump --list-elf)"
   done
   sm90="yes (cuobjdump --list-elf: ferry, test_device, test_models_cuda)"
 fi
