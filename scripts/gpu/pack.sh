@@ -18,8 +18,9 @@ TARGETS=(ferry ferry-bench test_device test_engine test_models_cuda)
 # (yaml-cpp 0.8, oneDNN 3, fmt 10 elsewhere): Debian 12's, the ones we link against. libc, libstdc++ and
 # libgcc are left to the machine (any CUDA image has them, and newer). oneDNN is libdnnl2 on Debian 12.
 RUNTIME_DEBS=(libdnnl2 libtbb12 libtbbmalloc2 libyaml-cpp0.7 libfmt9 ocl-icd-libopencl1 libgomp1)
-# Headers and CMake configs, for the fallback rebuild on the GPU machine only.
-DEV_DEBS=(libdnnl-dev libtbb-dev libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev googletest ocl-icd-opencl-dev)
+# Headers and CMake configs, for the fallback rebuild on the GPU machine only (TBB's CMake config checks
+# that libtbbbind exists, though nothing links it).
+DEV_DEBS=(libdnnl-dev libtbb-dev libtbbbind-2-5 libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev googletest ocl-icd-opencl-dev opencl-c-headers)
 
 say() { printf 'pack: %s\n' "$*" >&2; }
 die() { printf 'pack: error: %s\n' "$*" >&2; exit 1; }
