@@ -50,6 +50,15 @@ inline double seconds_since(Clock::time_point t) { return std::chrono::duration<
 int run_step_bench(const std::string& config_path, int B, int T, int steps, int warmup, int threads,
                    const std::string& json_path, const std::string& markdown_path, const std::string& command);
 
+// `ferry-bench step --device host|cuda`: the step `ferry train` runs (the Executor, the config's plan with
+// policy resident unless --set says otherwise) on that device; on an H100/H200 its MFU (bench/mfu.h).
+int run_device_step_bench(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& device_kind, int B,
+                          int T, int steps, int warmup, const std::string& json_path, const std::string& markdown_path,
+                          const std::string& command);
+
+// The name of CUDA GPU `ordinal` ("NVIDIA H100 80GB HBM3"); "" without CUDA or without that GPU.
+std::string cuda_gpu_name(int ordinal);
+
 // `ferry-bench adam`: CPU AdamW in each mode against the memory bandwidth of the same access pattern.
 int run_adam_bench(int64_t params, int threads, int reps, const std::string& json_path,
                    const std::string& markdown_path, const std::string& command);

@@ -17,6 +17,13 @@ int main(int argc, char** argv) {
   step->add_option("--steps", steps, "Timed steps (the median is reported)")->check(CLI::PositiveNumber);
   step->add_option("--warmup", warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
   step->add_option("--threads", threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  std::string step_device = "cpu";
+  std::vector<std::string> step_overrides;
+  step->add_option("--device", step_device,
+                   "cpu: the op runner against oneDNN's matmul rate; host or cuda: the step `ferry train` runs (the Executor, "
+                   "offload.policy resident unless --set says otherwise) on that device, with MFU on an H100/H200")
+      ->check(CLI::IsMember({"cpu", "host", "cuda"}));
+  step->add_option("--set", step_overrides, "Config overrides for --device host|cuda, e.g. train.precision=bf16 (repeatable)");
   step->add_option("--json", json, "Also write the results as JSON to this file");
   step->add_option("--markdown", markdown, "Also write the results as a Markdown table to this file");
 
@@ -82,6 +89,8 @@ int main(int argc, char** argv) {
     if (*policies) return ferry::bench::run_policies_bench(cost_model, policy_batch, policy_seq, policy_overlap == "delayed", json, markdown, command);
     if (*planner) return ferry::bench::run_planner_bench(json, markdown, command);
     if (*adam) return ferry::bench::run_adam_bench(params, threads, reps, json, markdown, command);
+    if (step_device != "cpu")
+      return ferry::bench::run_device_step_bench(config, step_overrides, step_device, batch, seq, steps, warmup, json, markdown, command);
     return ferry::bench::run_step_bench(config, batch, seq, steps, warmup, threads, json, markdown, command);
   } catch (const std::exception& e) {
     fmt::print(stderr, "ferry-bench: error: {}\n", e.what());

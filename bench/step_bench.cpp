@@ -1,5 +1,7 @@
 // ferry-bench step: times full CPU training steps of a config's model shape and, in the same run,
 // oneDNN's matmul rate on the model's largest matmul; reports their ratio and where the step's time goes.
+// With --device host|cuda: the step `ferry train` runs (the Executor with the config's plan, resident by
+// default) on that device, and on a GPU its MFU (bench/mfu.h).
 #include <fmt/format.h>
 #include <sys/utsname.h>
 #include <tbb/global_control.h>
@@ -10,15 +12,45 @@
 #include <sstream>
 
 #include "bench/bench_common.h"
+#include "bench/mfu.h"
 #include "cpu_optim/adamw.h"
 #include "engine/config.h"
+#include "engine/device/make_device.h"
+#include "engine/executor.h"
+#include "engine/step_planning.h"
+#include "memory/convert.h"
+#include "memory/host_buckets.h"
+#include "models/registry.h"
 #include "memory/host_buffer.h"
 #include "models/cpu_runner.h"
 #include "models/gpt2.h"
 #include "models/ops/matmul.h"
 #include "models/rng.h"
 
+#ifdef FERRY_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace ferry::bench {
+
+std::string cuda_gpu_name(int ordinal) {
+#ifdef FERRY_WITH_CUDA
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, ordinal) == cudaSuccess) return prop.name;
+#endif
+  (void)ordinal;
+  return "";
+}
+
+nlohmann::json mfu_json(const StepFlops& flops, double step_s, const std::optional<PeakRate>& peak) {
+  nlohmann::json j{{"model_flops_per_step", flops.model},
+                   {"recompute_flops_per_step", flops.recompute},
+                   {"model_tflops_per_s", flops.model / step_s / 1e12},
+                   {"flop_formula", kMfuFormula}};
+  if (peak) j.update({{"peak_name", peak->name}, {"peak_tflops_per_s", peak->flops / 1e12}, {"mfu", mfu(flops, step_s, *peak)}});
+  else j["mfu"] = nullptr, j["peak_name"] = "no peak known for this device: MFU not computed";
+  return j;
+}
 namespace {
 
 struct StepTimes {
@@ -186,6 +218,109 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
   print_summary(r);
   if (!json_path.empty()) write_result(json_path, "--json", to_json(r));
   if (!markdown_path.empty()) write_result(markdown_path, "--markdown", to_markdown(r));
+  return 0;
+}
+
+namespace {
+
+// What `ferry-bench step --device` measured.
+struct DeviceStep {
+  std::string device, gpu;
+  std::vector<double> seconds;  // per timed step
+  double step_s = 0;
+  StepFlops flops;
+  std::optional<PeakRate> peak;
+};
+
+// The run set up as the trainer sets one up (plan, device with the plan's arena, pinned host buckets, the
+// architecture's initial weights), then `warmup` untimed and `steps` timed steps on one random batch, each
+// timed to the end of its device work.
+DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Kind kind, int steps, int warmup) {
+  const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision());
+  offload::CostModel cost = cfg.offload.cost_model.empty() ? offload::CostModel{} : offload::CostModel::load(cfg.offload.cost_model);
+  if (kind == device::DeviceChoice::Kind::Host) cost.fused_attention = false;  // the host's attention keeps its probabilities
+  const offload::StepPlan plan = engine::plan_for_config(cfg, spec, cost);
+  auto dev = device::make_device({.kind = kind, .arena_bytes = plan.memory.layout.peak, .compute_threads = cfg.threads()});
+  const DType precision = plan.problem.precision;
+  auto pool = dev->make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, precision, precision) +
+                                  engine::Executor::host_bytes_needed(spec, plan));
+  memory::HostBuckets host(plan.problem.layout, *pool, precision, precision);
+  std::vector<std::span<float>> masters;
+  for (int p = 0; p < static_cast<int>(spec.params.size()); ++p) {
+    const memory::TensorView t = host.view(p, memory::HostBuckets::Region::Master);
+    masters.emplace_back(t.as<float>(), static_cast<size_t>(t.numel()));
+  }
+  models::init_model(cfg.model, spec, masters, 1);
+  for (int b = 0; b < static_cast<int>(plan.problem.layout.buckets().size()); ++b) {
+    const memory::TensorView working = host.region(b, memory::HostBuckets::Region::Working);
+    memory::narrow(working.data, working.dtype, host.master(b).data(), static_cast<int64_t>(host.master(b).size()));
+  }
+  const cpu_optim::CpuAdamW adamw({{cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay}, "auto", cfg.threads()});
+  engine::Executor executor(spec, plan, host, *pool, *dev, adamw, {static_cast<float>(cfg.optim.grad_clip)}, nullptr);
+  executor.upload_state();
+  models::Rng rng(7);
+  std::vector<dataset::Batch> batch(static_cast<size_t>(cfg.train.grad_accum));
+  for (dataset::Batch& b : batch) {
+    b.tokens.resize(static_cast<size_t>(cfg.train.batch_size * cfg.sequence()));
+    for (int32_t& t : b.tokens) t = static_cast<int32_t>(rng.below(cfg.model.vocab_size));
+    b.targets = b.tokens;
+    std::rotate(b.targets.begin(), b.targets.begin() + 1, b.targets.end());
+  }
+  DeviceStep r;
+  r.device = dev->name();
+  if (kind == device::DeviceChoice::Kind::Cuda) r.gpu = cuda_gpu_name(0);
+  fmt::print(stderr, "step: {} ({:.1f}M params) on {}, plan {}, batch {}x{} x{} accum, {}, {} warm-up + {} timed steps\n", spec.kind,
+             spec.param_count() / 1e6, r.device, plan.schedule.policy, cfg.train.batch_size, cfg.sequence(), cfg.train.grad_accum,
+             cfg.train.precision, warmup, steps);
+  for (int s = 1; s <= warmup + steps; ++s) {
+    const auto t0 = Clock::now();
+    const float loss = executor.step(batch, s, cfg.optim.lr).loss;
+    dev->synchronize();
+    const double dt = seconds_since(t0);
+    if (s > warmup) r.seconds.push_back(dt);
+    fmt::print(stderr, "  step {}/{}: {:.1f} ms, loss {:.4f}{}\n", s, warmup + steps, dt * 1e3, loss, s > warmup ? "" : " (warm-up)");
+  }
+  r.step_s = median(r.seconds);
+  const int64_t tokens = int64_t(cfg.train.batch_size) * cfg.sequence() * cfg.train.grad_accum;
+  r.flops = step_flops(flop_shape(spec, cfg.model.n_layer, cfg.model.n_embd, cfg.sequence(), tokens, plan.problem.checkpointed_layers));
+  if (!r.gpu.empty()) r.peak = peak_rate(r.gpu, precision);
+  return r;
+}
+
+}  // namespace
+
+int run_device_step_bench(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& device_kind, int B,
+                          int T, int steps, int warmup, const std::string& json_path, const std::string& markdown_path,
+                          const std::string& command) {
+  std::vector<std::string> o{"offload.policy=resident", fmt::format("train.batch_size={}", B)};
+  if (T > 0) o.push_back(fmt::format("train.seq_len={}", T));
+  o.insert(o.end(), overrides.begin(), overrides.end());  // after the defaults: --set wins
+  const engine::Config cfg = engine::load_config(config_path, o);
+  const auto kind = device_kind == "cuda" ? device::DeviceChoice::Kind::Cuda : device::DeviceChoice::Kind::Host;
+  const DeviceStep r = time_device_steps(cfg, kind, steps, warmup);
+  const double tokens_per_s = double(cfg.train.batch_size) * cfg.sequence() * cfg.train.grad_accum / r.step_s;
+  const std::string mfu_text = r.peak ? fmt::format("{:.1f}% of {} ({:.0f} TFLOP/s)", 100 * mfu(r.flops, r.step_s, *r.peak), r.peak->name, r.peak->flops / 1e12)
+                                      : std::string("not computed (no peak known for this device)");
+  fmt::print("model {} ({} {}) batch {}x{} on {}\n  step: {:.1f} ms median of {}, {:.0f} tokens/s, {:.1f} model TFLOP/s\n  MFU: {}\n  ({})\n",
+             config_path, cfg.model.kind, cfg.train.precision, cfg.train.batch_size, cfg.sequence(), r.device, r.step_s * 1e3, steps, tokens_per_s,
+             r.flops.model / r.step_s / 1e12, mfu_text, kMfuFormula);
+  std::vector<double> step_ms;
+  for (double s : r.seconds) step_ms.push_back(s * 1e3);
+  nlohmann::json j{{"benchmark", "step"}, {"device", r.device}, {"gpu", r.gpu}, {"policy", cfg.offload.policy},
+                   {"precision", cfg.train.precision}, {"ms_per_step_median", r.step_s * 1e3}, {"step_ms_all", step_ms},
+                   {"tokens_per_s", tokens_per_s}, {"config", config_path}, {"batch", cfg.train.batch_size}, {"seq", cfg.sequence()},
+                   {"grad_accum", cfg.train.grad_accum}, {"params", models::build_model(cfg.model, 1, 1).param_count()},
+                   {"machine", {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}}}, {"date", today()}, {"command", command}};
+  j.update(mfu_json(r.flops, r.step_s, r.peak));
+  if (!json_path.empty()) write_result(json_path, "--json", j.dump(2) + "\n");
+  if (!markdown_path.empty())
+    write_result(markdown_path, "--markdown",
+                 fmt::format("# Training step on {}\n\nMachine: {} ({} cores). Date: {}.\n\nCommand: `{}`\n\n"
+                             "| model | precision | policy | batch x seq | ms/step (median of {}) | tokens/s | model TFLOP/s | MFU |\n"
+                             "|---|---|---|---|---|---|---|---|\n| {} | {} | {} | {}x{} | {:.1f} | {:.0f} | {:.1f} | {} |\n\n{}.\n",
+                             r.device, cpu_model(), std::thread::hardware_concurrency(), today(), command, steps, config_path,
+                             cfg.train.precision, cfg.offload.policy, cfg.train.batch_size, cfg.sequence(), r.step_s * 1e3, tokens_per_s,
+                             r.flops.model / r.step_s / 1e12, mfu_text, kMfuFormula));
   return 0;
 }
 

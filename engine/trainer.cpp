@@ -81,17 +81,20 @@ formats::ParameterViews<T> bucket_state(const memory::HostBuckets& host, int par
   return views;
 }
 
-// Which device the config asks for: the CUDA backend has no kernels yet, so every run is on the host
-// device; `auto` says what it saw.
-std::string host_device_note(const Config& cfg) {
+// Which device the config asks for. `device: cuda` trains on the first GPU (its ops are checked at start-up:
+// an op the CUDA device cannot run yet is refused, naming it); `auto` stays on the host device until the CUDA
+// backend is validated on a GPU, and says what it saw.
+std::string device_note(const Config& cfg) {
   const int gpus = device::cuda_device_count();
-  if (cfg.device == "cuda")
-    throw std::runtime_error(fmt::format("device: cuda is not available yet ({}; Ferry's CUDA kernels are a later "
-                                         "milestone); use device: cpu or auto",
-                                         gpus > 0 ? fmt::format("{} CUDA device(s) visible", gpus) : "no CUDA device visible"));
+  if (cfg.device == "cuda") {
+    if (gpus == 0) throw std::runtime_error("device: cuda: no CUDA device visible (a build without CUDA, no driver or no GPU); use device: cpu or auto");
+    if (cfg.offload.cost_model.empty())
+      throw std::runtime_error("device: cuda needs offload.cost_model (e.g. cost_models/h100-assumed.json): the host device's measured "
+                               "rates say nothing of a GPU");
+    return "cuda";
+  }
   if (cfg.device == "cpu") return "cpu";
-  return gpus > 0 ? fmt::format("auto -> cpu ({} CUDA device(s) found; the CUDA backend is not built yet)", gpus)
-                  : "auto -> cpu (no CUDA device)";
+  return gpus > 0 ? fmt::format("auto -> cpu ({} CUDA device(s) found; device: cuda uses one)", gpus) : "auto -> cpu (no CUDA device)";
 }
 
 // data.path and its tokenizer as the data section gives them.
@@ -100,6 +103,8 @@ dataset::DataRequest data_request(const Config& cfg) {
   return {d.path, dataset::parse_data_format(d.format), {d.tokenizer, d.vocab, d.merges, d.lowercase != "false"}, d.tokenizer_given,
           d.cache_dir};
 }
+
+bool on_cuda(const Config& cfg) { return cfg.device == "cuda"; }
 
 // The training and validation batches of a run, as the model takes them (masked-LM batches for BERT).
 class Batches {
@@ -292,13 +297,13 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
       spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision())),
       adamw_(adamw_options(cfg)),
       batches_(cfg, progress_),
-      device_note_(host_device_note(cfg)),  // refuses device: cuda before anything is measured
+      device_note_(device_note(cfg)),  // refuses device: cuda without a GPU before anything is measured
       cost_(measure_cost()),
       plan_(plan_for_config(cfg, spec_, cost_, 0, "", opt.red_zone_bytes)),
       predicted_(offload::simulate(plan_.problem, plan_.schedule, plan_.memory)),
-      host_memory_(checked_host_memory(estimate_host_memory(spec_, plan_, true))),
+      host_memory_(checked_host_memory(estimate_host_memory(spec_, plan_, !on_cuda(cfg)))),
       trace_(opt.trace.empty() ? nullptr : std::make_unique<device::Trace>()),
-      device_(device::make_device({.kind = device::DeviceChoice::Kind::Host,
+      device_(device::make_device({.kind = on_cuda(cfg) ? device::DeviceChoice::Kind::Cuda : device::DeviceChoice::Kind::Host,
                                    .arena_bytes = plan_.memory.layout.peak,
                                    .trace = trace_.get(),
                                    .compute_threads = threads_,
@@ -322,6 +327,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
 // The cost model: a file's, or the host device's rates with this model's ops profiled on a device of its own.
 offload::CostModel Run::measure_cost() {
   models::ops::set_matmul_threads(threads_);
+  if (on_cuda(cfg_)) return offload::CostModel::load(cfg_.offload.cost_model);  // its fused_attention as it says
   return host_device_cost_model(cfg_, spec_, batches_.train(0), &cost_cache_);
 }
 

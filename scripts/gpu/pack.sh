@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# scripts/gpu/pack.sh (run HERE, on the build machine): builds the GPU binaries (Release, CUDA for sm_90) and
+# packs into gpu_bundle/ (ignored by git, carried to the GPU machine with `run`'s carry) what that machine
+# cannot fetch: our dependencies' runtime .debs (and the -dev ones, for a rebuild there), the cudnn-frontend
+# headers, the stripped binaries, tests/data, configs and a manifest. Fails if the bundle reaches 40 MB.
+#
+#   scripts/gpu/pack.sh                 # build-gpu/ (configured if missing), 2 jobs
+#   BUILD_DIR=build JOBS=2 scripts/gpu/pack.sh
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD_DIR=$(realpath -m "${BUILD_DIR:-$ROOT/build-gpu}")
+BUNDLE=$ROOT/gpu_bundle
+JOBS=${JOBS:-2}
+LIMIT_BYTES=${FERRY_BUNDLE_LIMIT_BYTES:-$((40 * 1000 * 1000))}  # 40 MB, the bundle's budget in a 64 MiB carry
+TARGETS=(ferry ferry-bench test_device test_engine test_models_cuda)
+# Runtime libraries the binaries load (ldd build/ferry) that a CUDA image may lack or hold in another version
+# (yaml-cpp 0.8, oneDNN 3, fmt 10 elsewhere): Debian 12's, the ones we link against. libc, libstdc++ and
+# libgcc are left to the machine (any CUDA image has them, and newer). oneDNN is libdnnl2 on Debian 12.
+RUNTIME_DEBS=(libdnnl2 libtbb12 libtbbmalloc2 libyaml-cpp0.7 libfmt9 ocl-icd-libopencl1 libgomp1)
+# Headers and CMake configs, for the fallback rebuild on the GPU machine only (TBB's CMake config checks
+# that libtbbbind exists, though nothing links it).
+DEV_DEBS=(libdnnl-dev libtbb-dev libtbbbind-2-5 libyaml-cpp-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev googletest ocl-icd-opencl-dev opencl-c-headers)
+
+say() { printf 'pack: %s\n' "$*" >&2; }
+die() { printf 'pack: error: %s\n' "$*" >&2; exit 1; }
+
+# 1. The build: Release, CUDA on, architecture 90 (H100/H200).
+if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${launcher[@]}"
+fi
+cache() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD_DIR/CMakeCache.txt"; }
+[[ $(cache CMAKE_BUILD_TYPE) == Release ]] || die "$BUILD_DIR is a $(cache CMAKE_BUILD_TYPE) build; the bundle needs Release (BUILD_DIR=another folder)"
+[[ $(cache CMAKE_CUDA_ARCHITECTURES) == *90* ]] || die "$BUILD_DIR builds CUDA for '$(cache CMAKE_CUDA_ARCHITECTURES)', not 90 (H100/H200): reconfigure with -DCMAKE_CUDA_ARCHITECTURES=90"
+[[ $(cache CMAKE_CUDA_COMPILER) != "" ]] || die "$BUILD_DIR has no CUDA compiler: configure with -DFERRY_CUDA=ON where nvcc exists"
+say "building ${TARGETS[*]} in $BUILD_DIR ($JOBS jobs)"
+ninja -C "$BUILD_DIR" -j"$JOBS" "${TARGETS[@]}" >&2
+
+rm -rf "$BUNDLE"
+mkdir -p "$BUNDLE"/{bin,debs,dev-debs}
+
+# 2. The binaries, stripped (symbols are not needed there; cuda-gdb can use the build's own). Test binaries
+# carry FERRY_SOURCE_DIR/FERRY_TEST_DATA as absolute paths of this checkout: the GPU side links that path to
+# its copy of the repository (source_dir below).
+for t in "${TARGETS[@]}"; do
+  bin=$(find "$BUILD_DIR" -type f -name "$t" -perm -u+x | head -1)
+  [[ -n $bin ]] || die "no binary $t under $BUILD_DIR"
+  strip --strip-unneeded -o "$BUNDLE/bin/$t" "$bin"
+done
+# The device code must be Hopper's own (sm_90 cubins), not PTX for the driver to compile. cuobjdump: the
+# toolkit's, else the one Triton's wheel carries.
+cuobjdump=$(command -v cuobjdump || python3 -c 'import os, triton; print(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump"))' 2>/dev/null || true)
+sm90=unchecked
+if [[ -x $cuobjdump ]]; then
+  for t in ferry test_device test_models_cuda; do
+    "$cuobjdump" --list-elf "$BUNDLE/bin/$t" | grep sm_90 >/dev/null || die "$t holds no sm_90 code ($cuobjdump --list-elf)"
+  done
+  sm90="yes (cuobjdump --list-elf: ferry, test_device, test_models_cuda)"
+fi
+
+# 3. The .debs, by name checked first so that a renamed package says so.
+download() {
+  local dir=$1; shift
+  for p in "$@"; do apt-cache show "$p" >/dev/null 2>&1 || die "no package '$p' here (apt-cache search for its name on $(. /etc/os-release; echo "$PRETTY_NAME"))"; done
+  (cd "$dir" && apt-get download "$@" >&2) || die "apt-get download $* failed (run apt-get update?)"
+}
+download "$BUNDLE/debs" "${RUNTIME_DEBS[@]}"
+download "$BUNDLE/dev-debs" "${DEV_DEBS[@]}"
+
+# 4. cudnn-frontend's headers (header-only; a rebuild there needs them): a wheel from /tmp/cfe, else PyPI's.
+whl=$(ls /tmp/cfe/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1 || true)
+if [[ -z $whl ]]; then
+  mkdir -p /tmp/cfe
+  python3 -m pip download -q --no-deps --only-binary=:all: -d /tmp/cfe nvidia-cudnn-frontend >&2 || say "pip download nvidia-cudnn-frontend failed: bundle without its headers"
+  whl=$(ls /tmp/cfe/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1 || true)
+fi
+cfe_version=none
+if [[ -n $whl ]]; then
+  tmp=$(mktemp -d)
+  python3 -m zipfile -e "$whl" "$tmp" >/dev/null
+  [[ -d $tmp/include ]] || die "$whl holds no include/ folder"
+  tar -C "$tmp" -czf "$BUNDLE/cudnn_frontend_include.tar.gz" include
+  cfe_version=$(basename "$whl" | cut -d- -f2)
+  rm -rf "$tmp"
+fi
+
+# 5. Data and configs (the tests' and the benchmarks'), and where the binaries think the source is.
+tar -C "$ROOT" -czf "$BUNDLE/data.tar.gz" tests/data configs
+cache ferry_SOURCE_DIR >"$BUNDLE/source_dir"
+
+# 6. The manifest, and the size check.
+total=$(du -sb "$BUNDLE" | cut -f1)
+{
+  echo "# gpu_bundle manifest"
+  echo
+  echo "- git: $(git -C "$ROOT" rev-parse HEAD)$(git -C "$ROOT" diff --quiet HEAD -- . ':!gpu_bundle' || echo ' (with uncommitted changes)')"
+  echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "- built on: $(. /etc/os-release; echo "$PRETTY_NAME"), $(gcc --version | head -1), $(nvcc --version | tail -1)"
+  echo "- build: $BUILD_DIR, $(cache CMAKE_BUILD_TYPE), CUDA architectures $(cache CMAKE_CUDA_ARCHITECTURES)"
+  echo "- source dir compiled into the test binaries: $(cat "$BUNDLE/source_dir")"
+  echo "- sm_90 code: $sm90"
+  echo "- cudnn-frontend headers: $cfe_version"
+  echo "- total: $total bytes (limit $LIMIT_BYTES)"
+  echo
+  echo "| file | bytes |"
+  echo "|---|---|"
+  (cd "$BUNDLE" && find . -type f ! -name MANIFEST.md -printf '%P\t%s\n' | sort | awk -F'\t' '{printf "| %s | %s |\n", $1, $2}')
+} >"$BUNDLE/MANIFEST.md"
+total=$(du -sb "$BUNDLE" | cut -f1)
+((total < LIMIT_BYTES)) || die "gpu_bundle is $total bytes, over the $LIMIT_BYTES limit: see $BUNDLE/MANIFEST.md"
+say "gpu_bundle: $total bytes ($(du -sh "$BUNDLE" | cut -f1)); carry it: run(carry=[\"gpu_bundle\"], command=\"bash scripts/gpu/contact.sh\")"

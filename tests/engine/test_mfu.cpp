@@ -1,0 +1,61 @@
+// The MFU arithmetic of `ferry-bench step` and `ferry-bench offload` (bench/mfu.h), on the host: the FLOP
+// count of GPT-2 124M written out by hand, the count against the op-level FLOPs of the model's own op list,
+// and the peak each GPU name and precision divides by.
+#include <gtest/gtest.h>
+
+#include "bench/mfu.h"
+#include "models/gpt2.h"
+
+namespace ferry::bench {
+namespace {
+
+models::ModelSpec gpt2(int n_layer, int n_head, int n_embd, int64_t B, int64_t T) {
+  return models::build_gpt2({n_layer, n_head, n_embd, 50257, 1024}, B, T);
+}
+
+// GPT-2 124M at 16 x 1024: N = 124,439,808 (wte 50257*768, wpe 1024*768, 12 blocks of 7,087,872, ln_f);
+// 6*N*16384 + 12*12*768*1024*16384 = 14,088,356,757,504; one block's recomputation
+// (2*7,087,872 + 4*768*1024)*16384 = 283,794,997,248.
+TEST(Mfu, Gpt2SmallStepFlopsWrittenOut) {
+  const models::ModelSpec spec = gpt2(12, 12, 768, 16, 1024);
+  const FlopShape s = flop_shape(spec, 12, 768, 1024, 16 * 1024, 0);
+  EXPECT_EQ(s.params, 124439808);
+  EXPECT_EQ(s.block_params, 7087872);  // 12*C^2 + 13*C
+  EXPECT_EQ(step_flops(s).model, 14088356757504.0);
+  EXPECT_EQ(step_flops(s).recompute, 0.0);
+  EXPECT_EQ(step_flops(flop_shape(spec, 12, 768, 1024, 16 * 1024, 1)).recompute, 283794997248.0);
+  EXPECT_EQ(step_flops(flop_shape(spec, 12, 768, 1024, 16 * 1024, 12)).model, 14088356757504.0) << "recomputation is not model FLOPs";
+}
+
+// The formula against the op list's own FLOPs (models/builder.cpp counts each matmul as 2*rows*in*out and
+// attention as 4*B*T*T*C forward): within 3% over shapes, the difference being the position table and the
+// biases and LayerNorm weights (in N, not in matmuls) against the elementwise ops (in the op list, not in N).
+TEST(Mfu, FormulaAgreesWithTheOpListsFlops) {
+  struct Shape {
+    int n_layer, n_head, n_embd;
+    int64_t B, T;
+  };
+  for (const Shape& sh : {Shape{12, 12, 768, 4, 1024}, Shape{24, 16, 1024, 2, 512}, Shape{4, 4, 256, 8, 128}}) {
+    const models::ModelSpec spec = gpt2(sh.n_layer, sh.n_head, sh.n_embd, sh.B, sh.T);
+    const StepFlops f = step_flops(flop_shape(spec, sh.n_layer, sh.n_embd, sh.T, sh.B * sh.T, 1));
+    EXPECT_NEAR(f.model / spec.step_flops(), 1.0, 0.03) << sh.n_layer << " layers, n_embd " << sh.n_embd;
+    double block0_forward = 0;
+    for (const models::OpSpec& op : spec.ops)
+      if (op.layer == 0 && op.pass == models::Pass::Forward) block0_forward += op.flops;
+    EXPECT_NEAR(f.recompute / block0_forward, 1.0, 0.03) << sh.n_layer << " layers, n_embd " << sh.n_embd;
+  }
+}
+
+TEST(Mfu, PeakRateByGpuAndPrecision) {
+  EXPECT_EQ(peak_rate("NVIDIA H100 80GB HBM3", DType::BF16)->flops, 989e12);
+  EXPECT_EQ(peak_rate("NVIDIA H100 80GB HBM3", DType::BF16)->name, "H100 SXM bf16 dense (tensor cores)");
+  EXPECT_EQ(peak_rate("NVIDIA H200", DType::F16)->flops, 989e12);
+  EXPECT_EQ(peak_rate("NVIDIA H200", DType::F32)->flops, 67e12);
+  EXPECT_EQ(peak_rate("NVIDIA H100 PCIe", DType::BF16)->flops, 756e12);
+  EXPECT_FALSE(peak_rate("NVIDIA A100-SXM4-80GB", DType::BF16).has_value()) << "no figure is invented for another GPU";
+  // 50% MFU: half the peak's FLOPs in a second.
+  EXPECT_DOUBLE_EQ(mfu({989e12 / 2, 0}, 1.0, *peak_rate("NVIDIA H200", DType::BF16)), 0.5);
+}
+
+}  // namespace
+}  // namespace ferry::bench
