@@ -150,6 +150,28 @@ __global__ void __launch_bounds__(kThreads) query_kernel(Geometry g, T* dq, Back
   query_write(th, dq + b * g.T * g.rs + h * g.hs, g, q0, ty, tx);
 }
 
+// ---- The cuDNN path's helpers.
+__global__ void __launch_bounds__(kThreads) seq_lens_kernel(int32_t* seq_q, int32_t* seq_kv, const int32_t* mask,
+                                                            int64_t B, int64_t T) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (b >= B) return;
+  int64_t n = 0;
+  while (n < T && mask[b * T + n] != 0) ++n;
+  seq_q[b] = static_cast<int32_t>(T);
+  seq_kv[b] = static_cast<int32_t>(n);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kElementwiseBlock) accumulate_view_kernel(ElementwiseMap m, T* dst, const T* src,
+                                                                            int64_t C, int64_t row_stride) {
+  for (int64_t k = 0; k < m.per_thread; ++k) {
+    const int64_t e = elementwise_index(m, blockIdx.x, static_cast<int>(threadIdx.x), k);
+    if (e >= m.n) break;
+    const int64_t d = (e / C) * row_stride + e % C;
+    store(dst, d, load(dst, d) + load(src, e));
+  }
+}
+
 // ---- Host side.
 bool valid_shape(const AttentionShape& s) {
   if (s.B < 0 || s.T < 0 || s.NH <= 0 || s.C <= 0 || s.C % s.NH != 0) return false;
@@ -207,6 +229,25 @@ cudaError_t with_instance(DType dtype, const Geometry& g, F&& f) {
 }
 
 }  // namespace
+
+cudaError_t cudnn_seq_lens(int32_t* seq_q, int32_t* seq_kv, const int32_t* key_mask, int64_t B, int64_t T,
+                           cudaStream_t stream) {
+  if (B <= 0) return cudaSuccess;
+  seq_lens_kernel<<<static_cast<unsigned>((B + kThreads - 1) / kThreads), kThreads, 0, stream>>>(seq_q, seq_kv, key_mask,
+                                                                                              B, T);
+  return cudaGetLastError();
+}
+
+cudaError_t accumulate_view(void* dst, const void* src, int64_t B, int64_t T, int64_t C, int64_t row_stride,
+                            DType dtype, cudaStream_t stream) {
+  const ElementwiseMap m = elementwise_map(B * T * C);
+  if (m.n == 0) return cudaSuccess;
+  return launched(with_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    accumulate_view_kernel<S><<<static_cast<unsigned>(m.grid), m.block, 0, stream>>>(
+        m, static_cast<S*>(dst), static_cast<const S*>(src), C, row_stride);
+  }));
+}
 
 bool cudnn_sdpa_available(const AttentionShape& s, DType dtype) {
   const char* force = std::getenv("FERRY_ATTENTION");

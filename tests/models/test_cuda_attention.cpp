@@ -309,6 +309,15 @@ TEST(CudaAttentionKernels, RefusesHeadSizesBeyond128) {
             cudaErrorInvalidValue);
 }
 
+// Asking never throws or crashes, with or without cuDNN and a device; fp32 storage is never cuDNN's.
+TEST(CudaAttentionKernels, CudnnAvailabilityIsSafeToAsk) {
+  const AttentionShape s{2, 64, 128, 2, 384, true};
+  EXPECT_FALSE(cudnn_sdpa_available(s, DType::F32));
+  const bool bf16 = cudnn_sdpa_available(s, DType::BF16);
+  if (!have_device()) EXPECT_FALSE(bf16);
+  EXPECT_FALSE(cudnn_sdpa_available({2, 64, 1024, 4, 3072, true}, DType::BF16)) << "head size 256";
+}
+
 // cuDNN's SDPA (where it loads) against the flash twin within bf16 rounding: its own reduction order.
 TEST(CudaAttentionKernels, CudnnSdpaWithinBf16OfTwin) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
