@@ -95,8 +95,9 @@ FERRY_HD inline Smem carve(float* base, Pass pass, int pitch) {
 template <class T>
 FERRY_HD void load_tile(float* dst, int pitch, const T* src, int64_t row_stride, int64_t row0, int64_t rows_total,
                         int64_t hs, int t) {
-  for (int64_t e = t; e < kTile * hs; e += kThreads) {
-    const int64_t r = e / hs, c = e % hs;
+  const int h = static_cast<int>(hs);  // 32-bit index math: a tile holds at most 64 * 128 elements
+  for (int e = t; e < kTile * h; e += kThreads) {
+    const int r = e / h, c = e % h;
     dst[r * pitch + c] = row0 + r < rows_total ? load(src, (row0 + r) * row_stride + c) : 0.0f;
   }
 }
@@ -395,3 +396,5 @@ FERRY_HD void query_write(const QueryThread<kCols>& th, T* dq, const Geometry& g
 }
 
 }  // namespace ferry::cuda::attn
+
+#undef FERRY_UNROLL

@@ -314,7 +314,7 @@ TEST(CudaAttentionKernels, CudnnAvailabilityIsSafeToAsk) {
   const AttentionShape s{2, 64, 128, 2, 384, true};
   EXPECT_FALSE(cudnn_sdpa_available(s, DType::F32));
   const bool bf16 = cudnn_sdpa_available(s, DType::BF16);
-  if (!have_device()) EXPECT_FALSE(bf16);
+  EXPECT_TRUE(have_device() || !bf16) << "cuDNN needs a device";
   EXPECT_FALSE(cudnn_sdpa_available({2, 64, 1024, 4, 3072, true}, DType::BF16)) << "head size 256";
 }
 
@@ -324,6 +324,10 @@ TEST(CudaAttentionKernels, CudnnSdpaWithinBf16OfTwin) {
   uint32_t seed = 31;
   for (const Case& c : kCases) {
     SCOPED_TRACE(::testing::Message() << "B " << c.B << " T " << c.T << " C " << c.C);
+    // cuDNN's padding mask is a key count per batch row: no holes (mask 2), no row without keys (batch
+    // row b has T b/3 padding, so b = 3 has no key).
+    const bool row_without_keys = c.mask && c.B > 3;
+    if (c.mask == 2 || row_without_keys) continue;
     Tensors t = make_tensors(c, seed++);
     const AttentionShape s{c.B, c.T, c.C, c.NH, t.rs, c.causal};
     if (!cudnn_sdpa_available(s, DType::BF16)) GTEST_SKIP() << "cuDNN SDPA not available here";
