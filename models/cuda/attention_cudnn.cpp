@@ -76,6 +76,30 @@ struct Cudnn {
   std::map<PlanKey, std::unique_ptr<Plan>> plans;  // null: this shape is not supported
 };
 
+// cudnn-frontend dlopen()s a libcudart (.so.12 or .so.13) for its few runtime calls. Where the loader's path
+// has none, point it at PyTorch's, beside cuDNN in the wheels' layout (nvidia/cuda_runtime/lib).
+void hint_cudart(void* cudnn_symbol) {
+  if (std::getenv("CUDNN_FRONTEND_CUDART_LIB_NAME")) return;
+  for (const char* name : {"libcudart.so.13", "libcudart.so.12"})
+    if (void* h = dlopen(name, RTLD_NOW | RTLD_LOCAL)) {
+      dlclose(h);
+      return;
+    }
+  Dl_info info{};
+  if (!dladdr(cudnn_symbol, &info) || !info.dli_fname) return;
+  const std::string lib = info.dli_fname;  // .../nvidia/cudnn/lib/libcudnn.so.9
+  const size_t cut = lib.rfind("/cudnn/lib/");
+  if (cut == std::string::npos) return;
+  for (const char* name : {"libcudart.so.13", "libcudart.so.12"}) {
+    const std::string path = lib.substr(0, cut) + "/cuda_runtime/lib/" + name;
+    struct stat st{};
+    if (stat(path.c_str(), &st) == 0) {
+      setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", path.c_str(), 0);
+      return;
+    }
+  }
+}
+
 Cudnn* load_cudnn() {
   auto* c = new Cudnn;
   for (const std::string& path : cudnn_candidates())
@@ -86,6 +110,7 @@ Cudnn* load_cudnn() {
   c->version = get_version ? get_version() : 0;
   if (c->version < 90000) return c;
   fe::cudnn_dlhandle = c->lib;
+  hint_cudart(reinterpret_cast<void*>(get_version));
   try {
     if (fe::detail::create_handle(&c->handle) != CUDNN_STATUS_SUCCESS) c->handle = nullptr;
   } catch (const std::exception&) {

@@ -191,21 +191,26 @@ TEST(CudaAttentionTwin, QueryWithNoVisibleKey) {
   for (int64_t ch = 0; ch < c.C; ++ch) EXPECT_EQ(got.grad[ch], t.grad[ch]) << "dq of query 0 changed";
 }
 
-TEST(CudaAttentionTwin, Bf16StorageWithinRounding) {
+// The twin in 16-bit storage against the CPU op on the same (rounded) inputs: within the storage's rounding
+// of out and of the gradients (accumulated from 0, so one rounding each), as a fraction of the largest.
+template <class T>
+void expect_storage_within(float out_tol, float grad_tol) {
   uint32_t seed = 11;
   for (const Case& c : kCases) {
     SCOPED_TRACE(::testing::Message() << "B " << c.B << " T " << c.T << " C " << c.C);
     Tensors t = make_tensors(c, seed++);
-    // The reference sees the bf16 inputs exactly; gradients start from 0 so the bf16 accumulation is one rounding.
-    t.in = to_float(to_storage<Bf16>(t.in));
-    t.dout = to_float(to_storage<Bf16>(t.dout));
+    t.in = to_float(to_storage<T>(t.in));
+    t.dout = to_float(to_storage<T>(t.dout));
     std::fill(t.grad.begin(), t.grad.end(), 0.0f);
     const Reference ref = cpu_reference(c, t);
-    const TwinResult got = run_twin<Bf16>(c, t);
-    expect_close(got.out, ref.out, 1.0f / 128, 1.0f / 256, "out");
-    expect_close(got.grad, ref.grad, 1.0f / 64, 1.0f / 128, "dq, dk, dv");
+    const TwinResult got = run_twin<T>(c, t);
+    expect_close(got.out, ref.out, 2 * out_tol, out_tol, "out");
+    expect_close(got.grad, ref.grad, 2 * grad_tol, grad_tol, "dq, dk, dv");
   }
 }
+
+TEST(CudaAttentionTwin, Bf16StorageWithinRounding) { expect_storage_within<Bf16>(1.0f / 256, 1.0f / 128); }
+TEST(CudaAttentionTwin, Fp16StorageWithinRounding) { expect_storage_within<Fp16>(1.0f / 2048, 1.0f / 1024); }
 
 #if defined(FERRY_WITH_CUDA)
 
