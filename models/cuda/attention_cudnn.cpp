@@ -3,6 +3,7 @@
 // "not available" and the flash kernel. Host code only (the small kernels it needs are in attention_flash.cu).
 // Compiled to "never available" unless configured with FERRY_CUDNN_FRONTEND_INCLUDE (FERRY_WITH_CUDNN_SDPA).
 #include "models/cuda/attention_cudnn.h"
+#include "models/cuda/attention_sdpa_desc.h"
 
 #if defined(FERRY_WITH_CUDNN_SDPA)
 
@@ -129,14 +130,20 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kSeqQ, kSeqKv, kDO, kDQ, kDK, k
 
 fe::DataType_t fe_type(DType d) { return d == DType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF; }
 
-// (B, NH, T, hs) views: q/k/v rows row_stride apart, out/dout/dq/dk/dv (B,T,C); stats (B,NH,T,1) fp32.
-std::vector<int64_t> dims(const AttentionShape& s) { return {s.B, s.NH, s.T, s.C / s.NH}; }
-std::vector<int64_t> strides(const AttentionShape& s, int64_t row) { return {s.T * row, s.C / s.NH, row, 1}; }
-
-std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const char* name, Uid uid,
-                                                    const AttentionShape& s, int64_t row) {
-  return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims(s)).set_stride(strides(s, row)));
+std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, const char* name, Uid uid,
+                                                     const sdpa::View& v) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({v.dim.begin(), v.dim.end()})
+                      .set_stride({v.stride.begin(), v.stride.end()}));
 }
+
+void set_output(fe::graph::Tensor_attributes& t, Uid uid, const sdpa::View& v) {
+  t.set_output(true).set_uid(uid).set_dim({v.dim.begin(), v.dim.end()}).set_stride({v.stride.begin(), v.stride.end()});
+}
+
+sdpa::Views views_of(const AttentionShape& s) { return sdpa::views(s.B, s.T, s.C, s.NH, s.row_stride); }
 
 std::shared_ptr<fe::graph::Tensor_attributes> seq_len(fe::graph::Graph& g, const char* name, Uid uid, int64_t B) {
   return g.tensor(fe::graph::Tensor_attributes()
@@ -145,15 +152,6 @@ std::shared_ptr<fe::graph::Tensor_attributes> seq_len(fe::graph::Graph& g, const
                       .set_dim({B, 1, 1, 1})
                       .set_stride({1, 1, 1, 1})
                       .set_data_type(fe::DataType_t::INT32));
-}
-
-std::shared_ptr<fe::graph::Tensor_attributes> stats_tensor(fe::graph::Graph& g, const AttentionShape& s) {
-  return g.tensor(fe::graph::Tensor_attributes()
-                      .set_name("stats")
-                      .set_uid(kStats)
-                      .set_dim({s.B, s.NH, s.T, 1})
-                      .set_stride({s.NH * s.T, s.T, 1, 1})
-                      .set_data_type(fe::DataType_t::FLOAT));
 }
 
 float scale_of(const AttentionShape& s) { return 1.0f / std::sqrt(static_cast<float>(s.C / s.NH)); }
@@ -170,28 +168,28 @@ std::shared_ptr<fe::graph::Graph> new_graph(DType dtype) {
 // scores, natural log: our lse).
 std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, bool mask, DType dtype) {
   auto g = new_graph(dtype);
-  auto q = input(*g, "q", kQ, s, s.row_stride), k = input(*g, "k", kK, s, s.row_stride),
-       v = input(*g, "v", kV, s, s.row_stride);
+  const sdpa::Views w = views_of(s);
+  auto q = tensor(*g, "q", kQ, w.qkv), k = tensor(*g, "k", kK, w.qkv), v = tensor(*g, "v", kV, w.qkv);
   auto options = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_causal_mask(s.causal).set_attn_scale(
       scale_of(s));
   if (mask)
     options.set_padding_mask(true).set_seq_len_q(seq_len(*g, "seq_q", kSeqQ, s.B)).set_seq_len_kv(
         seq_len(*g, "seq_kv", kSeqKv, s.B));
   auto [o, stats] = g->sdpa(q, k, v, options);
-  o->set_output(true).set_uid(kO).set_dim(dims(s)).set_stride(strides(s, s.C));
-  stats->set_output(true)
-      .set_uid(kStats)
-      .set_dim({s.B, s.NH, s.T, 1})
-      .set_stride({s.NH * s.T, s.T, 1, 1})
-      .set_data_type(fe::DataType_t::FLOAT);
+  set_output(*o, kO, w.out);
+  set_output(*stats, kStats, w.stats);
+  stats->set_data_type(fe::DataType_t::FLOAT);
   return g;
 }
 
 // Backward: dq, dk, dv into (B,T,C) buffers (cuDNN overwrites them); deterministic algorithm.
 std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, bool mask, DType dtype) {
   auto g = new_graph(dtype);
-  auto q = input(*g, "q", kQ, s, s.row_stride), k = input(*g, "k", kK, s, s.row_stride),
-       v = input(*g, "v", kV, s, s.row_stride), o = input(*g, "o", kO, s, s.C), dout = input(*g, "dO", kDO, s, s.C);
+  const sdpa::Views w = views_of(s);
+  auto q = tensor(*g, "q", kQ, w.qkv), k = tensor(*g, "k", kK, w.qkv), v = tensor(*g, "v", kV, w.qkv);
+  auto o = tensor(*g, "o", kO, w.out), dout = tensor(*g, "dO", kDO, w.out);
+  auto stats = tensor(*g, "stats", kStats, w.stats);
+  stats->set_data_type(fe::DataType_t::FLOAT);
   auto options = fe::graph::SDPA_backward_attributes()
                      .set_name("sdpa_backward")
                      .set_causal_mask(s.causal)
@@ -200,10 +198,10 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, bool m
   if (mask)
     options.set_padding_mask(true).set_seq_len_q(seq_len(*g, "seq_q", kSeqQ, s.B)).set_seq_len_kv(
         seq_len(*g, "seq_kv", kSeqKv, s.B));
-  auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats_tensor(*g, s), options);
-  dq->set_output(true).set_uid(kDQ).set_dim(dims(s)).set_stride(strides(s, s.C));
-  dk->set_output(true).set_uid(kDK).set_dim(dims(s)).set_stride(strides(s, s.C));
-  dv->set_output(true).set_uid(kDV).set_dim(dims(s)).set_stride(strides(s, s.C));
+  auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
+  set_output(*dq, kDQ, w.out);
+  set_output(*dk, kDK, w.out);
+  set_output(*dv, kDV, w.out);
   return g;
 }
 
@@ -226,21 +224,8 @@ const Plan* plan_locked(Cudnn& c, const AttentionShape& s, bool mask, DType dtyp
   return (c.plans[key] = std::move(plan)).get();
 }
 
-// The scratch layout: [seq_q (B) | seq_kv (B) | dq | dk | dv (backward, B*T*C each) | cuDNN's workspace],
-// each part 256-byte aligned.
-size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
-
-struct Layout {
-  size_t seq_q, seq_kv, grads, workspace, total;
-};
-
-Layout layout(const AttentionShape& s, DType dtype, bool backward, int64_t workspace) {
-  Layout l{};
-  const size_t lens = align_up(static_cast<size_t>(s.B) * 4);
-  const size_t grad = backward ? align_up(static_cast<size_t>(s.B * s.T * s.C * dtype_bytes(dtype))) : 0;
-  l.seq_q = 0, l.seq_kv = lens, l.grads = 2 * lens, l.workspace = l.grads + 3 * grad;
-  l.total = l.workspace + align_up(static_cast<size_t>(workspace));
-  return l;
+sdpa::Scratch layout(const AttentionShape& s, DType dtype, bool backward, int64_t workspace) {
+  return sdpa::scratch(s.B, s.T, s.C, static_cast<size_t>(dtype_bytes(dtype)), backward, static_cast<size_t>(workspace));
 }
 
 // The largest workspace over the masked and unmasked plans (the caller plans scratch before it knows).
@@ -257,7 +242,7 @@ size_t scratch_bytes(const AttentionShape& s, DType dtype, bool backward) {
 char* at(void* scratch, size_t offset) { return static_cast<char*>(scratch) + offset; }
 
 // Runs the plan with the pack on `stream` (seq_q/seq_kv filled first when there is a mask).
-cudaError_t execute(Cudnn& c, const Plan& p, std::unordered_map<int64_t, void*>& pack, const Layout& l, void* scratch,
+cudaError_t execute(Cudnn& c, const Plan& p, std::unordered_map<int64_t, void*>& pack, const sdpa::Scratch& l, void* scratch,
                     const int32_t* key_mask, const AttentionShape& s, cudaStream_t stream) {
   if (key_mask) {
     auto* seq_q = reinterpret_cast<int32_t*>(at(scratch, l.seq_q));
@@ -300,7 +285,7 @@ cudaError_t cudnn_sdpa_forward(void* out, float* lse, const void* q, const void*
   std::lock_guard<std::mutex> lock(c.mutex);
   const Plan* p = plan_locked(c, s, key_mask != nullptr, dtype, false);
   if (!p) return cudaErrorNotSupported;
-  const Layout l = layout(s, dtype, false, p->workspace);
+  const sdpa::Scratch l = layout(s, dtype, false, p->workspace);
   if (scratch_bytes < l.total) return cudaErrorInvalidValue;
   std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)},
                                              {kV, const_cast<void*>(v)}, {kO, out}, {kStats, lse}};
@@ -316,10 +301,9 @@ cudaError_t cudnn_sdpa_backward(void* dq, void* dk, void* dv, const void* dout, 
   std::unique_lock<std::mutex> lock(c.mutex);
   const Plan* p = plan_locked(c, s, key_mask != nullptr, dtype, true);
   if (!p) return cudaErrorNotSupported;
-  const Layout l = layout(s, dtype, true, p->workspace);
+  const sdpa::Scratch l = layout(s, dtype, true, p->workspace);
   if (scratch_bytes < l.total) return cudaErrorInvalidValue;
-  const size_t grad = (l.workspace - l.grads) / 3;
-  void* g[3] = {at(scratch, l.grads), at(scratch, l.grads + grad), at(scratch, l.grads + 2 * grad)};
+  void* g[3] = {at(scratch, l.grads), at(scratch, l.grads + l.grad_bytes), at(scratch, l.grads + 2 * l.grad_bytes)};
   std::unordered_map<int64_t, void*> pack = {
       {kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)},   {kV, const_cast<void*>(v)},
       {kO, const_cast<void*>(out)}, {kDO, const_cast<void*>(dout)}, {kStats, const_cast<float*>(lse)},

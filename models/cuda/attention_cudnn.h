@@ -30,11 +30,10 @@ cudaError_t cudnn_sdpa_backward(void* dq, void* dk, void* dv, const void* dout, 
                                 cudaStream_t stream);
 
 // Launched for the cuDNN path by attention_flash.cu (kernels live in .cu files):
-// seq_q[b] = T and seq_kv[b] = the number of keys before the first padding of batch row b (cuDNN's padding
-// mask keeps keys [0, seq_kv): BERT's batches pad at the end; a mask with holes needs the flash kernel).
+// seq_q[b] = T and seq_kv[b] = sdpa::keys_before_padding (attention_sdpa_desc.h) of batch row b.
 cudaError_t cudnn_seq_lens(int32_t* seq_q, int32_t* seq_kv, const int32_t* key_mask, int64_t B, int64_t T,
                            cudaStream_t stream);
-// dst (B,T,C view, rows row_stride apart) += src (B,T,C contiguous), in storage dtype.
+// dst (B,T,C view, rows row_stride apart) += src (B,T,C contiguous), in storage dtype (sdpa::view_index).
 cudaError_t accumulate_view(void* dst, const void* src, int64_t B, int64_t T, int64_t C, int64_t row_stride,
                             DType dtype, cudaStream_t stream);
 

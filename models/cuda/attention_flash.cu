@@ -7,6 +7,7 @@
 #include "models/cuda/attention.h"
 #include "models/cuda/attention_cudnn.h"
 #include "models/cuda/attention_math.h"
+#include "models/cuda/attention_sdpa_desc.h"
 #include "models/cuda/block_reduce.cuh"
 
 namespace ferry::cuda {
@@ -155,10 +156,8 @@ __global__ void __launch_bounds__(kThreads) seq_lens_kernel(int32_t* seq_q, int3
                                                             int64_t B, int64_t T) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (b >= B) return;
-  int64_t n = 0;
-  while (n < T && mask[b * T + n] != 0) ++n;
   seq_q[b] = static_cast<int32_t>(T);
-  seq_kv[b] = static_cast<int32_t>(n);
+  seq_kv[b] = sdpa::keys_before_padding(mask + b * T, T);
 }
 
 template <class T>
@@ -167,7 +166,7 @@ __global__ void __launch_bounds__(kElementwiseBlock) accumulate_view_kernel(Elem
   for (int64_t k = 0; k < m.per_thread; ++k) {
     const int64_t e = elementwise_index(m, blockIdx.x, static_cast<int>(threadIdx.x), k);
     if (e >= m.n) break;
-    const int64_t d = (e / C) * row_stride + e % C;
+    const int64_t d = sdpa::view_index(e, C, row_stride);
     store(dst, d, load(dst, d) + load(src, e));
   }
 }

@@ -1,6 +1,7 @@
 // The flash attention's host twin (models/cuda/attention_twin.h) against the CPU attention op
-// (models/ops/attention.cpp): fp32 tightly, bf16 storage within bf16 rounding; causal and padded, a query
-// with no visible key, T not a multiple of the tile, packed qkv (row_stride 3C), head sizes 32, 64 and 96.
+// (models/ops/attention.cpp): fp32 tightly, bf16/fp16 storage within their rounding; causal and padded, a
+// query with no visible key, T not a multiple of the tile, packed qkv (row_stride 3C), head sizes 32, 64, 96.
+// cuDNN's SDPA as described to it (attention_sdpa_desc.h) through a naive host attention.
 // With CUDA: the kernels against the twin bitwise and run to run (skipped where no device is present), and
 // cuDNN's SDPA against the twin within bf16 tolerance where cuDNN loads.
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "models/cuda/attention_sdpa_desc.h"
 #include "models/cuda/attention_twin.h"
 #include "models/ops/ops.h"
 
@@ -211,6 +213,106 @@ void expect_storage_within(float out_tol, float grad_tol) {
 
 TEST(CudaAttentionTwin, Bf16StorageWithinRounding) { expect_storage_within<Bf16>(1.0f / 256, 1.0f / 128); }
 TEST(CudaAttentionTwin, Fp16StorageWithinRounding) { expect_storage_within<Fp16>(1.0f / 2048, 1.0f / 1024); }
+
+// ---- cuDNN's SDPA as described to it (attention_sdpa_desc.h), run by a naive attention: through the views'
+// dims and strides, its padding mask as key counts, its backward writing (B,T,C) buffers that are then added
+// into the gradient views; against the CPU op, for the masks cuDNN can express.
+struct SdpaNaive {
+  std::vector<float> out, stats, grad;
+};
+
+// The gradients of one (b, h, query i) row, into the (B,T,C) buffers g[0..2] (dq, dk, dv) through w.out.
+void naive_row_backward(const sdpa::Views& w, const float* q, const float* k, const float* v, const float* dout,
+                        const std::vector<double>& p, int64_t b, int64_t h, int64_t i, int64_t hs, double scale,
+                        std::vector<double>* g) {
+  double d = 0;  // rowsum(dout * out) = sum_j p_j (dout . v_j)
+  std::vector<double> dp(p.size());
+  for (size_t j = 0; j < p.size(); ++j) {
+    for (int64_t c = 0; c < hs; ++c) dp[j] += double{dout[offset(w.out, b, h, i, c)]} * v[offset(w.qkv, b, h, j, c)];
+    d += p[j] * dp[j];
+  }
+  for (size_t j = 0; j < p.size(); ++j) {
+    const double ds = p[j] * (dp[j] - d) * scale;
+    for (int64_t c = 0; c < hs; ++c) {
+      g[0][offset(w.out, b, h, i, c)] += ds * k[offset(w.qkv, b, h, j, c)];
+      g[1][offset(w.out, b, h, j, c)] += ds * q[offset(w.qkv, b, h, i, c)];
+      g[2][offset(w.out, b, h, j, c)] += p[j] * dout[offset(w.out, b, h, i, c)];
+    }
+  }
+}
+
+SdpaNaive naive_sdpa(const Case& c, const Tensors& t) {
+  const sdpa::Views w = sdpa::views(c.B, c.T, c.C, c.NH, t.rs);
+  const int64_t hs = c.C / c.NH, n = c.B * c.T * c.C;
+  const double scale = 1.0 / std::sqrt(double(hs));
+  const float *q = t.in.data(), *k = q + t.k_off, *v = q + t.v_off;
+  SdpaNaive r{std::vector<float>(n), std::vector<float>(c.B * c.NH * c.T), t.grad};
+  std::vector<double> out(n), g[3] = {std::vector<double>(n), std::vector<double>(n), std::vector<double>(n)};
+  for (int64_t b = 0; b < c.B; ++b) {
+    const int64_t keys = c.mask ? sdpa::keys_before_padding(t.mask.data() + b * c.T, c.T) : c.T;
+    for (int64_t h = 0; h < c.NH; ++h)
+      for (int64_t i = 0; i < c.T; ++i) {
+        const int64_t last = std::min(keys, c.causal ? i + 1 : c.T);
+        std::vector<double> p(last);
+        double m = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < last; ++j) {
+          for (int64_t ch = 0; ch < hs; ++ch) p[j] += double{q[offset(w.qkv, b, h, i, ch)]} * k[offset(w.qkv, b, h, j, ch)];
+          p[j] *= scale, m = std::max(m, p[j]);
+        }
+        for (double& x : p) sum += (x = std::exp(x - m));
+        for (double& x : p) x /= sum;
+        r.stats[offset(w.stats, b, h, i, 0)] = static_cast<float>(m + std::log(sum));
+        for (int64_t j = 0; j < last; ++j)
+          for (int64_t ch = 0; ch < hs; ++ch) out[offset(w.out, b, h, i, ch)] += p[j] * v[offset(w.qkv, b, h, j, ch)];
+        naive_row_backward(w, q, k, v, t.dout.data(), p, b, h, i, hs, scale, g);
+      }
+  }
+  for (int64_t e = 0; e < n; ++e) {
+    r.out[e] = static_cast<float>(out[e]);
+    const int64_t d = sdpa::view_index(e, c.C, t.rs);
+    r.grad[d] += static_cast<float>(g[0][e]);
+    r.grad[t.k_off + d] += static_cast<float>(g[1][e]);
+    r.grad[t.v_off + d] += static_cast<float>(g[2][e]);
+  }
+  return r;
+}
+
+TEST(CudaAttentionSdpaDescriptors, NaiveAttentionThroughThemMatchesCpuOp) {
+  uint32_t seed = 41;
+  for (const Case& c : kCases) {
+    const bool row_without_keys = c.mask && c.B > 3;  // as in make_tensors: batch row 3 is all padding
+    if (c.mask == 2 || row_without_keys) continue;    // not expressible as key counts
+    SCOPED_TRACE(::testing::Message() << "B " << c.B << " T " << c.T << " C " << c.C);
+    const Tensors t = make_tensors(c, seed++);
+    const Reference ref = cpu_reference(c, t);
+    const SdpaNaive got = naive_sdpa(c, t);
+    expect_close(got.out, ref.out, 1e-5f, 2e-6f, "out");
+    expect_close(got.grad, ref.grad, 1e-5f, 2e-6f, "dq, dk, dv");
+    const std::vector<double> lse = reference_lse(c, t);
+    for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(got.stats[i], lse[i], 1e-5 * (1 + std::abs(lse[i])));
+  }
+}
+
+TEST(CudaAttentionSdpaDescriptors, KeyCountsStopAtTheFirstPadding) {
+  const int32_t mask[] = {1, 1, 1, 0, 0, 1, 0};
+  EXPECT_EQ(sdpa::keys_before_padding(mask, 7), 3);
+  EXPECT_EQ(sdpa::keys_before_padding(mask, 2), 2);
+  EXPECT_EQ(sdpa::keys_before_padding(mask + 3, 4), 0);
+}
+
+// The scratch parts are 256-byte aligned, in order, disjoint, and within the total.
+TEST(CudaAttentionSdpaDescriptors, ScratchPartsAreAlignedAndDisjoint) {
+  for (bool backward : {false, true})
+    for (const auto [B, T, C, ws] : {std::array<int64_t, 4>{1, 1, 8, 0}, {3, 37, 96, 1000}, {16, 1024, 768, 1 << 20}}) {
+      const sdpa::Scratch s = sdpa::scratch(B, T, C, 2, backward, static_cast<size_t>(ws));
+      for (size_t part : {s.seq_q, s.seq_kv, s.grads, s.grad_bytes, s.workspace}) EXPECT_EQ(part % 256, 0u);
+      EXPECT_GE(s.seq_kv - s.seq_q, static_cast<size_t>(B) * 4);
+      EXPECT_GE(s.grads - s.seq_kv, static_cast<size_t>(B) * 4);
+      EXPECT_EQ(s.grad_bytes, backward ? sdpa::align256(static_cast<size_t>(B * T * C) * 2) : 0u);
+      EXPECT_EQ(s.workspace, s.grads + 3 * s.grad_bytes);
+      EXPECT_GE(s.total, s.workspace + static_cast<size_t>(ws));
+    }
+}
 
 #if defined(FERRY_WITH_CUDA)
 
