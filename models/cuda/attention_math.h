@@ -11,6 +11,10 @@
 // micro-tile of the 64 x 64 score tile: rows ty*4 + r (its own rows: the accumulators' rows too) and columns
 // tx + 16 c (interleaved: with the odd pitch below, 16 lanes read 16 banks). Every dot product runs over the
 // head's channels in order and every accumulator over keys (or queries) in order, tile after tile.
+// Why these sizes: 64-row tiles of q, k, v, dout in fp32 with P and dS take 166 KB of shared memory in the
+// dK/dV pass at hs = 128 (H100/H200 allow 227 KB a block); a 4 x 4 micro-tile is 16 fmas for 8 shared loads,
+// and with up to 8 accumulator columns a thread holds at most 64 accumulators (no spills: ptxas checks).
+// Scalar fp32 fmas, no tensor cores: the fp32 path and the reference; cuDNN's SDPA is the fast path.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +44,8 @@ struct Geometry {
   int64_t B, T, NH, hs, rs, C;
   float scale;
   bool causal;
-  int pitch;  // floats between rows of a q/k/v/dout tile in shared memory: hs + 1 (odd, bank-conflict-free)
+  int pitch;  // floats between rows of a q/k/v/dout tile in shared memory: hs + 1 (odd for even hs, so
+              // the 16 lanes reading rows tx + 16 j at one channel hit 16 different banks)
 };
 
 inline Geometry make_geometry(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t row_stride, bool causal) {
@@ -91,6 +96,8 @@ FERRY_HD inline Smem carve(float* base, Pass pass, int pitch) {
   return s;
 }
 
+FERRY_HD inline float neg_inf() { return -bits_float(0x7f800000u); }
+
 // ---- Loads (thread t of the block), zero rows beyond T. src points at (b, row 0, h, channel 0).
 template <class T>
 FERRY_HD void load_tile(float* dst, int pitch, const T* src, int64_t row_stride, int64_t row0, int64_t rows_total,
@@ -114,13 +121,11 @@ FERRY_HD inline void load_query_stats(float* lse_s, float* d_s, const float* lse
                                       int64_t T, int t) {
   if (t >= kTile) return;
   const bool in = q0 + t < T;
-  lse_s[t] = in ? lse[q0 + t] : -bits_float(0x7f800000u);
+  lse_s[t] = in ? lse[q0 + t] : neg_inf();
   d_s[t] = in ? d[q0 + t] : 0.0f;
 }
 
 // ---- The math of one score.
-FERRY_HD inline float neg_inf() { return -bits_float(0x7f800000u); }
-
 // Query i sees key j (both absolute): both exist, the key is no padding, and j <= i under the causal mask.
 FERRY_HD inline bool visible(const Geometry& g, int64_t i, int64_t j, float key_ok) {
   return i < g.T && key_ok != 0.0f && (!g.causal || j <= i);
