@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -451,6 +452,51 @@ TEST(CudaAttentionKernels, CudnnSdpaWithinBf16OfTwin) {
       ASSERT_NEAR(got.lse[i], twin_bf16.lse[i], 1e-2f * (1 + std::abs(twin_bf16.lse[i]))) << "lse at " << i;
     }
   }
+}
+
+// GPT-2 124M's attention (B 4, T 1024, 12 heads of 64, packed qkv, bf16): both kernels run, agree within
+// bf16, and their times are printed (cudaEvent, mean of 5 forward + backward after one warm-up) for the
+// first GPU session's notes.
+TEST(CudaAttentionKernels, Gpt2ShapeRunsAndTimes) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  const Case c{4, 1024, 768, 12, true, true, 0};
+  const Tensors t = make_tensors(c, 51);
+  const AttentionShape s{c.B, c.T, c.C, c.NH, t.rs, c.causal};
+  std::vector<AttentionKernel> kernels = {AttentionKernel::Flash};
+  if (cudnn_sdpa_available(s, DType::BF16)) kernels.push_back(AttentionKernel::CudnnSdpa);
+  std::vector<std::vector<float>> outs;
+  for (AttentionKernel kernel : kernels) {
+    const DType dt = DType::BF16;
+    Device<Bf16> in(to_storage<Bf16>(t.in)), dout(to_storage<Bf16>(t.dout)), grad(to_storage<Bf16>(t.grad));
+    Device<Bf16> out(std::vector<Bf16>(c.B * c.T * c.C));
+    Device<float> lse(std::vector<float>(c.B * c.NH * c.T));
+    const size_t bytes = std::max(attention_forward_scratch_bytes(kernel, s, dt), attention_backward_scratch_bytes(kernel, s, dt));
+    Device<char> scratch{std::vector<char>(bytes)};
+    const Bf16 *q = in.p, *k = q + t.k_off, *v = q + t.v_off;
+    Bf16* dq = grad.p;
+    cudaEvent_t e[3];
+    for (auto& x : e) ASSERT_EQ(cudaEventCreate(&x), cudaSuccess);
+    float fwd_ms = 0, bwd_ms = 0;
+    for (int it = 0; it < 6; ++it) {
+      cudaEventRecord(e[0]);
+      ASSERT_EQ(attention_forward(kernel, out.p, lse.p, q, k, v, nullptr, s, dt, scratch.p, bytes, nullptr), cudaSuccess);
+      cudaEventRecord(e[1]);
+      ASSERT_EQ(attention_backward(kernel, dq, dq + t.k_off, dq + t.v_off, dout.p, q, k, v, nullptr, out.p, lse.p, s, dt,
+                                   scratch.p, bytes, nullptr),
+                cudaSuccess);
+      cudaEventRecord(e[2]);
+      ASSERT_EQ(cudaEventSynchronize(e[2]), cudaSuccess);
+      float f = 0, b = 0;
+      cudaEventElapsedTime(&f, e[0], e[1]);
+      cudaEventElapsedTime(&b, e[1], e[2]);
+      if (it > 0) fwd_ms += f / 5, bwd_ms += b / 5;
+    }
+    for (auto& x : e) cudaEventDestroy(x);
+    std::printf("attention %s, B 4 T 1024 C 768 NH 12 causal bf16: forward %.3f ms, backward %.3f ms\n",
+                kernel == AttentionKernel::Flash ? "flash" : "cudnn-sdpa", fwd_ms, bwd_ms);
+    outs.push_back(to_float(out.get()));
+  }
+  if (outs.size() == 2) expect_close(outs[1], outs[0], 1.0f / 64, 1.0f / 128, "cuDNN out vs flash out");
 }
 
 #endif  // FERRY_WITH_CUDA
