@@ -274,6 +274,7 @@ void CudaDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op,
                         float* loss, std::string label) {
   const std::lock_guard lock(ops_mutex_);
   const ResultSlot mean = loss ? next_result_slot() : ResultSlot{nullptr, nullptr};
+  if (loss) std::memset(mean.host, 0, sizeof(float));  // what *loss gets from an op that is not the loss's forward
   kernels_.bind(stream(Stream::Compute), workspace_, workspace_bytes_, static_cast<float*>(mean.device));
   {
     const Launching on(stream(Stream::Compute));
