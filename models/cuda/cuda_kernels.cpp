@@ -31,7 +31,6 @@ template <class T>
 T* as(models::Operand o) { return reinterpret_cast<T*>(o.data); }
 const int32_t* ids(models::Operand o) { return as<const int32_t>(o); }
 
-
 std::string shape_of(const AttentionShape& s, DType dtype) {
   return fmt::format("B={} T={} C={} heads={} row_stride={} {} {}", s.B, s.T, s.C, s.NH, s.row_stride,
                      s.causal ? "causal" : "bidirectional", to_string(dtype));
