@@ -60,6 +60,7 @@ CudaDevice::CudaDevice(const Options& o)
         "cudaHostAlloc (host-wait flags)");
   check(cudaHostAlloc(reinterpret_cast<void**>(&results_), static_cast<size_t>(kResultSlots * kResultSlotBytes), cudaHostAllocMapped),
         "cudaHostAlloc (result slots)");
+  check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&results_on_device_), results_, 0), "cudaHostGetDevicePointer (result slots)");
   size_t total = 0;
   check(cudaMemGetInfo(&free_after_start_, &total), "cudaMemGetInfo");
   watcher_ = std::thread([this] { watch(); });
@@ -252,11 +253,9 @@ void CudaDevice::accumulate(Stream s, float* dst, const void* src, DType src_typ
 }
 
 CudaDevice::ResultSlot CudaDevice::next_result_slot() {
-  std::byte* host = results_ + static_cast<int64_t>(next_result_) * kResultSlotBytes;
+  const int64_t offset = static_cast<int64_t>(next_result_) * kResultSlotBytes;
   next_result_ = (next_result_ + 1) % kResultSlots;
-  void* device = nullptr;
-  check(cudaHostGetDevicePointer(&device, host, 0), "cudaHostGetDevicePointer (result slot)");
-  return {host, device};
+  return {results_ + offset, results_on_device_ + offset};
 }
 
 bool CudaDevice::supports_op(const models::OpSpec& op, std::span<const DType> storage) const {

@@ -137,6 +137,7 @@ class CudaDevice final : public Device {
   std::mutex ops_mutex_;  // one op or optimizer step queued at a time: the kernels' binding, the slot ring
   cuda::CudaKernels kernels_;
   std::byte* results_ = nullptr;  // pinned mapped, kResultSlots * kResultSlotBytes
+  std::byte* results_on_device_ = nullptr;  // the same memory as kernels address it
   int next_result_ = 0;
 };
 
