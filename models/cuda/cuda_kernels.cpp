@@ -121,7 +121,8 @@ void CudaKernels::linear_backward(const models::LinearBackward& a) {
     check(lt().run(linear_dx_desc(shape), ptr(a.dx), ptr(a.dout), ptr(a.w), nullptr, t, workspace_, ws, stream_), what + ": dx");
   const void* dw_a = a.weight_out_in ? ptr(a.dout) : ptr(a.x);
   const void* dw_b = a.weight_out_in ? ptr(a.x) : ptr(a.dout);
-  check(lt().run(linear_dw_desc(shape), ptr(a.dw), dw_a, dw_b, nullptr, t, workspace_, ws, stream_), what + ": dW");
+  if (a.dw.data)
+    check(lt().run(linear_dw_desc(shape), ptr(a.dw), dw_a, dw_b, nullptr, t, workspace_, ws, stream_), what + ": dW");
   if (!a.dbias.data) return;
   std::byte* s = scratch(static_cast<int64_t>(linear_bias_grad_scratch_bytes(a.rows, a.out_features)), "linear dbias");
   check(linear_bias_grad(ptr(a.dbias), ptr(a.dout), a.rows, a.out_features, s, t, stream_), what + ": dbias");
