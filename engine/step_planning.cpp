@@ -19,20 +19,29 @@ offload::CostModel host_device_cost_model(const Config& cfg, const models::Model
   offload::CostModel cost = measured ? device::host_cost_model(cfg.threads(), cache) : offload::CostModel::load(cfg.offload.cost_model);
   cost.fused_attention = false;  // the host device's attention keeps its probabilities
   if (measured) {
-    // The fastest of 3 to 10 passes, 1 s at least: single passes on a shared machine are noisy. The profiling
-    // device goes before the run's is made.
+    // The profiling device goes before the run's is made.
     const std::unique_ptr<device::Device> profiler = device::make_device(
         {.kind = device::DeviceChoice::Kind::Host, .arena_bytes = device::profile_arena_bytes(spec), .compute_threads = cfg.threads()});
-    cost.profiled_op_s = device::profile_ops(spec, *profiler, sample.tokens, sample.targets, 3, 1.0, 10);
-    // What oneDNN's scratchpads needed on the compute stream: the plan's workspace tensor holds it.
-    int64_t scratch = 0;
-    profiler->run(device::Stream::Compute, "library scratch", [&scratch] { scratch = models::ops::workspace_bytes(models::ops::Scratch::Library); });
-    profiler->synchronize();
-    cost.profiled_workspace_bytes = scratch;
-    cost.name += "; op times profiled on this model";
+    profile_on_device(*profiler, spec, sample, cost);
   }
   if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;
   return cost;
+}
+
+void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, const dataset::Batch& sample,
+                       offload::CostModel& cost) {
+  // The fastest of 3 to 10 passes, 1 s at least: single passes on a shared machine are noisy.
+  cost.profiled_op_s = device::profile_ops(spec, profiler, sample.tokens, sample.targets, 3, 1.0, 10);
+  cost.profiled_workspace_bytes = profiler.op_workspace_bytes(spec);
+  if (cost.profiled_workspace_bytes == 0) {
+    // What the libraries' scratch needed on the compute stream's thread (the host device: oneDNN's
+    // scratchpads): the plan's workspace tensor holds it.
+    int64_t scratch = 0;
+    profiler.run(device::Stream::Compute, "library scratch", [&scratch] { scratch = models::ops::workspace_bytes(models::ops::Scratch::Library); });
+    profiler.synchronize();
+    cost.profiled_workspace_bytes = scratch;
+  }
+  cost.name += "; op times profiled on this model";
 }
 
 offload::PlanRequest plan_request(const Config& cfg) {

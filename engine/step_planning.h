@@ -8,6 +8,7 @@
 
 #include "dataset/dataset.h"
 #include "engine/config.h"
+#include "engine/device/device.h"
 #include "models/model_spec.h"
 #include "offload/cost_model.h"
 #include "offload/policies.h"
@@ -19,6 +20,13 @@ namespace ferry::engine {
 // device of its own (device::profile_ops: one op's operands at a time), and the link device.host sets.
 offload::CostModel host_device_cost_model(const Config& config, const models::ModelSpec& spec, const dataset::Batch& sample,
                                           std::string* cache);
+
+// Every op of `spec` profiled on `profiler` (device::profile_ops on `sample`; its arena holds
+// device::profile_arena_bytes(spec, profiler.op_workspace_bytes(spec))) into `cost`: the op times, and the
+// workspace the plan reserves: what the device declares (Device::op_workspace_bytes: the CUDA device's kernels'
+// scratch), else what its libraries took while profiling (the host device's oneDNN scratchpads).
+void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, const dataset::Batch& sample,
+                       offload::CostModel& cost);
 
 // What the config asks plan_step for: bucket size, budget (offload.gpu_budget; 0 when unset), policy,
 // checkpointing, accumulation, overlap. The one translation of config keys into a plan request.

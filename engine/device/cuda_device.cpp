@@ -1,15 +1,21 @@
 // CudaDevice: streams and events are CUDA's own. A stream waiting for host work (CPU AdamW) runs a
 // one-thread kernel (cuda_device_kernels.cu) that spins on a pinned flag; a watcher thread sets the flag
 // once the host event is done (2 when the host work failed, which synchronize() then reports). Host work
-// queued by run() is a cudaLaunchHostFunc whose failure is recorded the same way. Host code only,
-// compiled as C++20 by the host compiler.
+// queued by run() is a cudaLaunchHostFunc whose failure is recorded the same way. Ops run on CudaKernels;
+// what a kernel computes for the host (the loss, the step decision) lands in pinned mapped memory and is
+// handed over by host work queued behind it. Host code only, compiled as C++20 by the host compiler.
 #include "engine/device/cuda_device.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
+
+#include "cpu_optim/half.h"
+#include "models/op_dispatch.h"
 
 namespace ferry::device {
 namespace {
@@ -52,6 +58,9 @@ CudaDevice::CudaDevice(const Options& o)
   for (auto& s : streams_) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check(cudaHostAlloc(reinterpret_cast<void**>(&flags_), sizeof(int) * static_cast<size_t>(o.host_waits), cudaHostAllocMapped),
         "cudaHostAlloc (host-wait flags)");
+  check(cudaHostAlloc(reinterpret_cast<void**>(&results_), static_cast<size_t>(kResultSlots * kResultSlotBytes), cudaHostAllocMapped),
+        "cudaHostAlloc (result slots)");
+  check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&results_on_device_), results_, 0), "cudaHostGetDevicePointer (result slots)");
   size_t total = 0;
   check(cudaMemGetInfo(&free_after_start_, &total), "cudaMemGetInfo");
   watcher_ = std::thread([this] { watch(); });
@@ -75,6 +84,7 @@ CudaDevice::~CudaDevice() {
   for (auto& s : streams_)
     if (s) cudaStreamSynchronize(s), cudaStreamDestroy(s);
   if (flags_) cudaFreeHost(flags_);
+  if (results_) cudaFreeHost(results_);
 }
 
 std::string CudaDevice::name() const { return name_; }
@@ -230,14 +240,6 @@ void CudaDevice::synchronize() {
   check_host_failure();
 }
 
-// The ops and device AdamW need Ferry's CUDA kernels (issue 7); until they exist these refuse clearly
-// (the trainer refuses device: cuda before any of them could be reached).
-namespace {
-[[noreturn]] void needs_kernels(const std::string& what) {
-  throw std::logic_error("the CUDA device cannot run " + what + " yet: Ferry's CUDA kernels are not built (issue 7)");
-}
-}  // namespace
-
 void CudaDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {
   check(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream(s)), fmt::format("{}: {}", to_string(s), label));
 }
@@ -250,13 +252,141 @@ void CudaDevice::accumulate(Stream s, float* dst, const void* src, DType src_typ
         fmt::format("{}: {} (accumulate of {} {} elements)", to_string(s), label, n, to_string(src_type)));
 }
 
-void CudaDevice::run_op(const models::ModelSpec&, const models::OpSpec&, const models::OpOperands&, float, float*, std::string label) {
-  needs_kernels(label);
+CudaDevice::ResultSlot CudaDevice::next_result_slot() {
+  const int64_t offset = static_cast<int64_t>(next_result_) * kResultSlotBytes;
+  next_result_ = (next_result_ + 1) % kResultSlots;
+  return {results_ + offset, results_on_device_ + offset};
 }
 
-void CudaDevice::adamw(std::vector<OptimizerBucket>, const cpu_optim::AdamWHyper&, int64_t, double, float, float, cpu_optim::StepDecision*,
-                       std::string label) {
-  needs_kernels(label);
+bool CudaDevice::supports_op(const models::OpSpec& op, std::span<const DType> storage) const {
+  for (size_t k = 0; k < storage.size(); ++k) {
+    if (storage[k] == DType::I32) {
+      if (k >= op.inputs.size()) return false;  // ids are read, never written
+      continue;
+    }
+    if (storage[k] != DType::F32 && storage[k] != DType::BF16 && storage[k] != DType::F16) return false;
+  }
+  return true;
+}
+
+void CudaDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
+                        float* loss, std::string label) {
+  const std::lock_guard lock(ops_mutex_);
+  const ResultSlot mean = loss ? next_result_slot() : ResultSlot{nullptr, nullptr};
+  if (loss) std::memset(mean.host, 0, sizeof(float));  // what *loss gets from an op that is not the loss's forward
+  kernels_.bind(stream(Stream::Compute), workspace_, workspace_bytes_, static_cast<float*>(mean.device));
+  {
+    const Launching on(stream(Stream::Compute));
+    try {
+      models::dispatch_op(spec, op, operands, loss_weight, kernels_);  // its return (the host float) stays 0 here
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("{}: {}", label, e.what()));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("{}: {}", label, e.what()));
+    }
+  }
+  if (loss)
+    run(Stream::Compute, label + ": the loss to the host", [loss, from = static_cast<const float*>(mean.host)] {
+      std::memcpy(loss, from, sizeof(float));
+    });
+}
+
+cuda::AdamWCoefficients adamw_coefficients(const cpu_optim::AdamWHyper& h, int64_t step, double lr, uint64_t seed) {
+  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
+  const uint32_t seed_key = cpu_optim::random_bits(static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(seed));
+  return {static_cast<float>(h.beta1),
+          static_cast<float>(1.0 - h.beta1),
+          static_cast<float>(h.beta2),
+          static_cast<float>(1.0 - h.beta2),
+          static_cast<float>(1.0 - lr * h.weight_decay),
+          static_cast<float>(lr / bc1),
+          static_cast<float>(1.0 / std::sqrt(bc2)),
+          static_cast<float>(h.eps),
+          1.0f,
+          cpu_optim::random_bits(seed_key, static_cast<uint32_t>(step))};
+}
+
+namespace {
+
+constexpr int64_t kAlign = 256;
+int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// The largest scratch cuda::sum_squares takes: its grid is clamped, so a huge n reaches it.
+int64_t max_sum_squares_scratch() { return static_cast<int64_t>(cuda::sum_squares_scratch_bytes(int64_t{1} << 40)); }
+
+// The device AdamW's workspace: [gate][statistics of each bucket][sum of squares' partials].
+struct AdamWScratch {
+  cuda::AdamWGate* gate;
+  cuda::SquaresResult* stats;
+  std::byte* partials;
+};
+
+AdamWScratch adamw_scratch(std::byte* workspace, int64_t buckets) {
+  return {reinterpret_cast<cuda::AdamWGate*>(workspace), reinterpret_cast<cuda::SquaresResult*>(workspace + kAlign),
+          workspace + kAlign + aligned(buckets * int64_t{sizeof(cuda::SquaresResult)})};
+}
+
+void check_bucket(const Device::OptimizerBucket& b, size_t i) {
+  const auto floating = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
+  if (b.numel < 0 || !floating(b.grad_type) || (b.working && !floating(b.working_type)) ||
+      (b.numel > 0 && (!b.master || !b.m || !b.v || !b.grad)))
+    throw std::invalid_argument(fmt::format("adamw: bucket {} ({} elements, gradients {}, working copy {}): AdamW takes fp32, bf16 "
+                                            "or fp16 gradients and working copy, and master, m, v and gradients for every element",
+                                            i, b.numel, to_string(b.grad_type), b.working ? to_string(b.working_type) : "none"));
+}
+
+}  // namespace
+
+int64_t device_adamw_scratch_bytes(int64_t buckets) {
+  return kAlign + aligned(buckets * int64_t{sizeof(cuda::SquaresResult)}) + max_sum_squares_scratch();
+}
+
+int64_t cuda_workspace_bytes(const models::ModelSpec& spec, const cuda::AttentionScratch& attention) {
+  const int64_t buckets = std::max<int64_t>(1, static_cast<int64_t>(spec.params.size()));
+  return aligned(std::max(cuda::ops_scratch_bytes(spec, attention), device_adamw_scratch_bytes(buckets)));
+}
+
+int64_t cuda_op_workspace_bytes(const models::ModelSpec& spec) {
+  return cuda_workspace_bytes(spec, [](const cuda::AttentionShape& s, DType t, models::Pass pass) {
+    const cuda::AttentionKernel k = cuda::choose_attention_kernel(s, t);
+    return static_cast<int64_t>(pass == models::Pass::Forward ? cuda::attention_forward_scratch_bytes(k, s, t)
+                                                              : cuda::attention_backward_scratch_bytes(k, s, t));
+  });
+}
+
+void CudaDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
+                       float loss_scale, cpu_optim::StepDecision* decision, std::string label) {
+  if (step < 1 || !(loss_scale > 0) || !decision)
+    throw std::invalid_argument(fmt::format("{}: adamw: step {} (counts from 1), loss scale {} (> 0), decision {} (needed)", label, step,
+                                            loss_scale, static_cast<void*>(decision)));
+  for (size_t i = 0; i < buckets.size(); ++i) check_bucket(buckets[i], i);
+  const auto n = static_cast<int64_t>(buckets.size());
+  if (device_adamw_scratch_bytes(n) > workspace_bytes_)
+    throw std::runtime_error(fmt::format("{}: the device AdamW over {} buckets needs {} bytes of workspace; the bound one holds {}", label,
+                                         n, device_adamw_scratch_bytes(n), workspace_bytes_));
+  const std::lock_guard lock(ops_mutex_);
+  const AdamWScratch ws = adamw_scratch(workspace_, n);
+  const ResultSlot slot = next_result_slot();
+  const Launching on(stream(Stream::Compute));
+  const cudaStream_t s = current_stream();
+  for (int64_t b = 0; b < n; ++b) {  // each bucket's statistics, then the decision from all of them
+    const OptimizerBucket& k = buckets[static_cast<size_t>(b)];
+    check(cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s), fmt::format("{}: sum of squares of bucket {}", label, b));
+  }
+  check(launch_decide_step(ws.stats, n, max_norm, loss_scale, ws.gate, static_cast<DeviceDecision*>(slot.device), s),
+        label + ": the step decision");
+  const cuda::AdamWCoefficients c = adamw_coefficients(hyper, step, lr);
+  for (int64_t b = 0; b < n; ++b) {
+    const OptimizerBucket& k = buckets[static_cast<size_t>(b)];
+    check(cuda::adamw_gated(k.master, k.m, k.v, k.grad, k.grad_type, k.working, k.working_type, false, k.numel, c, ws.gate, s),
+          fmt::format("{}: adamw of bucket {}", label, b));
+  }
+  run(Stream::Compute, label + ": the step decision to the host", [decision, from = slot.host] {
+    DeviceDecision d;
+    std::memcpy(&d, from, sizeof(d));
+    *decision = cpu_optim::StepDecision{{d.grad_norm, d.skipped != 0}, d.grad_scale};
+  });
 }
 
 }  // namespace ferry::device

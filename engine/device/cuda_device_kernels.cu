@@ -1,5 +1,6 @@
-// The CUDA device's own kernels: a stream waiting for host work spins on a pinned flag, and gradients
-// summed over micro-batches (accumulate: fp32 dst = or += src widened from fp32, bf16 or fp16).
+// The CUDA device's own kernels: a stream waiting for host work spins on a pinned flag, gradients summed
+// over micro-batches (accumulate: fp32 dst = or += src widened from fp32, bf16 or fp16), and the device AdamW's
+// step decision from its buckets' statistics.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -7,7 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "engine/device/step_decision_hd.h"
 #include "memory/dtype.h"
+#include "models/cuda/ops.h"
 
 namespace ferry::device {
 namespace {
@@ -40,7 +43,25 @@ cudaError_t launch_accumulate_as(float* dst, const void* src, int64_t n, bool ov
   return cudaGetLastError();
 }
 
+// One thread: the buckets' statistics summed in bucket order (as cpu_optim::OptimizerStep::decide sums them),
+// the decision for the AdamW kernels (gate) and for the host (decision).
+__global__ void decide_step_kernel(const cuda::SquaresResult* stats, int64_t buckets, float max_norm, float loss_scale,
+                                   cuda::AdamWGate* gate, DeviceDecision* decision) {
+  double sum = 0;
+  uint32_t nonfinite = 0;
+  for (int64_t b = 0; b < buckets; ++b) sum += stats[b].sum, nonfinite |= stats[b].nonfinite;
+  const DeviceDecision d = decide_step_hd(sum, nonfinite == 0, max_norm, loss_scale);
+  *gate = {d.grad_scale, d.skipped};
+  *decision = d;
+}
+
 }  // namespace
+
+cudaError_t launch_decide_step(const cuda::SquaresResult* stats, int64_t buckets, float max_norm, float loss_scale,
+                               cuda::AdamWGate* gate, DeviceDecision* decision, cudaStream_t stream) {
+  decide_step_kernel<<<1, 1, 0, stream>>>(stats, buckets, max_norm, loss_scale, gate, decision);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_wait_for_flag(int* device_flag, cudaStream_t stream) {
   wait_for_flag<<<1, 1, 0, stream>>>(device_flag);

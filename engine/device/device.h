@@ -76,6 +76,10 @@ class Device {
   // CUDA device keeps it for cuBLASLt, cuDNN and CUB. Called before the ops that use it are queued;
   // nullptr (0 bytes) unbinds it.
   virtual void bind_workspace(std::byte* data, int64_t bytes) = 0;
+  // The workspace bytes this device's ops and optimizer take for `spec`, known before anything runs (the CUDA
+  // device: the largest scratch of its kernels, cuBLASLt's workspace included); 0 where it is measured instead
+  // (the host device: oneDNN's scratchpads, measured while the ops are profiled).
+  virtual int64_t op_workspace_bytes(const models::ModelSpec&) const { return 0; }
   // Device memory really used so far, measured, not planned: on the host device the arena's highest byte
   // ever written; on a GPU the arena plus whatever else was allocated on it since start-up.
   virtual int64_t measured_peak_bytes() const = 0;

@@ -75,17 +75,21 @@ memory::HostBuffer contents(const std::vector<Slot>& slots, int64_t bytes, std::
 
 }  // namespace
 
-int64_t profile_arena_bytes(const models::ModelSpec& spec) {
+int64_t profile_arena_bytes(const models::ModelSpec& spec, int64_t workspace_bytes) {
   int64_t most = kAlign;
   for (const auto& op : spec.ops) most = std::max(most, lay_out_op(spec, op, nullptr, nullptr).bytes);
-  return most;
+  return most + aligned(workspace_bytes);
 }
 
 std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, std::span<const int32_t> tokens,
                                 std::span<const int32_t> targets, int min_reps, double min_seconds, int max_reps) {
   std::byte* base = device.arena().data();
-  if (device.arena().size() < profile_arena_bytes(spec))
-    throw std::invalid_argument("profile_ops: the device arena holds fewer bytes than the largest op's operands");
+  const int64_t workspace = device.op_workspace_bytes(spec);
+  if (device.arena().size() < profile_arena_bytes(spec, workspace))
+    throw std::invalid_argument("profile_ops: the device arena holds " + std::to_string(device.arena().size()) +
+                                " bytes, fewer than the largest op's operands and the device's workspace (" +
+                                std::to_string(profile_arena_bytes(spec, workspace)) + ": profile_arena_bytes)");
+  if (workspace > 0) device.bind_workspace(base + profile_arena_bytes(spec), workspace);  // after every op's operands
   const std::vector<int32_t> ones(tokens.size(), 1);
   std::vector<OpLayout> layouts;
   std::vector<std::vector<std::pair<int64_t, const int32_t*>>> ids(spec.ops.size());  // per op: its id slots
@@ -128,6 +132,7 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
     for (size_t i = 0; i < marks.size(); ++i) best[i] = std::min(best[i], device.elapsed_seconds(marks[i].first, marks[i].second));
   }
   device.synchronize();
+  if (workspace > 0) device.bind_workspace(nullptr, 0);
   return best;
 }
 

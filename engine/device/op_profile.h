@@ -13,10 +13,12 @@
 namespace ferry::device {
 
 // The arena a device needs to profile `spec`: the largest op's operands (tensors, parameter values and
-// gradients, in their storage), each 256-byte aligned.
-int64_t profile_arena_bytes(const models::ModelSpec& spec);
+// gradients, in their storage), each 256-byte aligned, then `workspace_bytes` for the device's workspace
+// (Device::op_workspace_bytes(spec): the CUDA device's; the host device's is 0, its scratch is measured).
+int64_t profile_arena_bytes(const models::ModelSpec& spec, int64_t workspace_bytes = 0);
 
-// Each op's time on `device` (whose arena holds profile_arena_bytes(spec)), indexed like spec.ops: the
+// Each op's time on `device` (whose arena holds profile_arena_bytes(spec, device.op_workspace_bytes(spec));
+// the workspace after the operands is bound while the ops run, and unbound after), indexed like spec.ops: the
 // fastest of at least min_reps passes over every op and min_seconds in all, at most max_reps. The token
 // ids and targets (a batch of the run: B*T each) make the embedding and the loss read real ids; every
 // other operand holds small values. The first pass warms up (kernels compiled, workspaces sized).

@@ -74,7 +74,11 @@ template <class G>
 __global__ void __launch_bounds__(kElementwiseBlock) adamw_kernel(ElementwiseMap m, float* master, float* mom,
                                                                   float* var, const G* grad, void* weights,
                                                                   DType weight_type, bool stochastic,
-                                                                  AdamWCoefficients c) {
+                                                                  AdamWCoefficients c, const AdamWGate* gate) {
+  if (gate) {  // the decision made on the device
+    if (gate->skip) return;
+    c.grad_scale = gate->grad_scale;
+  }
   for_each_element(m, [&](int64_t i) {
     float p = master[i], mi = mom[i], vi = var[i];
     adamw_element(p, mi, vi, load(grad, i), c);
@@ -142,13 +146,19 @@ cudaError_t residual_backward(void* da, void* db, const void* dout, int64_t N, D
 
 cudaError_t adamw(float* master, float* m, float* v, const void* grad, DType grad_type, void* weights,
                   DType weight_type, bool stochastic, int64_t n, const AdamWCoefficients& c, cudaStream_t stream) {
+  return adamw_gated(master, m, v, grad, grad_type, weights, weight_type, stochastic, n, c, nullptr, stream);
+}
+
+cudaError_t adamw_gated(float* master, float* m, float* v, const void* grad, DType grad_type, void* weights,
+                        DType weight_type, bool stochastic, int64_t n, const AdamWCoefficients& c,
+                        const AdamWGate* gate, cudaStream_t stream) {
   if (weights && weight_type == DType::I32) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const ElementwiseMap map = elementwise_map(n);
   return launched(with_storage(grad_type, [&](auto tag) {
     using G = decltype(tag);
     adamw_kernel<G><<<grid_of(map), map.block, 0, stream>>>(map, master, m, v, static_cast<const G*>(grad), weights,
-                                                            weight_type, stochastic, c);
+                                                            weight_type, stochastic, c, gate);
   }));
 }
 

@@ -47,6 +47,11 @@ cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32
                                   DType dtype, cudaStream_t stream);
 cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, int64_t N,
                                    int64_t V, DType dtype, cudaStream_t stream);
+// The same with dloss read from device memory when the kernel runs (an earlier kernel counted the targets on
+// the device: no host round trip inside a step).
+cudaError_t cross_entropy_backward_from_device(void* dlogits, const void* logits, const int32_t* targets,
+                                               const float* dloss, int64_t N, int64_t V, DType dtype,
+                                               cudaStream_t stream);
 
 // The gradients' sum of squares (double) and inf/nan flag of grad (n): out[0] = {sum, nonfinite}.
 // scratch: sum_squares_scratch_bytes(n).
@@ -63,5 +68,16 @@ cudaError_t sum_squares(SquaresResult* out, const void* grad, int64_t n, void* s
 // bits of element i keyed by c.random_key, as the CPU optimizer draws them).
 cudaError_t adamw(float* master, float* m, float* v, const void* grad, DType grad_type, void* weights,
                   DType weight_type, bool stochastic, int64_t n, const AdamWCoefficients& c, cudaStream_t stream);
+
+// The step decision as the device AdamW reads it from device memory, where a kernel computed it from the
+// gradients' statistics (no host round trip): skip (an inf/nan gradient) or scale every gradient.
+struct AdamWGate {
+  float grad_scale;  // replaces c.grad_scale
+  uint32_t skip;     // nonzero: nothing changes
+};
+// adamw under a gate read when the kernel runs.
+cudaError_t adamw_gated(float* master, float* m, float* v, const void* grad, DType grad_type, void* weights,
+                        DType weight_type, bool stochastic, int64_t n, const AdamWCoefficients& c,
+                        const AdamWGate* gate, cudaStream_t stream);
 
 }  // namespace ferry::cuda

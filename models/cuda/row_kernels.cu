@@ -48,10 +48,12 @@ __global__ void __launch_bounds__(kRowBlock) ce_forward_kernel(RowMap m, float* 
 
 template <class T>
 __global__ void __launch_bounds__(kRowBlock) ce_backward_kernel(RowMap m, T* dlogits, const T* logits,
-                                                                const int32_t* targets, float dloss) {
+                                                                const int32_t* targets, float dloss,
+                                                                const float* dloss_at) {
   const int64_t r = blockIdx.x;
   const int32_t target = targets[r];
   if (target < 0) return;  // the whole block leaves together: no barrier is skipped by some threads only
+  if (dloss_at) dloss = *dloss_at;  // computed on the device by an earlier kernel
   const int t = static_cast<int>(threadIdx.x);
   const SoftmaxState s = block_reduce(ce_fold(m, logits, r, t), softmax_empty(), SoftmaxMerge{});
   ce_backward_write(m, dlogits, logits, target, dloss, r, t, s);
@@ -127,16 +129,32 @@ cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32
   }));
 }
 
-cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, int64_t N,
-                                   int64_t V, DType dtype, cudaStream_t stream) {
+namespace {
+
+cudaError_t ce_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, const float* dloss_at,
+                        int64_t N, int64_t V, DType dtype, cudaStream_t stream) {
   if (!rows_fit(N)) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
   const RowMap m = row_map(N, V);
   return launched(with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     ce_backward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, static_cast<T*>(dlogits),
-                                                                   static_cast<const T*>(logits), targets, dloss);
+                                                                   static_cast<const T*>(logits), targets, dloss,
+                                                                   dloss_at);
   }));
+}
+
+}  // namespace
+
+cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, int64_t N,
+                                   int64_t V, DType dtype, cudaStream_t stream) {
+  return ce_backward(dlogits, logits, targets, dloss, nullptr, N, V, dtype, stream);
+}
+
+cudaError_t cross_entropy_backward_from_device(void* dlogits, const void* logits, const int32_t* targets,
+                                               const float* dloss, int64_t N, int64_t V, DType dtype,
+                                               cudaStream_t stream) {
+  return ce_backward(dlogits, logits, targets, 0.0f, dloss, N, V, dtype, stream);
 }
 
 size_t sum_squares_scratch_bytes(int64_t n) {
