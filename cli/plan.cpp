@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "engine/device/host_cost_model.h"
 #include "engine/host_memory.h"
+#include "engine/group_settings.h"
 #include "engine/step_planning.h"
 #include "formats/atomic_file.h"
 #include "models/registry.h"
@@ -62,7 +63,8 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   std::string cache;
   const offload::CostModel cost =
       cfg.offload.cost_model.empty() ? device::host_cost_model(cfg.threads(), &cache) : offload::CostModel::load(cfg.offload.cost_model);
-  const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision());
+  const models::ModelSpec spec =
+      engine::with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.optim.groups);
   const int64_t bucket_bytes = cfg.bucket_bytes();
   const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
   const double bound = offload::lower_bound_step_s(problem);

@@ -31,9 +31,13 @@ int64_t HostOptimizer::bytes_needed(const offload::OffloadProblem& p, bool delay
 
 HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, memory::HostBuckets& host, memory::PinnedHostPool& pool,
                              const cpu_optim::CpuAdamW& adamw, bool delayed, float max_norm, std::vector<std::string> bucket_labels,
-                             const Faults& faults, device::Trace* trace)
-    : p_(p), host_(host), adamw_(adamw), delayed_(delayed), max_norm_(max_norm), faults_(faults), label_(std::move(bucket_labels)) {
+                             std::vector<std::vector<cpu_optim::HyperRange>> ranges, const Faults& faults, device::Trace* trace)
+    : p_(p), host_(host), adamw_(adamw), delayed_(delayed), max_norm_(max_norm), faults_(faults), label_(std::move(bucket_labels)),
+      ranges_(std::move(ranges)) {
   const int nb = p.n_buckets;
+  if (!ranges_.empty() && static_cast<int>(ranges_.size()) != nb)
+    throw std::logic_error("host optimizer: hyper-parameter ranges for " + std::to_string(ranges_.size()) + " buckets; the plan has " +
+                           std::to_string(nb));
   for (int b = 0; b < nb; ++b) {
     const int64_t sum_bytes = p.bucket_numel(b) * 4, bytes = p.bucket_bytes[b];
     grad_land_[0].push_back(host.region(b, Region::Grad).as<std::byte>());
@@ -96,8 +100,9 @@ void HostOptimizer::queue_update(const cpu_optim::OptimizerStep& step, int b, in
     std::byte* out = delayed_ ? working_next_[b] : working_now_[b];
     if (step.decision().report.skipped && delayed_)  // the next copy is the current one
       std::memcpy(out, working_now_[b], static_cast<size_t>(p_.bucket_bytes[b]));
+    const std::span<const cpu_optim::HyperRange> ranges = ranges_.empty() ? std::span<const cpu_optim::HyperRange>() : ranges_[b];
     step.update(static_cast<size_t>(b), {{region(b, Region::Master), n}, {region(b, Region::M), n}, {region(b, Region::V), n},
-                                         gradients(grads, b), gradient_type(), out, p_.precision},
+                                         gradients(grads, b), gradient_type(), out, p_.precision, ranges},
                 adam_step, lr);
   });
   updated_[b] = worker_->record();
