@@ -60,7 +60,7 @@ struct Bucket {
   // bucket in order, without gaps or overlaps, each updated with its own coefficients; an element's result
   // does not depend on how the bucket is split, so a range with lr_scale 1 and the hyper's weight decay
   // is bitwise the unsplit update.
-  std::span<const HyperRange> ranges;
+  std::span<const HyperRange> ranges = {};
 };
 
 class CpuAdamW {
