@@ -3,6 +3,7 @@
 // Executor (never changed, no moments, fewer bytes to the host), with every policy still bitwise alike.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -18,6 +19,7 @@
 #include "engine/group_settings.h"
 #include "engine/param_groups.h"
 #include "engine/step_planning.h"
+#include "engine/trainer.h"
 #include "memory/host_buckets.h"
 #include "memory/pinned_pool.h"
 #include "models/parameter_store.h"
@@ -429,6 +431,21 @@ TEST(FrozenExecutor, LrScaleZeroIsNotFrozen) {
   EXPECT_EQ(still.losses[0], frozen.losses[0]);  // the same weights in the first forward
 }
 
+// Without clipping (which couples every gradient through the norm), freezing a block is lr_scale 0 for its
+// weights: every weight ends bitwise alike, those below it included, whose gradients flow through the
+// frozen block's ops (which get no weight-gradient operands).
+TEST(FrozenExecutor, WithoutClippingFrozenWeightsTrainLikeLrScaleZero) {
+  Config c = small_config();
+  c.optim.grad_clip = 0;
+  for (const char* policy : {"resident", "zero-offload"}) {
+    const GroupRun frozen = run_executor(c, {group("transformer.h.1.*", true)}, policy, 2, 1e-3);
+    const GroupRun still = run_executor(c, {group("transformer.h.1.*", false, 0.0)}, policy, 2, 1e-3);
+    EXPECT_EQ(frozen.losses, still.losses) << policy;
+    EXPECT_EQ(frozen.master, still.master) << policy;
+    EXPECT_NE(frozen.master, frozen.initial) << policy;
+  }
+}
+
 // At the first step every parameter sees the same gradients with or without groups (clipping off), so
 // a group's parameters end where a run with its settings for every parameter puts them: weight_decay 0
 // is AdamW without decay, lr_scale 10 is AdamW at ten times the lr. On the CPU and the device AdamW alike.
@@ -453,6 +470,35 @@ TEST(FrozenExecutor, AGroupsSettingsAreAdamWsOwnAtTheFirstStep) {
       }
     }
   }
+}
+
+// The trainer reads optim.groups: a run with the bottom frozen sends fewer gradient bytes to the host,
+// inside its red zones, and a group that matches nothing stops it before anything is allocated.
+TEST(FrozenTrainer, TrainsWithGroupsFromTheConfig) {
+  Config c = small_config(3);
+  c.offload.policy = "zero-offload";
+  c.train.activation_checkpointing = "false";
+  TrainOptions opt;
+  opt.progress = nullptr;
+  opt.red_zone_bytes = 64;
+  const TrainSummary plain = train(c, opt);
+  c.optim.groups = {kFreezeBottom[0], group("*.bias|*ln_*", false, {}, 0.0)};
+  const TrainSummary frozen = train(c, opt);
+  ASSERT_EQ(frozen.losses.size(), 3u);
+  EXPECT_EQ(frozen.losses[0], plain.losses[0]);
+  EXPECT_NE(frozen.losses[2], plain.losses[2]);
+  EXPECT_LT(frozen.d2h_bytes, plain.d2h_bytes);
+  EXPECT_LT(frozen.arena_bytes, plain.arena_bytes);  // fewer gradient buffers on the device
+  // The delayed update (one step behind, working copies swapped) runs with frozen buckets left out.
+  c.offload.overlap = "delayed", c.offload.sync_steps = 1;
+  const TrainSummary delayed = train(c, opt);
+  ASSERT_EQ(delayed.losses.size(), 3u);
+  EXPECT_EQ(delayed.losses[0], frozen.losses[0]);
+  EXPECT_EQ(delayed.d2h_bytes, frozen.d2h_bytes);
+  EXPECT_TRUE(std::isfinite(delayed.losses[2]));
+  c.offload.overlap = "backward";
+  c.optim.groups = {group("bert.*", true)};
+  EXPECT_NE(invalid_argument_of([&] { train(c, opt); }).find("optim.groups[0].params: 'bert.*' matches no parameter"), std::string::npos);
 }
 
 }  // namespace
