@@ -18,7 +18,14 @@ std::vector<ParamSettings> resolve_param_groups(std::span<const ParamGroup> grou
 
 // Marks the frozen parameters of `spec` (models::ParamSpec::frozen), which the planner and the executor read.
 void mark_frozen(models::ModelSpec& spec, std::span<const ParamSettings> settings);
-// The spec with the parameters `groups` freeze marked; resolve_param_groups' errors when a group fits none.
+// Removes the backward ops a step with these frozen parameters does not need: those that accumulate no
+// trained parameter's gradient and write no gradient a needed op reads (below the lowest trained
+// parameter there is nothing left to differentiate), with the gradient tensors only they wrote. The
+// forward and every trained parameter's gradient are unchanged; the plan then neither times nor holds
+// what they would have. Nothing changes when nothing is frozen.
+void drop_frozen_backward(models::ModelSpec& spec);
+// The spec with the parameters `groups` freeze marked and the backward they make useless dropped
+// (drop_frozen_backward); resolve_param_groups' errors when a group fits none.
 models::ModelSpec with_frozen(models::ModelSpec spec, std::span<const ParamGroup> groups);
 
 // Per bucket of `layout`, the ranges CpuAdamW updates with their own lr multiplier and weight decay

@@ -3,6 +3,7 @@
 // Executor (never changed, no moments, fewer bytes to the host), with every policy still bitwise alike.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -266,6 +267,37 @@ TEST(FrozenPlan, FrozenBucketsHoldOnlyFrozenParametersAndHaveNoGradients) {
   for (int b = 0; b < q.n_buckets; ++b) EXPECT_GE(q.first_grad_op[b], 0);
 }
 
+// Below the lowest trained parameter nothing is left to differentiate: those backward ops go, the
+// forward and the ops of trained parameters stay; with a frozen block in the middle, everything stays.
+TEST(FrozenPlan, BackwardBelowTheLowestTrainedParameterIsDropped) {
+  const Config c = small_config();
+  const models::ModelSpec plain = spec_with(c, {}), bottom = spec_with(c, kFreezeBottom);
+  const models::ModelSpec middle = spec_with(c, {group("transformer.h.1.*", true)});
+  auto backward_ops = [](const models::ModelSpec& s) {
+    std::vector<std::string> names;
+    for (const auto& op : s.ops)
+      if (op.pass == models::Pass::Backward) names.push_back(op.name);
+    return names;
+  };
+  EXPECT_EQ(middle.ops.size(), plain.ops.size());
+  const std::vector<std::string> kept = backward_ops(bottom);
+  EXPECT_LT(kept.size(), backward_ops(plain).size());
+  for (const std::string& name : kept) {
+    EXPECT_EQ(name.find("h.0."), std::string::npos) << name;  // block 0 and the embeddings are frozen
+    EXPECT_EQ(name.find("wte"), std::string::npos) << name;
+  }
+  EXPECT_EQ(bottom.forward_flops(), plain.forward_flops());
+  EXPECT_LT(bottom.step_flops(), plain.step_flops());
+  // Every trained parameter still has a backward op accumulating its gradient.
+  for (size_t p = 0; p < bottom.params.size(); ++p) {
+    if (bottom.params[p].frozen) continue;
+    const bool has = std::any_of(bottom.ops.begin(), bottom.ops.end(), [&](const models::OpSpec& op) {
+      return op.pass == models::Pass::Backward && std::find(op.params.begin(), op.params.end(), int(p)) != op.params.end();
+    });
+    EXPECT_TRUE(has) << bottom.params[p].name;
+  }
+}
+
 // What a plan does with each bucket: which actions name it, and whether its gradients or optimizer state
 // take device memory.
 struct PlanUse {
@@ -489,6 +521,12 @@ TEST(FrozenTrainer, TrainsWithGroupsFromTheConfig) {
   EXPECT_NE(frozen.losses[2], plain.losses[2]);
   EXPECT_LT(frozen.d2h_bytes, plain.d2h_bytes);
   EXPECT_LT(frozen.arena_bytes, plain.arena_bytes);  // fewer gradient buffers on the device
+  // Recomputation: a frozen block without backward ops is never recomputed; the others are, bitwise.
+  c.train.activation_checkpointing = "true";
+  const TrainSummary recomputed = train(c, opt);
+  EXPECT_EQ(recomputed.losses, frozen.losses);
+  EXPECT_EQ(recomputed.checkpointed_blocks, 2);
+  c.train.activation_checkpointing = "false";
   // The delayed update (one step behind, working copies swapped) runs with frozen buckets left out.
   c.offload.overlap = "delayed", c.offload.sync_steps = 1;
   const TrainSummary delayed = train(c, opt);
