@@ -143,8 +143,7 @@ std::string describe_param_groups(std::span<const ParamGroup> groups, std::span<
     if (settings[p].group >= 0) ++tensors[settings[p].group], elements[settings[p].group] += numel[p];
   std::vector<std::string> parts;
   for (size_t g = 0; g < groups.size(); ++g)
-    parts.push_back(fmt::format("'{}': {} tensors ({:.2f}M parameters) {}", groups[g].params, tensors[g], elements[g] / 1e6,
-                                settings_text(groups[g])));
+    parts.push_back(fmt::format("'{}': {} tensors ({} parameters) {}", groups[g].params, tensors[g], elements[g], settings_text(groups[g])));
   return fmt::format("optim.groups: {}", fmt::join(parts, "; "));
 }
 

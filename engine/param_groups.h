@@ -41,7 +41,7 @@ bool pattern_matches(const std::string& pattern, const std::string& name);
 std::vector<ParamSettings> resolve_param_groups(std::span<const ParamGroup> groups, const std::vector<std::string>& names,
                                                 double default_weight_decay);
 
-// "optim.groups: 'cls.*': 4 tensors (0.03M parameters) lr x10; ...": the start-up line. numel: per name.
+// "optim.groups: 'cls.*': 5 tensors (17153 parameters) lr x10; ...": the start-up line. numel: per name.
 std::string describe_param_groups(std::span<const ParamGroup> groups, std::span<const ParamSettings> settings,
                                   std::span<const int64_t> numel);
 
