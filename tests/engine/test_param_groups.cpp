@@ -260,6 +260,23 @@ TEST(FrozenPlan, FrozenBucketsHoldOnlyFrozenParametersAndHaveNoGradients) {
     frozen_buckets += bucket.frozen;
   }
   EXPECT_GE(frozen_buckets, 2);
+  // The host buckets of a frozen bucket: its own master and working copy; zeros for m, v and gradients.
+  const int64_t frozen_bytes = memory::HostBuckets::bytes_needed(p.layout, DType::F32, DType::F32);
+  const offload::OffloadProblem unfrozen(spec_with(c, {}), fp32_cost_model(), c.bucket_bytes(), int64_t(1) << 40);
+  EXPECT_LT(frozen_bytes, memory::HostBuckets::bytes_needed(unfrozen.layout, DType::F32, DType::F32));
+  memory::PinnedHostPool pool(frozen_bytes, {});
+  const memory::HostBuckets host(p.layout, pool, DType::F32, DType::F32);
+  for (size_t param = 0; param < spec.params.size(); ++param) {
+    const int b = p.layout.slot(static_cast<int>(param)).bucket;
+    for (auto r : {Region::M, Region::V, Region::Grad}) {
+      const memory::TensorView view = host.view(static_cast<int>(param), r);
+      const float* f = static_cast<const float*>(view.data);
+      EXPECT_TRUE(std::all_of(f, f + view.numel(), [](float x) { return x == 0.0f; })) << spec.params[param].name;
+    }
+    if (!spec.params[param].frozen) continue;
+    EXPECT_EQ(host.region(b, Region::M).data, host.region(b, Region::V).data);  // one block of zeros
+    EXPECT_NE(host.region(b, Region::Master).data, host.region(b, Region::M).data);
+  }
   EXPECT_LT(p.trained_params(), p.total_params());
   // Without groups, the layout is the one it always was.
   const models::ModelSpec plain = spec_with(c, {});
@@ -521,6 +538,8 @@ TEST(FrozenTrainer, TrainsWithGroupsFromTheConfig) {
   EXPECT_NE(frozen.losses[2], plain.losses[2]);
   EXPECT_LT(frozen.d2h_bytes, plain.d2h_bytes);
   EXPECT_LT(frozen.arena_bytes, plain.arena_bytes);  // fewer gradient buffers on the device
+  // On the host, frozen buckets keep their master and working copy only (m, v and gradients: shared zeros).
+  EXPECT_LT(frozen.host_bucket_bytes, plain.host_bucket_bytes);
   // Recomputation: a frozen block without backward ops is never recomputed; the others are, bitwise.
   c.train.activation_checkpointing = "true";
   const TrainSummary recomputed = train(c, opt);
