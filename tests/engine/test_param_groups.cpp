@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -556,6 +557,36 @@ TEST(FrozenTrainer, TrainsWithGroupsFromTheConfig) {
   c.offload.overlap = "backward";
   c.optim.groups = {group("bert.*", true)};
   EXPECT_NE(invalid_argument_of([&] { train(c, opt); }).find("optim.groups[0].params: 'bert.*' matches no parameter"), std::string::npos);
+}
+
+// A run with frozen parameters stopped after a checkpoint resumes bit-identically (its frozen moments are
+// the shared zeros, written and read back as zeros); other groups are another run.
+TEST(FrozenTrainer, AStoppedRunWithGroupsResumesBitIdentically) {
+  const auto root = testing::scratch_path("param-groups-checkpoints");
+  std::filesystem::remove_all(root);
+  Config c = small_config(4);
+  c.offload.policy = "zero-offload";
+  c.optim.groups = {kFreezeBottom[0], group("*.bias|*ln_*", false, {}, 0.0)};
+  c.train.checkpoint_every = 2;
+  TrainOptions opt;
+  opt.progress = nullptr;
+  c.train.checkpoint_dir = root / "straight";
+  const TrainSummary straight = train(c, opt);
+  c.train.checkpoint_dir = root / "stopped";
+  TrainOptions stop = opt;
+  stop.stop_after = 2;
+  const TrainSummary first = train(c, stop);
+  ASSERT_EQ(first.losses.size(), 2u);
+  TrainOptions resume = opt;
+  resume.resume = root / "stopped";
+  const TrainSummary second = train(c, resume);
+  ASSERT_EQ(second.losses.size(), 2u);
+  EXPECT_EQ(second.losses[0], straight.losses[2]);
+  EXPECT_EQ(second.losses[1], straight.losses[3]);
+  Config other = c;
+  other.optim.groups.pop_back();
+  EXPECT_NE(testing::error_of([&] { train(other, resume); }).find("optim.groups"), std::string::npos);
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
