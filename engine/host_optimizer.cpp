@@ -23,6 +23,7 @@ int64_t HostOptimizer::bytes_needed(const offload::OffloadProblem& p, bool delay
   int64_t total = 0;
   const int parities = delayed ? 2 : 1;
   for (int b = 0; b < p.n_buckets; ++b) {
+    if (p.layout.buckets()[b].frozen) continue;  // no gradients, no updates: nothing beyond the host buckets
     if (p.grad_accum > 1) total += parities * aligned(p.bucket_numel(b) * 4);
     if (delayed) total += 2 * aligned(p.bucket_bytes[b]);  // a second landing region and a second working copy
   }
@@ -40,6 +41,10 @@ HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, memory::HostBucke
                            std::to_string(nb));
   for (int b = 0; b < nb; ++b) {
     const int64_t sum_bytes = p.bucket_numel(b) * 4, bytes = p.bucket_bytes[b];
+    if (p.layout.buckets()[b].frozen) {  // never updated; its gradients (a checkpoint's pending ones) read as the host's zeros
+      add_frozen(host, b);
+      continue;
+    }
     grad_land_[0].push_back(host.region(b, Region::Grad).as<std::byte>());
     grad_land_[1].push_back(delayed ? pool.carve(aligned(bytes), kAlignment) : nullptr);
     for (int parity = 0; parity < 2; ++parity)
@@ -59,6 +64,19 @@ HostOptimizer::~HostOptimizer() {
   } catch (const std::exception&) {
     // reported by the step that failed
   }
+}
+
+// A frozen bucket lands nothing and is never updated: every gradient view of it is the host buckets'
+// gradient region, which HostBuckets backs with zeros for a frozen bucket (as large as its fp32 regions,
+// so it serves as the fp32 sums too).
+void HostOptimizer::add_frozen(memory::HostBuckets& host, int b) {
+  std::byte* zeros = host.region(b, Region::Grad).as<std::byte>();
+  for (int parity = 0; parity < 2; ++parity) {
+    grad_land_[parity].push_back(zeros);
+    grad_sum_[parity].push_back(summed() ? reinterpret_cast<float*>(zeros) : nullptr);
+  }
+  working_now_.push_back(host.region(b, Region::Working).as<std::byte>());
+  working_next_.push_back(nullptr);  // never swapped: only updated buckets are
 }
 
 void HostOptimizer::begin_step(float loss_scale) {

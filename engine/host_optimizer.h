@@ -88,6 +88,7 @@ class HostOptimizer {
   int landing_parity() const { return delayed_ ? parity_ : 0; }
 
  private:
+  void add_frozen(memory::HostBuckets& host, int bucket);
   void queue_update(const cpu_optim::OptimizerStep& step, int bucket, int grads, int64_t adam_step, double lr);
   void swap_working(const std::vector<int>& order);
   float* region(int bucket, memory::HostBuckets::Region r) const { return host_.region(bucket, r).as<float>(); }

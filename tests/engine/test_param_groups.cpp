@@ -554,13 +554,19 @@ TEST(FrozenTrainer, TrainsWithGroupsFromTheConfig) {
   EXPECT_EQ(delayed.losses[0], frozen.losses[0]);
   EXPECT_EQ(delayed.d2h_bytes, frozen.d2h_bytes);
   EXPECT_TRUE(std::isfinite(delayed.losses[2]));
+  c.train.grad_accum = 2;  // fp32 sums over micro-batches, on both parities
+  const TrainSummary summed = train(c, opt);
+  EXPECT_TRUE(std::isfinite(summed.losses[2]));
+  EXPECT_LT(summed.d2h_bytes, plain.d2h_bytes * 2);
+  c.train.grad_accum = 1;
   c.offload.overlap = "backward";
   c.optim.groups = {group("bert.*", true)};
   EXPECT_NE(invalid_argument_of([&] { train(c, opt); }).find("optim.groups[0].params: 'bert.*' matches no parameter"), std::string::npos);
 }
 
-// A run with frozen parameters stopped after a checkpoint resumes bit-identically (its frozen moments are
-// the shared zeros, written and read back as zeros); other groups are another run.
+// A run with frozen parameters stopped after a checkpoint resumes bit-identically (its frozen moments and
+// the pending delayed update's frozen gradients are the shared zeros, written and read back as zeros);
+// other groups are another run.
 TEST(FrozenTrainer, AStoppedRunWithGroupsResumesBitIdentically) {
   const auto root = testing::scratch_path("param-groups-checkpoints");
   std::filesystem::remove_all(root);
@@ -568,6 +574,7 @@ TEST(FrozenTrainer, AStoppedRunWithGroupsResumesBitIdentically) {
   c.offload.policy = "zero-offload";
   c.optim.groups = {kFreezeBottom[0], group("*.bias|*ln_*", false, {}, 0.0)};
   c.train.checkpoint_every = 2;
+  c.offload.overlap = "delayed", c.offload.sync_steps = 1, c.train.grad_accum = 2;
   TrainOptions opt;
   opt.progress = nullptr;
   c.train.checkpoint_dir = root / "straight";
