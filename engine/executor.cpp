@@ -106,8 +106,9 @@ struct Executor::Impl {
       throw std::invalid_argument(fmt::format("executor: settings for {} parameters; the model has {}", o.params.size(), spec.params.size()));
     for (size_t i = 0; i < spec.params.size(); ++i)
       if (o.params[i].frozen != spec.params[i].frozen)
-        throw std::logic_error(fmt::format("executor: parameter {} is {} in the settings but not in the plan's model", spec.params[i].name,
-                                           o.params[i].frozen ? "frozen" : "trained"));
+        throw std::logic_error(fmt::format("executor: parameter {} is {} in the settings and {} in the plan's model (mark the spec with "
+                                           "engine::with_frozen before planning)",
+                                           spec.params[i].name, o.params[i].frozen ? "frozen" : "trained", spec.params[i].frozen ? "frozen" : "trained"));
     return bucket_hyper_ranges(p.layout, o.params, adamw.hyper().weight_decay);
   }
 
