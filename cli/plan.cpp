@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "engine/device/host_cost_model.h"
 #include "engine/host_memory.h"
+#include "engine/group_settings.h"
 #include "engine/step_planning.h"
 #include "formats/atomic_file.h"
 #include "models/registry.h"
@@ -62,7 +63,8 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   std::string cache;
   const offload::CostModel cost =
       cfg.offload.cost_model.empty() ? device::host_cost_model(cfg.threads(), &cache) : offload::CostModel::load(cfg.offload.cost_model);
-  const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision());
+  const models::ModelSpec spec =
+      engine::with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.optim.groups);
   const int64_t bucket_bytes = cfg.bucket_bytes();
   const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
   const double bound = offload::lower_bound_step_s(problem);
@@ -72,8 +74,11 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
              offload::to_string(chosen), memory::format_bytes(budget));
   fmt::print("cost model: {}{}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "",
              cache.empty() ? "" : ", cached in " + cache);
-  fmt::print("parameters: {} bucket(s) of up to {:.0f} MiB, {} of working copies\n", problem.n_buckets,
-             bucket_bytes / double(1 << 20), memory::format_bytes(problem.total_weight_bytes()));
+  fmt::print("parameters: {} bucket(s) of up to {:.0f} MiB, {} of working copies{}\n", problem.n_buckets,
+             bucket_bytes / double(1 << 20), memory::format_bytes(problem.total_weight_bytes()),
+             problem.trained_params() < problem.total_params()  // optim.groups froze some: planned without gradients or updates
+                 ? fmt::format("; {:.2f}M frozen (no gradients, copies back or AdamW)", (problem.total_params() - problem.trained_params()) / 1e6)
+                 : "");
   fmt::print("activations: {} alive at the busiest op without checkpointing\n",
              memory::format_bytes(*std::max_element(problem.activation_live.begin(), problem.activation_live.end())));
 

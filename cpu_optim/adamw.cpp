@@ -69,10 +69,30 @@ GradStats CpuAdamW::grad_stats(const void* grad, DType type, size_t n) const {
   return s;
 }
 
+namespace {
+
+// Ranges cover [0, n) in order; their settings are what AdamW allows.
+void check_ranges(std::span<const HyperRange> ranges, size_t n) {
+  if (ranges.empty()) return;
+  size_t next = 0;
+  for (const HyperRange& r : ranges) {
+    if (r.begin != next || r.end < r.begin || r.end > n)
+      throw std::invalid_argument("adamw: the hyper-parameter ranges of a bucket of " + std::to_string(n) + " elements must cover it in order; " +
+                                  "a range [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ") follows element " + std::to_string(next));
+    if (!(r.lr_scale >= 0 && r.weight_decay >= 0))
+      throw std::invalid_argument("adamw: a range's lr_scale and weight_decay must be >= 0");
+    next = r.end;
+  }
+  if (next != n) throw std::invalid_argument("adamw: the hyper-parameter ranges end at element " + std::to_string(next) + " of " + std::to_string(n));
+}
+
+}  // namespace
+
 void CpuAdamW::check(const Bucket& b) const {
   const size_t n = b.param.size();
   if (b.m.size() != n || b.v.size() != n)
     throw std::invalid_argument("adamw: param, m and v of a bucket must have the same length");
+  check_ranges(b.ranges, n);
   if (n > 0 && !b.grad) throw std::invalid_argument("adamw: bucket without gradients");
   check_float_type(b.grad_type, "gradients");
   if (!b.upload) return;
@@ -88,19 +108,24 @@ void CpuAdamW::step(const Bucket& b, int64_t step, double lr, float grad_scale) 
   const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
   const uint32_t seed_key = random_bits(static_cast<uint32_t>(options_.seed >> 32), static_cast<uint32_t>(options_.seed));
-  detail::KernelArgs a{b.param.data(), b.m.data(), b.v.data(), b.grad, b.grad_type, b.upload, b.upload_type,
-                       options_.rounding,
-                       {static_cast<float>(h.beta1), static_cast<float>(1.0 - h.beta1), static_cast<float>(h.beta2),
-                        static_cast<float>(1.0 - h.beta2), static_cast<float>(1.0 - lr * h.weight_decay),
-                        static_cast<float>(lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)), static_cast<float>(h.eps),
-                        grad_scale, random_bits(seed_key, static_cast<uint32_t>(step))}};
-  for_tiles(*arena_, b.param.size(), [&](size_t, size_t i0, size_t i1) {
-    switch (isa_) {
-      case Isa::Avx512: detail::adamw_avx512(a, i0, i1); break;
-      case Isa::Avx2: detail::adamw_avx2(a, i0, i1); break;
-      case Isa::Scalar: detail::adamw_scalar(a, i0, i1); break;
-    }
-  });
+  detail::KernelArgs a{b.param.data(), b.m.data(), b.v.data(), b.grad, b.grad_type, b.upload, b.upload_type, options_.rounding, {}};
+  // One pass per range, with its lr and weight decay in the two coefficients they enter; element indices
+  // stay the bucket's (stochastic rounding hashes them).
+  const HyperRange whole{0, b.param.size(), 1.0, h.weight_decay};
+  for (const HyperRange& r : b.ranges.empty() ? std::span<const HyperRange>(&whole, 1) : b.ranges) {
+    const double range_lr = lr * r.lr_scale;
+    a.c = {static_cast<float>(h.beta1), static_cast<float>(1.0 - h.beta1), static_cast<float>(h.beta2),
+           static_cast<float>(1.0 - h.beta2), static_cast<float>(1.0 - range_lr * r.weight_decay),
+           static_cast<float>(range_lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)), static_cast<float>(h.eps),
+           grad_scale, random_bits(seed_key, static_cast<uint32_t>(step))};
+    for_tiles(*arena_, r.end - r.begin, [&](size_t, size_t i0, size_t i1) {
+      switch (isa_) {
+        case Isa::Avx512: detail::adamw_avx512(a, r.begin + i0, r.begin + i1); break;
+        case Isa::Avx2: detail::adamw_avx2(a, r.begin + i0, r.begin + i1); break;
+        case Isa::Scalar: detail::adamw_scalar(a, r.begin + i0, r.begin + i1); break;
+      }
+    });
+  }
 }
 
 }  // namespace ferry::cpu_optim

@@ -40,6 +40,15 @@ struct AdamWOptions {
   uint64_t seed = 0;          // of stochastic rounding
 };
 
+// A run of a bucket's elements with a learning-rate multiplier and a weight decay of its own (parameter
+// groups): its elements update with lr * lr_scale and decay by 1 - lr * lr_scale * weight_decay, as a
+// torch.optim.AdamW parameter group with that lr and weight_decay would.
+struct HyperRange {
+  size_t begin = 0, end = 0;  // elements [begin, end) of the bucket
+  double lr_scale = 1;
+  double weight_decay = 0;    // in place of AdamWHyper::weight_decay
+};
+
 // One bucket: fp32 master weights and moments, its gradients, and an optional upload copy.
 struct Bucket {
   std::span<float> param, m, v;
@@ -47,6 +56,11 @@ struct Bucket {
   DType grad_type = DType::F32;
   void* upload = nullptr;           // null: no copy-out
   DType upload_type = DType::BF16;  // BF16, F16, or F32 (bitwise the new master, for an fp32 working copy)
+  // Empty: every element with the step's lr and AdamWHyper::weight_decay. Else ranges that cover the
+  // bucket in order, without gaps or overlaps, each updated with its own coefficients; an element's result
+  // does not depend on how the bucket is split, so a range with lr_scale 1 and the hyper's weight decay
+  // is bitwise the unsplit update.
+  std::span<const HyperRange> ranges = {};
 };
 
 class CpuAdamW {

@@ -296,6 +296,44 @@ void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_fr
   d.lowercase = resolved_lowercase(d);
 }
 
+// optim.groups: a list of {params: pattern, frozen | lr_scale | weight_decay}. Patterns are checked for
+// syntax here; what they match is known once the model is built (engine/param_groups.h).
+std::vector<ParamGroup> read_param_groups(const YAML::Node& node, const std::string& where) {
+  if (!node.IsSequence())
+    throw ConfigError(where + ": expected a list of groups, e.g. [{params: \"*.bias|*LayerNorm*\", weight_decay: 0}]");
+  std::vector<ParamGroup> groups(node.size());
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string at = fmt::format("{}[{}]", where, i);
+    ParamGroup& g = groups[i];
+    double lr_scale = 1, weight_decay = 0;
+    bool has_params = false;
+    read_section(node[i], at,
+                 {{"params",
+                   [&](const YAML::Node& n, const std::string& key) {
+                     if (!n.IsScalar() || n.Scalar().empty()) throw ConfigError(key + ": expected a name pattern, e.g. \"cls.*\"");
+                     try {
+                       check_pattern(n.Scalar());
+                     } catch (const std::invalid_argument& e) {
+                       throw ConfigError(key + ": " + e.what());
+                     }
+                     g.params = n.Scalar(), has_params = true;
+                   }},
+                  {"frozen",
+                   [&](const YAML::Node& n, const std::string& key) {
+                     if (!n.IsScalar() || !YAML::convert<bool>::decode(n, g.frozen))
+                       throw ConfigError(key + ": " + scalar_text(n) + " is not allowed; expected true or false");
+                   }},
+                  number("lr_scale", lr_scale, 0.0, 1e6, "a multiplier of optim.lr in [0, 1e6]"),
+                  number("weight_decay", weight_decay, 0.0, 10.0, "a number in [0, 10]")});
+    if (!node[i].IsMap() || !has_params) throw ConfigError(at + ": expected a mapping with a params pattern, e.g. {params: \"cls.*\", lr_scale: 10}");
+    if (node[i]["lr_scale"]) g.lr_scale = lr_scale;
+    if (node[i]["weight_decay"]) g.weight_decay = weight_decay;
+    if (g.frozen && (g.lr_scale || g.weight_decay))
+      throw ConfigError(at + ": a frozen group is never updated; drop its lr_scale and weight_decay, or frozen");
+  }
+  return groups;
+}
+
 void read_optim(const YAML::Node& node, OptimConfig& optim) {
   read_section(node, "optim",
                {number("lr", optim.lr, 0.0, 10.0, "a learning rate in [0, 10]"),
@@ -314,7 +352,8 @@ void read_optim(const YAML::Node& node, OptimConfig& optim) {
                 choice("schedule", optim.schedule, {"cosine", "constant"}),
                 number("min_lr", optim.min_lr, 0.0, 10.0, "a learning rate in [0, 10]"),
                 number("cpu_threads", optim.cpu_threads, 0, 4096, "an integer >= 0 (0: all cores)"),
-                choice("isa", optim.isa, {"auto", "scalar", "avx2", "avx512"})});
+                choice("isa", optim.isa, {"auto", "scalar", "avx2", "avx512"}),
+                {"groups", [&](const YAML::Node& n, const std::string& where) { optim.groups = read_param_groups(n, where); }}});
 }
 
 void read_train(const YAML::Node& node, TrainConfig& train) {
@@ -498,6 +537,21 @@ int64_t parse_bytes(const std::string& text) {
   return static_cast<int64_t>(bytes);
 }
 
+namespace {
+
+// optim.groups as one text (only when groups are given: configs without them keep their earlier hash).
+std::string param_groups_identity(const std::vector<ParamGroup>& groups) {
+  std::string text;
+  for (const ParamGroup& g : groups) {
+    text += (text.empty() ? "" : "; ") + g.params + (g.frozen ? " frozen" : "");
+    if (g.lr_scale) text += fmt::format(" lr_scale {}", *g.lr_scale);
+    if (g.weight_decay) text += fmt::format(" weight_decay {}", *g.weight_decay);
+  }
+  return text;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, std::string>> config_identity(const Config& c) {
   const auto text = [](const auto& v) { return fmt::format("{}", v); };
   // The order and the formatting are the hash's: checkpoints of earlier builds keep resuming.
@@ -535,6 +589,7 @@ std::vector<std::pair<std::string, std::string>> config_identity(const Config& c
     for (const auto& [key, value] : {std::pair{"data.vocab (file name)", c.data.vocab.filename().string()},
                                      {"data.merges (file name)", c.data.merges.filename().string()}, {"data.lowercase", c.data.lowercase}})
       if (!value.empty()) identity.emplace_back(key, value);  // (state.json holds no empty values)
+  if (!c.optim.groups.empty()) identity.emplace_back("optim.groups", param_groups_identity(c.optim.groups));
   return identity;
 }
 

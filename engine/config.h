@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/param_groups.h"
 #include "memory/dtype.h"
 #include "models/registry.h"
 
@@ -36,6 +37,7 @@ struct OptimConfig {
   double min_lr = -1;               // cosine floor; unset (-1) means lr / 10
   int cpu_threads = 0;              // threads of the CPU AdamW; 0: all cores
   std::string isa = "auto";         // CPU AdamW kernels: auto | scalar | avx2 | avx512
+  std::vector<ParamGroup> groups;   // by parameter name, first match wins (engine/param_groups.h)
 };
 
 struct TrainConfig {

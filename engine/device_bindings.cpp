@@ -97,7 +97,10 @@ void DeviceBindings::bind(const models::ModelSpec& spec, const offload::StepPlan
       const int w = weights_at(slot.bucket, t);
       o.values.push_back({address(w) + slot.offset * element, p.precision});
       o.touched.push_back(w);
-      const bool backward = op.pass == models::Pass::Backward;
+      // A frozen parameter's bucket has no gradient buffer: its operand is null and backward computes no
+      // weight gradient for it.
+      const bool backward = op.pass == models::Pass::Backward && !spec.params[param].frozen;
+      if (backward && grads_[slot.bucket] < 0) throw std::logic_error(bucket_label_[slot.bucket] + " has no gradient buffer at op " + op.name);
       o.grads.push_back({backward ? address(grads_[slot.bucket]) + slot.offset * element : nullptr, p.precision});
       if (backward) o.touched.push_back(grads_[slot.bucket]);
     }

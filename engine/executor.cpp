@@ -82,6 +82,7 @@ struct Executor::Impl {
   const ExecutorOptions options;
   Faults faults;
   DeviceBindings at;
+  const std::vector<std::vector<cpu_optim::HyperRange>> ranges;  // per bucket: its parameter groups' (empty: the plain update)
   HostOptimizer cpu;
   std::byte* batch_staging;          // pinned: tokens, targets and attention mask of one micro-batch
   std::vector<int32_t> no_padding;   // the attention mask of a batch without one
@@ -91,10 +92,25 @@ struct Executor::Impl {
        device::Device& d, const cpu_optim::CpuAdamW& a, const ExecutorOptions& o, device::Trace* trace)
       : spec(sp), p(plan.problem), s(plan.schedule), host(h), dev(d), adamw(a), options(o),
         at(sp, plan, d.arena().data(), plan.memory.red_zone_bytes),
-        cpu(plan.problem, h, pool, a, plan.schedule.delayed_update, o.grad_clip, at.bucket_labels(), faults, trace),
+        ranges(checked_ranges(sp, plan.problem, o, a)),
+        cpu(plan.problem, h, pool, a, plan.schedule.delayed_update, o.grad_clip, at.bucket_labels(), ranges, faults, trace),
         batch_staging(pool.carve(batch_bytes(sp), 4096)) {}
 
   static int64_t batch_bytes(const models::ModelSpec& spec) { return 3 * spec.tensors[spec.tensor_index("tokens")].bytes(); }
+
+  // The per-bucket ranges of the options' parameter settings, which must freeze what the plan froze.
+  static std::vector<std::vector<cpu_optim::HyperRange>> checked_ranges(const models::ModelSpec& spec, const offload::OffloadProblem& p,
+                                                                          const ExecutorOptions& o, const cpu_optim::CpuAdamW& adamw) {
+    if (o.params.empty()) return {};
+    if (o.params.size() != spec.params.size())
+      throw std::invalid_argument(fmt::format("executor: settings for {} parameters; the model has {}", o.params.size(), spec.params.size()));
+    for (size_t i = 0; i < spec.params.size(); ++i)
+      if (o.params[i].frozen != spec.params[i].frozen)
+        throw std::logic_error(fmt::format("executor: parameter {} is {} in the settings and {} in the plan's model (mark the spec with "
+                                           "engine::with_frozen before planning)",
+                                           spec.params[i].name, o.params[i].frozen ? "frozen" : "trained", spec.params[i].frozen ? "frozen" : "trained"));
+    return bucket_hyper_ranges(p.layout, o.params, adamw.hyper().weight_decay);
+  }
 
   int64_t bytes(int b) const { return p.bucket_bytes[b]; }  // of its working copy and of its gradients
   bool delayed() const { return s.delayed_update; }
@@ -309,7 +325,7 @@ void Executor::Impl::device_adam() {
     const bool summed = at.gradsum_tensor(b) >= 0;  // fp32 sums over micro-batches
     const int grads = summed ? at.gradsum_tensor(b) : at.grads_tensor(b);
     buckets.push_back({state, state + n, state + 2 * n, at.address(grads), summed ? DType::F32 : p.precision,
-                       at.address(at.resident_tensor(b)), p.precision, n});
+                       at.address(at.resident_tensor(b)), p.precision, n, ranges.empty() ? std::vector<cpu_optim::HyperRange>() : ranges[b]});
   }
   const std::string label = "adamw (device)";
   queue(Stream::Compute, label, [&] {

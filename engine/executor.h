@@ -13,6 +13,7 @@
 #include "dataset/dataset.h"
 #include "engine/device/device.h"
 #include "engine/device/trace.h"
+#include "engine/group_settings.h"
 #include "memory/host_buckets.h"
 #include "memory/pinned_pool.h"
 #include "memory/tensor_view.h"
@@ -23,6 +24,11 @@ namespace ferry::engine {
 
 struct ExecutorOptions {
   float grad_clip = 0;  // max global gradient norm; 0: off
+  // Per parameter (indexed like spec.params): its parameter group's lr multiplier and weight decay, applied
+  // by the CPU and the device AdamW alike. Empty: every parameter with the AdamW's own lr and weight decay.
+  // Which parameters are frozen is the spec's (models::ParamSpec::frozen, which the plan was made from);
+  // `frozen` here must agree with it.
+  std::vector<ParamSettings> params;
 };
 
 struct StepResult {

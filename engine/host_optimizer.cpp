@@ -23,6 +23,7 @@ int64_t HostOptimizer::bytes_needed(const offload::OffloadProblem& p, bool delay
   int64_t total = 0;
   const int parities = delayed ? 2 : 1;
   for (int b = 0; b < p.n_buckets; ++b) {
+    if (p.layout.buckets()[b].frozen) continue;  // no gradients, no updates: nothing beyond the host buckets
     if (p.grad_accum > 1) total += parities * aligned(p.bucket_numel(b) * 4);
     if (delayed) total += 2 * aligned(p.bucket_bytes[b]);  // a second landing region and a second working copy
   }
@@ -31,11 +32,19 @@ int64_t HostOptimizer::bytes_needed(const offload::OffloadProblem& p, bool delay
 
 HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, memory::HostBuckets& host, memory::PinnedHostPool& pool,
                              const cpu_optim::CpuAdamW& adamw, bool delayed, float max_norm, std::vector<std::string> bucket_labels,
-                             const Faults& faults, device::Trace* trace)
-    : p_(p), host_(host), adamw_(adamw), delayed_(delayed), max_norm_(max_norm), faults_(faults), label_(std::move(bucket_labels)) {
+                             std::vector<std::vector<cpu_optim::HyperRange>> ranges, const Faults& faults, device::Trace* trace)
+    : p_(p), host_(host), adamw_(adamw), delayed_(delayed), max_norm_(max_norm), faults_(faults), label_(std::move(bucket_labels)),
+      ranges_(std::move(ranges)) {
   const int nb = p.n_buckets;
+  if (!ranges_.empty() && static_cast<int>(ranges_.size()) != nb)
+    throw std::logic_error("host optimizer: hyper-parameter ranges for " + std::to_string(ranges_.size()) + " buckets; the plan has " +
+                           std::to_string(nb));
   for (int b = 0; b < nb; ++b) {
     const int64_t sum_bytes = p.bucket_numel(b) * 4, bytes = p.bucket_bytes[b];
+    if (p.layout.buckets()[b].frozen) {  // never updated; its gradients (a checkpoint's pending ones) read as the host's zeros
+      add_frozen(host, b);
+      continue;
+    }
     grad_land_[0].push_back(host.region(b, Region::Grad).as<std::byte>());
     grad_land_[1].push_back(delayed ? pool.carve(aligned(bytes), kAlignment) : nullptr);
     for (int parity = 0; parity < 2; ++parity)
@@ -55,6 +64,19 @@ HostOptimizer::~HostOptimizer() {
   } catch (const std::exception&) {
     // reported by the step that failed
   }
+}
+
+// A frozen bucket lands nothing and is never updated: every gradient view of it is the host buckets'
+// gradient region, which HostBuckets backs with zeros for a frozen bucket (as large as its fp32 regions,
+// so it serves as the fp32 sums too).
+void HostOptimizer::add_frozen(memory::HostBuckets& host, int b) {
+  std::byte* zeros = host.region(b, Region::Grad).as<std::byte>();
+  for (int parity = 0; parity < 2; ++parity) {
+    grad_land_[parity].push_back(zeros);
+    grad_sum_[parity].push_back(summed() ? reinterpret_cast<float*>(zeros) : nullptr);
+  }
+  working_now_.push_back(host.region(b, Region::Working).as<std::byte>());
+  working_next_.push_back(nullptr);  // never swapped: only updated buckets are
 }
 
 void HostOptimizer::begin_step(float loss_scale) {
@@ -96,8 +118,9 @@ void HostOptimizer::queue_update(const cpu_optim::OptimizerStep& step, int b, in
     std::byte* out = delayed_ ? working_next_[b] : working_now_[b];
     if (step.decision().report.skipped && delayed_)  // the next copy is the current one
       std::memcpy(out, working_now_[b], static_cast<size_t>(p_.bucket_bytes[b]));
+    const std::span<const cpu_optim::HyperRange> ranges = ranges_.empty() ? std::span<const cpu_optim::HyperRange>() : ranges_[b];
     step.update(static_cast<size_t>(b), {{region(b, Region::Master), n}, {region(b, Region::M), n}, {region(b, Region::V), n},
-                                         gradients(grads, b), gradient_type(), out, p_.precision},
+                                         gradients(grads, b), gradient_type(), out, p_.precision, ranges},
                 adam_step, lr);
   });
   updated_[b] = worker_->record();

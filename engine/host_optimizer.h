@@ -32,10 +32,12 @@ class HostOptimizer {
   // The pinned bytes it carves beyond the host buckets: fp32 sums over micro-batches, the delayed update's
   // second landing regions and working copies.
   static int64_t bytes_needed(const offload::OffloadProblem& problem, bool delayed);
-  // bucket_labels: how errors and the trace name each bucket. Its extra buffers come from `pool`.
+  // bucket_labels: how errors and the trace name each bucket. ranges: per bucket, the lr multipliers and
+  // weight decays of its parameter groups (cpu_optim::Bucket::ranges; empty, or an empty entry: the plain
+  // update). Its extra buffers come from `pool`. Buckets without gradients (frozen) are never updated.
   HostOptimizer(const offload::OffloadProblem& problem, memory::HostBuckets& host, memory::PinnedHostPool& pool,
                 const cpu_optim::CpuAdamW& adamw, bool delayed, float max_norm, std::vector<std::string> bucket_labels,
-                const Faults& faults, device::Trace* trace);
+                std::vector<std::vector<cpu_optim::HyperRange>> ranges, const Faults& faults, device::Trace* trace);
   ~HostOptimizer();
 
   // A new step: its statistics are gathered as gradients land, under this loss scale.
@@ -86,6 +88,7 @@ class HostOptimizer {
   int landing_parity() const { return delayed_ ? parity_ : 0; }
 
  private:
+  void add_frozen(memory::HostBuckets& host, int bucket);
   void queue_update(const cpu_optim::OptimizerStep& step, int bucket, int grads, int64_t adam_step, double lr);
   void swap_working(const std::vector<int>& order);
   float* region(int bucket, memory::HostBuckets::Region r) const { return host_.region(bucket, r).as<float>(); }
@@ -102,6 +105,7 @@ class HostOptimizer {
   const float max_norm_;
   const Faults& faults_;
   const std::vector<std::string> label_;
+  const std::vector<std::vector<cpu_optim::HyperRange>> ranges_;
 
   std::vector<std::byte*> grad_land_[2];  // per parity, per bucket: in the precision
   std::vector<float*> grad_sum_[2];       // per parity, per bucket: fp32 sums over micro-batches (grad_accum > 1)

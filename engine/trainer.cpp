@@ -236,7 +236,8 @@ class Run {
   const int threads_;
   tbb::global_control tbb_threads_;
   const int64_t allocations_at_entry_ = memory::DeviceAllocations::count();
-  const models::ModelSpec spec_;
+  const models::ModelSpec spec_;  // with the parameters optim.groups freezes marked
+  const std::vector<ParamSettings> param_settings_;  // per parameter, its group's settings; empty without optim.groups
   const cpu_optim::CpuAdamW adamw_;
   const Batches batches_;
   std::string device_note_, cost_cache_;
@@ -294,7 +295,9 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
       checkpoints_(eval ? std::nullopt : open_checkpoint_dir(cfg, opt, resume_from_)),
       threads_(cfg.threads()),
       tbb_threads_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)),
-      spec_(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision())),
+      spec_(with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.optim.groups)),
+      param_settings_(cfg.optim.groups.empty() ? std::vector<ParamSettings>()
+                                               : resolve_param_groups(cfg.optim.groups, spec_, cfg.optim.weight_decay)),
       adamw_(adamw_options(cfg)),
       batches_(cfg, progress_),
       device_note_(device_note(cfg)),  // refuses device: cuda without a GPU before anything is measured
@@ -311,7 +314,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
                                    .d2h_link_gbps = opt.d2h_link_gbps})),
       pool_(device_->make_host_pool(host_memory_.host_buckets)),
       host_(plan_.problem.layout, *pool_, plan_.problem.precision, plan_.problem.precision),
-      executor_(spec_, plan_, host_, *pool_, *device_, adamw_, {static_cast<float>(cfg.optim.grad_clip)}, trace_.get()),
+      executor_(spec_, plan_, host_, *pool_, *device_, adamw_, {static_cast<float>(cfg.optim.grad_clip), param_settings_}, trace_.get()),
       scaler_(cfg.train.precision == "fp16" ? cfg.train.loss_scale_init : 1.0, cfg.train.loss_scale_growth_interval),
       schedule_{cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,
                 static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps},
@@ -353,6 +356,7 @@ void Run::announce() {
       delayed ? fmt::format(" (synchronous for the first {} steps)", cfg_.offload.sync_steps) : "",
       predicted_.step_s * cfg_.train.grad_accum, cost_.name, cost_cache_.empty() ? "" : ", cached in " + cost_cache_));
   progress_.message("host memory: " + host_memory_.describe());
+  if (!cfg_.optim.groups.empty()) progress_.message(describe_param_groups(cfg_.optim.groups, param_settings_, spec_));
 }
 
 // ferry eval --checkpoint: the weights (and moments) of a checkpoint of this model's shape, whatever the rest

@@ -19,10 +19,12 @@ BucketLayout::BucketLayout(std::span<const Param> params, int64_t target_bytes, 
     int64_t numel = 1;
     for (int64_t d : p.shape) numel *= d;
     const int64_t padded = (numel + kAlignElements - 1) / kAlignElements * kAlignElements;
-    // Start a new bucket when this parameter would push a non-empty one past the target.
-    if (buckets_.empty() || (!buckets_.back().params.empty() && (buckets_.back().numel + numel) * elem > target_bytes))
-      buckets_.emplace_back();
+    // Start a new bucket when this parameter would push a non-empty one past the target, or when it is
+    // frozen and the bucket is not (or the other way round).
+    const bool full = !buckets_.empty() && !buckets_.back().params.empty() && (buckets_.back().numel + numel) * elem > target_bytes;
+    if (buckets_.empty() || full || (!buckets_.back().params.empty() && buckets_.back().frozen != p.frozen)) buckets_.emplace_back();
     Bucket& b = buckets_.back();
+    b.frozen = p.frozen;
     slots_[p.id] = {p.id, static_cast<int>(buckets_.size()) - 1, b.numel, numel, p.shape};
     b.params.push_back(p.id);
     b.numel += padded;

@@ -1,6 +1,8 @@
 // BucketLayout: parameters grouped, in first-use order, into contiguous buckets of a target size, so that
 // each transfer is big enough to saturate the link. A parameter never straddles two buckets; one larger
-// than the target gets a bucket of its own. Every parameter starts 256-byte aligned in every region.
+// than the target gets a bucket of its own. Every parameter starts 256-byte aligned in every region. Frozen
+// parameters never share a bucket with trainable ones, so a frozen bucket has no gradients, no optimizer
+// step and no upload at all.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@ class BucketLayout {
   struct Param {
     int id;                      // the caller's parameter index
     std::vector<int64_t> shape;
+    bool frozen = false;         // never updated (models::ParamSpec::frozen)
   };
   struct Slot {
     int param = -1;
@@ -33,6 +36,7 @@ class BucketLayout {
   struct Bucket {
     std::vector<int> params;  // in order
     int64_t numel = 0;        // padded: the regions of this bucket hold this many elements
+    bool frozen = false;      // every parameter in it is frozen
   };
 
   // params: in first-use order. target_bytes: bucket size in bytes of `travelling` elements.

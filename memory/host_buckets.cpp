@@ -1,6 +1,8 @@
 // HostBuckets: region carving and views.
 #include "memory/host_buckets.h"
 
+#include <algorithm>
+
 namespace ferry::memory {
 namespace {
 
@@ -10,6 +12,19 @@ int64_t region_bytes(int64_t numel, DType t) {
   return (numel * dtype_bytes(t) + kRegionAlignment - 1) / kRegionAlignment * kRegionAlignment;
 }
 
+// The shared zeros of frozen buckets: as large as the largest one's fp32 region (which holds its
+// gradient region in any dtype too).
+int64_t frozen_zero_bytes(const BucketLayout& layout) {
+  int64_t numel = 0;
+  for (const auto& b : layout.buckets())
+    if (b.frozen) numel = std::max(numel, b.numel);
+  return numel > 0 ? region_bytes(numel, DType::F32) : 0;
+}
+
+bool owned(const BucketLayout::Bucket& b, HostBuckets::Region r) {
+  return !b.frozen || r == HostBuckets::Region::Master || r == HostBuckets::Region::Working;
+}
+
 }  // namespace
 
 DType HostBuckets::dtype(Region r) const {
@@ -17,18 +32,23 @@ DType HostBuckets::dtype(Region r) const {
 }
 
 int64_t HostBuckets::bytes_needed(const BucketLayout& layout, DType working, DType grad) {
-  int64_t total = 0;
+  int64_t total = frozen_zero_bytes(layout);
   for (const auto& b : layout.buckets())
-    total += 3 * region_bytes(b.numel, DType::F32) + region_bytes(b.numel, working) + region_bytes(b.numel, grad);
+    total += region_bytes(b.numel, DType::F32) + region_bytes(b.numel, working) +
+             (b.frozen ? 0 : 2 * region_bytes(b.numel, DType::F32) + region_bytes(b.numel, grad));
   return total;
 }
 
 HostBuckets::HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType working, DType grad)
     : layout_(layout), working_(working), grad_(grad) {
+  const int64_t zero_bytes = frozen_zero_bytes(layout);
+  std::byte* zeros = zero_bytes > 0 ? pool.carve(zero_bytes, kRegionAlignment) : nullptr;  // the pool starts zeroed
   for (const auto& b : layout.buckets()) {
     std::array<std::byte*, 5> regions{};
-    for (int r = 0; r < 5; ++r)
-      regions[r] = pool.carve(region_bytes(b.numel, dtype(static_cast<Region>(r))), kRegionAlignment);
+    for (int r = 0; r < 5; ++r) {
+      const Region region = static_cast<Region>(r);
+      regions[r] = owned(b, region) ? pool.carve(region_bytes(b.numel, dtype(region)), kRegionAlignment) : zeros;
+    }
     base_.push_back(regions);
   }
 }

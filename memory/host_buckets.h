@@ -1,6 +1,8 @@
 // HostBuckets: the host side of every bucket, carved from a pinned pool. Per bucket, contiguous regions:
 // the fp32 master weights, Adam's m and v, the working copy that travels to the device, and the landing
-// region of its gradients; views give each parameter's slice of each region.
+// region of its gradients; views give each parameter's slice of each region. A frozen bucket (never
+// updated, no gradients) owns only its master and working copy: its m, v and gradient regions are views of
+// one shared block of zeros, which nothing writes (checkpoints read zero moments from it).
 #pragma once
 
 #include <array>

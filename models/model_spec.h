@@ -17,6 +17,9 @@ int64_t numel(const Shape& shape);
 struct ParamSpec {
   std::string name;  // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
   Shape shape;
+  // Never updated (optim.groups): backward computes no gradient for it, so no gradient buffer, copy or
+  // optimizer step is planned for it. Set after the model is built (engine/param_groups.h).
+  bool frozen = false;
 };
 
 // A tensor that is not a parameter: batch data, an activation, or an activation's gradient.

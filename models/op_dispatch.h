@@ -10,7 +10,8 @@
 
 namespace ferry::models {
 
-// Absent operands (a Linear without bias, GPT-2's token-type row) have null data. Element types: ids and
+// Absent operands (a Linear without bias, GPT-2's token-type row) have null data; so do the gradients of
+// frozen parameters in backward (models::ParamSpec::frozen): the backend then computes no weight gradient. Element types: ids and
 // the key mask int32; LayerNorm statistics and per-token losses fp32; every other operand of one op shares
 // one floating dtype (the op's compute dtype: fp32 on the CPU after widening, bf16/fp16/fp32 on CUDA).
 

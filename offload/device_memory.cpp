@@ -63,7 +63,7 @@ std::vector<DeviceTensor> device_tensors(const OffloadProblem& p, const Schedule
     const int64_t numel = p.bucket_numel(b);
     if (s.resident[b]) out.push_back({Kind::Weights, b, {p.bucket_bytes[b], 256, 0, last}});
     if (p.first_grad_op[b] >= 0) out.push_back({Kind::Grads, b, {p.bucket_bytes[b], 256, p.first_grad_op[b], grads_end[b]}});
-    if (s.optimizer_on_device) {
+    if (s.optimizer_on_device && p.first_grad_op[b] >= 0) {  // a bucket without gradients (frozen) is never updated
       out.push_back({Kind::OptimizerState, b, {3 * 4 * numel, 256, 0, last}});
       if (p.grad_accum > 1) out.push_back({Kind::GradSum, b, {4 * numel, 256, 0, last}});
     }

@@ -332,9 +332,11 @@ int64_t minimum_device_bytes(const OffloadProblem& p) {
 
 double lower_bound_step_s(const OffloadProblem& p) {
   const double compute = std::accumulate(p.op_seconds.begin(), p.op_seconds.end(), 0.0);
+  // Only buckets with gradients must cross: a frozen one may stay on the device, and no optimizer reads it.
   double h2d = 0, d2h = 0;
-  for (int64_t bytes : p.bucket_bytes) h2d += p.cost.h2d.seconds(bytes), d2h += p.cost.d2h.seconds(bytes);
-  const double cpu = double(p.total_params()) * (1 / p.cost.cpu_adam_params_per_s + 1 / p.cost.cpu_norm_params_per_s);
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (p.first_grad_op[b] >= 0) h2d += p.cost.h2d.seconds(p.bucket_bytes[b]), d2h += p.cost.d2h.seconds(p.bucket_bytes[b]);
+  const double cpu = double(p.trained_params()) * (1 / p.cost.cpu_adam_params_per_s + 1 / p.cost.cpu_norm_params_per_s);
   const double cpu_optimizer = std::max({compute, h2d, d2h, cpu});
   // AdamW on the device needs every bucket's state there: only resident's schedule, whose step (compute,
   // then AdamW on the compute stream) no schedule keeping AdamW on the device can beat. A slow device

@@ -12,7 +12,7 @@ namespace {
 
 memory::BucketLayout make_layout(const models::ModelSpec& spec, int64_t bucket_size) {
   std::vector<memory::BucketLayout::Param> order;
-  for (int id : spec.params_in_first_use_order()) order.push_back({id, spec.params[id].shape});
+  for (int id : spec.params_in_first_use_order()) order.push_back({id, spec.params[id].shape, spec.params[id].frozen});
   return memory::BucketLayout(order, bucket_size, spec.precision);
 }
 
@@ -100,7 +100,7 @@ void OffloadProblem::index_buckets(const models::ModelSpec& spec) {
     for (int p : op.params) {
       const int b = layout.slot(p).bucket;
       if (std::find(op_buckets[t].begin(), op_buckets[t].end(), b) == op_buckets[t].end()) op_buckets[t].push_back(b);
-      if (op.pass != models::Pass::Backward) continue;
+      if (op.pass != models::Pass::Backward || spec.params[p].frozen) continue;  // backward reads a frozen weight, writes no gradient
       if (first_grad_op[b] < 0) first_grad_op[b] = t;
       last_grad_op[b] = t;
     }
@@ -142,6 +142,13 @@ void OffloadProblem::add_activations(const models::ModelSpec& spec, const std::v
 }
 
 int64_t OffloadProblem::total_params() const { return std::accumulate(bucket_params.begin(), bucket_params.end(), int64_t(0)); }
+int64_t OffloadProblem::trained_params() const {
+  int64_t n = 0;
+  for (int b = 0; b < n_buckets; ++b)
+    if (first_grad_op[b] >= 0) n += bucket_params[b];
+  return n;
+}
+
 int64_t OffloadProblem::total_weight_bytes() const { return std::accumulate(bucket_bytes.begin(), bucket_bytes.end(), int64_t(0)); }
 
 }  // namespace ferry::offload

@@ -41,12 +41,13 @@ struct OffloadProblem {
   std::vector<int64_t> bucket_params;             // parameters per bucket
   std::vector<int64_t> bucket_bytes;              // bytes of a bucket's working copy (and of its gradients)
   std::vector<int> last_grad_op;                  // last backward op that writes the bucket's gradients
-  std::vector<int> first_grad_op;                 // first backward op that writes them
+  std::vector<int> first_grad_op;                 // first backward op that writes them; -1: none (a frozen bucket)
   std::vector<memory::TensorLifetime> activations;  // at the device's element size
   std::vector<int> activation_tensor;             // the spec tensor of each entry (a checkpointed one has two)
   std::vector<int64_t> activation_live;           // activation bytes alive at each op
 
   int64_t total_params() const;
+  int64_t trained_params() const;  // in buckets with gradients: what an optimizer updates (frozen ones excluded)
   int64_t total_weight_bytes() const;
   int64_t bucket_numel(int b) const { return bucket_bytes[b] / dtype_bytes(precision); }  // padded elements
 

@@ -194,7 +194,7 @@ class Replay {
         else uploads_after_updates_.push_back(b);  // issued once the updates are queued
         break;
       case Action::Kind::DeviceAdam: {
-        const double t = p_.total_params() / p_.cost.device_adam_params_per_s;
+        const double t = p_.trained_params() / p_.cost.device_adam_params_per_s;  // frozen buckets are not updated
         compute_ = ready = std::max(ready, compute_) + t;  // on the compute stream
         r_.compute_busy_s += t;
         break;

@@ -111,6 +111,9 @@ class Device {
     void* working;        // the weights the ops read, written by the same fused pass as working_type
     DType working_type;
     int64_t numel;
+    // Parameter groups: ranges of the bucket with their own lr multiplier and weight decay, as
+    // cpu_optim::Bucket::ranges (covering the bucket in order); empty: the whole bucket with `hyper`.
+    std::vector<cpu_optim::HyperRange> ranges = {};
   };
   virtual void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
                      float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) = 0;

@@ -197,7 +197,7 @@ void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::Ad
     std::vector<cpu_optim::Bucket> views;
     for (const auto& b : buckets) {
       const size_t n = static_cast<size_t>(b.numel);
-      views.push_back({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, b.grad_type, b.working, b.working_type});
+      views.push_back({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, b.grad_type, b.working, b.working_type, b.ranges});
     }
     cpu_optim::OptimizerStep optimizer_step(rule, views.size(), max_norm, loss_scale);
     optimizer_step.run(views, step, lr);

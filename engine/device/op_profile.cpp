@@ -42,7 +42,8 @@ OpLayout lay_out_op(const models::ModelSpec& spec, const models::OpSpec& op, std
   for (int p : op.params) {
     const int64_t bytes = models::numel(spec.params[p].shape) * element;
     l.values.push_back(place(bytes, spec.precision, spec.params[p].name));
-    if (op.pass == models::Pass::Backward) l.grads.push_back(place(bytes, spec.precision, spec.params[p].name + ".grad"));
+    // Timed as the step runs it: a frozen parameter's backward has no gradient operand (no dW to compute).
+    if (op.pass == models::Pass::Backward && !spec.params[p].frozen) l.grads.push_back(place(bytes, spec.precision, spec.params[p].name + ".grad"));
     else l.grads.push_back({nullptr, spec.precision});
   }
   return l;

@@ -21,15 +21,18 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                         int64_t T, int64_t C, float* dtype) {
+  if (!dwte && !dwpe && !dtype) return;  // every table frozen
   // Split over channels, not tokens: two tokens may share a row of wte, never a channel block.
   parallel_chunks(C, 64, [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < B * T; ++r) {
       const float* d = dout + r * C;
-      float* gt = dwte + static_cast<int64_t>(tokens[r]) * C;
-      float* gp = dwpe + (r % T) * C;
-      for (int64_t c = c0; c < c1; ++c) {
-        gt[c] += d[c];
-        gp[c] += d[c];
+      if (dwte) {  // null: a frozen table
+        float* gt = dwte + static_cast<int64_t>(tokens[r]) * C;
+        for (int64_t c = c0; c < c1; ++c) gt[c] += d[c];
+      }
+      if (dwpe) {
+        float* gp = dwpe + (r % T) * C;
+        for (int64_t c = c0; c < c1; ++c) gp[c] += d[c];
       }
       if (dtype)
         for (int64_t c = c0; c < c1; ++c) dtype[c] += d[c];

@@ -54,15 +54,17 @@ void layernorm_backward(float* dx, float* dw, float* db, const float* dout, cons
     }
   });
   // dw = sum_rows dout * xhat, db = sum_rows dout: split over channels so each sum runs in row order.
+  // Either may be null (a frozen parameter).
+  if (!dw && !db) return;
   parallel_chunks(C, 64, [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < N; ++r) {
       const float* xr = x + r * C;
       const float* d = dout + r * C;
       const float m = mean[r], s = rstd[r];
-      for (int64_t c = c0; c < c1; ++c) {
-        dw[c] += d[c] * (xr[c] - m) * s;
-        db[c] += d[c];
-      }
+      if (dw)
+        for (int64_t c = c0; c < c1; ++c) dw[c] += d[c] * (xr[c] - m) * s;
+      if (db)
+        for (int64_t c = c0; c < c1; ++c) db[c] += d[c];
     }
   });
 }

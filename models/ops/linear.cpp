@@ -15,7 +15,9 @@ void linear_backward(float* dx, float* dW, float* dbias, const float* dout, cons
                      int64_t N, int64_t IC, int64_t OC, bool weight_out_in) {
   // dx (N,IC) += dout (N,OC) @ W^T as (OC,IC)
   matmul(dx, dout, W, nullptr, N, IC, OC, false, /*trans_b=*/!weight_out_in, true);
-  if (weight_out_in) {
+  if (!dW) {
+    // a frozen weight: no gradient
+  } else if (weight_out_in) {
     // dW (OC,IC) += dout^T (OC,N) @ x (N,IC)
     matmul(dW, dout, x, nullptr, OC, IC, N, /*trans_a=*/true, false, true);
   } else {

@@ -13,7 +13,7 @@ namespace ferry::models::ops {
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                        int64_t T, int64_t C, const float* type = nullptr);
 // dwte (V,C) += scatter of dout rows by token; dwpe (maxT,C) += sum over b of dout[b,t,:];
-// dtype (C, may be null) += sum over b, t of dout[b,t,:]
+// dtype (C, may be null) += sum over b, t of dout[b,t,:]. Any gradient may be null (a frozen table).
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                         int64_t T, int64_t C, float* dtype = nullptr);
 
@@ -21,7 +21,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 // x, out (N,C); w, b (C); mean, rstd (N) saved for backward. eps: 1e-5 (GPT-2), 1e-12 (BERT)
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
                        int64_t N, int64_t C, float eps = 1e-5f);
-// dx (N,C) += ...; dw, db (C) += ...
+// dx (N,C) += ...; dw, db (C) += ... (either may be null: a frozen parameter)
 void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
                         const float* mean, const float* rstd, int64_t N, int64_t C);
 
@@ -29,7 +29,8 @@ void layernorm_backward(float* dx, float* dw, float* db, const float* dout, cons
 // W is [IC,OC] (HF Conv1D) or, with weight_out_in, [OC,IC] (nn.Linear, the tied LM head).
 void linear_forward(float* out, const float* x, const float* W, const float* bias, int64_t N, int64_t IC,
                     int64_t OC, bool weight_out_in);
-// dx (N,IC) += dout @ W^T; dW += x^T @ dout (laid out like W); dbias (OC) += column sums of dout.
+// dx (N,IC) += dout @ W^T; dW += x^T @ dout (laid out like W); dbias (OC) += column sums of dout. dW and
+// dbias may be null (frozen).
 void linear_backward(float* dx, float* dW, float* dbias, const float* dout, const float* x, const float* W,
                      int64_t N, int64_t IC, int64_t OC, bool weight_out_in);
 
