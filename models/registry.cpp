@@ -1,6 +1,7 @@
 // build_model / init_model: dispatch on model.kind.
 #include "models/registry.h"
 
+#include <sstream>
 #include <stdexcept>
 
 #include "models/bert.h"
@@ -31,6 +32,13 @@ ModelSpec build_fp32(const ModelConfig& m, int64_t batch, int64_t seq) {
 }
 
 }  // namespace
+
+std::string choices_of(const ModelConfig& m) {
+  std::ostringstream text;
+  text << "intermediate_size " << m.mlp_width() << ", layer_norm_eps " << m.norm_eps() << ", activation " << m.gelu();
+  if (m.kind == "bert") text << ", type_vocab_size " << m.type_vocab_size;
+  return text.str();
+}
 
 ModelSpec build_model(const ModelConfig& m, int64_t batch, int64_t seq, DType precision) {
   ModelSpec spec = build_fp32(m, batch, seq);

@@ -46,6 +46,10 @@ struct ModelConfig {
   std::string default_gelu() const { return kind == "bert" ? "gelu" : "gelu_tanh"; }
 };
 
+// The numeric choices in effect, as text ("intermediate_size 256, layer_norm_eps 1e-05, activation gelu_tanh"
+// and BERT's type_vocab_size): two models with equal shapes compute alike when these are equal too.
+std::string choices_of(const ModelConfig& model);
+
 // The op list of one step on `batch` sequences of `seq` tokens, its tensors stored in `precision`.
 ModelSpec build_model(const ModelConfig& model, int64_t batch, int64_t seq, DType precision = DType::F32);
 // The architecture's own initialisation (GPT-2's or BERT's), deterministic in `seed`, into one fp32 view per
