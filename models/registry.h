@@ -30,7 +30,7 @@ struct ModelConfig {
   int vocab_size = 256;
   int seq_len = 64;  // the position table's rows (n_positions, max_position_embeddings)
   std::filesystem::path init_from;  // Hugging Face weights to start from (file, folder or sharded index)
-  std::vector<std::string> init_missing;  // parts (kInitMissingParts) init_from may lack
+  std::vector<std::string> init_missing{};  // parts (kInitMissingParts) init_from may lack
   // The numeric choices a Hugging Face config carries. Unset (0 or empty), each is what the architecture
   // computed with before it could be chosen, so configs that do not name them keep their meaning.
   int intermediate_size = 0;   // the MLP's width; 0: 4 * n_embd

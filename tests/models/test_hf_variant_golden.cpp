@@ -1,12 +1,16 @@
-// A Hugging Face BertModel folder whose config.json departs from BERT's usual choices (intermediate size 96,
-// LayerNorm eps 1e-3, gelu_new, 3 token types; tests/data/make_hf_variant_reference.py): the model section
-// read from config.json builds a model that computes transformers' hidden states, logits and loss.
+// Hugging Face folders whose config.json departs from the usual choices (tests/data/make_hf_variant_reference.py):
+// a BertModel with intermediate size 96, LayerNorm eps 1e-3, gelu_new and 3 token types, and a GPT2LMHeadModel
+// with n_inner 40, exact GELU and eps 1e-3. The model section read from config.json builds a model that
+// computes transformers' hidden states, logits and loss.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "formats/checkpoint.h"
+#include "formats/export.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
@@ -103,6 +107,60 @@ TEST_F(HfVariantGolden, EachChoiceChangesTheResult) {
   models::ModelConfig exact_gelu = model;
   exact_gelu.activation = "gelu";
   EXPECT_GT(testing::max_rel_error(logits(exact_gelu, DType::F32, &loss), expected, 1e-2), 3e-4);
+}
+
+// A checkpoint records the choices, and its export's config.json gives them back: the exported folder, read
+// as init_from, builds the same model, and loads into it.
+TEST_F(HfVariantGolden, CheckpointAndExportCarryTheChoices) {
+  const auto root = testing::scratch_path("hf_variant_export");
+  std::filesystem::remove_all(root);
+  const models::ModelSpec spec = models::build_model(model, B, T);
+  models::ParameterStore params{spec.params};
+  formats::load_weights(model.init_from, spec, params, {model.init_missing});
+  std::vector<float> zeros(params.values().size(), 0.0f);
+  formats::save_checkpoint(root, spec, params, zeros, zeros, {1, 1, 0, 1, 0, "hash", model, "byte", {}}, 1);
+  const models::ModelConfig saved = formats::read_checkpoint_state(root).first.model;
+  EXPECT_EQ(models::choices_of(saved), models::choices_of(model));
+  formats::export_checkpoint(root, root / "hf");
+  models::ModelConfig exported;
+  exported.init_from = root / "hf";
+  formats::apply_hf_config(exported, {"init_from"});
+  EXPECT_EQ(exported.kind, "bert");
+  EXPECT_EQ(models::choices_of(exported), "intermediate_size 96, layer_norm_eps 0.001, activation gelu_tanh, type_vocab_size 3");
+  EXPECT_EQ(models::build_model(exported, B, T).param_count(), spec.param_count());
+  models::ParameterStore back(spec.params);
+  EXPECT_TRUE(formats::load_weights(exported.init_from, spec, back).empty());
+  std::filesystem::remove_all(root);
+}
+
+// GPT-2 the other way round: the exact GELU, a narrower MLP, a larger epsilon; a YAML with only init_from.
+TEST(HfGpt2Variant, LogitsAndLossMatchTransformers) {
+  const formats::SafetensorsFile ref = formats::SafetensorsFile::open(testing::data_path("hf_gpt2_variant_reference.safetensors"));
+  models::ModelConfig model;
+  model.init_from = testing::data_path("hf_gpt2_variant");
+  formats::apply_hf_config(model, {"init_from"});
+  EXPECT_EQ(models::choices_of(model), "intermediate_size 40, layer_norm_eps 0.001, activation gelu");
+  const int64_t B = ref.find("input_ids")->shape[0], T = ref.find("input_ids")->shape[1];
+  const models::ModelSpec spec = models::build_model(model, B, T);
+  models::ParameterStore params{spec.params};
+  EXPECT_TRUE(formats::load_weights(model.init_from, spec, params).empty());
+  models::CpuRunner runner(spec, params);
+  const std::vector<int32_t> tokens = ref.read_i32("input_ids"), targets = ref.read_i32("targets");
+  runner.set_batch(tokens, targets);
+  const float loss = runner.forward();
+  EXPECT_LT(testing::max_rel_error(runner.tensor("lm_head.out"), ref.read_f32("logits"), 1e-2), 1e-4);
+  EXPECT_NEAR(loss, ref.read_f32("loss")[0], 1e-4 * ref.read_f32("loss")[0]);
+  // With GPT-2's usual tanh GELU, or its usual epsilon, the logits leave that tolerance: the test sees each.
+  models::ModelConfig tanh = model, old_eps = model;
+  tanh.activation = "gelu_tanh";
+  old_eps.layer_norm_eps = 1e-5;
+  for (const models::ModelConfig& other : {tanh, old_eps}) {
+    const models::ModelSpec other_spec = models::build_model(other, B, T);
+    models::CpuRunner other_runner(other_spec, params);
+    other_runner.set_batch(tokens, targets);
+    other_runner.forward();
+    EXPECT_GT(testing::max_rel_error(other_runner.tensor("lm_head.out"), ref.read_f32("logits"), 1e-2), 3e-4) << models::choices_of(other);
+  }
 }
 
 }  // namespace
