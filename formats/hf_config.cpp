@@ -54,9 +54,10 @@ class Reader {
   // A YAML value that disagrees with config.json's: the weights were trained with config.json's.
   [[noreturn]] void conflict(const std::string& key, const std::string& yaml_key, const std::string& yaml_value,
                              const std::string& json_value) const {
+    const std::string shorter = yaml_key == "seq_len" ? " (train.seq_len trains on shorter sequences)" : "";
     throw std::runtime_error(fmt::format("{} is {}, and model.{} is {}: the weights were made with config.json's; remove model.{} "
-                                         "(config.json then sets it) or set it to {}",
-                                         where(key), at(key.c_str()).dump(), yaml_key, yaml_value, yaml_key, json_value));
+                                         "(config.json then sets it) or set it to {}{}",
+                                         where(key), at(key.c_str()).dump(), yaml_key, yaml_value, yaml_key, json_value, shorter));
   }
 
   void kind() {

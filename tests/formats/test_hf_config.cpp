@@ -123,7 +123,8 @@ TEST(HfConfig, AStatedValueThatAgreesPassesAndOneThatDiffersNamesBoth) {
   };
   for (const Case& c : std::vector<Case>{
            {"gpt2", "n_embd", [](models::ModelConfig& m) { m.n_embd = 64; }, "config.json: n_embd is 32, and model.n_embd is 64"},
-           {"gpt2", "seq_len", [](models::ModelConfig& m) { m.seq_len = 1024; }, "config.json: n_positions is 40, and model.seq_len is 1024"},
+           {"gpt2", "seq_len", [](models::ModelConfig& m) { m.seq_len = 1024; }, "config.json: n_positions is 40, and model.seq_len is 1024: the weights were made with config.json's; remove model.seq_len (config.json "
+            "then sets it) or set it to 40 (train.seq_len trains on shorter sequences)"},
            {"bert", "n_layer", [](models::ModelConfig& m) { m.n_layer = 12; }, "config.json: num_hidden_layers is 3, and model.n_layer is 12"},
            {"bert", "intermediate_size", [](models::ModelConfig& m) { m.intermediate_size = 128; },
             "config.json: intermediate_size is 96, and model.intermediate_size is 128"},
