@@ -18,7 +18,7 @@
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 #include "models/cpu_runner.h"
-#include "models/gpt2.h"
+#include "models/registry.h"
 #include "models/rng.h"
 
 namespace ferry::cli {
@@ -50,10 +50,8 @@ std::string sample(const SampleOptions& o) {
   if (state.model.kind != "gpt2" || state.model.n_layer <= 0)
     throw std::runtime_error("'" + dir.string() + "': sampling needs a GPT checkpoint written by `ferry train`");
   if (state.tokenizer != "byte") throw std::runtime_error("'" + dir.string() + "': tokenizer " + state.tokenizer + " is not supported by sample yet");
-  const models::GptConfig cfg{state.model.n_layer, state.model.n_head, state.model.n_embd, state.model.vocab_size,
-                              state.model.seq_len};
-  const int64_t T = cfg.seq_len, V = cfg.vocab_size;
-  const models::ModelSpec spec = models::build_gpt2(cfg, 1, T);
+  const int64_t T = state.model.seq_len, V = state.model.vocab_size;
+  const models::ModelSpec spec = models::build_model(state.model, 1, T);  // with the checkpoint's numeric choices
   bool verified = false;  // a checkpoint of an earlier build records no checksums
   models::ParameterStore params = formats::read_checkpoint_weights(dir, state, spec, &verified);
   if (!verified)

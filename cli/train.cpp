@@ -25,7 +25,12 @@ namespace {
 
 constexpr const char* kTrainFooter =
     "Sections and keys of the config file:\n"
-    "  model:  kind (gpt2 | bert), n_layer, n_head, n_embd, vocab_size, seq_len, init_from (HF safetensors)\n"
+    "  model:  kind (gpt2 | bert), n_layer, n_head, n_embd, vocab_size, seq_len (position table rows),\n"
+    "          intermediate_size (default 4 * n_embd), layer_norm_eps (GPT-2 1e-5, BERT 1e-12),\n"
+    "          activation (gelu: exact | gelu_tanh; GPT-2 gelu_tanh, BERT gelu), type_vocab_size (BERT, 2),\n"
+    "          init_from (HF safetensors file, folder or sharded index; its config.json fills every key above\n"
+    "          that the file does not state, and a stated key that differs is an error),\n"
+    "          init_missing ([head]: parts init_from may lack, e.g. BERT's masked-LM head, initialised)\n"
     "  data:   path (relative to the config file), format (auto: *.bin is a token shard | text | shard),\n"
     "          tokenizer (byte | gpt2 | wordpiece: raw text is tokenised once and cached in cache_dir,\n"
     "          default .ferry-cache beside the data), vocab (vocab.txt | vocab.json), merges (gpt2),\n"
@@ -140,7 +145,7 @@ int run_train(TrainArgs args) {
 
 Command add_train(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
-  auto* train = app.add_subcommand("train", "Train a model from a YAML experiment file");
+  auto* train = app.add_subcommand("train", "Train a GPT-2 or BERT model from a YAML experiment file");
   train->add_option("-c,--config", args->config_path, "Experiment file (YAML)")->required()->check(CLI::ExistingFile);
   train->add_option("--steps", args->steps, "Override train.steps")->transform(integer_in(1, INT32_MAX));
   train->add_option("--seed", args->seed, "Override train.seed")->transform(integer_in(0, UINT64_MAX));

@@ -205,6 +205,23 @@ void check_section_names(const YAML::Node& root) {
   }
 }
 
+// The model section's keys as written (after --set): what config.json beside model.init_from must not change.
+std::vector<std::string> stated_keys(const YAML::Node& node) {
+  std::vector<std::string> keys;
+  if (node && node.IsMap())
+    for (const auto& kv : node) keys.push_back(kv.first.as<std::string>());
+  return keys;
+}
+
+// model.init_from's config.json fills every key the section does not state (formats/hf_config.h).
+void apply_init_from_config(models::ModelConfig& model, const std::vector<std::string>& stated) {
+  try {
+    formats::apply_hf_config(model, stated);
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(std::string("model.init_from: ") + e.what());
+  }
+}
+
 void read_model(const YAML::Node& node, models::ModelConfig& model, const std::filesystem::path& base_dir) {
   read_section(node, "model",
                {choice("kind", model.kind, {"gpt2", "bert"}),
@@ -213,8 +230,16 @@ void read_model(const YAML::Node& node, models::ModelConfig& model, const std::f
                 number("n_embd", model.n_embd, 1, 65536, "an integer in [1, 65536]"),
                 number("vocab_size", model.vocab_size, 1, 1 << 22, "an integer in [1, 4194304]"),
                 number("seq_len", model.seq_len, 1, 1 << 20, "an integer in [1, 1048576]"),
+                number("intermediate_size", model.intermediate_size, 1, 1 << 20, "an integer in [1, 1048576]"),
+                number("layer_norm_eps", model.layer_norm_eps, 1e-30, 1.0, "a number in (0, 1], e.g. 1e-5"),
+                choice("activation", model.activation, models::kActivations),
+                number("type_vocab_size", model.type_vocab_size, 1, 1024, "an integer in [1, 1024]"),
                 existing_path("init_from", model.init_from, base_dir, false),
                 choice_list("init_missing", model.init_missing, models::kInitMissingParts)});
+  const std::vector<std::string> stated = stated_keys(node);
+  apply_init_from_config(model, stated);
+  if (model.kind != "bert" && std::find(stated.begin(), stated.end(), "type_vocab_size") != stated.end())
+    throw ConfigError("model.type_vocab_size: applies to model.kind: bert only (GPT-2 has no token types); remove the key");
 }
 
 // What the data section says that only the checks across sections can judge.
@@ -464,11 +489,6 @@ void check_across_keys(Config& c, const DataKeys& data, const std::filesystem::p
                       " (the position table's rows: no position beyond it has an embedding); lower it or raise model.seq_len");
   if (!c.model.init_missing.empty() && c.model.init_from.empty())
     throw ConfigError("model.init_missing: says what model.init_from may lack, and model.init_from is not set; set it or remove the key");
-  try {
-    formats::check_hf_config(c.model);  // here, so that `ferry plan` refuses a mismatch as training would
-  } catch (const std::runtime_error& e) {
-    throw ConfigError(std::string("model.init_from: ") + e.what());
-  }
   if (c.optim.min_lr > c.optim.lr)
     throw ConfigError("optim.min_lr: " + std::to_string(c.optim.min_lr) + " is above optim.lr");
   if (c.optim.min_lr < 0) c.optim.min_lr = c.optim.lr / 10;
@@ -550,6 +570,14 @@ std::string param_groups_identity(const std::vector<ParamGroup>& groups) {
   return text;
 }
 
+// The model's numeric choices, each only where it differs from what the architecture computed with before it
+// could be chosen: checkpoints of those configs keep their hash.
+void append_model_choices(const models::ModelConfig& m, std::vector<std::pair<std::string, std::string>>& identity) {
+  if (m.mlp_width() != 4 * m.n_embd) identity.emplace_back("model.intermediate_size", fmt::format("{}", m.mlp_width()));
+  if (m.norm_eps() != m.default_norm_eps()) identity.emplace_back("model.layer_norm_eps", fmt::format("{}", m.norm_eps()));
+  if (m.gelu() != m.default_gelu()) identity.emplace_back("model.activation", m.gelu());
+  if (m.kind == "bert" && m.type_vocab_size != 2) identity.emplace_back("model.type_vocab_size", fmt::format("{}", m.type_vocab_size));
+}
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> config_identity(const Config& c) {
@@ -590,6 +618,7 @@ std::vector<std::pair<std::string, std::string>> config_identity(const Config& c
                                      {"data.merges (file name)", c.data.merges.filename().string()}, {"data.lowercase", c.data.lowercase}})
       if (!value.empty()) identity.emplace_back(key, value);  // (state.json holds no empty values)
   if (!c.optim.groups.empty()) identity.emplace_back("optim.groups", param_groups_identity(c.optim.groups));
+  append_model_choices(c.model, identity);
   return identity;
 }
 

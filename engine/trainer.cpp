@@ -365,12 +365,12 @@ void Run::load_weights_of(const std::filesystem::path& checkpoint) {
   const auto [state, dir] = formats::read_checkpoint_state(checkpoint);
   const models::ModelConfig &a = state.model, &b = cfg_.model;
   if (a.kind != b.kind || a.n_layer != b.n_layer || a.n_head != b.n_head || a.n_embd != b.n_embd || a.vocab_size != b.vocab_size ||
-      a.seq_len != b.seq_len)
+      a.seq_len != b.seq_len || models::choices_of(a) != models::choices_of(b))
     throw std::runtime_error(fmt::format(
-        "--checkpoint: '{}' holds a {} with {} layers, {} heads, n_embd {}, vocab_size {}, seq_len {}; the config's model is a {} with {} "
-        "layers, {} heads, n_embd {}, vocab_size {}, seq_len {}: evaluate it with the config it was trained with",
-        dir.string(), a.kind, a.n_layer, a.n_head, a.n_embd, a.vocab_size, a.seq_len, b.kind, b.n_layer, b.n_head, b.n_embd, b.vocab_size,
-        b.seq_len));
+        "--checkpoint: '{}' holds a {} with {} layers, {} heads, n_embd {}, vocab_size {}, seq_len {}, {}; the config's model is a {} with {} "
+        "layers, {} heads, n_embd {}, vocab_size {}, seq_len {}, {}: evaluate it with the config it was trained with",
+        dir.string(), a.kind, a.n_layer, a.n_head, a.n_embd, a.vocab_size, a.seq_len, models::choices_of(a), b.kind, b.n_layer, b.n_head,
+        b.n_embd, b.vocab_size, b.seq_len, models::choices_of(b)));
   formats::read_checkpoint_into(dir, state, spec_, bucket_state<float>(host_, param_count()));
   refresh_working_copies(host_);
   weights_from_ = fmt::format("{} (step {})", dir.string(), state.step);

@@ -109,6 +109,13 @@ models::ModelConfig read_model(const StateFields& f) {
   if (c.n_embd % c.n_head != 0) m.fail("n_embd", fmt::format("is {}; expected a multiple of n_head {}", c.n_embd, c.n_head));
   c.vocab_size = static_cast<int>(m.integer("vocab_size", 1, 1 << 22));
   c.seq_len = static_cast<int>(m.integer("seq_len", 1, 1 << 20));
+  // Checkpoints of earlier builds lack the numeric choices: they computed with the architecture's own.
+  c.intermediate_size = static_cast<int>(m.integer("intermediate_size", 1, 1 << 20, 0));
+  c.layer_norm_eps = m.number("layer_norm_eps", 0, 1, true, false, 0.0);
+  c.activation = m.text("activation", std::string());
+  if (!c.activation.empty() && c.activation != "gelu" && c.activation != "gelu_tanh")
+    m.fail("activation", "is \"" + c.activation + "\"; expected gelu or gelu_tanh");
+  c.type_vocab_size = static_cast<int>(m.integer("type_vocab_size", 1, 1024, 2));
   return c;
 }
 
@@ -183,7 +190,8 @@ json state_json(const TrainState& state) {
          {"loss_scale_good_steps", state.loss_scale_good_steps},
          {"config_hash", state.config_hash},
          {"model", {{"kind", m.kind}, {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
-                    {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len}}},
+                    {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len}, {"intermediate_size", m.mlp_width()},
+                    {"layer_norm_eps", m.norm_eps()}, {"activation", m.gelu()}, {"type_vocab_size", m.type_vocab_size}}},
          {"tokenizer", state.tokenizer},
          {"run_id", state.run_id},
          {"config", json::object()},

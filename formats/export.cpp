@@ -13,6 +13,7 @@
 
 #include "formats/atomic_file.h"
 #include "formats/checkpoint.h"
+#include "formats/hf_config.h"
 #include "formats/hf_source.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
@@ -28,12 +29,12 @@ nlohmann::json hf_config(const models::ModelConfig& m) {
                                           {"num_hidden_layers", m.n_layer},
                                           {"num_attention_heads", m.n_head},
                                           {"hidden_size", m.n_embd},
-                                          {"intermediate_size", 4 * m.n_embd},
+                                          {"intermediate_size", m.mlp_width()},
                                           {"vocab_size", m.vocab_size},
                                           {"max_position_embeddings", m.seq_len},
-                                          {"type_vocab_size", 2},
-                                          {"hidden_act", "gelu"},
-                                          {"layer_norm_eps", 1e-12},
+                                          {"type_vocab_size", m.type_vocab_size},
+                                          {"hidden_act", hf_activation_name(m.gelu())},
+                                          {"layer_norm_eps", m.norm_eps()},
                                           {"hidden_dropout_prob", 0.0},
                                           {"attention_probs_dropout_prob", 0.0},
                                           {"tie_word_embeddings", true},
@@ -47,9 +48,9 @@ nlohmann::json hf_config(const models::ModelConfig& m) {
                                           {"vocab_size", m.vocab_size},
                                           {"n_positions", m.seq_len},
                                           {"n_ctx", m.seq_len},
-                                          {"n_inner", nullptr},
-                                          {"activation_function", "gelu_new"},
-                                          {"layer_norm_epsilon", 1e-5},
+                                          {"n_inner", m.intermediate_size > 0 ? nlohmann::json(m.mlp_width()) : nlohmann::json(nullptr)},
+                                          {"activation_function", hf_activation_name(m.gelu())},
+                                          {"layer_norm_epsilon", m.norm_eps()},
                                           {"resid_pdrop", 0.0},
                                           {"embd_pdrop", 0.0},
                                           {"attn_pdrop", 0.0},

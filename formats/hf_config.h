@@ -1,8 +1,11 @@
-// The config.json a Hugging Face model folder carries beside its weights, checked against the experiment's
-// model section: weights of another shape, or made to compute something Ferry does not, are refused.
+// The config.json a Hugging Face model folder carries beside its weights, read into the experiment's model
+// section: it gives the shape and numeric choices, the YAML overrides only what it states, and what Ferry's
+// models do not compute is refused by name.
 #pragma once
 
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "models/registry.h"
 
@@ -12,10 +15,18 @@ namespace ferry::formats {
 // model.safetensors.index.json it names. Empty when there is none (a bare .safetensors file).
 std::filesystem::path hf_config_path(const std::filesystem::path& init_from);
 
-// Throws std::runtime_error when `model`'s config.json (if any) disagrees with the model section (naming the
-// config.json key and value and the YAML key and value), is of another model_type, or asks for what Ferry's
-// model cannot compute yet: an intermediate size other than 4 * hidden, another LayerNorm epsilon (GPT-2
-// 1e-5, BERT 1e-12) or activation (GPT-2 gelu_new, BERT gelu).
-void check_hf_config(const models::ModelConfig& model);
+// Fills `model` from its init_from's config.json, if there is one (GPT2Config or BertConfig keys: layers,
+// heads, hidden, intermediate size, LayerNorm epsilon, activation, positions, vocabulary, token types;
+// model_type sets the kind). `stated` lists the model-section keys the YAML gives ("n_layer", "seq_len",
+// ...): those keep their value, and one that differs from config.json's is an error naming the config.json
+// key and value and the YAML key and value. Keys config.json lacks keep the model section's value.
+// Throws std::runtime_error for a file that is not a JSON object, a value of the wrong type or out of
+// range, another model_type, and what Ferry's models cannot compute (an activation other than GELU's two
+// forms, position_embedding_type other than absolute, a decoder or cross-attention, an untied LM head,
+// GPT-2's attention without 1/sqrt(head) scaling or scaled by layer index).
+void apply_hf_config(models::ModelConfig& model, const std::vector<std::string>& stated);
+
+// The Hugging Face name of a model.activation, for config.json: gelu, or gelu_new for gelu_tanh.
+std::string hf_activation_name(const std::string& activation);
 
 }  // namespace ferry::formats

@@ -37,13 +37,14 @@ ModelSpec build_bert(const BertConfig& cfg, int64_t B, int64_t T) {
   if (T < 1 || T > cfg.seq_len) throw std::invalid_argument("bert: sequence length must be in [1, seq_len]");
   const int64_t C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer, F = cfg.ffn();
   Builder b("bert", {B, T, cfg.n_head, /*causal=*/false});
-  constexpr float eps = 1e-12f;  // BERT's LayerNorm epsilon
+  const float eps = cfg.eps;
+  const GeluForm gelu_form = cfg.exact_gelu ? GeluForm::Erf : GeluForm::Tanh;
   constexpr WeightLayout nn_linear = WeightLayout::OutIn;
 
   // Parameters, in BertForMaskedLM's order.
   const int word = b.param("bert.embeddings.word_embeddings.weight", {V, C});
   const int pos = b.param("bert.embeddings.position_embeddings.weight", {cfg.seq_len, C});
-  const int type = b.param("bert.embeddings.token_type_embeddings.weight", {2, C});
+  const int type = b.param("bert.embeddings.token_type_embeddings.weight", {cfg.type_vocab_size, C});
   const std::vector<int> emb_ln = b.weight_and_bias("bert.embeddings.LayerNorm.", {C}, {C});
   std::vector<Block> blocks;
   for (int64_t l = 0; l < L; ++l) blocks.push_back(block_params(b, l, C, F));
@@ -70,14 +71,14 @@ ModelSpec build_bert(const BertConfig& cfg, int64_t B, int64_t T) {
     const int res_1 = b.residual(p + "attn.res", attn_out, x);
     const int x1 = b.layernorm(p + "attn.ln", k.attn_ln, res_1, eps);
     const int ffn_in = b.linear(p + "ffn.in", k.ffn_in, x1, nn_linear);
-    const int ffn_gelu = b.gelu(p + "ffn.gelu", ffn_in, GeluForm::Erf);
+    const int ffn_gelu = b.gelu(p + "ffn.gelu", ffn_in, gelu_form);
     const int ffn_out = b.linear(p + "ffn.out", k.ffn_out, ffn_gelu, nn_linear);
     const int res_2 = b.residual(p + "ffn.res", ffn_out, x1);
     x = b.layernorm(p + "ffn.ln", k.ffn_ln, res_2, eps);
   }
   b.layer = -1;
   const int dense = b.linear("head.dense", head_dense, x, nn_linear);
-  const int gelu = b.gelu("head.gelu", dense, GeluForm::Erf);
+  const int gelu = b.gelu("head.gelu", dense, gelu_form);
   const int normed = b.layernorm("head.ln", head_ln, gelu, eps);
   // The decoder is tied to the word embeddings, with its own bias.
   const int logits = b.linear("head.decoder", {word, decoder_bias}, normed, nn_linear);

@@ -1,5 +1,5 @@
 // BERT as a ModelSpec (BertForMaskedLM's shape): token + position + token-type embeddings, post-LayerNorm
-// encoder blocks with bidirectional attention under a key padding mask, GELU (erf form), and the MLM head
+// encoder blocks with bidirectional attention under a key padding mask, GELU (erf form by default), and the MLM head
 // (dense, GELU, LayerNorm, decoder tied to the word embeddings plus its own bias). Parameter names and
 // shapes follow BertForMaskedLM. Token types are all 0 (single-segment masked-LM training).
 #pragma once
@@ -18,6 +18,9 @@ struct BertConfig {
   int vocab_size = 256;
   int seq_len = 64;        // max_position_embeddings
   int intermediate = 0;    // 0: 4 * n_embd
+  float eps = 1e-12f;      // LayerNorm epsilon (layer_norm_eps)
+  bool exact_gelu = true;  // GELU's erf form (hidden_act gelu) instead of the tanh approximation (gelu_new)
+  int type_vocab_size = 2; // token-type embedding rows
   int ffn() const { return intermediate > 0 ? intermediate : 4 * n_embd; }
 };
 

@@ -1,5 +1,5 @@
-// GPT-2 as a ModelSpec: pre-LayerNorm blocks, causal self-attention, GELU (tanh), learned positions,
-// final LayerNorm, LM head tied to the token embedding. Parameter names and shapes follow GPT2LMHeadModel.
+// GPT-2 as a ModelSpec: pre-LayerNorm blocks, causal self-attention, GELU (tanh by default), learned
+// positions, final LayerNorm, LM head tied to the token embedding. Parameter names and shapes follow GPT2LMHeadModel.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,10 @@ struct GptConfig {
   int n_embd = 64;
   int vocab_size = 256;
   int seq_len = 64;  // context length: rows of the position embedding
+  int intermediate = 0;       // the MLP's width (n_inner); 0: 4 * n_embd
+  float eps = 1e-5f;          // LayerNorm epsilon (layer_norm_epsilon)
+  bool exact_gelu = false;    // GELU's erf form (activation_function gelu) instead of gelu_new's tanh
+  int ffn() const { return intermediate > 0 ? intermediate : 4 * n_embd; }
 };
 
 // The spec of one training step on a batch of B sequences of T <= seq_len tokens.

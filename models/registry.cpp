@@ -1,6 +1,7 @@
 // build_model / init_model: dispatch on model.kind.
 #include "models/registry.h"
 
+#include <sstream>
 #include <stdexcept>
 
 #include "models/bert.h"
@@ -9,12 +10,35 @@
 namespace ferry::models {
 
 namespace {
+
+bool exact_gelu(const ModelConfig& m) {
+  const std::string gelu = m.gelu();
+  if (gelu != "gelu" && gelu != "gelu_tanh")
+    throw std::invalid_argument("model.activation: '" + gelu + "' is not an activation; expected gelu or gelu_tanh");
+  return gelu == "gelu";
+}
+
+GptConfig gpt_config(const ModelConfig& m) {
+  return {m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len, m.mlp_width(), static_cast<float>(m.norm_eps()), exact_gelu(m)};
+}
+
 ModelSpec build_fp32(const ModelConfig& m, int64_t batch, int64_t seq) {
-  if (m.kind == "gpt2") return build_gpt2({m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len}, batch, seq);
-  if (m.kind == "bert") return build_bert({m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len, 0}, batch, seq);
+  if (m.kind == "gpt2") return build_gpt2(gpt_config(m), batch, seq);
+  if (m.kind == "bert")
+    return build_bert({m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len, m.mlp_width(), static_cast<float>(m.norm_eps()),
+                       exact_gelu(m), m.type_vocab_size},
+                      batch, seq);
   throw std::invalid_argument("model.kind: '" + m.kind + "' is not a model; expected gpt2 or bert");
 }
+
 }  // namespace
+
+std::string choices_of(const ModelConfig& m) {
+  std::ostringstream text;
+  text << "intermediate_size " << m.mlp_width() << ", layer_norm_eps " << m.norm_eps() << ", activation " << m.gelu();
+  if (m.kind == "bert") text << ", type_vocab_size " << m.type_vocab_size;
+  return text.str();
+}
 
 ModelSpec build_model(const ModelConfig& m, int64_t batch, int64_t seq, DType precision) {
   ModelSpec spec = build_fp32(m, batch, seq);
@@ -26,7 +50,7 @@ void init_model(const ModelConfig& m, const ModelSpec& spec, std::span<const std
   if (values.size() != spec.params.size())
     throw std::invalid_argument("init_model: " + std::to_string(values.size()) + " views for " + std::to_string(spec.params.size()) + " parameters");
   if (m.kind == "bert") return init_bert(spec, values, seed);
-  init_gpt2(spec, {m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len}, values, seed);
+  init_gpt2(spec, gpt_config(m), values, seed);
 }
 
 void init_model(const ModelConfig& m, const ModelSpec& spec, ParameterStore& params, uint64_t seed) {

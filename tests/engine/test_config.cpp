@@ -112,8 +112,9 @@ TEST(Config, InitMissingListsPartsInitFromMayLack) {
             std::string::npos);
   EXPECT_NE(error_of(kMinimal + "model: {init_missing: [head]}\n").find("model.init_missing: says what model.init_from may lack"),
             std::string::npos);
-  // config.json beside the weights is checked against the model section.
-  const std::string err = error_of(with_config(", \"n_head\": 12"));
+  // config.json beside the weights is checked against what the model section states.
+  with_config(", \"n_head\": 12");
+  const std::string err = error_of(kMinimal + "model: {init_from: " + dir.string() + ", n_head: 4}\n");
   EXPECT_NE(err.find("model.init_from: " + (dir / "config.json").string() + ": n_head is 12, and model.n_head is 4"), std::string::npos) << err;
   std::filesystem::remove_all(dir);
 }
@@ -253,6 +254,106 @@ TEST(Config, EveryShippedConfigLoads) {
   }
   EXPECT_GE(n, 2);
   EXPECT_THROW(load_config(kConfigs / "does-not-exist.yaml"), std::runtime_error);
+}
+
+// A Hugging Face folder (tests/data/make_hf_variant_reference.py: a BertModel with intermediate size 96,
+// eps 1e-3, gelu_new, 3 token types, 40 positions) and a YAML that gives only the kind and init_from.
+const std::string kVariantModel = "model: {kind: bert, init_from: " + testing::data_path("hf_bert_variant").string() + ", init_missing: [head]";
+
+TEST(Config, InitFromConfigJsonGivesTheWholeModelSection) {
+  const Config c = parse(kMinimal + kVariantModel + "}\ntrain: {seq_len: 32}\n");
+  const models::ModelConfig& m = c.model;
+  EXPECT_EQ(m.kind, "bert");
+  EXPECT_EQ(m.n_layer, 2);
+  EXPECT_EQ(m.n_head, 4);
+  EXPECT_EQ(m.n_embd, 32);
+  EXPECT_EQ(m.vocab_size, 260);
+  EXPECT_EQ(m.seq_len, 40);
+  EXPECT_EQ(m.mlp_width(), 96);
+  EXPECT_DOUBLE_EQ(m.norm_eps(), 1e-3);
+  EXPECT_EQ(m.gelu(), "gelu_tanh");
+  EXPECT_EQ(m.type_vocab_size, 3);
+  EXPECT_EQ(c.sequence(), 32);
+  // The kind too: a YAML with only init_from.
+  const std::string only_init_from = "model: {init_from: " + testing::data_path("hf_bert_variant").string() + ", init_missing: [head]}\n";
+  EXPECT_EQ(parse(kMinimal + only_init_from).model.kind, "bert");
+  // Stating a value config.json also gives, equal, is allowed (from the file or --set).
+  EXPECT_EQ(parse(kMinimal + kVariantModel + ", n_embd: 32, activation: gelu_tanh}\n", {"model.layer_norm_eps=0.001"}).model.n_embd, 32);
+}
+
+TEST(Config, AYamlValueConfigJsonContradictsIsAnErrorNamingBoth) {
+  const std::string file = (testing::data_path("hf_bert_variant") / "config.json").string();
+  struct Case {
+    std::string yaml;
+    std::vector<std::string> overrides;
+    std::string needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {kVariantModel + ", n_embd: 64}\n", {}, "model.init_from: " + file + ": hidden_size is 32, and model.n_embd is 64"},
+           {kVariantModel + "}\n", {"model.layer_norm_eps=1e-12"}, "layer_norm_eps is 0.001, and model.layer_norm_eps is 1e-12"},
+           {kVariantModel + ", activation: gelu}\n", {}, "hidden_act is \"gelu_new\", and model.activation is gelu"},
+           {kVariantModel + ", intermediate_size: 128}\n", {}, "intermediate_size is 96, and model.intermediate_size is 128"},
+           {kVariantModel + ", seq_len: 512}\n", {}, "max_position_embeddings is 40, and model.seq_len is 512"},
+           {"model: {kind: gpt2, init_from: " + testing::data_path("hf_bert_variant").string() + "}\n", {},
+            "model_type is \"bert\", and model.kind is gpt2"},
+       }) {
+    const std::string err = error_of(kMinimal + c.yaml, c.overrides);
+    EXPECT_NE(err.find(c.needle), std::string::npos) << err;
+  }
+  // Checks across keys see the filled section: train.seq_len beyond config.json's 40 positions.
+  EXPECT_NE(error_of(kMinimal + kVariantModel + "}\ntrain: {seq_len: 64}\n").find("train.seq_len: 64 is beyond model.seq_len 40"),
+            std::string::npos);
+}
+
+TEST(Config, TheModelsNumericChoicesAreKeysOfTheirOwn) {
+  const Config c = parse(kMinimal + "model: {kind: bert, vocab_size: 300, intermediate_size: 100, layer_norm_eps: 1e-6, activation: gelu_tanh, "
+                                    "type_vocab_size: 1}\n");
+  EXPECT_EQ(c.model.mlp_width(), 100);
+  EXPECT_DOUBLE_EQ(c.model.norm_eps(), 1e-6);
+  EXPECT_EQ(c.model.gelu(), "gelu_tanh");
+  EXPECT_EQ(c.model.type_vocab_size, 1);
+  const models::ModelConfig gpt = parse(kMinimal).model;  // unset: what GPT-2 always computed with
+  EXPECT_EQ(gpt.mlp_width(), 4 * gpt.n_embd);
+  EXPECT_DOUBLE_EQ(gpt.norm_eps(), 1e-5);
+  EXPECT_EQ(gpt.gelu(), "gelu_tanh");
+  const models::ModelConfig bert = parse(kMinimal + "model: {kind: bert, vocab_size: 300}\n").model;
+  EXPECT_DOUBLE_EQ(bert.norm_eps(), 1e-12);
+  EXPECT_EQ(bert.gelu(), "gelu");
+  struct Case {
+    std::string yaml, needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"model: {activation: relu}\n", "model.activation: 'relu' is not allowed; expected one of gelu | gelu_tanh"},
+           {"model: {layer_norm_eps: 0}\n", "model.layer_norm_eps: 0 is out of range; expected a number in (0, 1]"},
+           {"model: {intermediate_size: 0}\n", "model.intermediate_size: 0 is out of range"},
+           {"model: {type_vocab_size: 3}\n", "model.type_vocab_size: applies to model.kind: bert only"},
+       }) {
+    const std::string err = error_of(kMinimal + c.yaml);
+    EXPECT_NE(err.find(c.needle), std::string::npos) << err;
+  }
+}
+
+// Configs that do not name the new choices build the model they built before, and keep their hash: the
+// parameter count of the old shapes, and no new identity key.
+TEST(Config, ShippedConfigsKeepTheirModelAndTheirHash) {
+  for (const auto& entry : std::filesystem::directory_iterator(kConfigs)) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    const Config c = load_config(entry.path());
+    const int64_t V = c.model.vocab_size, P = c.model.seq_len, C = c.model.n_embd, L = c.model.n_layer;
+    const int64_t blocks = L * (12 * C * C + 13 * C);
+    const int64_t old_count = c.model.kind == "bert" ? V * C + P * C + 4 * C + blocks + V + C * C + 3 * C : V * C + P * C + blocks + 2 * C;
+    EXPECT_EQ(models::build_model(c.model, 1, 1).param_count(), old_count);
+    for (const auto& [key, value] : config_identity(c))
+      for (const char* added : {"model.intermediate_size", "model.layer_norm_eps", "model.activation", "model.type_vocab_size"})
+        EXPECT_NE(key, added);
+  }
+  // A choice that differs from the old one is part of the identity: a checkpoint of the other refuses to resume.
+  const Config plain = parse(kMinimal);
+  for (const char* set : {"model.intermediate_size=100", "model.layer_norm_eps=1e-6", "model.activation=gelu"})
+    EXPECT_NE(config_hash(parse(kMinimal, {set})), config_hash(plain)) << set;
+  EXPECT_EQ(config_hash(parse(kMinimal, {"model.intermediate_size=256", "model.layer_norm_eps=1e-5", "model.activation=gelu_tanh"})),
+            config_hash(plain));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// config.json beside Hugging Face weights: agreeing values pass, a conflict names both keys and values, and
-// a computation Ferry does not have (epsilon, activation, MLP width, model type) is refused by name.
+// config.json beside Hugging Face weights fills the model section: every key the YAML does not state takes
+// config.json's value, a stated key that differs is an error naming both keys and values, and a computation
+// Ferry does not have (another activation, relative positions, a decoder, an untied head) is refused by name.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,8 +15,8 @@ namespace {
 
 using nlohmann::json;
 
-// A model folder holding only config.json (the check reads nothing else): the export's GPT2Config or
-// BertConfig for the default model section, with `changes` applied.
+// A model folder holding only config.json (nothing else is read): a GPT2Config or BertConfig as
+// transformers writes it for a small model, with `changes` applied (a null change removes the key).
 struct Folder {
   std::filesystem::path dir = testing::scratch_path("hf_config");
   models::ModelConfig model;
@@ -24,20 +25,29 @@ struct Folder {
     model.kind = kind;
     model.init_from = dir;
     std::filesystem::create_directories(dir);
-    json cfg = kind == "bert" ? json{{"model_type", "bert"}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"hidden_size", 64},
-                                     {"intermediate_size", 256}, {"vocab_size", 256}, {"max_position_embeddings", 64},
-                                     {"hidden_act", "gelu"}, {"layer_norm_eps", 1e-12}}
-                              : json{{"model_type", "gpt2"}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"vocab_size", 256},
-                                     {"n_positions", 64}, {"n_inner", nullptr}, {"activation_function", "gelu_new"},
-                                     {"layer_norm_epsilon", 1e-5}};
-    cfg.update(changes);
+    json cfg = kind == "bert" ? json{{"model_type", "bert"}, {"num_hidden_layers", 3}, {"num_attention_heads", 2}, {"hidden_size", 32},
+                                     {"intermediate_size", 96}, {"vocab_size", 300}, {"max_position_embeddings", 40},
+                                     {"type_vocab_size", 3}, {"hidden_act", "gelu_new"}, {"layer_norm_eps", 1e-7},
+                                     {"position_embedding_type", "absolute"}, {"hidden_dropout_prob", 0.1}, {"pad_token_id", 0}}
+                              : json{{"model_type", "gpt2"}, {"n_layer", 3}, {"n_head", 2}, {"n_embd", 32}, {"vocab_size", 300},
+                                     {"n_positions", 40}, {"n_inner", nullptr}, {"activation_function", "gelu_new"},
+                                     {"layer_norm_epsilon", 1e-5}, {"tie_word_embeddings", true}, {"resid_pdrop", 0.1}};
+    for (const auto& [key, value] : changes.items()) {
+      if (value.is_null() && key != "n_inner") cfg.erase(key);
+      else cfg[key] = value;
+    }
     std::ofstream(dir / "config.json") << cfg.dump();
   }
   ~Folder() { std::filesystem::remove_all(dir); }
 
-  std::string error() const {
+  // The model section after config.json filled it, the YAML stating `stated` (with the values set on `model`).
+  models::ModelConfig filled(const std::vector<std::string>& stated = {"kind", "init_from"}) {
+    apply_hf_config(model, stated);
+    return model;
+  }
+  std::string error(const std::vector<std::string>& stated = {"kind", "init_from"}) {
     try {
-      check_hf_config(model);
+      apply_hf_config(model, stated);
     } catch (const std::runtime_error& e) {
       return e.what();
     }
@@ -45,30 +55,91 @@ struct Folder {
   }
 };
 
-TEST(HfConfig, AnAgreeingConfigPasses) {
-  EXPECT_EQ(Folder("gpt2", json::object()).error(), "no error");
-  EXPECT_EQ(Folder("bert", json::object()).error(), "no error");
-  // Beside a model.safetensors named directly, too; a bare file elsewhere has none to check.
-  const Folder f("gpt2", {{"n_embd", 768}});
+TEST(HfConfig, FillsEveryKeyTheYamlDoesNotState) {
+  const models::ModelConfig bert = Folder("bert", json::object()).filled();
+  EXPECT_EQ(bert.n_layer, 3);
+  EXPECT_EQ(bert.n_head, 2);
+  EXPECT_EQ(bert.n_embd, 32);
+  EXPECT_EQ(bert.vocab_size, 300);
+  EXPECT_EQ(bert.seq_len, 40);
+  EXPECT_EQ(bert.mlp_width(), 96);
+  EXPECT_EQ(bert.type_vocab_size, 3);
+  EXPECT_DOUBLE_EQ(bert.norm_eps(), 1e-7);
+  EXPECT_EQ(bert.gelu(), "gelu_tanh");
+
+  const models::ModelConfig gpt = Folder("gpt2", json::object()).filled();
+  EXPECT_EQ(gpt.n_layer, 3);
+  EXPECT_EQ(gpt.n_embd, 32);
+  EXPECT_EQ(gpt.seq_len, 40);
+  EXPECT_EQ(gpt.mlp_width(), 4 * 32);  // n_inner null: 4 * n_embd
+  EXPECT_DOUBLE_EQ(gpt.norm_eps(), 1e-5);
+  EXPECT_EQ(gpt.gelu(), "gelu_tanh");
+  const models::ModelConfig other = Folder("gpt2", {{"n_inner", 100}, {"activation_function", "gelu"}, {"layer_norm_epsilon", 1e-6}}).filled();
+  EXPECT_EQ(other.mlp_width(), 100);
+  EXPECT_EQ(other.gelu(), "gelu");
+  EXPECT_DOUBLE_EQ(other.norm_eps(), 1e-6);
+  EXPECT_EQ(Folder("bert", {{"hidden_act", "gelu"}}).filled().gelu(), "gelu");
+  EXPECT_EQ(Folder("gpt2", {{"activation_function", "gelu_pytorch_tanh"}}).filled().gelu(), "gelu_tanh");
+}
+
+TEST(HfConfig, ModelTypeSetsTheKindUnlessTheYamlStatesIt) {
+  Folder f("gpt2", {{"model_type", "bert"}, {"num_hidden_layers", 5}});
+  EXPECT_EQ(f.filled({"init_from"}).kind, "bert");
+  EXPECT_EQ(f.model.n_layer, 5);  // read with BertConfig's names once the kind is known
+  EXPECT_NE(Folder("gpt2", {{"model_type", "bert"}}).error().find("config.json: model_type is \"bert\", and model.kind is gpt2"),
+            std::string::npos);
+  EXPECT_NE(Folder("gpt2", {{"model_type", "roberta"}}).error({"init_from"}).find("model_type is \"roberta\"; Ferry loads gpt2 and bert only"),
+            std::string::npos);
+}
+
+TEST(HfConfig, KeysConfigJsonLacksKeepTheModelSection) {
+  Folder f("bert", {{"intermediate_size", nullptr}, {"layer_norm_eps", nullptr}, {"hidden_act", nullptr}, {"type_vocab_size", nullptr}});
+  const models::ModelConfig m = f.filled();
+  EXPECT_EQ(m.mlp_width(), 4 * 32);
+  EXPECT_DOUBLE_EQ(m.norm_eps(), 1e-12);
+  EXPECT_EQ(m.gelu(), "gelu");
+  EXPECT_EQ(m.type_vocab_size, 2);
+  // A bare .safetensors file has no config.json to read; the folder's is found beside model.safetensors.
   EXPECT_EQ(hf_config_path(f.dir / "model.safetensors"), f.dir / "config.json");
   EXPECT_TRUE(hf_config_path(f.dir / "weights.safetensors").empty());
 }
 
-TEST(HfConfig, AConflictNamesTheJsonKeyTheYamlKeyAndBothValues) {
+TEST(HfConfig, AStatedValueThatAgreesPassesAndOneThatDiffersNamesBoth) {
+  Folder agree("bert", json::object());
+  agree.model.n_embd = 32;
+  agree.model.intermediate_size = 96;
+  agree.model.layer_norm_eps = 1e-7;
+  agree.model.activation = "gelu_tanh";
+  EXPECT_EQ(agree.error({"kind", "init_from", "n_embd", "intermediate_size", "layer_norm_eps", "activation"}), "no error");
+  Folder gpt_default_width("gpt2", json::object());
+  gpt_default_width.model.n_embd = 32;
+  gpt_default_width.model.intermediate_size = 128;  // what n_inner: null means
+  EXPECT_EQ(gpt_default_width.error({"kind", "init_from", "n_embd", "intermediate_size"}), "no error");
+
   struct Case {
-    std::string kind;
-    json changes;
+    std::string kind, yaml_key;
+    void (*set)(models::ModelConfig&);
     std::string needle;
   };
   for (const Case& c : std::vector<Case>{
-           {"gpt2", {{"n_embd", 768}}, "config.json: n_embd is 768, and model.n_embd is 64"},
-           {"gpt2", {{"n_positions", 1024}}, "config.json: n_positions is 1024, and model.seq_len is 64"},
-           {"bert", {{"num_hidden_layers", 12}}, "config.json: num_hidden_layers is 12, and model.n_layer is 2"},
-           {"bert", {{"vocab_size", 30522}}, "config.json: vocab_size is 30522, and model.vocab_size is 256"},
-           {"bert", {{"model_type", "gpt2"}}, "config.json: model_type is \"gpt2\", and model.kind is bert"},
+           {"gpt2", "n_embd", [](models::ModelConfig& m) { m.n_embd = 64; }, "config.json: n_embd is 32, and model.n_embd is 64"},
+           {"gpt2", "seq_len", [](models::ModelConfig& m) { m.seq_len = 1024; }, "config.json: n_positions is 40, and model.seq_len is 1024: the weights were made with config.json's; remove model.seq_len (config.json "
+            "then sets it) or set it to 40 (train.seq_len trains on shorter sequences)"},
+           {"bert", "n_layer", [](models::ModelConfig& m) { m.n_layer = 12; }, "config.json: num_hidden_layers is 3, and model.n_layer is 12"},
+           {"bert", "intermediate_size", [](models::ModelConfig& m) { m.intermediate_size = 128; },
+            "config.json: intermediate_size is 96, and model.intermediate_size is 128"},
+           {"bert", "layer_norm_eps", [](models::ModelConfig& m) { m.layer_norm_eps = 1e-12; },
+            "config.json: layer_norm_eps is 1e-07, and model.layer_norm_eps is 1e-12"},
+           {"bert", "activation", [](models::ModelConfig& m) { m.activation = "gelu"; },
+            "config.json: hidden_act is \"gelu_new\", and model.activation is gelu"},
+           {"bert", "type_vocab_size", [](models::ModelConfig& m) { m.type_vocab_size = 2; },
+            "config.json: type_vocab_size is 3, and model.type_vocab_size is 2"},
        }) {
-    const std::string err = Folder(c.kind, c.changes).error();
+    Folder f(c.kind, json::object());
+    c.set(f.model);
+    const std::string err = f.error({"kind", "init_from", c.yaml_key});
     EXPECT_NE(err.find(c.needle), std::string::npos) << err;
+    EXPECT_NE(err.find("remove model." + c.yaml_key), std::string::npos) << err;
   }
 }
 
@@ -79,17 +150,33 @@ TEST(HfConfig, WhatFerryCannotComputeIsRefusedByName) {
     std::string needle;
   };
   for (const Case& c : std::vector<Case>{
-           {"bert", {{"layer_norm_eps", 1e-5}}, "config.json: layer_norm_eps is 1e-05; Ferry's BERT computes with 1e-12 only"},
-           {"bert", {{"hidden_act", "relu"}}, "config.json: hidden_act is \"relu\"; Ferry's BERT computes with gelu only"},
-           {"bert", {{"intermediate_size", 100}}, "config.json: intermediate_size is 100; Ferry's BERT computes with an MLP 4 * hidden wide (256)"},
-           {"gpt2", {{"layer_norm_epsilon", 1e-6}}, "config.json: layer_norm_epsilon is 1e-06; Ferry's GPT-2 computes with 1e-05 only"},
-           {"gpt2", {{"activation_function", "gelu"}}, "config.json: activation_function is \"gelu\"; Ferry's GPT-2 computes with gelu_new"},
-           {"gpt2", {{"n_inner", 100}}, "config.json: n_inner is 100; Ferry's GPT-2 computes with an MLP 4 * hidden wide"},
+           {"bert", {{"hidden_act", "relu"}}, "config.json: hidden_act is \"relu\"; Ferry's BERT computes GELU only"},
+           {"gpt2", {{"activation_function", "quick_gelu"}}, "config.json: activation_function is \"quick_gelu\"; Ferry's GPT-2 computes GELU only"},
+           {"bert", {{"position_embedding_type", "relative_key"}},
+            "position_embedding_type is \"relative_key\"; Ferry's BERT computes only with position_embedding_type: \"absolute\""},
+           {"bert", {{"is_decoder", true}}, "is_decoder is true; Ferry's BERT computes only with is_decoder: false"},
+           {"bert", {{"add_cross_attention", true}}, "add_cross_attention is true; Ferry's BERT computes only with add_cross_attention: false"},
+           {"bert", {{"tie_word_embeddings", false}}, "tie_word_embeddings is false; Ferry's BERT computes only with tie_word_embeddings: true"},
+           {"gpt2", {{"tie_word_embeddings", false}}, "tie_word_embeddings is false; Ferry's GPT-2 computes only with tie_word_embeddings: true"},
+           {"gpt2", {{"scale_attn_weights", false}}, "scale_attn_weights is false; Ferry's GPT-2 computes only with scale_attn_weights: true"},
+           {"gpt2", {{"scale_attn_by_inverse_layer_idx", true}}, "scale_attn_by_inverse_layer_idx is true"},
+           {"gpt2", {{"n_layer", 0}}, "config.json: n_layer is 0, not an integer in [1, 1024]"},
+           {"bert", {{"hidden_size", "32"}}, "config.json: hidden_size is \"32\", not an integer in [1, 65536]"},
+           {"bert", {{"layer_norm_eps", -1}}, "config.json: layer_norm_eps is -1, not a number in (0, 1]"},
        }) {
     const std::string err = Folder(c.kind, c.changes).error();
     EXPECT_NE(err.find(c.needle), std::string::npos) << err;
   }
-  EXPECT_EQ(Folder("gpt2", {{"n_inner", 256}}).error(), "no error");  // 4 * hidden written out
+  Folder damaged("gpt2", json::object());
+  std::ofstream(damaged.dir / "config.json") << "[1, 2]";
+  EXPECT_NE(damaged.error().find("not a JSON object"), std::string::npos);
+}
+
+TEST(HfConfig, ActivationNamesRoundTrip) {
+  EXPECT_EQ(hf_activation_name("gelu"), "gelu");
+  EXPECT_EQ(hf_activation_name("gelu_tanh"), "gelu_new");
+  // What the export writes reads back as what it was.
+  for (const std::string a : {"gelu", "gelu_tanh"}) EXPECT_EQ(Folder("bert", {{"hidden_act", hf_activation_name(a)}}).filled().gelu(), a);
 }
 
 }  // namespace
