@@ -37,8 +37,8 @@ int main(int argc, char** argv) {
   policies->add_option("--cost-model", policy_options.cost_model, "Cost model file (default: the shipped H100-class one)")->check(CLI::ExistingFile);
   policies->add_option("--models", policy_options.models, "Shapes to plan (default all): gpt2-350m gpt2-774m gpt2-1.5b gpt-3b gpt-7b bert-large")
       ->check(CLI::IsMember({"gpt2-350m", "gpt2-774m", "gpt2-1.5b", "gpt-3b", "gpt-7b", "bert-large"}));
-  policies->add_option("--tokens", policy_options.tokens, "Tokens per step (default 4096 16384 65536): micro-batches of 4 x 1024 "
-                                                          "(BERT 8 x 512) and accumulation")->check(CLI::PositiveNumber);
+  policies->add_option("--tokens", policy_options.tokens, "Tokens per step (default 4096 16384 65536): sequences of 1024 tokens "
+                                                          "(BERT 512), micro-batches of up to 16 (BERT 32), accumulated beyond")->check(CLI::PositiveNumber);
   policies->add_option("--budgets", policy_options.budgets_gib, "Device memory budgets in GiB (default 8 16 24 40 80)")->check(CLI::PositiveNumber);
   std::string policy_overlap = "backward";
   policies->add_option("--overlap", policy_overlap, "backward | delayed (AdamW one step behind)")->check(CLI::IsMember({"backward", "delayed"}));

@@ -20,7 +20,7 @@ namespace {
 struct Shape {
   std::string name;
   models::ModelSpec (*build)(int64_t batch, int64_t seq);
-  int64_t batch, seq;  // one micro-batch: what a GPU of the smallest budget still holds with recomputation
+  int64_t max_batch, seq;  // the largest micro-batch: more tokens per step accumulate micro-batches of it
 };
 
 models::ModelSpec gpt(int n_layer, int n_head, int n_embd, int64_t batch, int64_t seq) {
@@ -31,18 +31,18 @@ models::ModelSpec gpt(int n_layer, int n_head, int n_embd, int64_t batch, int64_
 
 const std::vector<Shape>& shapes() {
   static const std::vector<Shape> all{
-      {"gpt2-350m", [](int64_t b, int64_t t) { return gpt(24, 16, 1024, b, t); }, 4, 1024},
-      {"gpt2-774m", [](int64_t b, int64_t t) { return gpt(36, 20, 1280, b, t); }, 4, 1024},
-      {"gpt2-1.5b", [](int64_t b, int64_t t) { return gpt(48, 25, 1600, b, t); }, 4, 1024},
-      {"gpt-3b", [](int64_t b, int64_t t) { return gpt(32, 32, 2560, b, t); }, 4, 1024},
-      {"gpt-7b", [](int64_t b, int64_t t) { return gpt(32, 32, 4096, b, t); }, 4, 1024},
+      {"gpt2-350m", [](int64_t b, int64_t t) { return gpt(24, 16, 1024, b, t); }, 16, 1024},
+      {"gpt2-774m", [](int64_t b, int64_t t) { return gpt(36, 20, 1280, b, t); }, 16, 1024},
+      {"gpt2-1.5b", [](int64_t b, int64_t t) { return gpt(48, 25, 1600, b, t); }, 16, 1024},
+      {"gpt-3b", [](int64_t b, int64_t t) { return gpt(32, 32, 2560, b, t); }, 16, 1024},
+      {"gpt-7b", [](int64_t b, int64_t t) { return gpt(32, 32, 4096, b, t); }, 16, 1024},
       {"bert-large",
        [](int64_t b, int64_t t) {
          models::BertConfig c;
          c.n_layer = 24, c.n_head = 16, c.n_embd = 1024, c.vocab_size = 30522, c.seq_len = 512;
          return models::build_bert(c, b, t);
        },
-       8, 512}};
+       32, 512}};
   return all;
 }
 
@@ -60,7 +60,7 @@ struct Row {
 
 // One model, workload and budget: every policy, planned as `ferry train` would (checkpointing auto).
 Row run_row(const PoliciesBenchOptions& o, const offload::CostModel& cost, const Shape& shape, const models::ModelSpec& spec,
-            int accum, int gib) {
+            int64_t batch, int accum, int gib) {
   offload::PlanRequest request;
   request.budget_bytes = int64_t(gib) << 30;
   request.checkpointing = offload::Checkpointing::Auto;
@@ -69,15 +69,15 @@ Row run_row(const PoliciesBenchOptions& o, const offload::CostModel& cost, const
   offload::PlanRequest bound_request = request;
   bound_request.overlap = o.delayed ? offload::Overlap::Delayed : offload::Overlap::Backward;
   const double bound = offload::lower_bound_step_s(spec, cost, bound_request);
-  const int64_t tokens = shape.batch * shape.seq * accum;
+  const int64_t tokens = batch * shape.seq * accum;
   Row row;
   row.markdown = fmt::format("| {} | {:.2f}B | {}K ({}x{}x{}) | {} GiB | {:.3f} |", shape.name, spec.param_count() / 1e9, tokens / 1024,
-                             shape.batch, shape.seq, accum, gib, bound);
+                             batch, shape.seq, accum, gib, bound);
   std::map<offload::Policy, double> step;
   std::string tiers = "-";
   for (offload::Policy policy : offload::all_policies()) {
     const auto t0 = Clock::now();
-    nlohmann::json c{{"model", shape.name}, {"params", spec.param_count()}, {"tokens_per_step", tokens}, {"micro_batch", shape.batch},
+    nlohmann::json c{{"model", shape.name}, {"params", spec.param_count()}, {"tokens_per_step", tokens}, {"micro_batch", batch},
                      {"seq", shape.seq}, {"grad_accum", accum}, {"budget_bytes", request.budget_bytes},
                      {"policy", offload::to_string(policy)}, {"lower_bound_step_s", bound}};
     request.policy = policy;
@@ -131,12 +131,14 @@ int run_policies_bench(const PoliciesBenchOptions& o) {
         << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Shape& shape : shapes()) {
     if (!selected(o.models, shape.name)) continue;
-    models::ModelSpec spec = shape.build(shape.batch, shape.seq);
-    spec.set_precision(DType::BF16);  // train.precision's default: what the GPU stores
     for (int64_t tokens : o.tokens) {
-      const int accum = static_cast<int>(std::max<int64_t>(1, tokens / (shape.batch * shape.seq)));
+      const int64_t sequences = std::max<int64_t>(1, tokens / shape.seq);
+      const int64_t batch = std::min(sequences, shape.max_batch);
+      const int accum = static_cast<int>(std::max<int64_t>(1, sequences / batch));
+      models::ModelSpec spec = shape.build(batch, shape.seq);
+      spec.set_precision(DType::BF16);  // train.precision's default: what the GPU stores
       for (int gib : o.budgets_gib) {
-        Row row = run_row(o, cost, shape, spec, accum, gib);
+        Row row = run_row(o, cost, shape, spec, batch, accum, gib);
         for (auto& c : row.cases) cases.push_back(std::move(c));
         table << row.markdown << "\n";
         fmt::print(stderr, "{}\n", row.markdown);
