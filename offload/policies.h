@@ -64,7 +64,7 @@ struct PlannedSchedule {
 // A schedule for the policy that the Simulator accepts and that fits the budget with every device tensor
 // padded by red_zone_bytes; BudgetError otherwise. mixed_tiers: greedy may update some buckets on the
 // device and the others on the CPU in one step (Tier); without, AdamW runs on one side for every bucket.
-PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0, bool mixed_tiers = false);
+PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0, bool mixed_tiers = true);
 
 // The one rule on which overlap a policy allows: delayed needs AdamW on the CPU, which resident never
 // runs there. (Greedy may still choose to keep AdamW on the device: plan_step then says so in a note.)
@@ -94,7 +94,7 @@ struct PlanRequest {
   int64_t red_zone_bytes = 0;  // padding after every device tensor, for canaries (tests); counts against the budget
   // Greedy may put some buckets in the device tier and the rest on the CPU (make_schedule). Only with
   // overlap backward: the delayed update needs AdamW on the CPU for every bucket.
-  bool mixed_tiers = false;
+  bool mixed_tiers = true;
 };
 
 struct StepPlan {

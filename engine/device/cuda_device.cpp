@@ -259,4 +259,11 @@ void CudaDevice::adamw(std::vector<OptimizerBucket>, const cpu_optim::AdamWHyper
   needs_kernels(label);
 }
 
+void CudaDevice::gradient_statistics(std::vector<OptimizerBucket>, cpu_optim::GradStats*, std::string label) { needs_kernels(label); }
+
+void CudaDevice::adamw_decided(std::vector<OptimizerBucket>, const cpu_optim::AdamWHyper&, int64_t, double, const cpu_optim::StepDecision*,
+                               std::string label) {
+  needs_kernels(label);
+}
+
 }  // namespace ferry::device

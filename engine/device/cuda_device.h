@@ -60,6 +60,9 @@ class CudaDevice final : public Device {
               float* loss, std::string label) override;
   void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
              float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
+  void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) override;
+  void adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+                     const cpu_optim::StepDecision* decision, std::string label) override;
 
   // The stream the device's own kernels launch on while one of its methods (accumulate, and run_op and
   // adamw once they exist) queues them, so that the library code an op calls needs no stream argument;
