@@ -70,9 +70,17 @@ int run_planner_bench(const std::string& json_path, const std::string& markdown_
 int run_memory_bench(const std::string& config_path, const std::vector<std::string>& overrides, int steps, const std::string& json_path,
                      const std::string& markdown_path, const std::string& command);
 
-// `ferry-bench policies`: every placement policy on a cost model for GPT shapes and budgets.
-int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_t seq, bool delayed,
-                       const std::string& json_path, const std::string& markdown_path, const std::string& command);
+// `ferry-bench policies`: every placement policy on a cost model over models, tokens per step and budgets.
+struct PoliciesBenchOptions {
+  std::string cost_model;
+  std::vector<std::string> models;  // shape names; empty: all
+  std::vector<int64_t> tokens;      // per step: micro-batches x accumulation
+  std::vector<int> budgets_gib;
+  bool delayed = false;             // offload.overlap: delayed where the policy allows it
+  bool mixed_tiers = true;          // greedy may split AdamW between the device and the CPU
+  std::string json, markdown, command;
+};
+int run_policies_bench(const PoliciesBenchOptions& options);
 
 // `ferry-bench offload`: offloaded training on the host device, every policy: measured vs predicted.
 int run_offload_bench(const std::string& config_path, const std::vector<std::string>& overrides, int steps,

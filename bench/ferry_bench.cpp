@@ -38,14 +38,19 @@ int main(int argc, char** argv) {
   auto* planner = app.add_subcommand("planner", "The memory Planner against its lower bound and a first-fit allocator");
   planner->add_option("--json", json, "Also write the results as JSON to this file (bench/results/planner.json)");
   planner->add_option("--markdown", markdown, "Also write the Markdown table to this file");
-  std::string cost_model = "configs/cost_models/h100-assumed.json";
-  int64_t policy_batch = 1, policy_seq = 1024;
-  auto* policies = app.add_subcommand("policies", "Every placement policy on a cost model, GPT 350M to 7B at 4/8/16 GiB");
-  policies->add_option("--cost-model", cost_model, "Cost model file (default: the shipped H100-class one)")->check(CLI::ExistingFile);
-  policies->add_option("--batch", policy_batch, "Sequences per step (default 1)")->check(CLI::PositiveNumber);
-  policies->add_option("--seq", policy_seq, "Tokens per sequence (default 1024)")->check(CLI::PositiveNumber);
+  ferry::bench::PoliciesBenchOptions policy_options{"configs/cost_models/h100-assumed.json", {}, {4096, 16384, 65536}, {8, 16, 24, 40, 80}};
+  auto* policies = app.add_subcommand("policies", "Every placement policy on a cost model: GPT-2 350M to 7B and BERT-large, 4K to 64K "
+                                                  "tokens per step, 8 to 80 GiB");
+  policies->add_option("--cost-model", policy_options.cost_model, "Cost model file (default: the shipped H100-class one)")->check(CLI::ExistingFile);
+  policies->add_option("--models", policy_options.models, "Shapes to plan (default all): gpt2-350m gpt2-774m gpt2-1.5b gpt-3b gpt-7b bert-large")
+      ->check(CLI::IsMember({"gpt2-350m", "gpt2-774m", "gpt2-1.5b", "gpt-3b", "gpt-7b", "bert-large"}));
+  policies->add_option("--tokens", policy_options.tokens, "Tokens per step (default 4096 16384 65536): sequences of 1024 tokens "
+                                                          "(BERT 512), micro-batches of up to 16 (BERT 32), accumulated beyond")->check(CLI::PositiveNumber);
+  policies->add_option("--budgets", policy_options.budgets_gib, "Device memory budgets in GiB (default 8 16 24 40 80)")->check(CLI::PositiveNumber);
   std::string policy_overlap = "backward";
   policies->add_option("--overlap", policy_overlap, "backward | delayed (AdamW one step behind)")->check(CLI::IsMember({"backward", "delayed"}));
+  bool single_tier = false;
+  policies->add_flag("--no-device-tier", single_tier, "Greedy runs AdamW on one side for every bucket (as before the device tier)");
   policies->add_option("--json", json, "Also write the results as JSON to this file (bench/results/policies.json)");
   policies->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   std::vector<std::string> offload_overrides;
@@ -86,7 +91,12 @@ int main(int argc, char** argv) {
     if (*memory_cmd) return ferry::bench::run_memory_bench(memory_config, offload_overrides, memory_steps, json, markdown, command);
     if (*pcie) return ferry::bench::run_pcie_bench(pcie_reps, json, markdown, command);
     if (*offload) return ferry::bench::run_offload_bench(config, offload_overrides, offload_steps, json, markdown, command);
-    if (*policies) return ferry::bench::run_policies_bench(cost_model, policy_batch, policy_seq, policy_overlap == "delayed", json, markdown, command);
+    if (*policies) {
+      policy_options.delayed = policy_overlap == "delayed";
+      policy_options.mixed_tiers = !single_tier;
+      policy_options.json = json, policy_options.markdown = markdown, policy_options.command = command;
+      return ferry::bench::run_policies_bench(policy_options);
+    }
     if (*planner) return ferry::bench::run_planner_bench(json, markdown, command);
     if (*adam) return ferry::bench::run_adam_bench(params, threads, reps, json, markdown, command);
     if (step_device != "cpu")

@@ -1,95 +1,167 @@
-// ferry-bench policies: every placement policy on the shipped H100-class cost model, for GPT shapes from
-// 350M to 7B parameters at 4, 8 and 16 GiB of device memory: the predicted step time of each policy beside
-// the lower bound no plan can beat.
+// ferry-bench policies: every placement policy on a cost model (the shipped H100-class one by default) over
+// the workloads users run: GPT-2 350M to 7B and BERT-large, 4K to 64K tokens per step (micro-batches and
+// accumulation), budgets of 8 to 80 GiB. Predicted step times beside the lower bound no plan can beat, the
+// ratios between the policies, and where greedy puts the weights (its tiers).
 #include <fmt/format.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "bench/bench_common.h"
 #include "memory/bucket_layout.h"
+#include "models/bert.h"
 #include "models/gpt2.h"
 #include "offload/policies.h"
 
 namespace ferry::bench {
+namespace {
 
-int run_policies_bench(const std::string& cost_model_path, int64_t batch, int64_t seq, bool delayed,
-                       const std::string& json_path, const std::string& markdown_path, const std::string& command) {
-  const offload::CostModel cost = offload::CostModel::load(cost_model_path);
-  struct Model {
-    std::string name;
-    models::GptConfig cfg;
+struct Shape {
+  std::string name;
+  models::ModelSpec (*build)(int64_t batch, int64_t seq);
+  int64_t max_batch, seq;  // the largest micro-batch: more tokens per step accumulate micro-batches of it
+};
+
+models::ModelSpec gpt(int n_layer, int n_head, int n_embd, int64_t batch, int64_t seq) {
+  models::GptConfig c;
+  c.n_layer = n_layer, c.n_head = n_head, c.n_embd = n_embd, c.vocab_size = 50257, c.seq_len = 1024;
+  return models::build_gpt2(c, batch, seq);
+}
+
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> all{
+      {"gpt2-350m", [](int64_t b, int64_t t) { return gpt(24, 16, 1024, b, t); }, 16, 1024},
+      {"gpt2-774m", [](int64_t b, int64_t t) { return gpt(36, 20, 1280, b, t); }, 16, 1024},
+      {"gpt2-1.5b", [](int64_t b, int64_t t) { return gpt(48, 25, 1600, b, t); }, 16, 1024},
+      {"gpt-3b", [](int64_t b, int64_t t) { return gpt(32, 32, 2560, b, t); }, 16, 1024},
+      {"gpt-7b", [](int64_t b, int64_t t) { return gpt(32, 32, 4096, b, t); }, 16, 1024},
+      {"bert-large",
+       [](int64_t b, int64_t t) {
+         models::BertConfig c;
+         c.n_layer = 24, c.n_head = 16, c.n_embd = 1024, c.vocab_size = 30522, c.seq_len = 512;
+         return models::build_bert(c, b, t);
+       },
+       32, 512}};
+  return all;
+}
+
+// Weight bytes greedy keeps in each tier.
+nlohmann::json tier_bytes(const offload::StepPlan& plan) {
+  int64_t bytes[3] = {0, 0, 0};
+  for (int b = 0; b < plan.problem.n_buckets; ++b) bytes[static_cast<int>(plan.schedule.tier(b))] += plan.problem.bucket_bytes[b];
+  return {{"device", bytes[0]}, {"weights_resident", bytes[1]}, {"streamed", bytes[2]}};
+}
+
+struct Row {
+  nlohmann::json cases = nlohmann::json::array();
+  std::string markdown;
+};
+
+// One model, workload and budget: every policy, planned as `ferry train` would (checkpointing auto).
+Row run_row(const PoliciesBenchOptions& o, const offload::CostModel& cost, const Shape& shape, const models::ModelSpec& spec,
+            int64_t batch, int accum, int gib) {
+  offload::PlanRequest request;
+  request.budget_bytes = int64_t(gib) << 30;
+  request.checkpointing = offload::Checkpointing::Auto;
+  request.grad_accum = accum;
+  request.mixed_tiers = o.mixed_tiers;
+  offload::PlanRequest bound_request = request;
+  bound_request.overlap = o.delayed ? offload::Overlap::Delayed : offload::Overlap::Backward;
+  const double bound = offload::lower_bound_step_s(spec, cost, bound_request);
+  const int64_t tokens = batch * shape.seq * accum;
+  Row row;
+  row.markdown = fmt::format("| {} | {:.2f}B | {}K ({}x{}x{}) | {} GiB | {:.3f} |", shape.name, spec.param_count() / 1e9, tokens / 1024,
+                             batch, shape.seq, accum, gib, bound);
+  std::map<offload::Policy, double> step;
+  std::string tiers = "-";
+  for (offload::Policy policy : offload::all_policies()) {
+    const auto t0 = Clock::now();
+    nlohmann::json c{{"model", shape.name}, {"params", spec.param_count()}, {"tokens_per_step", tokens}, {"micro_batch", batch},
+                     {"seq", shape.seq}, {"grad_accum", accum}, {"budget_bytes", request.budget_bytes},
+                     {"policy", offload::to_string(policy)}, {"lower_bound_step_s", bound}};
+    request.policy = policy;
+    request.overlap = o.delayed && offload::overlap_allowed(policy, offload::Overlap::Delayed) ? offload::Overlap::Delayed : offload::Overlap::Backward;
+    try {
+      const offload::StepPlan plan = offload::plan_step(spec, cost, request);
+      const offload::SimResult r = offload::simulate(plan.problem, plan.schedule, plan.memory);
+      c.update({{"overlap", offload::to_string(request.overlap)}, {"construction", plan.schedule.construction}, {"fits", true},
+                {"checkpointed_blocks", plan.problem.checkpointed_layers}, {"predicted_step_s", r.step_s},
+                {"peak_device_bytes", r.peak_device_bytes}, {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes},
+                {"stall_s", r.stall_s}, {"cpu_busy_s", r.cpu_busy_s}, {"tier_weight_bytes", tier_bytes(plan)}});
+      row.markdown += plan.problem.checkpointed_layers ? fmt::format(" {:.3f} ({} ckpt) |", r.step_s, plan.problem.checkpointed_layers)
+                                                       : fmt::format(" {:.3f} |", r.step_s);
+      step[policy] = r.step_s;
+      if (policy == offload::Policy::Greedy) {
+        const nlohmann::json& t = c["tier_weight_bytes"];
+        tiers = fmt::format("{:.1f} / {:.1f} / {:.1f}", t["device"].get<double>() / (1 << 30), t["weights_resident"].get<double>() / (1 << 30),
+                            t["streamed"].get<double>() / (1 << 30));
+      }
+    } catch (const offload::BudgetError&) {
+      c["fits"] = false;
+      row.markdown += " does not fit |";
+    }
+    c["plan_s"] = seconds_since(t0);
+    row.cases.push_back(c);
+  }
+  auto ratio = [&](offload::Policy num, offload::Policy den) {
+    return step.count(num) && step.count(den) ? fmt::format(" {:.2f} |", step[num] / step[den]) : std::string(" - |");
   };
-  const std::vector<Model> shapes{{"gpt2-350m", {24, 16, 1024, 50257, 1024}},
-                                  {"gpt2-774m", {36, 20, 1280, 50257, 1024}},
-                                  {"gpt2-1.5b", {48, 25, 1600, 50257, 1024}},
-                                  {"gpt-3b", {32, 32, 2560, 50257, 1024}},
-                                  {"gpt-7b", {32, 32, 4096, 50257, 1024}}};
+  const double greedy = step.count(offload::Policy::Greedy) ? step[offload::Policy::Greedy] : 0;
+  row.markdown += greedy > 0 ? fmt::format(" {:.3f} |", greedy / bound) : std::string(" - |");
+  row.markdown += ratio(offload::Policy::ZeroOffload, offload::Policy::Greedy) + ratio(offload::Policy::ChunkLru, offload::Policy::Greedy);
+  row.markdown += " " + tiers + " |";
+  return row;
+}
+
+template <class T>
+bool selected(const std::vector<T>& chosen, const T& value) {
+  return chosen.empty() || std::find(chosen.begin(), chosen.end(), value) != chosen.end();
+}
+
+}  // namespace
+
+int run_policies_bench(const PoliciesBenchOptions& o) {
+  const offload::CostModel cost = offload::CostModel::load(o.cost_model);
   nlohmann::json cases = nlohmann::json::array();
   std::ostringstream table;
-  table << "| model | params | budget | lower bound s | resident | zero-offload | chunk-lru | greedy | greedy / bound |\n"
-        << "|---|---|---|---|---|---|---|---|---|\n";
-  for (const Model& m : shapes) {
-    models::ModelSpec spec = models::build_gpt2(m.cfg, batch, seq);
-    spec.set_precision(DType::BF16);  // train.precision's default: what the GPU stores
-    for (int gib : {4, 8, 16}) {
-      const offload::OffloadProblem p(spec, cost, memory::BucketLayout::kDefaultBucketBytes, int64_t(gib) << 30);
-      const double bound = offload::lower_bound_step_s(p);
-      std::string row = fmt::format("| {} | {:.2f}B | {} GiB | {:.3f} |", m.name, spec.param_count() / 1e9, gib, bound);
-      double greedy_s = 0;
-      for (offload::Policy policy : offload::all_policies()) {
-        const auto t0 = Clock::now();
-        nlohmann::json c{{"model", m.name}, {"params", spec.param_count()}, {"budget_bytes", p.budget_bytes},
-                         {"policy", offload::to_string(policy)}, {"lower_bound_step_s", bound}};
-        try {
-          offload::PlanRequest request;
-          request.budget_bytes = p.budget_bytes;
-          request.policy = policy;
-          request.checkpointing = offload::Checkpointing::Auto;
-          if (delayed && offload::overlap_allowed(policy, offload::Overlap::Delayed)) request.overlap = offload::Overlap::Delayed;
-          const offload::StepPlan plan = offload::plan_step(spec, cost, request);
-          const offload::SimResult r = offload::simulate(plan.problem, plan.schedule, plan.memory);
-          c["overlap"] = offload::to_string(request.overlap);
-          c["construction"] = plan.schedule.construction;
-          c["fits"] = true;
-          c["checkpointed_blocks"] = plan.problem.checkpointed_layers;
-          c["predicted_step_s"] = r.step_s;
-          c["peak_device_bytes"] = r.peak_device_bytes;
-          c["h2d_bytes"] = r.h2d_bytes;
-          c["d2h_bytes"] = r.d2h_bytes;
-          c["stall_s"] = r.stall_s;
-          row += plan.problem.checkpointed_layers
-                     ? fmt::format(" {:.3f} ({} ckpt) |", r.step_s, plan.problem.checkpointed_layers)
-                     : fmt::format(" {:.3f} |", r.step_s);
-          if (policy == offload::Policy::Greedy) greedy_s = r.step_s;
-        } catch (const offload::BudgetError&) {
-          c["fits"] = false;
-          row += " does not fit |";
-        }
-        c["plan_s"] = seconds_since(t0);
-        cases.push_back(c);
+  table << "| model | params | tokens/step (micro-batch x seq x accumulation) | budget | lower bound s | resident | zero-offload | "
+           "chunk-lru | greedy | greedy / bound | zero-offload / greedy | chunk-lru / greedy | greedy's weights, GiB: device / "
+           "resident / streamed |\n"
+        << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const Shape& shape : shapes()) {
+    if (!selected(o.models, shape.name)) continue;
+    for (int64_t tokens : o.tokens) {
+      const int64_t sequences = std::max<int64_t>(1, tokens / shape.seq);
+      const int64_t batch = std::min(sequences, shape.max_batch);
+      const int accum = static_cast<int>(std::max<int64_t>(1, sequences / batch));
+      models::ModelSpec spec = shape.build(batch, shape.seq);
+      spec.set_precision(DType::BF16);  // train.precision's default: what the GPU stores
+      for (int gib : o.budgets_gib) {
+        Row row = run_row(o, cost, shape, spec, batch, accum, gib);
+        for (auto& c : row.cases) cases.push_back(std::move(c));
+        table << row.markdown << "\n";
+        fmt::print(stderr, "{}\n", row.markdown);
       }
-      row += greedy_s > 0 ? fmt::format(" {:.3f} |", greedy_s / bound) : " - |";
-      table << row << "\n";
-      fmt::print(stderr, "{}\n", row);
     }
   }
   fmt::print("{}", table.str());
-  if (!json_path.empty()) {
-    nlohmann::json j{{"benchmark", "policies"}, {"cost_model", cost.to_json()}, {"batch", batch}, {"seq", seq},
-                     {"overlap", delayed ? "delayed" : "backward"},
-                     {"cases", cases}, {"date", today()}, {"command", command}};
-    write_result(json_path, "--json", j.dump(2) + "\n");
+  if (!o.json.empty()) {
+    nlohmann::json j{{"benchmark", "policies"}, {"cost_model", cost.to_json()}, {"overlap", o.delayed ? "delayed" : "backward"},
+                     {"mixed_tiers", o.mixed_tiers}, {"cases", cases}, {"date", today()}, {"command", o.command}};
+    write_result(o.json, "--json", j.dump(2) + "\n");
   }
-  if (!markdown_path.empty()) {
-    write_result(markdown_path, "--markdown",
-                 fmt::format("# Placement policies on the simulator\n\nCost model: {} ({}). Batch {} x {} tokens; "
-                             "buckets of 32 MiB; activation checkpointing auto (\"k ckpt\": k blocks recomputed); overlap {}{}. "
-                             "Predicted step times in seconds. Date: {}.\n\nCommand: `{}`\n\n",
-                             cost.name, cost.assumed ? "assumed figures, not measured" : "measured", batch, seq,
-                             delayed ? "delayed (AdamW one step behind)" : "backward",
-                             delayed ? ", except resident, which runs AdamW on the device (overlap backward)" : "",
-                             today(), command) +
+  if (!o.markdown.empty()) {
+    write_result(o.markdown, "--markdown",
+                 fmt::format("# Placement policies on the simulator\n\nCost model: {} ({}). bf16; buckets of 32 MiB; activation "
+                             "checkpointing auto (\"k ckpt\": k blocks recomputed); overlap {}; greedy {}. Predicted step times in "
+                             "seconds; the lower bound holds for every placement and checkpointing plan_step may choose. Date: {}."
+                             "\n\nCommand: `{}`\n\n",
+                             cost.name, cost.assumed ? "assumed figures, not measured" : "measured",
+                             o.delayed ? "delayed (AdamW one step behind; resident runs AdamW on the device)" : "backward",
+                             o.mixed_tiers ? "with the device tier (AdamW on the GPU for some buckets, the CPU's for the rest)"
+                                           : "without the device tier",
+                             today(), o.command) +
                      table.str());
   }
   return 0;

@@ -49,6 +49,9 @@ struct StepState {
   std::vector<int> update_order;  // buckets in the order their gradients land in the last micro-batch
   std::vector<int> uploads;       // resident buckets to upload once updated (not delayed)
   bool device_adam = false;
+  // The device tier beside the CPU's AdamW: its buckets and their statistics, which the host's decision reads.
+  std::vector<device::Device::OptimizerBucket> device_tier;
+  std::vector<cpu_optim::GradStats> device_tier_stats;
   std::vector<float> losses;
   cpu_optim::StepDecision device_decision;
   int64_t h2d_bytes = 0, d2h_bytes = 0;  // every copy is queued by the host thread
@@ -314,28 +317,47 @@ float Executor::Impl::run_forward(const dataset::Batch& batch) {
   return st.losses[0];
 }
 
-// AdamW on the device's copy of the optimizer state (policy resident), with the same kernels and the
-// same order of reductions as on the CPU path, so that both give bitwise the same weights.
+// AdamW on the device's copy of the optimizer state, with the same kernels and the same order of reductions
+// as on the CPU path, so that both give bitwise the same weights. Every bucket (policy resident): the
+// device decides the step too. A device tier beside the CPU's AdamW: the device's statistics join the
+// CPU's in the host's one decision, which the device's AdamW then waits for (finish_step).
 void Executor::Impl::device_adam() {
   std::vector<device::Device::OptimizerBucket> buckets;
+  std::vector<int> ids;
   for (int b = 0; b < p.n_buckets; ++b) {
-    if (p.first_grad_op[b] < 0) continue;
+    if (p.first_grad_op[b] < 0 || !s.device_optimizer[b]) continue;
     float* state = at.floats(at.state_tensor(b));
     const int64_t n = p.bucket_numel(b);
     const bool summed = at.gradsum_tensor(b) >= 0;  // fp32 sums over micro-batches
     const int grads = summed ? at.gradsum_tensor(b) : at.grads_tensor(b);
     buckets.push_back({state, state + n, state + 2 * n, at.address(grads), summed ? DType::F32 : p.precision,
                        at.address(at.resident_tensor(b)), p.precision, n, ranges.empty() ? std::vector<cpu_optim::HyperRange>() : ranges[b]});
+    ids.push_back(b);
   }
-  const std::string label = "adamw (device)";
-  queue(Stream::Compute, label, [&] {
-    dev.adamw(std::move(buckets), adamw.hyper(), st.adam_step, st.lr, options.grad_clip, st.loss_scale, &st.device_decision, label);
-  });
+  if (s.all_device_optimizer()) {
+    const std::string label = "adamw (device)";
+    queue(Stream::Compute, label, [&] {
+      dev.adamw(std::move(buckets), adamw.hyper(), st.adam_step, st.lr, options.grad_clip, st.loss_scale, &st.device_decision, label);
+    });
+    return;
+  }
+  st.device_tier_stats.assign(buckets.size(), {});
+  st.device_tier = std::move(buckets);
+  const std::string label = "gradient statistics (device tier)";
+  queue(Stream::Compute, label, [&] { dev.gradient_statistics(st.device_tier, st.device_tier_stats.data(), label); });
+  cpu.record_device_stats(std::move(ids), st.device_tier_stats.data(), dev, dev.record(Stream::Compute));
 }
 
 void Executor::Impl::finish_step() {
   if (st.device_adam) device_adam();
-  if (!st.update_order.empty()) cpu.queue_decision();
+  const bool device_tier = !st.device_tier.empty();
+  std::shared_ptr<device::HostEvent> decided;
+  if (!st.update_order.empty() || device_tier) decided = cpu.queue_decision();
+  if (device_tier) {
+    dev.wait(Stream::Compute, dev.from_host(decided), "step decision");
+    const std::string label = "adamw (device tier)";
+    queue(Stream::Compute, label, [&] { dev.adamw_decided(st.device_tier, adamw.hyper(), st.adam_step, st.lr, cpu.decided(), label); });
+  }
   if (!st.update_order.empty() && !delayed()) {
     cpu.queue_updates(st.update_order, st.adam_step, st.lr);
     for (int b : st.uploads) queue_upload(b);
@@ -441,7 +463,8 @@ StepResult Executor::step(std::span<const dataset::Batch> micro_batches, int64_t
   double loss = 0;
   for (float l : x.st.losses) loss += l;
   r.loss = static_cast<float>(loss / M);
-  const cpu_optim::StepDecision& d = x.st.device_adam ? x.st.device_decision : x.delayed() ? x.cpu.pending().decision() : x.cpu.decision();
+  const bool device_decided = x.st.device_adam && x.s.all_device_optimizer();
+  const cpu_optim::StepDecision& d = device_decided ? x.st.device_decision : x.delayed() ? x.cpu.pending().decision() : x.cpu.decision();
   r.grad_norm = d.report.grad_norm;
   r.skipped = d.report.skipped;
   r.h2d_bytes = x.st.h2d_bytes, r.d2h_bytes = x.st.d2h_bytes;

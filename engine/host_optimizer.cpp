@@ -107,8 +107,17 @@ void HostOptimizer::gather(int b, device::Device& device, device::EventPtr lande
   }
 }
 
-void HostOptimizer::queue_decision() {
-  run("global gradient norm", [this] { step_->decide(); });
+void HostOptimizer::record_device_stats(std::vector<int> buckets, const cpu_optim::GradStats* stats, device::Device& device,
+                                        device::EventPtr ready) {
+  run("gradient stats of the device tier", [this, buckets = std::move(buckets), stats, &device, ready] {
+    device.synchronize(ready);
+    for (size_t i = 0; i < buckets.size(); ++i) step_->record_stats(static_cast<size_t>(buckets[i]), stats[i]);
+  });
+}
+
+std::shared_ptr<device::HostEvent> HostOptimizer::queue_decision() {
+  run("global gradient norm", [this] { decided_ = step_->decide(); });
+  return worker_->record();
 }
 
 // AdamW on bucket b under `step`'s decision, its working copy (in the precision) written by the same fused pass.

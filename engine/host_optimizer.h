@@ -48,9 +48,14 @@ class HostOptimizer {
   // when micro-batches accumulate, and after the last micro-batch the bucket's statistics.
   void gather(int bucket, device::Device& device, device::EventPtr landed, int micro, bool last_micro);
 
-  // The step decision from every bucket's statistics (global norm, clip scale, inf/nan skip).
-  void queue_decision();
+  // Statistics of buckets the device updates (its device tier), for the one decision of the step: once
+  // `ready` is done, stats[i] is bucket buckets[i]'s. stats must live until the decision is made.
+  void record_device_stats(std::vector<int> buckets, const cpu_optim::GradStats* stats, device::Device& device, device::EventPtr ready);
+  // The step decision from every bucket's statistics (global norm, clip scale, inf/nan skip); the event
+  // follows it, after which *decided() holds it (for the device tier's AdamW to read).
+  std::shared_ptr<device::HostEvent> queue_decision();
   const cpu_optim::StepDecision& decision() const { return step_->decision(); }
+  const cpu_optim::StepDecision* decided() const { return &decided_; }
   // Queues AdamW on `order`'s buckets with this step's gradients and decision; each bucket's `updated`
   // event follows its update (uploads wait for it).
   void queue_updates(const std::vector<int>& order, int64_t adam_step, double lr);
@@ -113,6 +118,7 @@ class HostOptimizer {
   int parity_ = 0;
 
   std::optional<cpu_optim::OptimizerStep> step_;  // this step's: statistics as gradients land, then the decision
+  cpu_optim::StepDecision decided_;                // a copy of the decision, where the device tier reads it
   std::vector<std::shared_ptr<device::HostEvent>> updated_;
   bool has_pending_ = false;
   Pending pending_;

@@ -50,7 +50,8 @@ void add_windows(const OffloadProblem& p, const Schedule& s, std::vector<DeviceT
 }  // namespace
 
 std::vector<DeviceTensor> device_tensors(const OffloadProblem& p, const Schedule& s) {
-  if (static_cast<int>(s.before.size()) != p.n_ops + 1 || static_cast<int>(s.resident.size()) != p.n_buckets)
+  if (static_cast<int>(s.before.size()) != p.n_ops + 1 || static_cast<int>(s.resident.size()) != p.n_buckets ||
+      s.device_optimizer.size() != s.resident.size())
     throw std::invalid_argument(s.label() + ": the schedule has " + std::to_string(s.before.size()) + " action points and " +
                                 std::to_string(s.resident.size()) + " buckets; the problem " + std::to_string(p.n_ops + 1) + " and " +
                                 std::to_string(p.n_buckets));
@@ -63,7 +64,7 @@ std::vector<DeviceTensor> device_tensors(const OffloadProblem& p, const Schedule
     const int64_t numel = p.bucket_numel(b);
     if (s.resident[b]) out.push_back({Kind::Weights, b, {p.bucket_bytes[b], 256, 0, last}});
     if (p.first_grad_op[b] >= 0) out.push_back({Kind::Grads, b, {p.bucket_bytes[b], 256, p.first_grad_op[b], grads_end[b]}});
-    if (s.optimizer_on_device && p.first_grad_op[b] >= 0) {  // a bucket without gradients (frozen) is never updated
+    if (s.device_optimizer[b] && p.first_grad_op[b] >= 0) {  // a bucket without gradients (frozen) is never updated
       out.push_back({Kind::OptimizerState, b, {3 * 4 * numel, 256, 0, last}});
       if (p.grad_accum > 1) out.push_back({Kind::GradSum, b, {4 * numel, 256, 0, last}});
     }

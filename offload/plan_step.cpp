@@ -1,6 +1,7 @@
 // plan_step: the step's plan from a PlanRequest: checkpointing (off, on, or the fewest blocks that fit),
 // the policy's schedule and its device memory, the overlap rule, and budget errors whose advice holds.
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "offload/policies.h"
@@ -30,21 +31,24 @@ class StepPlanner {
  private:
   // The plan of `with` (labelled with the requested policy) with the first k blocks checkpointed and the
   // delayed update applied where asked for and AdamW runs on the CPU. BudgetError when it does not fit.
-  StepPlan attempt(Policy with, int k) const {
+  // tiers: whether greedy may use the device tier where the request allows it (its candidates add to the
+  // others, so whether a plan fits does not depend on it).
+  StepPlan attempt(Policy with, int k, bool tiers = true) const {
     std::vector<bool> checkpointed(layers_, false);
     std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
     OffloadProblem p(spec_, cost_, request_.bucket_bytes, request_.budget_bytes, checkpointed, request_.grad_accum,
                      request_.workspace_bytes);
-    PlannedSchedule planned = make_schedule(p, with, request_.red_zone_bytes);
+    const bool mixed = tiers && request_.mixed_tiers && request_.overlap == Overlap::Backward;
+    PlannedSchedule planned = make_schedule(p, with, request_.red_zone_bytes, mixed);
     Schedule& s = planned.schedule;
     if (with != request_.policy) s.policy = to_string(request_.policy);  // the construction stays
-    if (request_.overlap == Overlap::Delayed && !s.optimizer_on_device) s = with_delayed_update(p, std::move(s));
+    if (request_.overlap == Overlap::Delayed && !s.any_device_optimizer()) s = with_delayed_update(p, std::move(s));
     return StepPlan{std::move(p), std::move(s), std::move(planned.memory), ""};
   }
 
   bool fits(Policy with, int k) const {
     try {
-      attempt(with, k);
+      attempt(with, k, false);
       return true;
     } catch (const BudgetError&) {
       return false;
@@ -52,37 +56,40 @@ class StepPlanner {
   }
 
   // The fewest blocks with which `with` fits: checkpointing more never needs more memory, so bisect.
-  std::optional<StepPlan> fewest(Policy with) const {
-    try {
-      return attempt(with, 0);
-    } catch (const BudgetError&) {
-    }
+  std::optional<int> fewest(Policy with) const {
+    if (fits(with, 0)) return 0;
     int lo = 1, hi = layers_;
-    std::optional<StepPlan> found;
+    std::optional<int> found;
     while (lo <= hi) {
       const int mid = (lo + hi) / 2;
-      try {
-        found.emplace(attempt(with, mid));
-        hi = mid - 1;
-      } catch (const BudgetError&) {
-        lo = mid + 1;
-      }
+      if (fits(with, mid)) found = mid, hi = mid - 1;
+      else lo = mid + 1;
     }
     return found;
   }
 
   StepPlan automatic() const {
-    std::optional<StepPlan> best = fewest(request_.policy);
-    if (!best) return attempt(request_.policy, layers_);  // throws, saying what every block checkpointed needs
+    const std::optional<int> least = fewest(request_.policy);
+    if (!least) return attempt(request_.policy, layers_);  // throws, saying what every block checkpointed needs
+    std::optional<StepPlan> best = attempt(request_.policy, *least);
     if (request_.policy != Policy::Greedy) return std::move(*best);
     // Recomputing a few blocks may let everything stay on the device, which can beat any plan that
     // offloads without recomputation: greedy also weighs the fewest blocks with which resident, then
-    // zero-offload, fit, and keeps the fastest plan.
+    // zero-offload, fit, and keeps the fastest plan. attempt() throws nothing here: more blocks than
+    // the fewest that fit still fit.
     double best_s = simulate(best->problem, best->schedule, best->memory).step_s;
-    for (Policy anchor : {Policy::Resident, Policy::ZeroOffload}) {
-      const std::optional<StepPlan> other = fewest(anchor);
-      if (!other || other->problem.checkpointed_layers == best->problem.checkpointed_layers) continue;
-      StepPlan candidate = attempt(Policy::Greedy, other->problem.checkpointed_layers);
+    std::vector<int> counts;
+    for (Policy anchor : {Policy::Resident, Policy::ZeroOffload})
+      if (const std::optional<int> other = fewest(anchor)) counts.push_back(*other);
+    // With the device tier, every block recomputed frees room for more of AdamW on the device, which can
+    // save more than the recomputation costs: a few more counts, up to every block.
+    if (request_.mixed_tiers && request_.overlap == Overlap::Backward)
+      for (int quarter = 1; quarter <= 4; ++quarter) counts.push_back(best->problem.checkpointed_layers + (layers_ - best->problem.checkpointed_layers) * quarter / 4);
+    std::sort(counts.begin(), counts.end());
+    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+    for (int k : counts) {
+      if (k == best->problem.checkpointed_layers) continue;
+      StepPlan candidate = attempt(Policy::Greedy, k);
       const double s = simulate(candidate.problem, candidate.schedule, candidate.memory).step_s;
       if (s < best_s) best_s = s, best.emplace(std::move(candidate));
     }
@@ -107,13 +114,28 @@ Overlap parse_overlap(const std::string& name) {
 
 bool overlap_allowed(Policy policy, Overlap overlap) { return !(overlap == Overlap::Delayed && policy == Policy::Resident); }
 
+double lower_bound_step_s(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request) {
+  int layers = 0;
+  for (const auto& op : spec.ops) layers = std::max(layers, op.layer + 1);
+  const int first = request.checkpointing == Checkpointing::On ? layers : 0;
+  const int last = request.checkpointing == Checkpointing::Off ? 0 : layers;
+  double bound = INFINITY;
+  for (int k = first; k <= last; ++k) {
+    std::vector<bool> checkpointed(layers, false);
+    std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
+    const OffloadProblem p(spec, cost, request.bucket_bytes, request.budget_bytes, checkpointed, request.grad_accum, request.workspace_bytes);
+    bound = std::min(bound, lower_bound_step_s(p, request.overlap));
+  }
+  return bound;
+}
+
 StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request) {
   if (!overlap_allowed(request.policy, request.overlap))
     throw std::runtime_error(std::string("offload.overlap: delayed needs AdamW on the CPU, and offload.policy: ") +
                              to_string(request.policy) + " runs it on the device; set offload.overlap: backward, or a policy "
                              "that offloads (greedy, zero-offload, chunk-lru)");
   StepPlan plan = StepPlanner(spec, cost, request).plan();
-  if (request.overlap == Overlap::Delayed && plan.schedule.optimizer_on_device)
+  if (request.overlap == Overlap::Delayed && plan.schedule.any_device_optimizer())
     plan.overlap_note = "offload.overlap: delayed is not used: the plan (" + plan.schedule.label() +
                         ") keeps AdamW on the device, where there is no CPU update to delay";
   return plan;

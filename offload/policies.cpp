@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <optional>
+#include <span>
 
 #include "memory/host_buffer.h"
 
@@ -19,6 +20,7 @@ Schedule empty_schedule(const OffloadProblem& p, Policy policy, std::string cons
   s.construction = std::move(construction);
   s.before.resize(p.n_ops + 1);
   s.resident.assign(p.n_buckets, false);
+  s.device_optimizer.assign(p.n_buckets, false);
   return s;
 }
 
@@ -52,7 +54,7 @@ Candidate evaluate(const OffloadProblem& p, Schedule s, int64_t red_zone_bytes) 
 Schedule resident(const OffloadProblem& p) {
   Schedule s = empty_schedule(p, Policy::Resident, "resident schedule");
   s.resident.assign(p.n_buckets, true);
-  s.optimizer_on_device = true;
+  s.device_optimizer.assign(p.n_buckets, true);
   s.before[p.n_ops].push_back({Action::Kind::DeviceAdam, -1});
   return s;
 }
@@ -100,6 +102,10 @@ Schedule chunk_lru(const OffloadProblem& p, int64_t budget) {
   return s;
 }
 
+// What the device tier keeps beside a bucket's weights: the fp32 master, m and v, and the fp32 gradient
+// sums when micro-batches accumulate (DeviceMemory's OptimizerState and GradSum).
+int64_t device_state_bytes(const OffloadProblem& p, int b) { return (p.grad_accum > 1 ? 16 : 12) * p.bucket_numel(b); }
+
 // A travelling bucket's window: ops using it at most `gap` ops apart. Wider windows save trips over the
 // link; with gap 1 a bucket stays on the device only through runs of consecutive ops that use it.
 struct Window {
@@ -133,22 +139,32 @@ void order_actions(Schedule& s) {
     });
 }
 
-// Ferry's schedule for a given resident set: every other bucket travels once per window of uses,
-// prefetched just in time on the ideal timeline (its copy, queued behind the ones before it, lands when
-// the window's first op would start), earlier only if memory forbids the just-in-time point, and released
-// right after the window's last use.
-Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, int64_t budget, int gap = kWindowGap) {
+// Ferry's schedule for given tiers: the device tier (`device`: AdamW on the device, after the last op)
+// and the other resident buckets stay; every other bucket travels once per window of uses, prefetched just
+// in time on the ideal timeline (its copy, queued behind the ones before it, lands when the window's first
+// op would start), earlier only if memory forbids the just-in-time point, and released right after the
+// window's last use. `resident` includes `device`.
+Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device, int64_t budget,
+                    int gap = kWindowGap) {
   const int kept = static_cast<int>(std::count(resident.begin(), resident.end(), true));
+  const int updated_there = static_cast<int>(std::count(device.begin(), device.end(), true));
   Schedule s = empty_schedule(p, Policy::Greedy, "prefetch schedule, " + std::to_string(kept) + " of " + std::to_string(p.n_buckets) +
-                                                     " buckets resident" + (gap == 1 ? ", windows of consecutive uses" : ""));
+                                                     " buckets resident" +
+                                                     (updated_there > 0 ? ", " + std::to_string(updated_there) + " updated on the device" : "") +
+                                                     (gap == 1 ? ", windows of consecutive uses" : ""));
   s.resident = resident;
+  s.device_optimizer = device;
+  if (updated_there > 0) s.before[p.n_ops].push_back({Action::Kind::DeviceAdam, -1});
   const std::vector<int64_t> grads_live = add_cpu_optimizer(p, s);
   const auto t = timeline(p);
   int64_t resident_bytes = 0;
   for (int b = 0; b < p.n_buckets; ++b)
-    if (resident[b]) resident_bytes += p.bucket_bytes[b];
+    if (resident[b]) resident_bytes += p.bucket_bytes[b] + (device[b] ? device_state_bytes(p, b) : 0);
   std::vector<int64_t> used(p.n_ops);
   for (int i = 0; i < p.n_ops; ++i) used[i] = p.workspace_bytes + p.activation_live[i] + grads_live[i] + resident_bytes;
+  for (int b = 0; b < p.n_buckets; ++b)  // the device tier's gradients stay until its AdamW
+    if (device[b] && p.first_grad_op[b] >= 0)
+      for (int i = p.first_grad_op[b]; i < p.n_ops; ++i) used[i] += p.bucket_bytes[b];
   std::vector<int> released_at(p.n_buckets, 0);  // a bucket's next window may not start before this point
   double h2d_free = 0;
   for (const Window& w : windows_of(p, resident, gap)) {  // in order of first use
@@ -202,7 +218,8 @@ PlannedSchedule chunk_lru_fitting(const OffloadProblem& p, int64_t red_zone_byte
 // all their trips plus the compute stalls charged to their windows in the all-offloaded schedule (with
 // unlimited memory). Most valuable first.
 std::vector<int> rank_buckets(const OffloadProblem& p) {
-  const Schedule offloaded = greedy_for(p, std::vector<bool>(p.n_buckets, false), INT64_MAX / 4);
+  const std::vector<bool> none(p.n_buckets, false);
+  const Schedule offloaded = greedy_for(p, none, none, INT64_MAX / 4);
   const SimResult base = evaluate(p, offloaded, 0).result;
   std::vector<double> value(p.n_buckets, 0.0);
   for (int point = 0; point < p.n_ops; ++point) {
@@ -226,16 +243,92 @@ struct Best {
   std::optional<Candidate> fastest;
   int64_t smallest_peak = INT64_MAX;
 
+  // A candidate is laid out only when its estimate (the same timings; the most bytes alive at once, which
+  // no layout beats) says it could be the fastest that fits, or could lower the smallest peak.
   void consider(Schedule s) {
     s.policy = to_string(Policy::Greedy);
+    const SimResult guess = estimate(p, s);
+    if (!guess.error.empty()) throw std::logic_error(s.label() + ": invalid schedule: " + guess.error);
+    const bool could_be_fastest = guess.fits && (!fastest || guess.step_s < fastest->result.step_s);
+    if (!could_be_fastest && guess.peak_device_bytes >= smallest_peak) return;
     Candidate c = evaluate(p, std::move(s), red_zone_bytes);
     smallest_peak = std::min(smallest_peak, c.result.peak_device_bytes);
     if (c.result.fits && (!fastest || c.result.step_s < fastest->result.step_s)) fastest.emplace(std::move(c));
   }
 };
 
+// The buckets in the order greedy moves them into the device tier: latest final gradients first, so that
+// the tier's gradient buffers (alive from their first write to its AdamW after the last op) are held the
+// shortest, and the gradients that would otherwise cross last, on the step's tail, stay.
+std::vector<int> device_tier_order(const OffloadProblem& p) {
+  std::vector<int> order;
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (p.first_grad_op[b] >= 0) order.push_back(b);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p.first_grad_op[a] > p.first_grad_op[b]; });
+  return order;
+}
+
+// How greedy ranks a move into the device tier while it grows one: the step time it saves, or that per
+// byte the move adds to the device (the bucket's weights, gradients and fp32 master, m and v).
+enum class TierGain { Seconds, SecondsPerByte };
+
+// Device tiers greedy tries, in the order it grows them within `rung` (a value of the ladder, never the
+// budget itself, so that more budget only adds candidates): device_tier_order cut into at most kGroups runs;
+// each round moves into the device tier (every other bucket streamed) the run with the best gain among the
+// moves whose plan fits below the next rung, until no move shortens the step. At most kGroups^2 / 2
+// simulations.
+std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGain rank, int64_t rung) {
+  constexpr int kGroups = 8;
+  const std::vector<int> order = device_tier_order(p);
+  const int n = static_cast<int>(order.size()), groups = std::min(n, kGroups);
+  auto group = [&](int g) {
+    const int64_t first = int64_t(g) * n / groups, end = int64_t(g + 1) * n / groups;
+    return std::span(order).subspan(size_t(first), size_t(end - first));
+  };
+  std::vector<bool> device(p.n_buckets, false), moved(groups, false);
+  double current = INFINITY;
+  std::vector<std::vector<bool>> path;
+  for (int round = 0; round < groups; ++round) {
+    int chosen = -1;
+    double best_gain = 0, chosen_step = 0;
+    for (int g = 0; g < groups; ++g) {
+      if (moved[g]) continue;
+      std::vector<bool> d = device;
+      int64_t bytes = 0;
+      for (int b : group(g)) d[b] = true, bytes += 2 * p.bucket_bytes[b] + device_state_bytes(p, b);
+      const SimResult r = estimate(p, greedy_for(p, d, d, rung));  // the candidates themselves are laid out later
+      if (double(r.peak_device_bytes) > 1.25 * double(rung)) continue;  // up to the next rung: the budget may lie between
+      const double saved = std::isinf(current) ? 1 / r.step_s : current - r.step_s;  // the first move: the fastest
+      const double gain = saved / (rank == TierGain::SecondsPerByte ? double(bytes) : 1.0);
+      if (gain > best_gain) best_gain = gain, chosen = g, chosen_step = r.step_s;
+    }
+    if (chosen < 0) break;
+    moved[chosen] = true;
+    for (int b : group(chosen)) device[b] = true;
+    current = chosen_step;
+    path.push_back(device);
+  }
+  return path;
+}
+
+// The device tier and as much of the residency ranking as `budget` holds beside it, counting what stays
+// all step (weights, the tier's optimizer state and gradients), the largest activations and the workspace.
+std::vector<bool> resident_beside(const OffloadProblem& p, const std::vector<bool>& device, const std::vector<int>& ranking,
+                                  int64_t budget) {
+  int64_t held = p.workspace_bytes + *std::max_element(p.activation_live.begin(), p.activation_live.end());
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (device[b]) held += 2 * p.bucket_bytes[b] + device_state_bytes(p, b);
+  std::vector<bool> resident = device;
+  for (int b : ranking) {
+    if (resident[b]) continue;
+    if (held + p.bucket_bytes[b] > budget) break;
+    resident[b] = true, held += p.bucket_bytes[b];
+  }
+  return resident;
+}
+
 // Ferry's policy.
-// What it optimises: the Simulator's predicted step time, under the budget.
+// What it optimises: the Simulator's predicted step time, under the budget, over the three tiers.
 // The greedy criterion: every bucket starts offloaded and scheduled just in time (greedy_for). Buckets are
 // ranked once (rank_buckets); the resident set is then a prefix of that ranking; greedy builds the plan of
 // each prefix (at most kPrefixes of them, evenly spaced) for unlimited memory and for each budget of a
@@ -244,12 +337,16 @@ struct Best {
 // greedy, their construction kept), so greedy is never predicted slower than those where they fit; so is,
 // at every rung, the schedule with nothing resident and windows of consecutive uses only, which needs the
 // least memory (without it, greedy found no plan for small budgets that an exhaustive search could meet).
+// With mixed tiers, the device tiers of device_tier_path are candidates too (every other bucket streamed):
+// the CPU's AdamW over every parameter is what bounds an offloaded step, and each bucket updated on the
+// device takes its share off the CPU, the d2h link and the h2d link at once.
 // Every other candidate is built without looking at the budget (ladder budgets above it are simply not
 // built: their plans could not be used anyway), so a larger budget only adds candidates: more budget never
 // gives a slower plan.
-// Complexity: ((prefixes + 1) x ladder rungs up to the budget) simulations, each O(ops + actions) plus
-// one Planner run; at most 26 x log_1.25(budget / minimum) of them.
-PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes) {
+// Complexity: ((prefixes + 1) x ladder rungs up to the budget) simulations, each O(ops + actions) plus one
+// Planner run, at most 26 x log_1.25(budget / minimum) of them; with mixed tiers, per rung at most 2 x 36
+// more for the two paths and 3 for each device tier on them.
+PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers) {
   constexpr int kPrefixes = 24;
   constexpr double kRung = 1.25;
   Best best(p, red_zone_bytes);
@@ -262,7 +359,8 @@ PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes) {
   // this candidate keeps the monotonicity.
   for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)}) best.consider(chunk_lru(p, budget));
   // Nothing resident and every window as short as it can be: the least memory a prefetch schedule needs.
-  for (int64_t rung : ladder) best.consider(greedy_for(p, std::vector<bool>(p.n_buckets, false), rung, 1));
+  const std::vector<bool> none(p.n_buckets, false);
+  for (int64_t rung : ladder) best.consider(greedy_for(p, none, none, rung, 1));
   const std::vector<int> ranking = rank_buckets(p);
   const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
   const int prefixes = std::min(p.n_buckets, kPrefixes);
@@ -272,8 +370,16 @@ PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes) {
     int64_t resident_bytes = 0;
     for (int i = 0; i < size; ++i) resident_set[ranking[i]] = true, resident_bytes += p.bucket_bytes[ranking[i]];
     if (p.workspace_bytes + resident_bytes + most_activations > p.budget_bytes) break;  // neither this prefix nor a larger one fits
-    for (int64_t rung : ladder) best.consider(greedy_for(p, resident_set, rung));
+    for (int64_t rung : ladder) best.consider(greedy_for(p, resident_set, none, rung));
   }
+  // Each device tier of both paths at every rung: every other bucket streamed (both window gaps), and with
+  // the most of the residency ranking the rung holds beside it resident too.
+  for (int64_t rung : mixed_tiers ? ladder : std::vector<int64_t>{})
+    for (TierGain rank : {TierGain::Seconds, TierGain::SecondsPerByte})
+      for (const std::vector<bool>& device : device_tier_path(p, rank, rung)) {
+        for (int gap : {kWindowGap, 1}) best.consider(greedy_for(p, device, device, rung, gap));
+        best.consider(greedy_for(p, resident_beside(p, device, ranking, rung), device, rung));
+      }
   if (!best.fastest) throw BudgetError(shortfall(p, best.smallest_peak, "greedy's smallest plan", ""));
   return std::move(best.fastest->plan);
 }
@@ -330,26 +436,11 @@ int64_t minimum_device_bytes(const OffloadProblem& p) {
   return need;
 }
 
-double lower_bound_step_s(const OffloadProblem& p) {
-  const double compute = std::accumulate(p.op_seconds.begin(), p.op_seconds.end(), 0.0);
-  // Only buckets with gradients must cross: a frozen one may stay on the device, and no optimizer reads it.
-  double h2d = 0, d2h = 0;
-  for (int b = 0; b < p.n_buckets; ++b)
-    if (p.first_grad_op[b] >= 0) h2d += p.cost.h2d.seconds(p.bucket_bytes[b]), d2h += p.cost.d2h.seconds(p.bucket_bytes[b]);
-  const double cpu = double(p.trained_params()) * (1 / p.cost.cpu_adam_params_per_s + 1 / p.cost.cpu_norm_params_per_s);
-  const double cpu_optimizer = std::max({compute, h2d, d2h, cpu});
-  // AdamW on the device needs every bucket's state there: only resident's schedule, whose step (compute,
-  // then AdamW on the compute stream) no schedule keeping AdamW on the device can beat. A slow device
-  // optimizer can lose to the CPU's even then.
-  const Candidate all = evaluate(p, resident(p), 0);
-  return all.result.fits ? std::min(all.result.step_s, cpu_optimizer) : cpu_optimizer;
-}
-
 std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& p, Schedule& s) {
   const auto t = timeline(p);
   std::vector<int64_t> grads_live(p.n_ops, 0);
   for (int b = 0; b < p.n_buckets; ++b) {
-    if (p.first_grad_op[b] < 0) continue;
+    if (p.first_grad_op[b] < 0 || s.device_optimizer[b]) continue;
     const int out = p.last_grad_op[b] + 1;
     s.before[out].push_back({Action::Kind::OffloadGrads, b});
     s.before[out].push_back({Action::Kind::CpuAdam, b});
@@ -363,21 +454,21 @@ std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& p, Schedule& s) {
   return grads_live;
 }
 
-PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t red_zone_bytes) {
+PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t red_zone_bytes, bool mixed_tiers) {
   if (const int64_t least = minimum_device_bytes(p); least > p.budget_bytes)
     throw BudgetError(shortfall(p, least, "this model", "with every bucket offloaded"));
   switch (policy) {
     case Policy::Resident: return fixed(p, resident(p), red_zone_bytes, "with every bucket and AdamW's state on the device");
     case Policy::ZeroOffload: return fixed(p, zero_offload(p), red_zone_bytes, "with every bucket's weights on the device");
     case Policy::ChunkLru: return chunk_lru_fitting(p, red_zone_bytes);
-    case Policy::Greedy: return greedy(p, red_zone_bytes);
+    case Policy::Greedy: return greedy(p, red_zone_bytes, mixed_tiers);
   }
   throw std::logic_error("unknown policy");
 }
 
 Schedule with_delayed_update(const OffloadProblem& p, Schedule s) {
-  if (s.optimizer_on_device)
-    throw std::invalid_argument("offload.overlap: delayed needs AdamW on the CPU; " + s.label() + " runs it on the device");
+  if (s.any_device_optimizer())
+    throw std::invalid_argument("offload.overlap: delayed needs AdamW on the CPU for every bucket; " + s.label() + " runs it on the device");
   std::vector<int> last_use(p.n_buckets, -1);
   for (int i = 0; i < p.n_ops; ++i)
     for (int b : p.op_buckets[i]) last_use[b] = i;

@@ -10,6 +10,7 @@
 
 #include "memory/bucket_layout.h"
 #include "offload/device_memory.h"
+#include "offload/lower_bound.h"
 #include "offload/problem.h"
 #include "offload/schedule.h"
 #include "offload/simulator.h"
@@ -47,10 +48,6 @@ struct BudgetError : std::runtime_error {
 // the gradient buffers it writes; and the libraries' workspace throughout.
 int64_t minimum_device_bytes(const OffloadProblem& problem);
 
-// No plan can be faster. With AdamW on the CPU: the largest of the compute time, every gradient crossing
-// to the host, every updated working copy crossing back, and the CPU's statistics pass and AdamW over
-// every parameter; the lesser of that and resident's step when everything fits the budget.
-double lower_bound_step_s(const OffloadProblem& problem);
 
 // What every policy that runs AdamW on the CPU adds to its schedule: each bucket's gradients leave for the
 // host right after the last op writing them, with its CpuAdam; their buffer is released once the copy has
@@ -65,14 +62,9 @@ struct PlannedSchedule {
 };
 
 // A schedule for the policy that the Simulator accepts and that fits the budget with every device tensor
-// padded by red_zone_bytes; BudgetError otherwise.
-PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0);
-
-// offload.overlap: when CPU AdamW runs. backward: a bucket's update starts when its gradients land.
-// delayed: ZeRO-Offload's delayed parameter update, one step behind.
-enum class Overlap { Backward, Delayed };
-const char* to_string(Overlap overlap);
-Overlap parse_overlap(const std::string& name);  // backward | delayed
+// padded by red_zone_bytes; BudgetError otherwise. mixed_tiers: greedy may update some buckets on the
+// device and the others on the CPU in one step (Tier); without, AdamW runs on one side for every bucket.
+PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0, bool mixed_tiers = true);
 
 // The one rule on which overlap a policy allows: delayed needs AdamW on the CPU, which resident never
 // runs there. (Greedy may still choose to keep AdamW on the device: plan_step then says so in a note.)
@@ -100,6 +92,9 @@ struct PlanRequest {
   // the host device; sized by the device. One device tensor alive the whole step; counts against the budget.
   int64_t workspace_bytes = 0;
   int64_t red_zone_bytes = 0;  // padding after every device tensor, for canaries (tests); counts against the budget
+  // Greedy may put some buckets in the device tier and the rest on the CPU (make_schedule). Only with
+  // overlap backward: the delayed update needs AdamW on the CPU for every bucket.
+  bool mixed_tiers = true;
 };
 
 struct StepPlan {
@@ -108,6 +103,11 @@ struct StepPlan {
   DeviceMemory memory;     // the one layout of the schedule's device tensors: the arena's size and every offset
   std::string overlap_note;  // why the requested overlap is not used; empty when it is
 };
+
+// lower_bound_step_s over the checkpointing the request allows (off: none; on: every block; auto: every
+// count of blocks plan_step may choose, earliest first), under its budget, accumulation and overlap: no
+// plan plan_step can make for the request beats it.
+double lower_bound_step_s(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request);
 
 // The whole decision for one step: which blocks to checkpoint, the policy's schedule, the overlap and
 // the device memory. With auto, the fewest blocks that make the policy fit; greedy also tries the fewest

@@ -80,6 +80,7 @@ void OffloadProblem::build_timeline(const models::ModelSpec& spec, const std::ve
     op_recompute.push_back(false);
   }
   n_ops = static_cast<int>(op_source.size());
+  while (forward_ops < n_ops && spec.ops[op_source[forward_ops]].pass == models::Pass::Forward) ++forward_ops;
 }
 
 // Each bucket's size, the buckets each timeline op touches, and which ops write each bucket's gradients.

@@ -26,6 +26,7 @@ struct OffloadProblem {
 
   // The step's timeline: the spec's ops with the recomputations inserted. Everything below is indexed by it.
   int n_ops = 0;
+  int forward_ops = 0;              // the first ops of the timeline: the forward pass, up to the loss
   std::vector<int> op_source;       // the spec op each timeline op runs
   std::vector<bool> op_recompute;   // a recomputation of a forward op
   int n_layers = 0;                 // transformer blocks (op.layer): the units activation checkpointing recomputes

@@ -1,8 +1,9 @@
-// Schedule: the step's op list with actions between the ops, for one policy. before[i] runs before op i
-// (before[n_ops] after the last op). Copies go to the h2d or d2h stream, AdamW to the CPU pool; Wait and
-// ReleaseGrads make the compute stream wait for a copy.
+// Schedule: the step's op list with actions between the ops, for one policy, and where each bucket lives
+// (its tier). before[i] runs before op i (before[n_ops] after the last op). Copies go to the h2d or d2h
+// stream, AdamW to the CPU pool or the device; Wait and ReleaseGrads make the compute stream wait for a copy.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -18,13 +19,28 @@ struct Action {
     CpuAdam,       // CPU pool: b's gradient statistics once they have landed; AdamW on b once every bucket's
                    // statistics are in (global-norm clipping, inf/nan skip), or during the next step (delayed)
     Upload,        // h2d: b's updated working copy into its resident slot, once AdamW has updated it
-    DeviceAdam,    // compute stream: AdamW on every bucket on the device
+    DeviceAdam,    // compute stream, after the last op: AdamW on every bucket of the device tier, once the
+                   // statistics of every bucket (the CPU's too) have decided the step
   };
   Kind kind;
   int bucket = -1;
 };
 
 const char* to_string(Action::Kind kind);
+
+// Where a bucket lives during a step, and where AdamW updates it.
+enum class Tier {
+  Device,           // weights, gradients and the fp32 master, m and v on the device; AdamW on the device
+  WeightsResident,  // weights on the device; gradients to the host, CPU AdamW, the new weights uploaded
+  Streamed,         // weights fetched for each window of use; gradients to the host, CPU AdamW
+};
+const char* to_string(Tier tier);
+
+// offload.overlap: when CPU AdamW runs. backward: a bucket's update starts when its gradients land.
+// delayed: ZeRO-Offload's delayed parameter update, one step behind.
+enum class Overlap { Backward, Delayed };
+const char* to_string(Overlap overlap);
+Overlap parse_overlap(const std::string& name);  // backward | delayed
 
 struct Schedule {
   std::string policy;
@@ -34,10 +50,19 @@ struct Schedule {
   std::string construction;
   std::vector<std::vector<Action>> before;  // n_ops + 1 entries
   std::vector<bool> resident;               // per bucket: its working copy stays on the device all step
-  bool optimizer_on_device = false;         // fp32 master, m and v on the device too (policy resident)
+  // Per bucket: its optimizer state lives on the device and AdamW updates it there (the device tier; the
+  // bucket is resident too). Every bucket: policy resident; some: the CPU updates the others meanwhile.
+  std::vector<bool> device_optimizer;
   // ZeRO-Offload's delayed parameter update: the CPU AdamW of one step's gradients runs during the next
   // step, which computes with weights one update stale; resident buckets are uploaded after their last use.
   bool delayed_update = false;
+
+  Tier tier(int bucket) const {
+    return device_optimizer[bucket] ? Tier::Device : resident[bucket] ? Tier::WeightsResident : Tier::Streamed;
+  }
+  // Whether any bucket, or every one, is updated on the device.
+  bool any_device_optimizer() const { return std::find(device_optimizer.begin(), device_optimizer.end(), true) != device_optimizer.end(); }
+  bool all_device_optimizer() const { return std::find(device_optimizer.begin(), device_optimizer.end(), false) == device_optimizer.end(); }
 
   // The policy, and the construction when it is not the policy's own: "greedy (zero-offload schedule)".
   std::string label() const {

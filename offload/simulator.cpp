@@ -1,6 +1,7 @@
 // Simulator: validate walks the schedule's bucket states (no time involved); replay is a program-order
-// event simulation of the valid schedule: each stream is FIFO, and an action issued before op i is issued
-// when the compute stream has finished op i-1; the peak is the given DeviceMemory's.
+// event simulation of the valid schedule: each stream is FIFO, an action issued before op i is issued
+// when the compute stream has finished op i-1, and micro-batches follow one another; the peak is the
+// given DeviceMemory's.
 #include "offload/simulator.h"
 
 #include <algorithm>
@@ -20,6 +21,15 @@ const char* to_string(Action::Kind kind) {
     case Action::Kind::CpuAdam: return "cpu-adam";
     case Action::Kind::Upload: return "upload";
     case Action::Kind::DeviceAdam: return "device-adam";
+  }
+  return "?";
+}
+
+const char* to_string(Tier tier) {
+  switch (tier) {
+    case Tier::Device: return "device";
+    case Tier::WeightsResident: return "weights resident";
+    case Tier::Streamed: return "streamed";
   }
   return "?";
 }
@@ -45,6 +55,7 @@ class Validator {
   }
 
   std::string run() {
+    if (std::string what = check_tiers(); !what.empty()) return what;
     for (int point = 0; point <= p_.n_ops; ++point) {
       for (const Action& a : s_.before[point])
         if (std::string what = check(point, a); !what.empty()) return where(point, &a) + what;
@@ -53,10 +64,18 @@ class Validator {
         if (!on_device_[b] || !waited_[b])
           return where(point, nullptr) + "op " + std::to_string(point) + " uses bucket " + std::to_string(b) + " before it has arrived";
     }
-    if (s_.optimizer_on_device) return "";
     for (int b = 0; b < p_.n_buckets; ++b)
-      if (p_.first_grad_op[b] >= 0 && !updated_[b])
-        return where(p_.n_ops, nullptr) + "bucket " + std::to_string(b) + " is never updated by AdamW";
+      if (p_.first_grad_op[b] >= 0 && !(s_.device_optimizer[b] ? device_adam_ : updated_[b]))
+        return where(p_.n_ops, nullptr) + "bucket " + std::to_string(b) + " is never updated by AdamW" +
+               (s_.device_optimizer[b] ? " (it is in the device tier and the schedule has no device-adam)" : "");
+    return "";
+  }
+
+  // What is wrong with the tiers themselves; empty when nothing.
+  std::string check_tiers() const {
+    for (int b = 0; b < p_.n_buckets; ++b)
+      if (s_.device_optimizer[b] && !s_.resident[b])
+        return "bucket " + std::to_string(b) + " is in the device tier but not resident: its AdamW state needs its weights on the device";
     return "";
   }
 
@@ -69,8 +88,15 @@ class Validator {
   // What is wrong with action a before op `point`, given what came before; empty when nothing.
   std::string check(int point, const Action& a) {
     const int b = a.bucket;
-    if (a.kind == Action::Kind::DeviceAdam) return "";
+    if (a.kind == Action::Kind::DeviceAdam) {
+      if (point != p_.n_ops) return "AdamW on the device runs after the last op, once every gradient is final";
+      if (!s_.any_device_optimizer()) return "no bucket is in the device tier";
+      device_adam_ = true;
+      return "";
+    }
     if (b < 0 || b >= p_.n_buckets) return "no such bucket";
+    if (s_.device_optimizer[b])
+      return "the bucket is in the device tier: its weights, gradients and AdamW stay on the device";
     switch (a.kind) {
       case Action::Kind::Prefetch:
         if (on_device_[b]) return "the bucket is already on the device";
@@ -101,6 +127,7 @@ class Validator {
   const OffloadProblem& p_;
   const Schedule& s_;
   std::vector<bool> on_device_, waited_, prefetched_, offloaded_, updated_;
+  bool device_adam_ = false;
 };
 
 // What is wrong with `memory` as the layout of this schedule: it must hold exactly device_tensors().
@@ -134,23 +161,48 @@ class Replay {
     // Delayed: the previous step's updates are queued on the CPU when the step starts (steady state).
     // Otherwise they wait for every bucket's statistics, and run after the last op was issued.
     if (s_.delayed_update) queue_updates();
+    // Micro-batches run one after another: between two, the Executor waits for every stream and the CPU.
+    for (int micro = 0; micro < p_.grad_accum; ++micro) {
+      last_micro_ = micro + 1 == p_.grad_accum;
+      if (micro > 0) compute_ = h2d_ = d2h_ = cpu_ = std::max({compute_, h2d_, d2h_, cpu_});
+      run_micro_batch();
+    }
+    const double last_op_done = compute_;
+    // Global-norm clipping: no update starts before every bucket's statistics are in: the CPU's as its
+    // gradients land, the device tier's at the end of backward (its pass is part of its AdamW's time).
+    const double decided = std::max(compute_, cpu_);
+    if (device_adam_) {
+      double params = 0;
+      for (int b = 0; b < p_.n_buckets; ++b)
+        if (s_.device_optimizer[b] && p_.first_grad_op[b] >= 0) params += double(p_.bucket_params[b]);  // frozen ones are not updated
+      const double t = params / p_.cost.device_adam_params_per_s;
+      compute_ = decided + t;  // on the compute stream
+      r_.compute_busy_s += t;
+    }
+    if (!updates_queued_) cpu_ = std::max(cpu_, decided);
+    queue_updates();
+    for (int b : uploads_after_updates_) upload(b, last_op_done);
+    r_.step_s = std::max({compute_, h2d_, d2h_, cpu_});
+    r_.lower_bound_s = std::max({r_.compute_busy_s, r_.h2d_busy_s, r_.d2h_busy_s, r_.cpu_busy_s});
+  }
+
+  // The op list once, with every action but the step's last ones (uploads, device AdamW) before the last
+  // micro-batch. The stream times kept are the last micro-batch's: each repeats the same reuse.
+  void run_micro_batch() {
+    times_ = StreamTimes{};
     times_.op_start.assign(p_.n_ops, 0.0), times_.op_end.assign(p_.n_ops, 0.0);
     for (int point = 0; point <= p_.n_ops; ++point) {
       const double issue = compute_;
       double ready = compute_;  // when the next op may start
       for (const Action& a : s_.before[point]) act(a, point, issue, ready);
       if (point == p_.n_ops) break;
-      r_.stall_before_op[point] = ready - compute_;
+      r_.stall_before_op[point] += ready - compute_;
       r_.stall_s += ready - compute_;
       times_.op_start[point] = ready;
       compute_ = times_.op_end[point] = ready + p_.op_seconds[point];
       r_.compute_busy_s += p_.op_seconds[point];
     }
     times_.grads_landed = grads_landed_;
-    queue_updates();
-    for (int b : uploads_after_updates_) upload(b, compute_);
-    r_.step_s = std::max({compute_, h2d_, d2h_, cpu_});
-    r_.lower_bound_s = std::max({r_.compute_busy_s, r_.h2d_busy_s, r_.d2h_busy_s, r_.cpu_busy_s});
   }
 
   // When the streams touched each device tensor (after run()).
@@ -184,21 +236,19 @@ class Replay {
       }
       case Action::Kind::ReleaseGrads: ready = std::max(ready, grads_landed_[b]); break;
       case Action::Kind::CpuAdam: {
-        const double t = p_.bucket_params[b] / p_.cost.cpu_norm_params_per_s;  // the statistics pass
+        // The statistics pass; with micro-batches also the fp32 sum of each one's gradients, costed alike.
+        const int passes = p_.grad_accum > 1 && last_micro_ ? 2 : 1;
+        const double t = passes * p_.bucket_params[b] / p_.cost.cpu_norm_params_per_s;
         cpu_ = std::max(grads_landed_[b], cpu_) + t;
         r_.cpu_busy_s += t;
         break;
       }
       case Action::Kind::Upload:
+        if (!last_micro_) break;
         if (updates_queued_) upload(b, issue);
         else uploads_after_updates_.push_back(b);  // issued once the updates are queued
         break;
-      case Action::Kind::DeviceAdam: {
-        const double t = p_.trained_params() / p_.cost.device_adam_params_per_s;  // frozen buckets are not updated
-        compute_ = ready = std::max(ready, compute_) + t;  // on the compute stream
-        r_.compute_busy_s += t;
-        break;
-      }
+      case Action::Kind::DeviceAdam: device_adam_ = last_micro_; break;  // after the last op, once the step is decided (run)
     }
   }
   // A copy of bucket b's working copy on the h2d stream, not before `earliest`; returns when it lands.
@@ -226,6 +276,8 @@ class Replay {
   std::vector<double> arrival_, grads_landed_, updated_;
   std::vector<int> uploads_after_updates_;
   bool updates_queued_ = false;
+  bool last_micro_ = true;
+  bool device_adam_ = false;
   double compute_ = 0, h2d_ = 0, d2h_ = 0, cpu_ = 0;  // when each stream is next free
   StreamTimes times_;
 };
@@ -233,11 +285,26 @@ class Replay {
 }  // namespace
 
 std::string validate(const OffloadProblem& p, const Schedule& s, const DeviceMemory& memory) {
-  if (static_cast<int>(s.before.size()) != p.n_ops + 1 || static_cast<int>(s.resident.size()) != p.n_buckets)
-    return "the schedule has " + std::to_string(s.before.size()) + " action points and " + std::to_string(s.resident.size()) +
-           " buckets; the problem " + std::to_string(p.n_ops + 1) + " and " + std::to_string(p.n_buckets);
+  if (static_cast<int>(s.before.size()) != p.n_ops + 1 || static_cast<int>(s.resident.size()) != p.n_buckets ||
+      s.device_optimizer.size() != s.resident.size())
+    return "the schedule has " + std::to_string(s.before.size()) + " action points and " + std::to_string(s.resident.size()) + " (" +
+           std::to_string(s.device_optimizer.size()) + ") buckets; the problem " + std::to_string(p.n_ops + 1) + " and " +
+           std::to_string(p.n_buckets);
   if (std::string what = Validator(p, s).run(); !what.empty()) return what;
   return check_memory(p, s, memory);
+}
+
+SimResult estimate(const OffloadProblem& p, const Schedule& s) {
+  SimResult r;
+  r.error = Validator(p, s).run();
+  if (!r.error.empty()) return r;
+  Replay(p, s, r).run();
+  std::vector<int64_t> live(p.n_ops + 1, 0);  // bytes alive at each op, by a sweep of starts and ends
+  for (const DeviceTensor& t : device_tensors(p, s)) live[t.life.first] += t.life.bytes, live[t.life.last + 1] -= t.life.bytes;
+  int64_t alive = 0;
+  for (int i = 0; i < p.n_ops; ++i) r.peak_device_bytes = std::max(r.peak_device_bytes, alive += live[i]);
+  r.fits = r.peak_device_bytes <= p.budget_bytes;
+  return r;
 }
 
 SimResult simulate(const OffloadProblem& p, const Schedule& s, const DeviceMemory& memory) {

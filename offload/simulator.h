@@ -38,4 +38,8 @@ std::string validate(const OffloadProblem& problem, const Schedule& schedule, co
 // With an error, only `error` is set.
 SimResult simulate(const OffloadProblem& problem, const Schedule& schedule, const DeviceMemory& memory);
 
+// The replay's timings without laying the memory out, to compare candidates quickly: peak_device_bytes is
+// the most bytes alive at once (what every layout needs at least) and fits compares it with the budget.
+SimResult estimate(const OffloadProblem& problem, const Schedule& schedule);
+
 }  // namespace ferry::offload

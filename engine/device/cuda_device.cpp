@@ -258,6 +258,16 @@ CudaDevice::ResultSlot CudaDevice::next_result_slot() {
   return {results_ + offset, results_on_device_ + offset};
 }
 
+CudaDevice::ResultSlot CudaDevice::next_result_span(int64_t bytes) {
+  const int slots = static_cast<int>((bytes + kResultSlotBytes - 1) / kResultSlotBytes);
+  if (slots > kResultSlots)
+    throw std::runtime_error(fmt::format("CudaDevice: {} bytes of results at once; the ring holds {}", bytes, kResultSlots * kResultSlotBytes));
+  if (next_result_ + slots > kResultSlots) next_result_ = 0;
+  const int64_t offset = static_cast<int64_t>(next_result_) * kResultSlotBytes;
+  next_result_ = (next_result_ + slots) % kResultSlots;
+  return {results_ + offset, results_on_device_ + offset};
+}
+
 bool CudaDevice::supports_op(const models::OpSpec& op, std::span<const DType> storage) const {
   for (size_t k = 0; k < storage.size(); ++k) {
     if (storage[k] == DType::I32) {
@@ -336,6 +346,23 @@ void check_bucket(const Device::OptimizerBucket& b, size_t i) {
                                             i, b.numel, to_string(b.grad_type), b.working ? to_string(b.working_type) : "none"));
 }
 
+// AdamW on one bucket under the gate (read when the kernels run), range by range with each parameter group's
+// lr multiplier and weight decay, as cpu_optim::CpuAdamW::step applies them (Bucket::ranges).
+void adamw_bucket(const Device::OptimizerBucket& k, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, const cuda::AdamWGate* gate,
+                  cudaStream_t s, const std::string& what) {
+  const std::vector<cpu_optim::HyperRange> whole{{0, static_cast<size_t>(k.numel), 1.0, hyper.weight_decay}};
+  const size_t grad_bytes = dtype_bytes(k.grad_type), working_bytes = k.working ? dtype_bytes(k.working_type) : 0;
+  for (const cpu_optim::HyperRange& r : k.ranges.empty() ? whole : k.ranges) {
+    cpu_optim::AdamWHyper h = hyper;
+    h.weight_decay = r.weight_decay;
+    const cuda::AdamWCoefficients c = adamw_coefficients(h, step, lr * r.lr_scale);
+    void* working = k.working ? static_cast<std::byte*>(k.working) + r.begin * working_bytes : nullptr;
+    check(cuda::adamw_gated(k.master + r.begin, k.m + r.begin, k.v + r.begin, static_cast<const std::byte*>(k.grad) + r.begin * grad_bytes,
+                            k.grad_type, working, k.working_type, false, static_cast<int64_t>(r.end - r.begin), c, gate, s),
+          what);
+  }
+}
+
 }  // namespace
 
 int64_t device_adamw_scratch_bytes(int64_t buckets) {
@@ -376,17 +403,55 @@ void CudaDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::Ad
   }
   check(launch_decide_step(ws.stats, n, max_norm, loss_scale, ws.gate, static_cast<DeviceDecision*>(slot.device), s),
         label + ": the step decision");
-  const cuda::AdamWCoefficients c = adamw_coefficients(hyper, step, lr);
-  for (int64_t b = 0; b < n; ++b) {
-    const OptimizerBucket& k = buckets[static_cast<size_t>(b)];
-    check(cuda::adamw_gated(k.master, k.m, k.v, k.grad, k.grad_type, k.working, k.working_type, false, k.numel, c, ws.gate, s),
-          fmt::format("{}: adamw of bucket {}", label, b));
-  }
+  for (int64_t b = 0; b < n; ++b) adamw_bucket(buckets[static_cast<size_t>(b)], hyper, step, lr, ws.gate, s, fmt::format("{}: adamw of bucket {}", label, b));
   run(Stream::Compute, label + ": the step decision to the host", [decision, from = slot.host] {
     DeviceDecision d;
     std::memcpy(&d, from, sizeof(d));
     *decision = cpu_optim::StepDecision{{d.grad_norm, d.skipped != 0}, d.grad_scale};
   });
+}
+
+// The device tier's half of a step the host decides: each bucket's sum of squares and inf/nan count into
+// the workspace, copied to pinned result slots, handed to the host by host work behind them.
+void CudaDevice::gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) {
+  for (size_t i = 0; i < buckets.size(); ++i) check_bucket(buckets[i], i);
+  const auto n = static_cast<int64_t>(buckets.size());
+  if (device_adamw_scratch_bytes(n) > workspace_bytes_)
+    throw std::runtime_error(fmt::format("{}: the statistics of {} buckets need {} bytes of workspace; the bound one holds {}", label, n,
+                                         device_adamw_scratch_bytes(n), workspace_bytes_));
+  const std::lock_guard lock(ops_mutex_);
+  const AdamWScratch ws = adamw_scratch(workspace_, n);
+  const int64_t bytes = n * int64_t{sizeof(cuda::SquaresResult)};
+  const ResultSlot out = next_result_span(bytes);
+  const Launching on(stream(Stream::Compute));
+  const cudaStream_t s = current_stream();
+  for (int64_t b = 0; b < n; ++b) {
+    const OptimizerBucket& k = buckets[static_cast<size_t>(b)];
+    check(cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s), fmt::format("{}: sum of squares of bucket {}", label, b));
+  }
+  check(cudaMemcpyAsync(out.host, ws.stats, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, s), label + ": statistics to the host");
+  run(Stream::Compute, label + ": statistics to the host", [stats, from = static_cast<const cuda::SquaresResult*>(out.host), n] {
+    for (int64_t b = 0; b < n; ++b) stats[b] = cpu_optim::GradStats{from[b].sum, from[b].nonfinite == 0};
+  });
+}
+
+// The device tier's AdamW under the host's decision: host work in stream order turns it into the gate the
+// kernels read (pinned mapped memory), then every bucket is updated as adamw() updates it.
+void CudaDevice::adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+                               const cpu_optim::StepDecision* decision, std::string label) {
+  if (step < 1 || !decision)
+    throw std::invalid_argument(fmt::format("{}: adamw: step {} (counts from 1), decision {} (needed)", label, step, static_cast<const void*>(decision)));
+  for (size_t i = 0; i < buckets.size(); ++i) check_bucket(buckets[i], i);
+  const std::lock_guard lock(ops_mutex_);
+  const ResultSlot gate = next_result_slot();
+  run(Stream::Compute, label + ": the host's decision", [decision, to = gate.host] {
+    const cuda::AdamWGate g{decision->grad_scale, decision->report.skipped ? 1u : 0u};
+    std::memcpy(to, &g, sizeof(g));
+  });
+  const Launching on(stream(Stream::Compute));
+  const cudaStream_t s = current_stream();
+  for (size_t b = 0; b < buckets.size(); ++b)
+    adamw_bucket(buckets[b], hyper, step, lr, static_cast<const cuda::AdamWGate*>(gate.device), s, fmt::format("{}: adamw of bucket {}", label, b));
 }
 
 }  // namespace ferry::device

@@ -94,6 +94,9 @@ class CudaDevice final : public Device {
   // step; *decision holds it once the compute stream has passed it.
   void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
              float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
+  void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) override;
+  void adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+                     const cpu_optim::StepDecision* decision, std::string label) override;
 
   // The stream the device's own kernels launch on while one of its methods (accumulate, run_op, adamw) queues
   // them, so that the library code an op calls needs no stream argument; null elsewhere (host work queued by
@@ -134,6 +137,8 @@ class CudaDevice final : public Device {
   static constexpr int kResultSlots = 1024;
   static constexpr int64_t kResultSlotBytes = 64;
   ResultSlot next_result_slot();
+  // `bytes` of consecutive slots (at most the whole ring), wrapping to the ring's start when they would not fit.
+  ResultSlot next_result_span(int64_t bytes);
   std::mutex ops_mutex_;  // one op or optimizer step queued at a time: the kernels' binding, the slot ring
   cuda::CudaKernels kernels_;
   std::byte* results_ = nullptr;  // pinned mapped, kResultSlots * kResultSlotBytes

@@ -117,6 +117,13 @@ class Device {
   };
   virtual void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
                      float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) = 0;
+  // The same in two halves, for a device tier beside the CPU's AdamW (the host decides the step from every
+  // bucket's statistics): each bucket's gradient statistics into stats[i] (host memory, written once the
+  // work has run), then, later, AdamW on the buckets under *decision, read from host memory when that work
+  // runs. Both on the compute stream, with the arithmetic of adamw().
+  virtual void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) = 0;
+  virtual void adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+                             const cpu_optim::StepDecision* decision, std::string label) = 0;
 };
 
 }  // namespace ferry::device

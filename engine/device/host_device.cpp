@@ -181,11 +181,7 @@ void HostDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op,
   });
 }
 
-void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
-                       float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) {
-  // The CPU path's arithmetic, on the host device's memory: the same OptimizerStep, so both give bitwise
-  // the same weights (every ISA path is bitwise the scalar one). Its kernels are made once per
-  // hyper-parameters, on the compute stream's cores.
+const cpu_optim::CpuAdamW& HostDevice::adamw_kernels(const cpu_optim::AdamWHyper& hyper) {
   const auto same = [&](const cpu_optim::AdamWHyper& h) {
     return h.beta1 == hyper.beta1 && h.beta2 == hyper.beta2 && h.eps == hyper.eps && h.weight_decay == hyper.weight_decay;
   };
@@ -193,15 +189,46 @@ void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::Ad
   if (kernels == adamw_kernels_.end())
     kernels = adamw_kernels_.insert(adamw_kernels_.end(),
                                     std::make_unique<cpu_optim::CpuAdamW>(cpu_optim::AdamWOptions{hyper, "auto", options_.compute_threads}));
-  queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule = **kernels, step, lr, max_norm, loss_scale, decision] {
-    std::vector<cpu_optim::Bucket> views;
-    for (const auto& b : buckets) {
-      const size_t n = static_cast<size_t>(b.numel);
-      views.push_back({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, b.grad_type, b.working, b.working_type, b.ranges});
-    }
+  return **kernels;
+}
+
+namespace {
+
+std::vector<cpu_optim::Bucket> bucket_views(const std::vector<Device::OptimizerBucket>& buckets) {
+  std::vector<cpu_optim::Bucket> views;
+  for (const auto& b : buckets) {
+    const size_t n = static_cast<size_t>(b.numel);
+    views.push_back({{b.master, n}, {b.m, n}, {b.v, n}, b.grad, b.grad_type, b.working, b.working_type, b.ranges});
+  }
+  return views;
+}
+
+}  // namespace
+
+// The CPU path's arithmetic, on the host device's memory: the same OptimizerStep, so both give bitwise the
+// same weights (every ISA path is bitwise the scalar one). Its kernels are made once per hyper-parameters,
+// on the compute stream's cores.
+void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+                       float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) {
+  queue(Stream::Compute).run(std::move(label), [views = bucket_views(buckets), &rule = adamw_kernels(hyper), step, lr, max_norm, loss_scale, decision] {
     cpu_optim::OptimizerStep optimizer_step(rule, views.size(), max_norm, loss_scale);
     optimizer_step.run(views, step, lr);
     *decision = optimizer_step.decision();
+  });
+}
+
+void HostDevice::gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) {
+  // Statistics need no hyper-parameters; any kernels of this CPU compute them alike.
+  queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule = adamw_kernels(cpu_optim::AdamWHyper{}), stats] {
+    for (size_t i = 0; i < buckets.size(); ++i) stats[i] = rule.grad_stats(buckets[i].grad, buckets[i].grad_type, static_cast<size_t>(buckets[i].numel));
+  });
+}
+
+void HostDevice::adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+                               const cpu_optim::StepDecision* decision, std::string label) {
+  queue(Stream::Compute).run(std::move(label), [views = bucket_views(buckets), &rule = adamw_kernels(hyper), step, lr, decision] {
+    const cpu_optim::OptimizerStep optimizer_step(rule, *decision);
+    for (size_t i = 0; i < views.size(); ++i) optimizer_step.update(i, views[i], step, lr);
   });
 }
 

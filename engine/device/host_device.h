@@ -49,8 +49,13 @@ class HostDevice final : public Device {
               float* loss, std::string label) override;
   void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
              float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
+  void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) override;
+  void adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+                     const cpu_optim::StepDecision* decision, std::string label) override;
 
  private:
+  // The CPU AdamW kernels for these hyper-parameters, made on first use.
+  const cpu_optim::CpuAdamW& adamw_kernels(const cpu_optim::AdamWHyper& hyper);
   WorkQueue& queue(Stream s) { return *queues_[static_cast<int>(s)]; }
   Options options_;
   memory::Arena arena_;

@@ -99,20 +99,24 @@ cudaError_t embedding_backward(void* dwte, void* dwpe, void* dtype_row, const vo
   if (dtype == DType::I32 || BT > INT32_MAX || column_map(BT, C).chunks > 65535) return cudaErrorInvalidValue;
   if (BT == 0) return cudaSuccess;
   Scratch s = scratch_layout(scratch, BT, C);
-  const ElementwiseMap rows = elementwise_map(BT);
-  iota_kernel<<<static_cast<unsigned>(rows.grid), rows.block, 0, stream>>>(rows, s.pos);
-  const cudaError_t sorted = cub::DeviceRadixSort::SortPairs(s.sort_temp, s.sort_bytes, tokens, s.sorted_tokens,
-                                                             s.pos, s.sorted_pos, static_cast<int>(BT), 0,
-                                                             key_bits(V), stream);
-  if (sorted != cudaSuccess) return sorted;
+  if (dwte) {  // absent when the token embedding is frozen (optim.groups)
+    const ElementwiseMap rows = elementwise_map(BT);
+    iota_kernel<<<static_cast<unsigned>(rows.grid), rows.block, 0, stream>>>(rows, s.pos);
+    const cudaError_t sorted = cub::DeviceRadixSort::SortPairs(s.sort_temp, s.sort_bytes, tokens, s.sorted_tokens,
+                                                               s.pos, s.sorted_pos, static_cast<int>(BT), 0,
+                                                               key_bits(V), stream);
+    if (sorted != cudaSuccess) return sorted;
+  }
   const ColumnMap cm = column_map(BT, C);
   const ElementwiseMap pos = elementwise_map(T * C);
   return launched(with_storage(dtype, [&](auto tag) {
     using S = decltype(tag);
     const S* d = static_cast<const S*>(dout);
-    segment_kernel<S><<<static_cast<unsigned>(BT), kRowBlock, 0, stream>>>(static_cast<S*>(dwte), d, s.sorted_tokens,
-                                                                           s.sorted_pos, BT, C);
-    position_kernel<S><<<static_cast<unsigned>(pos.grid), pos.block, 0, stream>>>(pos, static_cast<S*>(dwpe), d, B, T, C);
+    if (dwte)
+      segment_kernel<S><<<static_cast<unsigned>(BT), kRowBlock, 0, stream>>>(static_cast<S*>(dwte), d, s.sorted_tokens,
+                                                                             s.sorted_pos, BT, C);
+    if (dwpe)
+      position_kernel<S><<<static_cast<unsigned>(pos.grid), pos.block, 0, stream>>>(pos, static_cast<S*>(dwpe), d, B, T, C);
     if (!dtype_row) return;
     type_partials_kernel<S><<<dim3(static_cast<unsigned>(cm.grid_x), static_cast<unsigned>(cm.chunks)), cm.block, 0,
                               stream>>>(cm, s.partials, d);

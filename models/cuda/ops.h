@@ -18,7 +18,7 @@ cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte,
                               int64_t B, int64_t T, int64_t C, DType dtype, cudaStream_t stream);
 // Scratch of embedding_backward (sorted tokens and positions, the radix sort's temporary, column partials).
 size_t embedding_backward_scratch_bytes(int64_t B, int64_t T, int64_t C);
-// dwte (V,C), dwpe (maxT,C), dtype (C, may be null) += ...; deterministic: tokens sorted (stable radix sort),
+// dwte (V,C), dwpe (maxT,C), dtype (C) += ... (each may be null: frozen); deterministic: tokens sorted (stable radix sort),
 // one block per run of equal tokens summing its rows in position order; no float atomics.
 cudaError_t embedding_backward(void* dwte, void* dwpe, void* dtype_row, const void* dout, const int32_t* tokens,
                                int64_t B, int64_t T, int64_t C, int64_t V, void* scratch, DType dtype,
@@ -27,7 +27,7 @@ cudaError_t embedding_backward(void* dwte, void* dwpe, void* dtype_row, const vo
 // x, out (N,C); w, b (C); mean, rstd (N) fp32.
 cudaError_t layernorm_forward(void* out, float* mean, float* rstd, const void* x, const void* w, const void* b,
                               int64_t N, int64_t C, float eps, DType dtype, cudaStream_t stream);
-// Floats of scratch layernorm_backward needs (column partials of dw and db).
+// Floats of scratch layernorm_backward needs (column partials of dw and db; dw and db may be null: frozen).
 int64_t layernorm_backward_scratch_floats(int64_t N, int64_t C);
 cudaError_t layernorm_backward(void* dx, void* dw, void* db, const void* dout, const void* x, const void* w,
                                const float* mean, const float* rstd, int64_t N, int64_t C, float* scratch,

@@ -111,10 +111,11 @@ cudaError_t layernorm_backward(void* dx, void* dw, void* db, const void* dout, c
     ln_backward_rows_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, static_cast<T*>(dx), d,
                                                                         static_cast<const T*>(x),
                                                                         static_cast<const T*>(w), mean, rstd);
+    if (!dw && !db) return;  // a frozen LayerNorm: only dx
     const dim3 grid(grid_of(cm.grid_x), grid_of(cm.chunks));
     column_partials_kernel<T><<<grid, cm.block, 0, stream>>>(cm, pw, pb, d, static_cast<const T*>(x), mean, rstd);
-    column_finish_kernel<T><<<grid_of(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(dw), pw);
-    column_finish_kernel<T><<<grid_of(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(db), pb);
+    if (dw) column_finish_kernel<T><<<grid_of(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(dw), pw);
+    if (db) column_finish_kernel<T><<<grid_of(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(db), pb);
   }));
 }
 

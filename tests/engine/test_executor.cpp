@@ -28,6 +28,7 @@
 #include "engine/executor.h"
 #include "engine/step_planning.h"
 #include "engine/trainer.h"
+#include "memory/convert.h"
 #include "memory/host_buckets.h"
 #include "memory/pinned_pool.h"
 #include "memory/arena.h"
@@ -534,6 +535,82 @@ TEST(Executor, TraceHasATrackPerStreamAndASlicePerTask) {
   EXPECT_TRUE(has("offload gradients of bucket"));
   EXPECT_TRUE(has("adamw bucket"));
   std::filesystem::remove(path);
+}
+
+// ---- Heterogeneous placement: three tiers in one step ----
+
+// The three tiers by hand: every third bucket in the device tier (AdamW on the device), every third resident
+// for the CPU to update, the rest streamed (fetched right before each use, released right after).
+offload::Schedule three_tiers(const offload::OffloadProblem& p) {
+  using Kind = offload::Action::Kind;
+  offload::Schedule s;
+  s.policy = "test", s.construction = "three tiers";
+  s.before.resize(p.n_ops + 1);
+  s.resident.assign(p.n_buckets, false), s.device_optimizer.assign(p.n_buckets, false);
+  for (int b = 0; b < p.n_buckets; ++b) s.device_optimizer[b] = b % 3 == 0, s.resident[b] = b % 3 != 2;
+  for (int i = 0; i < p.n_ops; ++i)
+    for (int b : p.op_buckets[i])
+      if (!s.resident[b]) {
+        s.before[i].push_back({Kind::Prefetch, b}), s.before[i].push_back({Kind::Wait, b});
+        s.before[i + 1].insert(s.before[i + 1].begin(), {Kind::Release, b});
+      }
+  offload::add_cpu_optimizer(p, s);
+  s.before[p.n_ops].push_back({Kind::DeviceAdam, -1});
+  return s;
+}
+
+int tiers_bucket_count(const memory::HostBuckets& host) { return static_cast<int>(host.layout().buckets().size()); }
+
+// Losses of `steps` steps of `plan` from the same weights and batches, and the master weights after them.
+std::pair<std::vector<float>, std::vector<float>> train_plan(const Config& c, const models::ModelSpec& spec, const offload::StepPlan& plan, int steps) {
+  ExecutorParts parts(spec, plan);
+  models::ParameterStore params(spec.params);
+  models::init_model(c.model, spec, params, 5);
+  for (int i = 0; i < params.count(); ++i)
+    std::memcpy(parts.host.view(i, memory::HostBuckets::Region::Master).data, params.value(i).data(), params.value(i).size_bytes());
+  for (int b = 0; b < tiers_bucket_count(parts.host); ++b) {  // the working copies, rounded from the masters as AdamW writes them
+    const auto master = parts.host.master(b);
+    const memory::TensorView working = parts.host.region(b, memory::HostBuckets::Region::Working);
+    memory::narrow(working.data, working.dtype, master.data(), static_cast<int64_t>(master.size()));
+  }
+  Executor executor(spec, plan, parts.host, *parts.pool, parts.dev, parts.adamw, {.grad_clip = 1.0f}, nullptr);
+  executor.upload_state();
+  const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
+  std::vector<float> losses;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<dataset::Batch> micro;
+    for (int m = 0; m < c.train.grad_accum; ++m) micro.push_back(data.train_batch(step * c.train.grad_accum + m, 0, c.train.batch_size));
+    losses.push_back(executor.step(micro, step + 1, 1e-3).loss);
+  }
+  executor.download_state();
+  std::vector<float> weights;
+  for (int i = 0; i < params.count(); ++i) {
+    const memory::TensorView v = parts.host.view(i, memory::HostBuckets::Region::Master);
+    weights.insert(weights.end(), v.as<float>(), v.as<float>() + v.numel());
+  }
+  return {losses, weights};
+}
+
+// The device tier's statistics join the CPU's in one decision (global-norm clipping), and its AdamW is the
+// CPU's: losses and weights are bitwise resident's, in fp32 and bf16, with one micro-batch and with two.
+TEST(Executor, ThreeTiersInOneStepTrainBitwiseLikeResident) {
+  for (const char* precision : {"fp32", "bf16"})
+    for (int accum : {1, 2}) {
+      Config c = small_config("resident", false, accum, 0, 5);
+      c.train.precision = precision;
+      const std::string what = std::string(precision) + ", grad_accum " + std::to_string(accum);
+      const models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len, c.precision());
+      const offload::StepPlan resident = plan_for_config(c, spec, fp32_cost_model());
+      offload::StepPlan tiers{resident.problem, three_tiers(resident.problem), {}, ""};
+      tiers.memory = offload::lay_out(tiers.problem, tiers.schedule);
+      ASSERT_EQ(offload::simulate(tiers.problem, tiers.schedule, tiers.memory).error, "") << what;
+      ASSERT_GE(tiers.problem.n_buckets, 3) << what << ": every tier needs a bucket";
+      const auto [resident_losses, resident_weights] = train_plan(c, spec, resident, 5);
+      const auto [tier_losses, tier_weights] = train_plan(c, spec, tiers, 5);
+      EXPECT_EQ(tier_losses, resident_losses) << what;
+      EXPECT_EQ(tier_weights, resident_weights) << what;
+      EXPECT_NE(resident_losses.front(), resident_losses.back()) << what << ": the weights must change";
+    }
 }
 
 }  // namespace

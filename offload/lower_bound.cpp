@@ -1,0 +1,102 @@
+// The lower bound on a step: the terms every placement pays, as affine functions of its tiers' sizes,
+// and the exact minimum of their maximum over the placements the budget allows.
+#include "offload/lower_bound.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace ferry::offload {
+namespace {
+
+// The point where two lines a x + b y + c = 0 cross; false when they are parallel.
+bool crossing(const Affine& p, const Affine& q, double& x, double& y) {
+  const double det = p.a * q.b - q.a * p.b;
+  const double scale = std::max({std::abs(p.a * q.b), std::abs(q.a * p.b), 1e-300});
+  if (std::abs(det) <= 1e-12 * scale) return false;
+  x = (p.b * q.c - q.b * p.c) / det;
+  y = (q.a * p.c - p.a * q.c) / det;
+  return std::isfinite(x) && std::isfinite(y);
+}
+
+}  // namespace
+
+double min_of_max(const std::vector<Affine>& terms, const std::vector<Affine>& limits) {
+  std::vector<Affine> all_limits = limits;
+  all_limits.push_back({-1, 0, 0});  // x >= 0
+  all_limits.push_back({0, -1, 0});  // y >= 0
+  auto feasible = [&](double x, double y) {
+    for (const Affine& l : all_limits)
+      if (l.at(x, y) > 1e-9 * (std::abs(l.a * x) + std::abs(l.b * y) + std::abs(l.c) + 1e-300)) return false;
+    return true;
+  };
+  auto value = [&](double x, double y) {
+    double v = -std::numeric_limits<double>::infinity();
+    for (const Affine& t : terms) v = std::max(v, t.at(x, y));
+    return v;
+  };
+  // The lines a vertex lies on: each limit's boundary, and where two terms are equal.
+  std::vector<Affine> lines = all_limits;
+  for (size_t i = 0; i < terms.size(); ++i)
+    for (size_t j = i + 1; j < terms.size(); ++j) lines.push_back({terms[i].a - terms[j].a, terms[i].b - terms[j].b, terms[i].c - terms[j].c});
+  double best = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < lines.size(); ++i)
+    for (size_t j = i + 1; j < lines.size(); ++j) {
+      double x = 0, y = 0;
+      if (crossing(lines[i], lines[j], x, y) && feasible(x, y)) best = std::min(best, value(x, y));
+    }
+  return best;
+}
+
+// A placement: x parameters in the device tier, y resident for the CPU to update, s = P - x - y streamed.
+// With w bytes per parameter, a link's seconds per parameter wh = w / h2d and wd = w / d2h, the CPU's
+// seconds per parameter for AdamW a_cpu and for the gradient statistics a_norm, the device AdamW's
+// a_dev, and F and B the compute of the forward pass and of the rest (recomputation included), each of
+// the k micro-batches takes at least
+//   M = max(F, s wh) + max(B, (s + y) wd, (s + y) a_norm):
+// the forward pass cannot end before every streamed parameter has arrived once (every parameter is used
+// in forward), and the CPU-updated gradients can only leave, and their statistics be taken, after
+// backward has written them; the Executor waits for every stream and the CPU between micro-batches. After
+// the last one, once the statistics of every gradient have decided the step (global-norm clipping, the
+// inf/nan skip), comes at least
+//   T = max(x a_dev, (s + y) a_cpu, y wh):
+// the device's AdamW, the CPU's, and the resident buckets' new weights going back. The bound is the least
+// k M + T over the placements the budget allows: x (w + 12) + y w bytes (16 with fp32 gradient sums)
+// beside the workspace and the largest activations, since those tiers stay all step. Copy latencies are
+// left out and x, y are fractional (no bucket boundaries), so it holds for every placement. P counts the
+// trained parameters only: frozen ones (optim.groups) need no gradient, update or copy back.
+// Delayed (ZeRO-Offload's update one step behind): the CPU's AdamW of the last step runs during this one,
+// so T drops out and the CPU's whole work (s + y)(a_cpu + a_norm) bounds the step instead; nothing is
+// updated on the device then, except by policy resident, which does not delay (x = P, M = F + B).
+double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
+  const auto& t = p.op_seconds;
+  const double forward = std::accumulate(t.begin(), t.begin() + p.forward_ops, 0.0);
+  const double backward = std::accumulate(t.begin() + p.forward_ops, t.end(), 0.0);
+  const double P = double(p.trained_params()), w = double(dtype_bytes(p.precision)), k = p.grad_accum;
+  const double wh = w / (p.cost.h2d.gbps * 1e9), wd = w / (p.cost.d2h.gbps * 1e9);
+  const double a_cpu = 1 / p.cost.cpu_adam_params_per_s, a_norm = 1 / p.cost.cpu_norm_params_per_s;
+  const double a_dev = 1 / p.cost.device_adam_params_per_s;
+  const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
+  const double room = double(p.budget_bytes - p.workspace_bytes - most_activations);
+  const double device_bytes = w + (p.grad_accum > 1 ? 16 : 12);
+  // Terms in (x, y); s = P - x - y, s + y = P - x.
+  const Affine streamed_in{-wh, -wh, P * wh}, grads_out{-wd, 0, P * wd}, statistics{-a_norm, 0, P * a_norm};
+  const std::vector<Affine> forward_part{{0, 0, forward}, streamed_in}, backward_part{{0, 0, backward}, grads_out, statistics};
+  const bool delayed = overlap == Overlap::Delayed;
+  const std::vector<Affine> tail = delayed ? std::vector<Affine>{{0, 0, 0}}
+                                           : std::vector<Affine>{{a_dev, 0, 0}, {-a_cpu, 0, P * a_cpu}, {0, wh, 0}};
+  std::vector<Affine> terms;
+  for (const Affine& f : forward_part)
+    for (const Affine& b : backward_part)
+      for (const Affine& e : tail) terms.push_back({k * (f.a + b.a) + e.a, k * (f.b + b.b) + e.b, k * (f.c + b.c) + e.c});
+  std::vector<Affine> limits{{1, 1, -P}, {device_bytes, w, -room}};
+  if (!delayed) return min_of_max(terms, limits);
+  terms.push_back({-(a_cpu + a_norm), 0, P * (a_cpu + a_norm)});
+  limits.push_back({1, 0, 0});  // x <= 0: the delayed update leaves nothing to the device's AdamW
+  const double cpu = min_of_max(terms, limits);
+  const double resident = k * (forward + backward) + P * a_dev;
+  return device_bytes * P <= room ? std::min(cpu, resident) : cpu;
+}
+
+}  // namespace ferry::offload
