@@ -210,7 +210,9 @@ std::vector<cpu_optim::Bucket> bucket_views(const std::vector<Device::OptimizerB
 // on the compute stream's cores.
 void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
                        float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) {
-  queue(Stream::Compute).run(std::move(label), [views = bucket_views(buckets), &rule = adamw_kernels(hyper), step, lr, max_norm, loss_scale, decision] {
+  // The views (their parameter-group ranges among them) point into the buckets the task keeps.
+  queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule = adamw_kernels(hyper), step, lr, max_norm, loss_scale, decision] {
+    const std::vector<cpu_optim::Bucket> views = bucket_views(buckets);
     cpu_optim::OptimizerStep optimizer_step(rule, views.size(), max_norm, loss_scale);
     optimizer_step.run(views, step, lr);
     *decision = optimizer_step.decision();
@@ -226,7 +228,8 @@ void HostDevice::gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_o
 
 void HostDevice::adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
                                const cpu_optim::StepDecision* decision, std::string label) {
-  queue(Stream::Compute).run(std::move(label), [views = bucket_views(buckets), &rule = adamw_kernels(hyper), step, lr, decision] {
+  queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule = adamw_kernels(hyper), step, lr, decision] {
+    const std::vector<cpu_optim::Bucket> views = bucket_views(buckets);
     const cpu_optim::OptimizerStep optimizer_step(rule, *decision);
     for (size_t i = 0; i < views.size(); ++i) optimizer_step.update(i, views[i], step, lr);
   });

@@ -573,7 +573,9 @@ std::pair<std::vector<float>, std::vector<float>> train_plan(const Config& c, co
     const memory::TensorView working = parts.host.region(b, memory::HostBuckets::Region::Working);
     memory::narrow(working.data, working.dtype, master.data(), static_cast<int64_t>(master.size()));
   }
-  Executor executor(spec, plan, parts.host, *parts.pool, parts.dev, parts.adamw, {.grad_clip = 1.0f}, nullptr);
+  ExecutorOptions clipped;
+  clipped.grad_clip = 1.0f;
+  Executor executor(spec, plan, parts.host, *parts.pool, parts.dev, parts.adamw, clipped, nullptr);
   executor.upload_state();
   const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
   std::vector<float> losses;
