@@ -1,5 +1,5 @@
-// plan_for_config: the config's choices turned into a plan request; host_device_cost_model: the host's
-// rates and this model's op times.
+// plan_for_config: the config's choices turned into a plan request; host_device_cost_model and
+// cuda_device_cost_model: a device's rates and this model's op times on it.
 #include "engine/step_planning.h"
 
 #include <fmt/format.h>
@@ -25,6 +25,16 @@ offload::CostModel host_device_cost_model(const Config& cfg, const models::Model
     profile_on_device(*profiler, spec, sample, cost);
   }
   if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;
+  return cost;
+}
+
+offload::CostModel cuda_device_cost_model(const Config& cfg, const models::ModelSpec& spec, const dataset::Batch& sample) {
+  offload::CostModel cost = offload::CostModel::load(cfg.offload.cost_model);
+  const auto kind = device::DeviceChoice::Kind::Cuda;
+  // The profiling device goes before the run's is made: two arenas never coexist on the GPU.
+  const std::unique_ptr<device::Device> profiler =
+      device::make_device({.kind = kind, .arena_bytes = device::profile_arena_bytes(spec, device::op_workspace_bytes(kind, spec))});
+  profile_on_device(*profiler, spec, sample, cost);
   return cost;
 }
 

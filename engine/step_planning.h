@@ -18,6 +18,9 @@ namespace ferry::engine {
 // The cost model of a run on the host device: offload.cost_model when given, else the host's rates
 // (measured once and cached; `cache` receives the file) with every op of `spec` profiled on `sample` on a host
 // device of its own (device::profile_ops: one op's operands at a time), and the link device.host sets.
+// The GPU's cost model: the file offload.cost_model names (its links and AdamW rates, fused attention), with
+// this model's ops profiled on a CUDA device of its own (their times, and the workspace the kernels need).
+offload::CostModel cuda_device_cost_model(const Config& config, const models::ModelSpec& spec, const dataset::Batch& sample);
 offload::CostModel host_device_cost_model(const Config& config, const models::ModelSpec& spec, const dataset::Batch& sample,
                                           std::string* cache);
 

@@ -27,4 +27,9 @@ struct DeviceChoice {
 // larger than its memory).
 std::unique_ptr<Device> make_device(const DeviceChoice& choice);
 
+// What Device::op_workspace_bytes(spec) of a device of this kind returns, before one is made (a device's
+// arena is allocated when it is made): the CUDA kernels' scratch; 0 for the host device (its scratch is
+// measured while ops run).
+int64_t op_workspace_bytes(DeviceChoice::Kind kind, const models::ModelSpec& spec);
+
 }  // namespace ferry::device
