@@ -25,11 +25,32 @@ DEV_DEBS=(libdnnl-dev libtbb-dev libtbbbind-2-5 libyaml-cpp-dev libfmt-dev nlohm
 say() { printf 'pack: %s\n' "$*" >&2; }
 die() { printf 'pack: error: %s\n' "$*" >&2; exit 1; }
 
-# 1. The build: Release, CUDA on, architecture 90 (H100/H200).
+# 1. cudnn-frontend's headers (header-only): the build compiles cuDNN SDPA with them, and a rebuild there needs
+# them. A wheel from /tmp/cfe, else PyPI's; without one, attention runs the flash kernel only.
+whl=$(ls /tmp/cfe/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1 || true)
+if [[ -z $whl ]]; then
+  mkdir -p /tmp/cfe
+  python3 -m pip download -q --no-deps --only-binary=:all: -d /tmp/cfe nvidia-cudnn-frontend >&2 || say "pip download nvidia-cudnn-frontend failed: no cuDNN SDPA in this bundle"
+  whl=$(ls /tmp/cfe/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1 || true)
+fi
+cfe_version=none
+cfe_dir=$BUILD_DIR/cudnn-frontend
+sdpa=()
+if [[ -n $whl ]]; then
+  rm -rf "$cfe_dir" && mkdir -p "$cfe_dir"
+  python3 -m zipfile -e "$whl" "$cfe_dir" >/dev/null
+  [[ -f $cfe_dir/include/cudnn_frontend.h ]] || die "$whl holds no include/cudnn_frontend.h"
+  cfe_version=$(basename "$whl" | cut -d- -f2)
+  sdpa=(-DFERRY_CUDNN_FRONTEND_INCLUDE="$cfe_dir/include")
+fi
+
+# 2. The build: Release, CUDA on, architecture 90 (H100/H200), cuDNN SDPA where its headers are.
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-  launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${launcher[@]}"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${launcher[@]}" "${sdpa[@]}" >&2
+elif [[ ${#sdpa[@]} -gt 0 ]]; then
+  cmake -S "$ROOT" -B "$BUILD_DIR" "${sdpa[@]}" >&2  # an existing build gets the headers too
 fi
 cache() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD_DIR/CMakeCache.txt"; }
 [[ $(cache CMAKE_BUILD_TYPE) == Release ]] || die "$BUILD_DIR is a $(cache CMAKE_BUILD_TYPE) build; the bundle needs Release (BUILD_DIR=another folder)"
@@ -41,7 +62,7 @@ ninja -C "$BUILD_DIR" -j"$JOBS" "${TARGETS[@]}" >&2
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE"/{bin,debs,dev-debs}
 
-# 2. The binaries, stripped (symbols are not needed there; cuda-gdb can use the build's own). Test binaries
+# 3. The binaries, stripped (symbols are not needed there; cuda-gdb can use the build's own). Test binaries
 # carry FERRY_SOURCE_DIR/FERRY_TEST_DATA as absolute paths of this checkout: the GPU side links that path to
 # its copy of the repository (source_dir below).
 for t in "${TARGETS[@]}"; do
@@ -60,7 +81,7 @@ if [[ -x $cuobjdump ]]; then
   sm90="yes (cuobjdump --list-elf: ferry, test_device, test_models_cuda)"
 fi
 
-# 3. The .debs, by name checked first so that a renamed package says so.
+# 4. The .debs, by name checked first so that a renamed package says so.
 download() {
   local dir=$1; shift
   for p in "$@"; do apt-cache show "$p" >/dev/null 2>&1 || die "no package '$p' here (apt-cache search for its name on $(. /etc/os-release; echo "$PRETTY_NAME"))"; done
@@ -69,28 +90,14 @@ download() {
 download "$BUNDLE/debs" "${RUNTIME_DEBS[@]}"
 download "$BUNDLE/dev-debs" "${DEV_DEBS[@]}"
 
-# 4. cudnn-frontend's headers (header-only; a rebuild there needs them): a wheel from /tmp/cfe, else PyPI's.
-whl=$(ls /tmp/cfe/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1 || true)
-if [[ -z $whl ]]; then
-  mkdir -p /tmp/cfe
-  python3 -m pip download -q --no-deps --only-binary=:all: -d /tmp/cfe nvidia-cudnn-frontend >&2 || say "pip download nvidia-cudnn-frontend failed: bundle without its headers"
-  whl=$(ls /tmp/cfe/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1 || true)
-fi
-cfe_version=none
-if [[ -n $whl ]]; then
-  tmp=$(mktemp -d)
-  python3 -m zipfile -e "$whl" "$tmp" >/dev/null
-  [[ -d $tmp/include ]] || die "$whl holds no include/ folder"
-  tar -C "$tmp" -czf "$BUNDLE/cudnn_frontend_include.tar.gz" include
-  cfe_version=$(basename "$whl" | cut -d- -f2)
-  rm -rf "$tmp"
-fi
+# 5. cudnn-frontend's headers, for a rebuild there.
+[[ $cfe_version == none ]] || tar -C "$cfe_dir" -czf "$BUNDLE/cudnn_frontend_include.tar.gz" include
 
-# 5. Data and configs (the tests' and the benchmarks'), and where the binaries think the source is.
+# 6. Data and configs (the tests' and the benchmarks'), and where the binaries think the source is.
 tar -C "$ROOT" -czf "$BUNDLE/data.tar.gz" tests/data configs
 cache ferry_SOURCE_DIR >"$BUNDLE/source_dir"
 
-# 6. The manifest, and the size check.
+# 7. The manifest, and the size check.
 total=$(du -sb "$BUNDLE" | cut -f1)
 {
   echo "# gpu_bundle manifest"
@@ -101,7 +108,7 @@ total=$(du -sb "$BUNDLE" | cut -f1)
   echo "- build: $BUILD_DIR, $(cache CMAKE_BUILD_TYPE), CUDA architectures $(cache CMAKE_CUDA_ARCHITECTURES)"
   echo "- source dir compiled into the test binaries: $(cat "$BUNDLE/source_dir")"
   echo "- sm_90 code: $sm90"
-  echo "- cudnn-frontend headers: $cfe_version"
+  echo "- cudnn-frontend headers: $cfe_version (cuDNN SDPA compiled in: $([[ $cfe_version == none ]] && echo no || echo yes))"
   echo "- total: $total bytes (limit $LIMIT_BYTES)"
   echo
   echo "| file | bytes |"
