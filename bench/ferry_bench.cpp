@@ -5,6 +5,28 @@
 
 #include "bench/bench_common.h"
 
+namespace {
+
+// `ferry-bench policies` and its options.
+CLI::App* add_policies_command(CLI::App& app, ferry::bench::PoliciesBenchOptions& o, std::string& overlap, bool& single_tier) {
+  o.cost_model = "configs/cost_models/h100-assumed.json";
+  o.tokens = {4096, 16384, 65536};
+  o.budgets_gib = {8, 16, 24, 40, 80};
+  auto* policies = app.add_subcommand("policies", "Every placement policy on a cost model: GPT-2 350M to 7B and BERT-large, 4K to 64K "
+                                                  "tokens per step, 8 to 80 GiB");
+  policies->add_option("--cost-model", o.cost_model, "Cost model file (default: the shipped H100-class one)")->check(CLI::ExistingFile);
+  policies->add_option("--models", o.models, "Shapes to plan (default all): gpt2-350m gpt2-774m gpt2-1.5b gpt-3b gpt-7b bert-large")
+      ->check(CLI::IsMember({"gpt2-350m", "gpt2-774m", "gpt2-1.5b", "gpt-3b", "gpt-7b", "bert-large"}));
+  policies->add_option("--tokens", o.tokens, "Tokens per step (default 4096 16384 65536): sequences of 1024 tokens "
+                                             "(BERT 512), micro-batches of up to 16 (BERT 32), accumulated beyond")->check(CLI::PositiveNumber);
+  policies->add_option("--budgets", o.budgets_gib, "Device memory budgets in GiB (default 8 16 24 40 80)")->check(CLI::PositiveNumber);
+  policies->add_option("--overlap", overlap, "backward | delayed (AdamW one step behind)")->check(CLI::IsMember({"backward", "delayed"}));
+  policies->add_flag("--no-device-tier", single_tier, "Greedy runs AdamW on one side for every bucket (as before the device tier)");
+  return policies;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"ferry-bench: Ferry's benchmarks. Results go to stdout and, with --json, to a file.", "ferry-bench"};
   app.require_subcommand(1);
@@ -38,19 +60,10 @@ int main(int argc, char** argv) {
   auto* planner = app.add_subcommand("planner", "The memory Planner against its lower bound and a first-fit allocator");
   planner->add_option("--json", json, "Also write the results as JSON to this file (bench/results/planner.json)");
   planner->add_option("--markdown", markdown, "Also write the Markdown table to this file");
-  ferry::bench::PoliciesBenchOptions policy_options{"configs/cost_models/h100-assumed.json", {}, {4096, 16384, 65536}, {8, 16, 24, 40, 80}};
-  auto* policies = app.add_subcommand("policies", "Every placement policy on a cost model: GPT-2 350M to 7B and BERT-large, 4K to 64K "
-                                                  "tokens per step, 8 to 80 GiB");
-  policies->add_option("--cost-model", policy_options.cost_model, "Cost model file (default: the shipped H100-class one)")->check(CLI::ExistingFile);
-  policies->add_option("--models", policy_options.models, "Shapes to plan (default all): gpt2-350m gpt2-774m gpt2-1.5b gpt-3b gpt-7b bert-large")
-      ->check(CLI::IsMember({"gpt2-350m", "gpt2-774m", "gpt2-1.5b", "gpt-3b", "gpt-7b", "bert-large"}));
-  policies->add_option("--tokens", policy_options.tokens, "Tokens per step (default 4096 16384 65536): sequences of 1024 tokens "
-                                                          "(BERT 512), micro-batches of up to 16 (BERT 32), accumulated beyond")->check(CLI::PositiveNumber);
-  policies->add_option("--budgets", policy_options.budgets_gib, "Device memory budgets in GiB (default 8 16 24 40 80)")->check(CLI::PositiveNumber);
+  ferry::bench::PoliciesBenchOptions policy_options;
   std::string policy_overlap = "backward";
-  policies->add_option("--overlap", policy_overlap, "backward | delayed (AdamW one step behind)")->check(CLI::IsMember({"backward", "delayed"}));
   bool single_tier = false;
-  policies->add_flag("--no-device-tier", single_tier, "Greedy runs AdamW on one side for every bucket (as before the device tier)");
+  CLI::App* policies = add_policies_command(app, policy_options, policy_overlap, single_tier);
   policies->add_option("--json", json, "Also write the results as JSON to this file (bench/results/policies.json)");
   policies->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   std::vector<std::string> offload_overrides;

@@ -256,7 +256,9 @@ DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Ki
     memory::narrow(working.data, working.dtype, host.master(b).data(), static_cast<int64_t>(host.master(b).size()));
   }
   const cpu_optim::CpuAdamW adamw({{cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay}, "auto", cfg.threads()});
-  engine::Executor executor(spec, plan, host, *pool, *dev, adamw, {static_cast<float>(cfg.optim.grad_clip)}, nullptr);
+  engine::ExecutorOptions options;
+  options.grad_clip = static_cast<float>(cfg.optim.grad_clip);
+  engine::Executor executor(spec, plan, host, *pool, *dev, adamw, options, nullptr);
   executor.upload_state();
   models::Rng rng(7);
   std::vector<dataset::Batch> batch(static_cast<size_t>(cfg.train.grad_accum));

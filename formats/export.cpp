@@ -107,7 +107,8 @@ ExportedCheckpoint export_checkpoint(const std::filesystem::path& checkpoint, co
   if ((m.kind != "gpt2" && m.kind != "bert") || m.n_layer <= 0)
     throw std::runtime_error("'" + dir.string() + "': export needs a GPT-2 or BERT checkpoint written by `ferry train`");
   const models::ModelSpec spec = build_model(m, 1, 1);
-  ExportedCheckpoint exported{dir, state.step, false};
+  ExportedCheckpoint exported;
+  exported.folder = dir, exported.step = state.step;
   // Checked against its checksum; every tensor present, with its shape, and written from the file's own
   // bytes: no second copy of the weights.
   const SafetensorsFile weights = open_checkpoint_weights(dir, state, spec, &exported.verified);

@@ -118,7 +118,9 @@ DeviceRun train_on(DeviceChoice::Kind kind, const Config& c, int64_t budget = 0)
     memory::narrow(working.data, working.dtype, host.master(b).data(), static_cast<int64_t>(host.master(b).size()));
   }
   const cpu_optim::CpuAdamW adamw({{c.optim.lr, c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay}, "auto", 2});
-  Executor executor(spec, plan, host, *pool, *dev, adamw, {static_cast<float>(c.optim.grad_clip)}, nullptr);
+  ExecutorOptions options;
+  options.grad_clip = static_cast<float>(c.optim.grad_clip);
+  Executor executor(spec, plan, host, *pool, *dev, adamw, options, nullptr);
   executor.upload_state();
   dev->synchronize();
   r.free_after_start_up = device_free_bytes(kind);
