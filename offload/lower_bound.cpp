@@ -63,7 +63,8 @@ double min_of_max(const std::vector<Affine>& terms, const std::vector<Affine>& l
 //   T = max(x a_dev, (s + y) a_cpu, y wh):
 // the device's AdamW, the CPU's, and the resident buckets' new weights going back. The bound is the least
 // k M + T over the placements the budget allows: x (w + 12) + y w bytes (16 with fp32 gradient sums)
-// beside the workspace and the largest activations, since those tiers stay all step. Copy latencies are
+// beside the workspace and the largest activations, since those tiers stay all step, and x (2w + 12) + y w
+// beside the workspace when the device's AdamW runs (its gradients alive too). Copy latencies are
 // left out and x, y are fractional (no bucket boundaries), so it holds for every placement. P counts the
 // trained parameters only: frozen ones (optim.groups) need no gradient, update or copy back.
 // Delayed (ZeRO-Offload's update one step behind): the CPU's AdamW of the last step runs during this one,
@@ -90,13 +91,15 @@ double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   for (const Affine& f : forward_part)
     for (const Affine& b : backward_part)
       for (const Affine& e : tail) terms.push_back({k * (f.a + b.a) + e.a, k * (f.b + b.b) + e.b, k * (f.c + b.c) + e.c});
-  std::vector<Affine> limits{{1, 1, -P}, {device_bytes, w, -room}};
+  // At the device's AdamW, after the last op, the tier's gradients are alive beside its weights and state.
+  const double room_at_update = double(p.budget_bytes - p.workspace_bytes);
+  std::vector<Affine> limits{{1, 1, -P}, {device_bytes, w, -room}, {device_bytes + w, w, -room_at_update}};
   if (!delayed) return min_of_max(terms, limits);
   terms.push_back({-(a_cpu + a_norm), 0, P * (a_cpu + a_norm)});
   limits.push_back({1, 0, 0});  // x <= 0: the delayed update leaves nothing to the device's AdamW
   const double cpu = min_of_max(terms, limits);
   const double resident = k * (forward + backward) + P * a_dev;
-  return device_bytes * P <= room ? std::min(cpu, resident) : cpu;
+  return device_bytes * P <= room && (device_bytes + w) * P <= room_at_update ? std::min(cpu, resident) : cpu;
 }
 
 }  // namespace ferry::offload

@@ -272,11 +272,18 @@ std::vector<int> device_tier_order(const OffloadProblem& p) {
 // byte the move adds to the device (the bucket's weights, gradients and fp32 master, m and v).
 enum class TierGain { Seconds, SecondsPerByte };
 
+// The step with `device` as the device tier (every other bucket streamed) built within `rung`, when its
+// estimate fits below the next rung (the budget may lie between two); NaN otherwise.
+double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64_t rung) {
+  const SimResult r = estimate(p, greedy_for(p, device, device, rung));  // the candidates themselves are laid out later
+  return double(r.peak_device_bytes) > 1.25 * double(rung) ? NAN : r.step_s;
+}
+
 // Device tiers greedy tries, in the order it grows them within `rung` (a value of the ladder, never the
 // budget itself, so that more budget only adds candidates): device_tier_order cut into at most kGroups runs;
 // each round moves into the device tier (every other bucket streamed) the run with the best gain among the
-// moves whose plan fits below the next rung, until no move shortens the step. At most kGroups^2 / 2
-// simulations.
+// moves that fit, until no move shortens the step; then halves, quarters, ... of the runs left, while one
+// fits and shortens it. At most kGroups^2 / 2 + kGroups log2(buckets) estimates.
 std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGain rank, int64_t rung) {
   constexpr int kGroups = 8;
   const std::vector<int> order = device_tier_order(p);
@@ -296,11 +303,11 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGai
       std::vector<bool> d = device;
       int64_t bytes = 0;
       for (int b : group(g)) d[b] = true, bytes += 2 * p.bucket_bytes[b] + device_state_bytes(p, b);
-      const SimResult r = estimate(p, greedy_for(p, d, d, rung));  // the candidates themselves are laid out later
-      if (double(r.peak_device_bytes) > 1.25 * double(rung)) continue;  // up to the next rung: the budget may lie between
-      const double saved = std::isinf(current) ? 1 / r.step_s : current - r.step_s;  // the first move: the fastest
+      const double step = tier_step(p, d, rung);
+      if (std::isnan(step)) continue;
+      const double saved = std::isinf(current) ? 1 / step : current - step;  // the first move: the fastest
       const double gain = saved / (rank == TierGain::SecondsPerByte ? double(bytes) : 1.0);
-      if (gain > best_gain) best_gain = gain, chosen = g, chosen_step = r.step_s;
+      if (gain > best_gain) best_gain = gain, chosen = g, chosen_step = step;
     }
     if (chosen < 0) break;
     moved[chosen] = true;
@@ -308,6 +315,20 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGai
     current = chosen_step;
     path.push_back(device);
   }
+  for (int g = 0; g < groups; ++g)  // what memory leaves for parts of the runs left
+    for (std::span<const int> left = moved[g] ? std::span<const int>() : group(g); left.size() > 0;) {
+      size_t take = left.size();
+      double step = NAN;
+      std::vector<bool> d;
+      for (; take >= 1; take /= 2) {
+        d = device;
+        for (int b : left.first(take)) d[b] = true;
+        if (step = tier_step(p, d, rung); !std::isnan(step) && step < current) break;
+      }
+      if (take == 0) break;
+      device = std::move(d), current = step, path.push_back(device);
+      left = left.subspan(take);
+    }
   return path;
 }
 
