@@ -46,11 +46,10 @@ const std::vector<Shape>& shapes() {
   return all;
 }
 
-// Weight bytes greedy keeps in each tier.
+// Weight bytes the plan keeps in each tier.
 nlohmann::json tier_bytes(const offload::StepPlan& plan) {
-  int64_t bytes[3] = {0, 0, 0};
-  for (int b = 0; b < plan.problem.n_buckets; ++b) bytes[static_cast<int>(plan.schedule.tier(b))] += plan.problem.bucket_bytes[b];
-  return {{"device", bytes[0]}, {"weights_resident", bytes[1]}, {"streamed", bytes[2]}};
+  const offload::TierTotals t = offload::tier_totals(plan.problem, plan.schedule);
+  return {{"device", t.bytes[0]}, {"weights_resident", t.bytes[1]}, {"streamed", t.bytes[2]}};
 }
 
 struct Row {

@@ -32,9 +32,16 @@ int print_chosen(const engine::Config& cfg, const models::ModelSpec& spec, const
              plan.overlap_note.empty() ? offload::to_string(request.overlap) : plan.overlap_note);
   fmt::print("activation checkpointing ({}): {} of {} blocks\n", cfg.train.activation_checkpointing, plan.problem.checkpointed_layers,
              cfg.model.n_layer);
-  fmt::print("placement: {} resident, {} offloaded; {} host-to-device and {} device-to-host per step\n",
-             memory::format_bytes(r.resident_bytes), memory::format_bytes(r.offloaded_bytes), memory::format_bytes(r.h2d_bytes),
-             memory::format_bytes(r.d2h_bytes));
+  const offload::TierTotals tiers = offload::tier_totals(plan.problem, plan.schedule);
+  std::string line = "tiers:";
+  for (offload::Tier t : {offload::Tier::Device, offload::Tier::WeightsResident, offload::Tier::Streamed}) {
+    const int i = static_cast<int>(t);
+    line += fmt::format(" {} {:.1f}M parameters, {} (AdamW on the {}){}", offload::to_string(t), tiers.params[i] / 1e6,
+                        memory::format_bytes(tiers.bytes[i]), t == offload::Tier::Device ? "device" : "CPU", i < 2 ? ";" : "");
+    j["tiers"][offload::to_string(t)] = {{"params", tiers.params[i]}, {"weight_bytes", tiers.bytes[i]}};
+  }
+  fmt::print("{}\n", line);
+  fmt::print("copies: {} host-to-device and {} device-to-host per step\n", memory::format_bytes(r.h2d_bytes), memory::format_bytes(r.d2h_bytes));
   fmt::print("predicted step: {:.4f} s (lower bound {:.4f} s, {:.2f}x); compute {:.4f} s, stalls {:.4f} s, CPU AdamW {:.4f} s\n",
              r.step_s, bound, r.step_s / bound, r.compute_busy_s, r.stall_s, r.cpu_busy_s);
   std::vector<int> ops(plan.problem.n_ops);
@@ -67,7 +74,6 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
       engine::with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.optim.groups);
   const int64_t bucket_bytes = cfg.bucket_bytes();
   const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
-  const double bound = offload::lower_bound_step_s(problem);
 
   fmt::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}\n",
              spec.kind, cfg.model.n_layer, cfg.model.n_embd, spec.param_count() / 1e6, cfg.train.batch_size, cfg.sequence(),
@@ -84,6 +90,7 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
 
   offload::PlanRequest request = engine::plan_request(cfg);
   request.budget_bytes = budget;
+  const double bound = offload::lower_bound_step_s(spec, cost, request);  // over the checkpointing it allows
   nlohmann::json all = nlohmann::json::array();
   nlohmann::json main;
   std::string line = "policies:";

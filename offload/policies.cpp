@@ -447,6 +447,15 @@ std::string budget_message(const BudgetShortfall& s) {
   return "offload.gpu_budget: " + budget + " is below the " + needed + " " + s.needed_by + " needs" + (how.empty() ? "" : " " + how) + "; " + fix;
 }
 
+TierTotals tier_totals(const OffloadProblem& p, const Schedule& s) {
+  TierTotals t;
+  for (int b = 0; b < p.n_buckets; ++b) {
+    const int tier = static_cast<int>(s.tier(b));
+    t.params[tier] += p.bucket_params[b], t.bytes[tier] += p.bucket_bytes[b];
+  }
+  return t;
+}
+
 int64_t minimum_device_bytes(const OffloadProblem& p) {
   int64_t need = 0;
   for (int i = 0; i < p.n_ops; ++i) {

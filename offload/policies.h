@@ -44,6 +44,13 @@ struct BudgetError : std::runtime_error {
   BudgetShortfall shortfall;
 };
 
+// What a schedule keeps in each tier (indexed by Tier): parameters and the bytes of their working copies.
+struct TierTotals {
+  int64_t params[3] = {0, 0, 0};
+  int64_t bytes[3] = {0, 0, 0};
+};
+TierTotals tier_totals(const OffloadProblem& problem, const Schedule& schedule);
+
 // The least device memory any policy can run in: at every op, its activations, the buckets it uses and
 // the gradient buffers it writes; and the libraries' workspace throughout.
 int64_t minimum_device_bytes(const OffloadProblem& problem);
