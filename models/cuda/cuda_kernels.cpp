@@ -124,8 +124,8 @@ void CudaKernels::linear_backward(const models::LinearBackward& a) {
   if (a.dw.data)
     check(lt().run(linear_dw_desc(shape), ptr(a.dw), dw_a, dw_b, nullptr, t, workspace_, ws, stream_), what + ": dW");
   if (!a.dbias.data) return;
-  std::byte* s = scratch(static_cast<int64_t>(linear_bias_grad_scratch_bytes(a.rows, a.out_features)), "linear dbias");
-  check(linear_bias_grad(ptr(a.dbias), ptr(a.dout), a.rows, a.out_features, s, t, stream_), what + ": dbias");
+  std::byte* s = scratch(static_cast<int64_t>(column_sums_scratch_bytes(a.rows, a.out_features)), "linear dbias");
+  check(column_sums(ptr(a.dbias), ptr(a.dout), a.rows, a.out_features, s, t, stream_), what + ": dbias");
 }
 
 // The log-sum-exp (B,NH,T) fp32 lives where the op's probabilities would (the plan sizes that tensor for it when

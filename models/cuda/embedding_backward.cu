@@ -34,17 +34,6 @@ __global__ void __launch_bounds__(kElementwiseBlock) position_kernel(Elementwise
   }
 }
 
-template <class T>
-__global__ void __launch_bounds__(kRowBlock) type_partials_kernel(ColumnMap m, float* pb, const T* dout) {
-  column_partials<T>(m, nullptr, pb, dout, nullptr, nullptr, nullptr, blockIdx.x, static_cast<int>(threadIdx.x),
-                     blockIdx.y);
-}
-
-template <class T>
-__global__ void __launch_bounds__(kRowBlock) type_finish_kernel(ColumnMap m, T* dst, const float* partials) {
-  column_finish(m, dst, partials, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
-}
-
 // The scratch, in order: positions in, tokens and positions sorted (BT int32 each), column partials of the
 // type row, the radix sort's temporary; each 256-byte aligned.
 struct Scratch {
@@ -72,7 +61,7 @@ Scratch scratch_layout(void* base, int64_t BT, int64_t C) {
   s.pos = reinterpret_cast<int32_t*>(take(ints));
   s.sorted_tokens = reinterpret_cast<int32_t*>(take(ints));
   s.sorted_pos = reinterpret_cast<int32_t*>(take(ints));
-  s.partials = reinterpret_cast<float*>(take(static_cast<size_t>(column_map(BT, C).chunks * C) * sizeof(float)));
+  s.partials = reinterpret_cast<float*>(take(column_sums_scratch_bytes(BT, C)));
   s.sort_temp = take(s.sort_bytes);
   s.total = off;
   return s;
@@ -107,9 +96,8 @@ cudaError_t embedding_backward(void* dwte, void* dwpe, void* dtype_row, const vo
                                                                key_bits(V), stream);
     if (sorted != cudaSuccess) return sorted;
   }
-  const ColumnMap cm = column_map(BT, C);
   const ElementwiseMap pos = elementwise_map(T * C);
-  return launched(with_storage(dtype, [&](auto tag) {
+  const cudaError_t launch = launched(with_storage(dtype, [&](auto tag) {
     using S = decltype(tag);
     const S* d = static_cast<const S*>(dout);
     if (dwte)
@@ -117,12 +105,9 @@ cudaError_t embedding_backward(void* dwte, void* dwpe, void* dtype_row, const vo
                                                                              s.sorted_pos, BT, C);
     if (dwpe)
       position_kernel<S><<<static_cast<unsigned>(pos.grid), pos.block, 0, stream>>>(pos, static_cast<S*>(dwpe), d, B, T, C);
-    if (!dtype_row) return;
-    type_partials_kernel<S><<<dim3(static_cast<unsigned>(cm.grid_x), static_cast<unsigned>(cm.chunks)), cm.block, 0,
-                              stream>>>(cm, s.partials, d);
-    type_finish_kernel<S><<<static_cast<unsigned>(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<S*>(dtype_row),
-                                                                                     s.partials);
   }));
+  if (launch != cudaSuccess || !dtype_row) return launch;
+  return column_sums(dtype_row, dout, BT, C, s.partials, dtype, stream);  // every position adds to the one token-type row
 }
 
 }  // namespace ferry::cuda

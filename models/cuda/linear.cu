@@ -1,5 +1,4 @@
-// LtMatmuls: cuBLASLt plans cached per shape; linear_bias_grad: dbias by chunked column sums (the column
-// partials of row_ops.h, as embedding's token-type row is summed).
+// LtMatmuls: cuBLASLt plans cached per shape (Linear's dbias is cuda::column_sums, models/cuda/ops.h).
 #include <stdexcept>
 #include <string>
 
@@ -31,17 +30,6 @@ int64_t alignment(const void* p) {
   int64_t align = 256;
   while (align > 1 && a % static_cast<uintptr_t>(align) != 0) align /= 2;
   return align;
-}
-
-template <class T>
-__global__ void __launch_bounds__(kRowBlock) bias_partials_kernel(ColumnMap m, float* partials, const T* dy) {
-  column_partials<T>(m, nullptr, partials, dy, nullptr, nullptr, nullptr, blockIdx.x, static_cast<int>(threadIdx.x),
-                     blockIdx.y);
-}
-
-template <class T>
-__global__ void __launch_bounds__(kRowBlock) bias_finish_kernel(ColumnMap m, T* dbias, const float* partials) {
-  column_finish(m, dbias, partials, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
 }
 
 }  // namespace
@@ -130,25 +118,6 @@ cublasStatus_t LtMatmuls::run(const LtMatmulDesc& d, void* c, const void* A, con
     FERRY_LT(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   return cublasLtMatmul(handle_, p.op, &d.alpha, slot_a, p.a, slot_b, p.b, &d.beta, c, p.c, c, p.c, &p.algo, workspace,
                         workspace_bytes, stream);
-}
-
-size_t linear_bias_grad_scratch_bytes(int64_t rows, int64_t out) {
-  return static_cast<size_t>(column_map(rows, out).chunks * out) * sizeof(float);
-}
-
-cudaError_t linear_bias_grad(void* dbias, const void* dy, int64_t rows, int64_t out, void* scratch, DType dtype,
-                             cudaStream_t stream) {
-  const ColumnMap cm = column_map(rows, out);
-  if (cm.chunks > 65535 || cm.grid_x > kMaxGridX) return cudaErrorInvalidValue;  // grid.y's limit
-  if (rows == 0 || out == 0) return cudaSuccess;
-  auto* partials = static_cast<float*>(scratch);
-  return launched(with_storage(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    bias_partials_kernel<T><<<dim3(static_cast<unsigned>(cm.grid_x), static_cast<unsigned>(cm.chunks)), cm.block, 0,
-                              stream>>>(cm, partials, static_cast<const T*>(dy));
-    bias_finish_kernel<T><<<static_cast<unsigned>(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(dbias),
-                                                                                     partials);
-  }));
 }
 
 }  // namespace ferry::cuda

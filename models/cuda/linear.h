@@ -62,11 +62,4 @@ class LtMatmuls {
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 
-// Scratch of linear_bias_grad (column partial sums of dy (rows, out)).
-size_t linear_bias_grad_scratch_bytes(int64_t rows, int64_t out);
-// dbias (out) += column sums of dy (rows, out): partial sums over chunks of rows, then the chunks in order; no
-// atomics, so the same bits every run.
-cudaError_t linear_bias_grad(void* dbias, const void* dy, int64_t rows, int64_t out, void* scratch, DType dtype,
-                             cudaStream_t stream);
-
 }  // namespace ferry::cuda

@@ -21,7 +21,7 @@ int64_t op_scratch_bytes(const models::OpSpec& op, DType compute, const Attentio
       return backward ? layernorm_backward_scratch_floats(a.rows, a.in) * int64_t{sizeof(float)} : 0;
     case models::OpKind::Linear:  // the matmuls, then (backward) dbias: one after the other
       return std::max<int64_t>(kLtWorkspaceBytes,
-                               backward ? static_cast<int64_t>(linear_bias_grad_scratch_bytes(a.rows, a.out)) : 0);
+                               backward ? static_cast<int64_t>(column_sums_scratch_bytes(a.rows, a.out)) : 0);
     case models::OpKind::Attention: {
       // GPT-2's packed qkv (one input in forward) or BERT's q, k, v: only the row stride differs.
       const bool packed = op.inputs.size() == (backward ? 4u : 1u);

@@ -42,6 +42,11 @@ cudaError_t gelu_backward(void* dx, const void* dout, const void* x, int64_t N, 
 cudaError_t residual_forward(void* out, const void* a, const void* b, int64_t N, DType dtype, cudaStream_t stream);
 cudaError_t residual_backward(void* da, void* db, const void* dout, int64_t N, DType dtype, cudaStream_t stream);
 
+// dst (cols) += column sums of src (rows, cols): partial sums over chunks of rows, then the chunks in order; no
+// atomics, so the same bits every run (Linear's dbias, BERT's token-type row). scratch: column_sums_scratch_bytes.
+size_t column_sums_scratch_bytes(int64_t rows, int64_t cols);
+cudaError_t column_sums(void* dst, const void* src, int64_t rows, int64_t cols, void* scratch, DType dtype, cudaStream_t stream);
+
 // logits (N,V), targets (N) (< 0: ignored), losses (N) fp32; dlogits (N,V) += dloss (softmax - onehot).
 cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32_t* targets, int64_t N, int64_t V,
                                   DType dtype, cudaStream_t stream);

@@ -119,6 +119,24 @@ cudaError_t layernorm_backward(void* dx, void* dw, void* db, const void* dout, c
   }));
 }
 
+size_t column_sums_scratch_bytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>(column_map(rows, cols).chunks * cols) * sizeof(float);
+}
+
+cudaError_t column_sums(void* dst, const void* src, int64_t rows, int64_t cols, void* scratch, DType dtype, cudaStream_t stream) {
+  const ColumnMap cm = column_map(rows, cols);
+  if (cm.chunks > 65535 || cm.grid_x > kMaxGridX) return cudaErrorInvalidValue;  // grid.y's limit
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  auto* partials = static_cast<float*>(scratch);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    // LayerNorm's column partials with no x: the plain sums (into its db slot)
+    column_partials_kernel<T><<<dim3(grid_of(cm.grid_x), grid_of(cm.chunks)), cm.block, 0, stream>>>(
+        cm, nullptr, partials, static_cast<const T*>(src), nullptr, nullptr, nullptr);
+    column_finish_kernel<T><<<grid_of(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(dst), partials);
+  }));
+}
+
 cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32_t* targets, int64_t N, int64_t V,
                                   DType dtype, cudaStream_t stream) {
   if (!rows_fit(N)) return cudaErrorInvalidValue;

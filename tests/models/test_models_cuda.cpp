@@ -137,7 +137,7 @@ TEST(CudaWorkspace, EachOpsScratchIsWhatItsKernelsAskFor) {
             EXPECT_EQ(planned, 12345);
             break;
           case models::OpKind::Linear:
-            EXPECT_EQ(planned, bwd ? std::max<int64_t>(kLtWorkspaceBytes, linear_bias_grad_scratch_bytes(r.linear_rows, r.linear_out))
+            EXPECT_EQ(planned, bwd ? std::max<int64_t>(kLtWorkspaceBytes, column_sums_scratch_bytes(r.linear_rows, r.linear_out))
                                    : kLtWorkspaceBytes) << op.name;
             break;
           case models::OpKind::LayerNorm:
