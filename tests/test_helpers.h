@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -56,6 +58,13 @@ inline double max_error_of_largest(std::span<const float> a, std::span<const flo
   double scale = 0;
   for (float x : b) scale = std::max(scale, std::abs(double(x)));
   return max_rel_error(a, b, scale);
+}
+
+// Every element of `got` has the bytes of `want`'s (floats compared as bits: -0 and NaN payloads count).
+template <class V>
+void expect_bitwise(const std::vector<V>& got, const std::vector<V>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(V)), 0) << what << " at " << i;
 }
 
 }  // namespace ferry::testing

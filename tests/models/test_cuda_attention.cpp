@@ -6,6 +6,8 @@
 // cuDNN's SDPA against the twin within bf16 tolerance where cuDNN loads.
 #include <gtest/gtest.h>
 
+#include "test_helpers.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -351,11 +353,7 @@ struct Device {
   size_t n;
 };
 
-template <class V>
-void expect_bitwise(const std::vector<V>& got, const std::vector<V>& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(V)), 0) << what << " at " << i;
-}
+using testing::expect_bitwise;
 
 // One kernel's forward and backward on the device: out, lse, and the gradients accumulated into t.grad.
 template <class T>

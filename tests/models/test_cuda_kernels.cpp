@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "test_helpers.h"
+
 #include <cstring>
 #include <random>
 #include <vector>
@@ -53,11 +55,7 @@ std::vector<T> random_storage(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-template <class V>
-void expect_bitwise(const std::vector<V>& got, const std::vector<V>& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(V)), 0) << what << " at " << i;
-}
+using testing::expect_bitwise;
 
 template <class T>
 class CudaKernels : public ::testing::Test {};
