@@ -49,6 +49,33 @@ double min_of_max(const std::vector<Affine>& terms, const std::vector<Affine>& l
   return best;
 }
 
+// The memory limits on (x, y) described at lower_bound_step_s, each at its tightest op.
+std::vector<Affine> memory_limits(const OffloadProblem& p, double w, double state) {
+  const double P = double(p.trained_params());
+  // Per op: the workspace and activations, the bytes of the buckets it reads, the gradient buffers alive
+  // (first write <= op <= last write), the parameters whose gradients are finished before it.
+  std::vector<double> base(p.n_ops + 1, double(p.workspace_bytes)), reads(p.n_ops + 1, 0), grads(p.n_ops + 1, 0), finished(p.n_ops + 1, 0);
+  for (int i = 0; i < p.n_ops; ++i) {
+    base[i] += double(p.activation_live[i]);
+    for (int b : p.op_buckets[i]) reads[i] += double(p.bucket_bytes[b]);
+  }
+  for (int b = 0; b < p.n_buckets; ++b) {
+    if (p.first_grad_op[b] < 0) continue;
+    for (int i = p.first_grad_op[b]; i <= p.last_grad_op[b]; ++i) grads[i] += double(p.bucket_bytes[b]);
+    for (int i = p.last_grad_op[b] + 1; i <= p.n_ops; ++i) finished[i] += double(p.bucket_params[b]);
+  }
+  // a x + b y <= room, one room per combination: weights w (x + y) or U_i; finished device gradients or none.
+  double tiers_room = INFINITY, tiers_grads_room = INFINITY, reads_room = INFINITY, reads_grads_room = INFINITY;
+  for (int i = 0; i <= p.n_ops; ++i) {
+    const double left = double(p.budget_bytes) - base[i] - grads[i], unfinished = w * (P - finished[i]);
+    tiers_room = std::min(tiers_room, left);
+    tiers_grads_room = std::min(tiers_grads_room, left + unfinished);
+    reads_room = std::min(reads_room, left - reads[i]);
+    reads_grads_room = std::min(reads_grads_room, left - reads[i] + unfinished);
+  }
+  return {{w + state, w, -tiers_room}, {2 * w + state, w, -tiers_grads_room}, {state, 0, -reads_room}, {w + state, 0, -reads_grads_room}};
+}
+
 // A placement: x parameters in the device tier, y resident for the CPU to update, s = P - x - y streamed.
 // With w bytes per parameter, a link's seconds per parameter wh = w / h2d and wd = w / d2h, the CPU's
 // seconds per parameter for AdamW a_cpu and for the gradient statistics a_norm, the device AdamW's
@@ -62,9 +89,14 @@ double min_of_max(const std::vector<Affine>& terms, const std::vector<Affine>& l
 // inf/nan skip), comes at least
 //   T = max(x a_dev, (s + y) a_cpu, y wh):
 // the device's AdamW, the CPU's, and the resident buckets' new weights going back. The bound is the least
-// k M + T over the placements the budget allows: x (w + 12) + y w bytes (16 with fp32 gradient sums)
-// beside the workspace and the largest activations, since those tiers stay all step, and x (2w + 12) + y w
-// beside the workspace when the device's AdamW runs (its gradients alive too). Copy latencies are
+// k M + T over the placements the budget allows. Memory, at every op i (and after the last, where the
+// device's AdamW runs, with nothing else alive): the workspace, the activations A_i, the tiers' optimizer
+// state s x (s = 12 bytes, 16 with fp32 gradient sums), at least max(w (x + y), U_i) of weights (the tiers'
+// and the bytes U_i of the buckets op i reads, which may be among them), the gradient buffers G_i of every
+// bucket between its first and last gradient write (whatever its tier), and the device tier's finished
+// gradients, alive until its AdamW: at least w max(0, x - (P - D_i)) with D_i the parameters whose last
+// gradient write is before op i. Each combination of the two maxima is one linear limit whose slope is the
+// same at every op, so the tightest op decides each. Copy latencies are
 // left out and x, y are fractional (no bucket boundaries), so it holds for every placement. P counts the
 // trained parameters only: frozen ones (optim.groups) need no gradient, update or copy back.
 // Delayed (ZeRO-Offload's update one step behind): the CPU's AdamW of the last step runs during this one,
@@ -78,9 +110,7 @@ double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   const double wh = w / (p.cost.h2d.gbps * 1e9), wd = w / (p.cost.d2h.gbps * 1e9);
   const double a_cpu = 1 / p.cost.cpu_adam_params_per_s, a_norm = 1 / p.cost.cpu_norm_params_per_s;
   const double a_dev = 1 / p.cost.device_adam_params_per_s;
-  const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
-  const double room = double(p.budget_bytes - p.workspace_bytes - most_activations);
-  const double device_bytes = w + (p.grad_accum > 1 ? 16 : 12);
+  const double state = p.grad_accum > 1 ? 16 : 12;
   // Terms in (x, y); s = P - x - y, s + y = P - x.
   const Affine streamed_in{-wh, -wh, P * wh}, grads_out{-wd, 0, P * wd}, statistics{-a_norm, 0, P * a_norm};
   const std::vector<Affine> forward_part{{0, 0, forward}, streamed_in}, backward_part{{0, 0, backward}, grads_out, statistics};
@@ -91,15 +121,16 @@ double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   for (const Affine& f : forward_part)
     for (const Affine& b : backward_part)
       for (const Affine& e : tail) terms.push_back({k * (f.a + b.a) + e.a, k * (f.b + b.b) + e.b, k * (f.c + b.c) + e.c});
-  // At the device's AdamW, after the last op, the tier's gradients are alive beside its weights and state.
-  const double room_at_update = double(p.budget_bytes - p.workspace_bytes);
-  std::vector<Affine> limits{{1, 1, -P}, {device_bytes, w, -room}, {device_bytes + w, w, -room_at_update}};
+  std::vector<Affine> limits = memory_limits(p, w, state);
+  limits.push_back({1, 1, -P});
   if (!delayed) return min_of_max(terms, limits);
+  bool resident_fits = true;  // x = P, y = 0
+  for (const Affine& l : limits) resident_fits = resident_fits && l.at(P, 0) <= 0;
   terms.push_back({-(a_cpu + a_norm), 0, P * (a_cpu + a_norm)});
   limits.push_back({1, 0, 0});  // x <= 0: the delayed update leaves nothing to the device's AdamW
   const double cpu = min_of_max(terms, limits);
   const double resident = k * (forward + backward) + P * a_dev;
-  return device_bytes * P <= room && (device_bytes + w) * P <= room_at_update ? std::min(cpu, resident) : cpu;
+  return resident_fits ? std::min(cpu, resident) : cpu;
 }
 
 }  // namespace ferry::offload

@@ -112,6 +112,7 @@ struct Window {
   int bucket, first, last;
 };
 constexpr int kWindowGap = 4;
+constexpr int64_t kUnlimitedBytes = INT64_MAX / 4;  // a budget no plan reaches, with room to add to
 
 std::vector<Window> windows_of(const OffloadProblem& p, const std::vector<bool>& resident, int gap) {
   std::vector<Window> windows;
@@ -219,7 +220,7 @@ PlannedSchedule chunk_lru_fitting(const OffloadProblem& p, int64_t red_zone_byte
 // unlimited memory). Most valuable first.
 std::vector<int> rank_buckets(const OffloadProblem& p) {
   const std::vector<bool> none(p.n_buckets, false);
-  const Schedule offloaded = greedy_for(p, none, none, INT64_MAX / 4);
+  const Schedule offloaded = greedy_for(p, none, none, kUnlimitedBytes);
   const SimResult base = evaluate(p, offloaded, 0).result;
   std::vector<double> value(p.n_buckets, 0.0);
   for (int point = 0; point < p.n_ops; ++point) {
@@ -332,6 +333,36 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGai
   return path;
 }
 
+// Device tiers that are prefixes of device_tier_order, each built for unlimited memory (so the budget only
+// decides which fit, and more of it never removes one), every other bucket streamed just in time: all of
+// them, and each with the trained buckets of the step's first op added. Those are the one copy no compute
+// can hide (nothing runs before the first op), and in GPT the tied embedding is also read by the head, the
+// last op of forward and the first of backward: two trips per micro-batch, one of them a stall.
+// Candidates that cannot fit are skipped: the tier's weights and state beside the largest activations, or
+// with its gradients too (alive at its AdamW) beside the workspace, exceed the budget. Longer prefixes hold
+// more, so the scan stops at the first.
+void consider_device_prefixes(const OffloadProblem& p, Best& best) {
+  const std::vector<int> order = device_tier_order(p);
+  const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
+  for (bool with_first_op : {false, true}) {
+    std::vector<bool> device(p.n_buckets, false);
+    int64_t kept = 0, grads = 0;  // the tier's weights and optimizer state; its gradients
+    auto add = [&](int b) {
+      if (!device[b]) device[b] = true, kept += p.bucket_bytes[b] + device_state_bytes(p, b), grads += p.bucket_bytes[b];
+    };
+    auto could_fit = [&] {
+      return p.workspace_bytes + std::max(most_activations + kept, kept + grads) <= p.budget_bytes;
+    };
+    if (with_first_op)
+      for (int b : p.op_buckets[0])
+        if (p.first_grad_op[b] >= 0) add(b);
+    for (size_t n = 0; n <= order.size() && could_fit(); ++n) {
+      if (n > 0) add(order[n - 1]);
+      if (could_fit() && (n > 0 || with_first_op)) best.consider(greedy_for(p, device, device, kUnlimitedBytes));
+    }
+  }
+}
+
 // The device tier and as much of the residency ranking as `budget` holds beside it, counting what stays
 // all step (weights, the tier's optimizer state and gradients), the largest activations and the workspace.
 std::vector<bool> resident_beside(const OffloadProblem& p, const std::vector<bool>& device, const std::vector<int>& ranking,
@@ -360,18 +391,20 @@ std::vector<bool> resident_beside(const OffloadProblem& p, const std::vector<boo
 // least memory (without it, greedy found no plan for small budgets that an exhaustive search could meet).
 // With mixed tiers, the device tiers of device_tier_path are candidates too (every other bucket streamed):
 // the CPU's AdamW over every parameter is what bounds an offloaded step, and each bucket updated on the
-// device takes its share off the CPU, the d2h link and the h2d link at once.
+// device takes its share off the CPU, the d2h link and the h2d link at once. So are the prefixes of
+// device_tier_order (consider_device_prefixes), built for unlimited memory: the paths are grown within a
+// rung, which can lie up to 1.25x below the budget, and a prefix can use the budget to the last bucket.
 // Every other candidate is built without looking at the budget (ladder budgets above it are simply not
 // built: their plans could not be used anyway), so a larger budget only adds candidates: more budget never
 // gives a slower plan.
 // Complexity: ((prefixes + 1) x ladder rungs up to the budget) simulations, each O(ops + actions) plus one
 // Planner run, at most 26 x log_1.25(budget / minimum) of them; with mixed tiers, per rung at most 2 x 36
-// more for the two paths and 3 for each device tier on them.
+// more for the two paths and 3 for each device tier on them; and two estimates per prefix that could fit.
 PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers) {
   constexpr int kPrefixes = 24;
   constexpr double kRung = 1.25;
   Best best(p, red_zone_bytes);
-  std::vector<int64_t> ladder{INT64_MAX / 4};  // unlimited memory first
+  std::vector<int64_t> ladder{kUnlimitedBytes};  // unlimited memory first
   for (double rung = double(minimum_device_bytes(p)); rung <= double(p.budget_bytes); rung *= kRung)
     ladder.push_back(static_cast<int64_t>(rung));
   best.consider(resident(p));
@@ -401,6 +434,7 @@ PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mix
         for (int gap : {kWindowGap, 1}) best.consider(greedy_for(p, device, device, rung, gap));
         best.consider(greedy_for(p, resident_beside(p, device, ranking, rung), device, rung));
       }
+  if (mixed_tiers) consider_device_prefixes(p, best);
   if (!best.fastest) throw BudgetError(shortfall(p, best.smallest_peak, "greedy's smallest plan", ""));
   return std::move(best.fastest->plan);
 }

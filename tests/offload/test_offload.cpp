@@ -902,5 +902,26 @@ TEST(Greedy, WithinAFactorOfTheExhaustiveOptimumAndTheBoundBelowEverySchedule) {
   EXPECT_GT(offloading, 5);
 }
 
+TEST(Greedy, WithinTenPercentOfTheBoundWhenTheBudgetHoldsPartOfTheOptimizer) {
+  // The workload issue 16 is judged on, scaled down to run in a test: GPT-2 1.5B's width (8 blocks, its
+  // vocabulary), 4 x 1024 tokens, the shipped H100-class model, budgets holding part of AdamW's state. Greedy
+  // has to fill the budget with the device tier to the last bucket and keep the tied embedding (read by the
+  // step's first op and by the head) there: grown only within ladder rungs it stayed 1.15x-1.18x above.
+  const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
+  const models::ModelSpec spec = gpt2_bf16({8, 25, 1600, 50257, 1024}, 4, 1024);
+  for (const int gib : {4, 5}) {
+    PlanRequest request;
+    request.budget_bytes = int64_t(gib) << 30;
+    request.checkpointing = Checkpointing::Auto;
+    const StepPlan plan = plan_step(spec, h100, request);
+    const double step = simulate(plan.problem, plan.schedule, plan.memory).step_s, bound = lower_bound_step_s(spec, h100, request);
+    const TierTotals tiers = tier_totals(plan.problem, plan.schedule);
+    SCOPED_TRACE(std::to_string(gib) + " GiB: " + plan.schedule.label());
+    EXPECT_GT(tiers.params[int(Tier::Device)], 0);
+    EXPECT_GT(tiers.params[int(Tier::Streamed)], 0);  // the budget holds part of the optimizer state only
+    EXPECT_LE(step, 1.10 * bound);
+  }
+}
+
 }  // namespace
 }  // namespace ferry::offload
