@@ -84,7 +84,7 @@ Row run_row(const PoliciesBenchOptions& o, const offload::CostModel& cost, const
     try {
       const offload::StepPlan plan = offload::plan_step(spec, cost, request);
       const offload::SimResult r = offload::simulate(plan.problem, plan.schedule, plan.memory);
-      c.update({{"overlap", offload::to_string(request.overlap)}, {"construction", plan.schedule.construction}, {"fits", true},
+      c.update({{"overlap", plan.schedule.delayed_update ? "delayed" : "backward"},  // as planned: greedy may update in the step {"construction", plan.schedule.construction}, {"fits", true},
                 {"checkpointed_blocks", plan.problem.checkpointed_layers}, {"predicted_step_s", r.step_s},
                 {"peak_device_bytes", r.peak_device_bytes}, {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes},
                 {"stall_s", r.stall_s}, {"cpu_busy_s", r.cpu_busy_s}, {"tier_weight_bytes", tier_bytes(plan)}});
@@ -157,7 +157,7 @@ int run_policies_bench(const PoliciesBenchOptions& o) {
                              "seconds; the lower bound holds for every placement and checkpointing plan_step may choose. Date: {}."
                              "\n\nCommand: `{}`\n\n",
                              cost.name, cost.assumed ? "assumed figures, not measured" : "measured",
-                             o.delayed ? "delayed (AdamW one step behind; resident runs AdamW on the device)" : "backward",
+                             o.delayed ? "delayed (the CPU's AdamW one step behind; the device tier, and resident, update on the device in the step)" : "backward",
                              o.mixed_tiers ? "with the device tier (AdamW on the GPU for some buckets, the CPU's for the rest)"
                                            : "without the device tier",
                              today(), o.command) +

@@ -482,7 +482,15 @@ std::optional<Executor::PendingUpdate> Executor::pending_update() const {
   return PendingUpdate{u.adam_step, u.lr, u.decision()};
 }
 
-void Executor::set_pending_update(const PendingUpdate& update) { impl_->cpu.set_pending(update.adam_step, update.lr, update.decision); }
+// The buckets the CPU updates (trained, not in the device tier, which the step that made the update has
+// updated already), in backward's landing order; the updates are independent of it.
+void Executor::set_pending_update(const PendingUpdate& update) {
+  const offload::OffloadProblem& p = impl_->p;
+  std::vector<int> order;
+  for (int b = p.n_buckets - 1; b >= 0; --b)
+    if (p.first_grad_op[b] >= 0 && !impl_->s.device_optimizer[b]) order.push_back(b);
+  impl_->cpu.set_pending(update.adam_step, update.lr, update.decision, std::move(order));
+}
 
 memory::TensorView Executor::pending_gradients(int b) const { return impl_->cpu.pending_gradients(b); }
 

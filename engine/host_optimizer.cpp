@@ -162,11 +162,8 @@ void HostOptimizer::reset() {
   if (delayed_) working_next_ = working_spare_;
 }
 
-void HostOptimizer::set_pending(int64_t adam_step, double lr, const cpu_optim::StepDecision& decision) {
+void HostOptimizer::set_pending(int64_t adam_step, double lr, const cpu_optim::StepDecision& decision, std::vector<int> order) {
   if (!delayed_) throw std::logic_error("a pending update needs offload.overlap: delayed");
-  std::vector<int> order;
-  for (int b = p_.n_buckets - 1; b >= 0; --b)  // backward's landing order; updates are independent of it
-    if (p_.first_grad_op[b] >= 0) order.push_back(b);
   pending_ = {adam_step, lr, cpu_optim::OptimizerStep(adamw_, decision), std::move(order), 0};
   has_pending_ = true;
   parity_ = 1;

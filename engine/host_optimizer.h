@@ -86,8 +86,9 @@ class HostOptimizer {
   // After the step's barrier: the pending update (if queued) is applied; this step's becomes pending.
   void end_delayed_step(int64_t adam_step, double lr, std::vector<int> order);
   void end_pending() { swap_working(pending_.order), has_pending_ = false; }
-  // A checkpoint's pending update: its gradients go to pending_gradients(b), then it applies next step.
-  void set_pending(int64_t adam_step, double lr, const cpu_optim::StepDecision& decision);
+  // A checkpoint's pending update: its gradients go to pending_gradients(b), then it applies next step to
+  // the buckets of `order` (those the CPU updates: a device tier's were updated by the step itself).
+  void set_pending(int64_t adam_step, double lr, const cpu_optim::StepDecision& decision, std::vector<int> order);
   // The pending update's gradients of a bucket: fp32 sums, or as they landed in the precision.
   memory::TensorView pending_gradients(int bucket) const;
   int landing_parity() const { return delayed_ ? parity_ : 0; }

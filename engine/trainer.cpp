@@ -214,6 +214,7 @@ class Run {
   void start_or_resume();
   void load_weights_of(const std::filesystem::path& checkpoint);
   std::vector<memory::TensorView> pending_gradients() const;
+  std::vector<std::string> updated_in_step() const;
   int param_count() const { return static_cast<int>(spec_.params.size()); }
   float evaluate();
   void evaluate_start();
@@ -402,10 +403,26 @@ void Run::start_or_resume() {
   if (!plan_.schedule.delayed_update)
     throw std::runtime_error("--resume: the checkpoint holds a delayed update; resume with offload.overlap: delayed");
   const auto& u = *resumed_.pending;
+  if (u.updated_in_step != updated_in_step())
+    throw std::runtime_error(fmt::format(
+        "--resume: the checkpoint's pending delayed update leaves out the {} parameters its run updated on the device in the step "
+        "(the device tier); this run's plan updates {} there, so the update would reach the wrong ones. Resume with the settings that "
+        "wrote it (offload.gpu_budget, offload.bucket_mb, and a fixed offload.cost_model: one measured at start-up can change the plan)",
+        u.updated_in_step.size(), updated_in_step().size()));
   executor_.set_pending_update({u.adam_step, u.lr, {{u.grad_norm, u.skipped}, u.grad_scale}});
   formats::StateToRead pending;
   pending.pending = pending_gradients();
   formats::read_checkpoint_into(resume_from_->second, resumed_, spec_, pending);
+}
+
+// The trained parameters the plan's device tier updates in the step: what a pending delayed update leaves out.
+std::vector<std::string> Run::updated_in_step() const {
+  std::vector<std::string> names;
+  for (int p = 0; p < param_count(); ++p) {
+    const int b = plan_.problem.layout.slot(p).bucket;
+    if (plan_.schedule.device_optimizer[b] && plan_.problem.first_grad_op[b] >= 0 && !spec_.params[p].frozen) names.push_back(spec_.params[p].name);
+  }
+  return names;
 }
 
 // Per parameter, its slice of the pending delayed update's gradients (the executor holds one).
@@ -436,7 +453,7 @@ void Run::checkpoint(int step) {
   state.config = config_identity(cfg_);
   if (const auto u = executor_.pending_update()) {  // delayed: the last step's update travels with the checkpoint
     state.pending = formats::TrainState::PendingUpdate{u->adam_step, u->lr, u->decision.report.grad_norm, u->decision.grad_scale,
-                                                       u->decision.report.skipped};
+                                                       u->decision.report.skipped, updated_in_step()};
     for (const auto& g : pending_gradients()) from.pending.push_back(g);
   }
   sum_.last_checkpoint = checkpoints_->save(spec_, from, state, cfg_.train.keep_checkpoints);

@@ -70,6 +70,16 @@ class StateFields {
     if (!at(key).is_string() || at(key).get<std::string>().empty()) fail(key, fmt::format("is {}; expected a non-empty string", at(key).dump()));
     return at(key).get<std::string>();
   }
+  // An array of non-empty strings; absent: empty.
+  std::vector<std::string> texts(const std::string& key) const {
+    if (!has(key)) return {};
+    std::vector<std::string> out;
+    if (at(key).is_array())
+      for (const json& v : at(key))
+        if (v.is_string() && !v.get<std::string>().empty()) out.push_back(v.get<std::string>());
+    if (!at(key).is_array() || out.size() != at(key).size()) fail(key, fmt::format("is {}; expected an array of non-empty strings", at(key).dump()));
+    return out;
+  }
   bool boolean(const std::string& key, bool fallback) const {
     if (!has(key)) return fallback;
     if (!at(key).is_boolean()) fail(key, fmt::format("is {}; expected true or false", at(key).dump()));
@@ -128,6 +138,7 @@ std::optional<TrainState::PendingUpdate> read_pending(const StateFields& f, int6
   p.lr = u.number("lr", 0, 10, false, false);
   p.grad_norm = u.number("grad_norm", 0, 1e300, false, false, 0.0);
   p.skipped = u.boolean("skipped", false);
+  p.updated_in_step = u.texts("updated_in_step");
   // The step's gradient scale (clip coefficient / loss scale): infinite (written as null) when the scale had
   // grown beyond fp32; 0 for a skipped step, whose infinite norm clips to nothing (nothing is applied).
   const double grad_scale = u.number("grad_scale", 0, std::numeric_limits<float>::max(), !p.skipped, true, 1.0);
@@ -204,6 +215,7 @@ json state_json(const TrainState& state) {
     const auto& u = *state.pending;
     j["pending_update"] = {{"adam_step", u.adam_step}, {"lr", u.lr}, {"grad_scale", u.grad_scale}, {"skipped", u.skipped}};
     if (std::isfinite(u.grad_norm)) j["pending_update"]["grad_norm"] = u.grad_norm;
+    if (!u.updated_in_step.empty()) j["pending_update"]["updated_in_step"] = u.updated_in_step;
   }
   j["state_crc32c"] = hex32(own_checksum(j));
   return j;

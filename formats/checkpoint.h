@@ -40,6 +40,9 @@ struct TrainState {
     double grad_norm = 0;
     float grad_scale = 1;
     bool skipped = false;
+    // Parameters the step updated itself (the device tier beside the CPU's delayed AdamW): the pending
+    // update leaves them out, and a run resumes it only with a plan whose device tier holds the same ones.
+    std::vector<std::string> updated_in_step{};
   };
   std::optional<PendingUpdate> pending;
   // Checkpoints of earlier builds lack these (an empty run_id, config and files).

@@ -99,9 +99,11 @@ std::vector<Affine> memory_limits(const OffloadProblem& p, double w, double stat
 // same at every op, so the tightest op decides each. Copy latencies are
 // left out and x, y are fractional (no bucket boundaries), so it holds for every placement. P counts the
 // trained parameters only: frozen ones (optim.groups) need no gradient, update or copy back.
-// Delayed (ZeRO-Offload's update one step behind): the CPU's AdamW of the last step runs during this one,
-// so T drops out and the CPU's whole work (s + y)(a_cpu + a_norm) bounds the step instead; nothing is
-// updated on the device then, except by policy resident, which does not delay (x = P, M = F + B).
+// Delayed (ZeRO-Offload's update one step behind for the buckets the CPU updates): the CPU's AdamW of the
+// last step runs during this one, so only the device tier's AdamW remains after the decision, T = x a_dev;
+// and the CPU's whole work (s + y)(a_cpu + a_norm) comes before the decision too (its one worker takes the
+// statistics after the pending updates), so the step is also at least that plus x a_dev. At x = P this is
+// policy resident, which does not delay (k (F + B) + P a_dev).
 double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   const auto& t = p.op_seconds;
   const double forward = std::accumulate(t.begin(), t.begin() + p.forward_ops, 0.0);
@@ -115,7 +117,7 @@ double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   const Affine streamed_in{-wh, -wh, P * wh}, grads_out{-wd, 0, P * wd}, statistics{-a_norm, 0, P * a_norm};
   const std::vector<Affine> forward_part{{0, 0, forward}, streamed_in}, backward_part{{0, 0, backward}, grads_out, statistics};
   const bool delayed = overlap == Overlap::Delayed;
-  const std::vector<Affine> tail = delayed ? std::vector<Affine>{{0, 0, 0}}
+  const std::vector<Affine> tail = delayed ? std::vector<Affine>{{a_dev, 0, 0}}
                                            : std::vector<Affine>{{a_dev, 0, 0}, {-a_cpu, 0, P * a_cpu}, {0, wh, 0}};
   std::vector<Affine> terms;
   for (const Affine& f : forward_part)
@@ -123,14 +125,8 @@ double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
       for (const Affine& e : tail) terms.push_back({k * (f.a + b.a) + e.a, k * (f.b + b.b) + e.b, k * (f.c + b.c) + e.c});
   std::vector<Affine> limits = memory_limits(p, w, state);
   limits.push_back({1, 1, -P});
-  if (!delayed) return min_of_max(terms, limits);
-  bool resident_fits = true;  // x = P, y = 0
-  for (const Affine& l : limits) resident_fits = resident_fits && l.at(P, 0) <= 0;
-  terms.push_back({-(a_cpu + a_norm), 0, P * (a_cpu + a_norm)});
-  limits.push_back({1, 0, 0});  // x <= 0: the delayed update leaves nothing to the device's AdamW
-  const double cpu = min_of_max(terms, limits);
-  const double resident = k * (forward + backward) + P * a_dev;
-  return resident_fits ? std::min(cpu, resident) : cpu;
+  if (delayed) terms.push_back({a_dev - (a_cpu + a_norm), 0, P * (a_cpu + a_norm)});
+  return min_of_max(terms, limits);
 }
 
 }  // namespace ferry::offload

@@ -38,11 +38,12 @@ class StepPlanner {
     std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
     OffloadProblem p(spec_, cost_, request_.bucket_bytes, request_.budget_bytes, checkpointed, request_.grad_accum,
                      request_.workspace_bytes);
-    const bool mixed = tiers && request_.mixed_tiers && request_.overlap == Overlap::Backward;
-    PlannedSchedule planned = make_schedule(p, with, request_.red_zone_bytes, mixed);
+    const bool mixed = tiers && request_.mixed_tiers;
+    PlannedSchedule planned = make_schedule(p, with, request_.red_zone_bytes, mixed, request_.overlap);
     Schedule& s = planned.schedule;
     if (with != request_.policy) s.policy = to_string(request_.policy);  // the construction stays
-    if (request_.overlap == Overlap::Delayed && !s.any_device_optimizer()) s = with_delayed_update(p, std::move(s));
+    // Greedy has weighed the delayed update itself (make_schedule); the others take it where AdamW runs on the CPU.
+    if (request_.overlap == Overlap::Delayed && with != Policy::Greedy && !s.any_device_optimizer()) s = with_delayed_update(p, std::move(s));
     return StepPlan{std::move(p), std::move(s), std::move(planned.memory), ""};
   }
 
@@ -83,7 +84,7 @@ class StepPlanner {
       if (const std::optional<int> other = fewest(anchor)) counts.push_back(*other);
     // With the device tier, every block recomputed frees room for more of AdamW on the device, which can
     // save more than the recomputation costs: a few more counts, up to every block.
-    if (request_.mixed_tiers && request_.overlap == Overlap::Backward)
+    if (request_.mixed_tiers)
       for (int quarter = 1; quarter <= 4; ++quarter) counts.push_back(best->problem.checkpointed_layers + (layers_ - best->problem.checkpointed_layers) * quarter / 4);
     std::sort(counts.begin(), counts.end());
     counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
@@ -135,9 +136,12 @@ StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, const P
                              to_string(request.policy) + " runs it on the device; set offload.overlap: backward, or a policy "
                              "that offloads (greedy, zero-offload, chunk-lru)");
   StepPlan plan = StepPlanner(spec, cost, request).plan();
-  if (request.overlap == Overlap::Delayed && plan.schedule.any_device_optimizer())
+  if (request.overlap == Overlap::Delayed && plan.schedule.all_device_optimizer())
     plan.overlap_note = "offload.overlap: delayed is not used: the plan (" + plan.schedule.label() +
                         ") keeps AdamW on the device, where there is no CPU update to delay";
+  else if (request.overlap == Overlap::Delayed && !plan.schedule.delayed_update)
+    plan.overlap_note = "offload.overlap: delayed is not used: the plan (" + plan.schedule.label() +
+                        ") steps faster updating every bucket in the step, where its device tier does not wait for the CPU's pending AdamW";
   return plan;
 }
 

@@ -236,17 +236,31 @@ std::vector<int> rank_buckets(const OffloadProblem& p) {
   return ranking;
 }
 
+// A candidate as the step will run it: with the delayed update where asked for and some bucket's AdamW runs
+// on the CPU, so that greedy compares what it will run.
+Schedule as_run(const OffloadProblem& p, Schedule s, Overlap overlap) {
+  return overlap == Overlap::Delayed && !s.all_device_optimizer() && !s.delayed_update ? with_delayed_update(p, std::move(s)) : s;
+}
+
 // Greedy's candidates as they come: keeps the fastest that fits, and the smallest peak for the error.
 struct Best {
-  Best(const OffloadProblem& problem, int64_t red_zone) : p(problem), red_zone_bytes(red_zone) {}
+  Best(const OffloadProblem& problem, int64_t red_zone, Overlap overlap_mode) : p(problem), red_zone_bytes(red_zone), overlap(overlap_mode) {}
   const OffloadProblem& p;
   int64_t red_zone_bytes;
+  Overlap overlap;
   std::optional<Candidate> fastest;
   int64_t smallest_peak = INT64_MAX;
 
   // A candidate is laid out only when its estimate (the same timings; the most bytes alive at once, which
   // no layout beats) says it could be the fastest that fits, or could lower the smallest peak.
+  // With the delayed update asked for, both ways of running the candidate: one step behind, and in the step
+  // (exact, and faster where the device tier's AdamW would wait behind the CPU's pending one).
   void consider(Schedule s) {
+    if (overlap == Overlap::Delayed && !s.all_device_optimizer() && !s.delayed_update) consider_as_is(with_delayed_update(p, s));
+    consider_as_is(std::move(s));
+  }
+
+  void consider_as_is(Schedule s) {
     s.policy = to_string(Policy::Greedy);
     const SimResult guess = estimate(p, s);
     if (!guess.error.empty()) throw std::logic_error(s.label() + ": invalid schedule: " + guess.error);
@@ -275,8 +289,8 @@ enum class TierGain { Seconds, SecondsPerByte };
 
 // The step with `device` as the device tier (every other bucket streamed) built within `rung`, when its
 // estimate fits below the next rung (the budget may lie between two); NaN otherwise.
-double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64_t rung) {
-  const SimResult r = estimate(p, greedy_for(p, device, device, rung));  // the candidates themselves are laid out later
+double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64_t rung, Overlap overlap) {
+  const SimResult r = estimate(p, as_run(p, greedy_for(p, device, device, rung), overlap));  // the candidates themselves are laid out later
   return double(r.peak_device_bytes) > 1.25 * double(rung) ? NAN : r.step_s;
 }
 
@@ -285,7 +299,7 @@ double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64
 // each round moves into the device tier (every other bucket streamed) the run with the best gain among the
 // moves that fit, until no move shortens the step; then halves, quarters, ... of the runs left, while one
 // fits and shortens it. At most kGroups^2 / 2 + kGroups log2(buckets) estimates.
-std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGain rank, int64_t rung) {
+std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGain rank, int64_t rung, Overlap overlap) {
   constexpr int kGroups = 8;
   const std::vector<int> order = device_tier_order(p);
   const int n = static_cast<int>(order.size()), groups = std::min(n, kGroups);
@@ -304,7 +318,7 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGai
       std::vector<bool> d = device;
       int64_t bytes = 0;
       for (int b : group(g)) d[b] = true, bytes += 2 * p.bucket_bytes[b] + device_state_bytes(p, b);
-      const double step = tier_step(p, d, rung);
+      const double step = tier_step(p, d, rung, overlap);
       if (std::isnan(step)) continue;
       const double saved = std::isinf(current) ? 1 / step : current - step;  // the first move: the fastest
       const double gain = saved / (rank == TierGain::SecondsPerByte ? double(bytes) : 1.0);
@@ -324,7 +338,7 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGai
       for (; take >= 1; take /= 2) {
         d = device;
         for (int b : left.first(take)) d[b] = true;
-        if (step = tier_step(p, d, rung); !std::isnan(step) && step < current) break;
+        if (step = tier_step(p, d, rung, overlap); !std::isnan(step) && step < current) break;
       }
       if (take == 0) break;
       device = std::move(d), current = step, path.push_back(device);
@@ -400,10 +414,10 @@ std::vector<bool> resident_beside(const OffloadProblem& p, const std::vector<boo
 // Complexity: ((prefixes + 1) x ladder rungs up to the budget) simulations, each O(ops + actions) plus one
 // Planner run, at most 26 x log_1.25(budget / minimum) of them; with mixed tiers, per rung at most 2 x 36
 // more for the two paths and 3 for each device tier on them; and two estimates per prefix that could fit.
-PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers) {
+PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
   constexpr int kPrefixes = 24;
   constexpr double kRung = 1.25;
-  Best best(p, red_zone_bytes);
+  Best best(p, red_zone_bytes, overlap);
   std::vector<int64_t> ladder{kUnlimitedBytes};  // unlimited memory first
   for (double rung = double(minimum_device_bytes(p)); rung <= double(p.budget_bytes); rung *= kRung)
     ladder.push_back(static_cast<int64_t>(rung));
@@ -430,7 +444,7 @@ PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mix
   // the most of the residency ranking the rung holds beside it resident too.
   for (int64_t rung : mixed_tiers ? ladder : std::vector<int64_t>{})
     for (TierGain rank : {TierGain::Seconds, TierGain::SecondsPerByte})
-      for (const std::vector<bool>& device : device_tier_path(p, rank, rung)) {
+      for (const std::vector<bool>& device : device_tier_path(p, rank, rung, overlap)) {
         for (int gap : {kWindowGap, 1}) best.consider(greedy_for(p, device, device, rung, gap));
         best.consider(greedy_for(p, resident_beside(p, device, ranking, rung), device, rung));
       }
@@ -518,28 +532,28 @@ std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& p, Schedule& s) {
   return grads_live;
 }
 
-PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t red_zone_bytes, bool mixed_tiers) {
+PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
   if (const int64_t least = minimum_device_bytes(p); least > p.budget_bytes)
     throw BudgetError(shortfall(p, least, "this model", "with every bucket offloaded"));
   switch (policy) {
     case Policy::Resident: return fixed(p, resident(p), red_zone_bytes, "with every bucket and AdamW's state on the device");
     case Policy::ZeroOffload: return fixed(p, zero_offload(p), red_zone_bytes, "with every bucket's weights on the device");
     case Policy::ChunkLru: return chunk_lru_fitting(p, red_zone_bytes);
-    case Policy::Greedy: return greedy(p, red_zone_bytes, mixed_tiers);
+    case Policy::Greedy: return greedy(p, red_zone_bytes, mixed_tiers, overlap);
   }
   throw std::logic_error("unknown policy");
 }
 
 Schedule with_delayed_update(const OffloadProblem& p, Schedule s) {
-  if (s.any_device_optimizer())
-    throw std::invalid_argument("offload.overlap: delayed needs AdamW on the CPU for every bucket; " + s.label() + " runs it on the device");
+  if (s.all_device_optimizer())
+    throw std::invalid_argument("offload.overlap: delayed needs AdamW on the CPU for some bucket; " + s.label() + " runs it on the device for every one");
   std::vector<int> last_use(p.n_buckets, -1);
   for (int i = 0; i < p.n_ops; ++i)
     for (int b : p.op_buckets[i]) last_use[b] = i;
   for (auto& actions : s.before)
     std::erase_if(actions, [](const Action& a) { return a.kind == Action::Kind::Upload; });
   for (int b = 0; b < p.n_buckets; ++b)
-    if (s.resident[b] && p.first_grad_op[b] >= 0) s.before[last_use[b] + 1].push_back({Action::Kind::Upload, b});
+    if (s.resident[b] && !s.device_optimizer[b] && p.first_grad_op[b] >= 0) s.before[last_use[b] + 1].push_back({Action::Kind::Upload, b});
   s.delayed_update = true;
   return s;
 }

@@ -71,15 +71,21 @@ struct PlannedSchedule {
 // A schedule for the policy that the Simulator accepts and that fits the budget with every device tensor
 // padded by red_zone_bytes; BudgetError otherwise. mixed_tiers: greedy may update some buckets on the
 // device and the others on the CPU in one step (Tier); without, AdamW runs on one side for every bucket.
-PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0, bool mixed_tiers = true);
+// overlap: greedy compares its candidates as they will run, with the delayed update where asked for (the
+// schedule it returns has it, unless AdamW runs on the device for every bucket); the other policies'
+// schedules are returned without it.
+PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0, bool mixed_tiers = true,
+                              Overlap overlap = Overlap::Backward);
 
 // The one rule on which overlap a policy allows: delayed needs AdamW on the CPU, which resident never
 // runs there. (Greedy may still choose to keep AdamW on the device: plan_step then says so in a note.)
 bool overlap_allowed(Policy policy, Overlap overlap);
 
-// The schedule with ZeRO-Offload's delayed parameter update (Schedule::delayed_update): each resident
-// bucket's upload moves to right after its last use in the step. Uploads are not device tensors, so the
-// schedule's DeviceMemory stays valid. Needs AdamW on the CPU (std::invalid_argument otherwise).
+// The schedule with ZeRO-Offload's delayed parameter update (Schedule::delayed_update) for the buckets the
+// CPU updates: each weights-resident bucket's upload moves to right after its last use in the step. The
+// device tier, if any, is still updated in the step, after the decision. Uploads are not device tensors, so
+// the schedule's DeviceMemory stays valid. Needs AdamW on the CPU for some bucket (std::invalid_argument
+// otherwise).
 Schedule with_delayed_update(const OffloadProblem& problem, Schedule schedule);
 
 // train.activation_checkpointing: off, on (every block), or auto (only when activations would break the
@@ -99,8 +105,8 @@ struct PlanRequest {
   // the host device; sized by the device. One device tensor alive the whole step; counts against the budget.
   int64_t workspace_bytes = 0;
   int64_t red_zone_bytes = 0;  // padding after every device tensor, for canaries (tests); counts against the budget
-  // Greedy may put some buckets in the device tier and the rest on the CPU (make_schedule). Only with
-  // overlap backward: the delayed update needs AdamW on the CPU for every bucket.
+  // Greedy may put some buckets in the device tier and the rest on the CPU (make_schedule); with overlap
+  // delayed, the device tier is updated in the step and the CPU's buckets one step behind.
   bool mixed_tiers = true;
 };
 
