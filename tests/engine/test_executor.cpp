@@ -11,6 +11,7 @@
 #include <cmath>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <optional>
 #include <mutex>
@@ -349,6 +350,30 @@ TEST(LossScaling, OverflowSkipsTheStepAndBacksOff) {
   std::filesystem::remove(metrics);
 }
 
+// The run of `c` stopped after `stop_after` steps into the checkpoint dir `dir`, then resumed from it.
+struct StoppedAndResumed {
+  TrainSummary stopped, resumed;
+  std::vector<float> losses() const {  // the stopped run's, then the resumed run's
+    std::vector<float> joined = stopped.losses;
+    joined.insert(joined.end(), resumed.losses.begin(), resumed.losses.end());
+    return joined;
+  }
+};
+// between: called with the resume options once the stopped run's checkpoint is written.
+StoppedAndResumed stop_and_resume(Config c, const std::filesystem::path& dir, int stop_after,
+                                  const std::function<void(const TrainOptions&)>& between = {}) {
+  c.train.checkpoint_dir = dir;
+  TrainOptions first, resume;
+  first.stop_after = stop_after;
+  resume.resume = dir;
+  StoppedAndResumed r;
+  r.stopped = run(c, first);
+  EXPECT_TRUE(r.stopped.interrupted);
+  if (between) between(resume);
+  r.resumed = run(c, resume);
+  return r;
+}
+
 TEST(LossScaling, ResumesWithItsScaleAndItsPendingDelayedUpdate) {
   const auto dir = testing::scratch_path("loss_scale_resume");
   std::filesystem::remove_all(dir);
@@ -359,18 +384,9 @@ TEST(LossScaling, ResumesWithItsScaleAndItsPendingDelayedUpdate) {
   c.offload.overlap = "delayed";
   c.offload.sync_steps = 2;
   const TrainSummary whole = run(c);
-  c.train.checkpoint_dir = dir;
-  TrainOptions first;
-  first.stop_after = 5;
-  const TrainSummary a = run(c, first);
-  ASSERT_TRUE(a.interrupted);
-  TrainOptions resume;
-  resume.resume = dir;
-  const TrainSummary b = run(c, resume);
-  std::vector<float> joined = a.losses;
-  joined.insert(joined.end(), b.losses.begin(), b.losses.end());
-  EXPECT_EQ(joined, whole.losses);
-  EXPECT_EQ(a.skipped_steps + b.skipped_steps, whole.skipped_steps);
+  const StoppedAndResumed r = stop_and_resume(c, dir, 5);
+  EXPECT_EQ(r.losses(), whole.losses);
+  EXPECT_EQ(r.stopped.skipped_steps + r.resumed.skipped_steps, whole.skipped_steps);
   std::filesystem::remove_all(dir);
 }
 
@@ -388,22 +404,15 @@ TEST(Executor, ResumesAPendingUpdateBesideADeviceTierExactly) {
   const offload::StepPlan plan = plan_for_config(c, spec, fp32_cost_model());
   ASSERT_TRUE(plan.schedule.delayed_update && plan.schedule.any_device_optimizer()) << plan.schedule.label() << ": the test would check nothing";
   const TrainSummary whole = run(c);
-  c.train.checkpoint_dir = dir;
-  TrainOptions first;
-  first.stop_after = 5;
-  const TrainSummary a = run(c, first);
-  ASSERT_TRUE(a.interrupted);
-  TrainOptions resume;
-  resume.resume = dir;
   Config wider = c;
   wider.offload.gpu_budget = int64_t(1) << 40;
   ASSERT_NE(plan_for_config(wider, spec, fp32_cost_model()).schedule.device_optimizer, plan.schedule.device_optimizer);
-  const std::string refused = testing::error_of([&] { run(wider, resume); });
-  EXPECT_NE(refused.find("--resume: the checkpoint's pending delayed update leaves out the "), std::string::npos) << refused;
-  const TrainSummary b = run(c, resume);
-  std::vector<float> joined = a.losses;
-  joined.insert(joined.end(), b.losses.begin(), b.losses.end());
-  EXPECT_EQ(joined, whole.losses);
+  const StoppedAndResumed r = stop_and_resume(c, dir, 5, [&](const TrainOptions& resume) {
+    wider.train.checkpoint_dir = dir;
+    const std::string refused = testing::error_of([&] { run(wider, resume); });
+    EXPECT_NE(refused.find("--resume: the checkpoint's pending delayed update leaves out the "), std::string::npos) << refused;
+  });
+  EXPECT_EQ(r.losses(), whole.losses);
   std::filesystem::remove_all(dir);
 }
 
