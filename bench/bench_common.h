@@ -83,8 +83,15 @@ struct PoliciesBenchOptions {
 int run_policies_bench(const PoliciesBenchOptions& options);
 
 // `ferry-bench offload`: offloaded training on the host device, every policy: measured vs predicted.
-int run_offload_bench(const std::string& config_path, const std::vector<std::string>& overrides, int steps,
-                      const std::string& json_path, const std::string& markdown_path, const std::string& command);
+struct OffloadBenchOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  int steps = 20;
+  int repeats = 1;                    // runs per policy and overlap (medians reported)
+  std::vector<std::string> policies;  // empty: resident, zero-offload, chunk-lru, greedy
+  std::string json, markdown, command;
+};
+int run_offload_bench(const OffloadBenchOptions& options);
 
 // `ferry-bench experiment`: an experiment file trained as shipped: wall time, tokens/s, validation loss.
 int run_experiment_bench(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& json_path,

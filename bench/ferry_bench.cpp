@@ -68,11 +68,17 @@ int main(int argc, char** argv) {
   policies->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   std::vector<std::string> offload_overrides;
   int offload_steps = 20;
+  std::vector<std::string> offload_policies;
+  int offload_repeats = 1;
   auto* offload = app.add_subcommand("offload", "Offloaded training on the host device, every policy and overlap mode: "
                                                 "measured step time vs the Simulator's prediction");
   offload->add_option("-c,--config", config, "Experiment file")->required()->check(CLI::ExistingFile);
   offload->add_option("--set", offload_overrides, "Config overrides, e.g. offload.gpu_budget=48MiB device.host.link_gbps=1 (repeatable)");
   offload->add_option("--steps", offload_steps, "Training steps per run (the median step is reported)")->check(CLI::PositiveNumber);
+  offload->add_option("--policy", offload_policies, "Only this policy (repeatable; default: all four)")
+      ->check(CLI::IsMember({"resident", "zero-offload", "chunk-lru", "greedy"}));
+  offload->add_option("--repeats", offload_repeats, "Runs per policy and overlap, each profiled and planned afresh; the table "
+                                                    "reports the medians (a shared machine's noise)")->check(CLI::PositiveNumber);
   offload->add_option("--json", json, "Also write the results as JSON to this file (bench/results/offload-host.json)");
   offload->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   auto* experiment = app.add_subcommand("experiment", "Train an experiment file as shipped and record wall time, tokens/s and the "
@@ -103,7 +109,8 @@ int main(int argc, char** argv) {
     if (*experiment) return ferry::bench::run_experiment_bench(config, offload_overrides, json, markdown, command);
     if (*memory_cmd) return ferry::bench::run_memory_bench(memory_config, offload_overrides, memory_steps, json, markdown, command);
     if (*pcie) return ferry::bench::run_pcie_bench(pcie_reps, json, markdown, command);
-    if (*offload) return ferry::bench::run_offload_bench(config, offload_overrides, offload_steps, json, markdown, command);
+    if (*offload)
+      return ferry::bench::run_offload_bench({config, offload_overrides, offload_steps, offload_repeats, offload_policies, json, markdown, command});
     if (*policies) {
       policy_options.delayed = policy_overlap == "delayed";
       policy_options.mixed_tiers = !single_tier;

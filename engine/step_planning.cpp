@@ -40,7 +40,7 @@ offload::CostModel cuda_device_cost_model(const Config& cfg, const models::Model
 
 void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, const dataset::Batch& sample,
                        offload::CostModel& cost) {
-  // The fastest of 3 to 10 passes, 1 s at least: single passes on a shared machine are noisy.
+  // The median of 3 to 10 passes, 1 s at least: single passes on a shared machine are noisy.
   cost.profiled_op_s = device::profile_ops(spec, profiler, sample.tokens, sample.targets, 3, 1.0, 10);
   cost.profiled_workspace_bytes = profiler.op_workspace_bytes(spec);
   if (cost.profiled_workspace_bytes == 0) {

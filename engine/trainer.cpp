@@ -39,6 +39,7 @@
 #include "memory/pinned_pool.h"
 #include "models/ops/matmul.h"
 #include "models/registry.h"
+#include "offload/policies.h"
 
 namespace ferry::engine {
 namespace {
@@ -356,6 +357,9 @@ void Run::announce() {
       memory::format_bytes(predicted_.offloaded_bytes), p.checkpointed_layers, m.n_layer, overlap,
       delayed ? fmt::format(" (synchronous for the first {} steps)", cfg_.offload.sync_steps) : "",
       predicted_.step_s * cfg_.train.grad_accum, cost_.name, cost_cache_.empty() ? "" : ", cached in " + cost_cache_));
+  const offload::TierTotals tiers = offload::tier_totals(p, plan_.schedule);
+  progress_.message(fmt::format("tiers (parameters): device {:.2f}M, weights resident {:.2f}M, streamed {:.2f}M", tiers.params[0] / 1e6,
+                                tiers.params[1] / 1e6, tiers.params[2] / 1e6));
   progress_.message("host memory: " + host_memory_.describe());
   if (!cfg_.optim.groups.empty()) progress_.message(describe_param_groups(cfg_.optim.groups, param_settings_, spec_));
 }
@@ -626,6 +630,10 @@ TrainSummary Run::train() {
   if (resume_from_ && resumed_.step == cfg_.train.steps) return report_already_complete();
   const device::StopFinishesWork training;  // from here a stop finishes the step and checkpoints
   sum_.policy = plan_.schedule.policy;
+  sum_.plan = plan_.schedule.label();
+  const offload::TierTotals tiers = offload::tier_totals(plan_.problem, plan_.schedule);
+  std::copy(std::begin(tiers.params), std::end(tiers.params), sum_.tier_params);
+  std::copy(std::begin(tiers.bytes), std::end(tiers.bytes), sum_.tier_bytes);
   sum_.checkpointed_blocks = plan_.problem.checkpointed_layers;
   sum_.arena_bytes = plan_.memory.layout.peak;
   sum_.params = spec_.param_count();

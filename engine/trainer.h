@@ -41,6 +41,9 @@ struct TrainSummary {
   std::filesystem::path last_checkpoint;
   // The offload plan and what it did.
   std::string policy;
+  std::string plan;                // the schedule's label: "greedy (prefetch schedule, ...)"
+  // Per tier, in offload::Tier's order (device, weights resident, streamed): parameters and bytes of weights.
+  int64_t tier_params[3] = {0, 0, 0}, tier_bytes[3] = {0, 0, 0};
   int checkpointed_blocks = 0;
   int64_t arena_bytes = 0;         // the device arena: the plan's peak
   int64_t params = 0;              // the model's parameters

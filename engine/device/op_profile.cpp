@@ -76,6 +76,13 @@ memory::HostBuffer contents(const std::vector<Slot>& slots, int64_t bytes, std::
 
 }  // namespace
 
+double median_seconds(std::vector<double> v) {
+  if (v.empty()) throw std::invalid_argument("median_seconds: no timed pass");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 int64_t profile_arena_bytes(const models::ModelSpec& spec, int64_t workspace_bytes) {
   int64_t most = kAlign;
   for (const auto& op : spec.ops) most = std::max(most, lay_out_op(spec, op, nullptr, nullptr).bytes);
@@ -114,7 +121,7 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
   // Timed passes: the ops share the arena, so each op's token ids and targets are copied in again (other
   // operands hold what earlier ops left: their values do not change an op's time).
   const int64_t id_bytes = static_cast<int64_t>(tokens.size() * 4);
-  std::vector<double> best(spec.ops.size(), 1e30);
+  std::vector<std::vector<double>> samples(spec.ops.size());
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < max_reps; ++r) {
     if (r >= min_reps && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= min_seconds) break;
@@ -130,11 +137,13 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
       device.run_op(spec, spec.ops[i], {l.inputs, l.outputs, l.values, l.grads}, 1.0f, nullptr, "profile: " + spec.ops[i].name);
       marks.emplace_back(std::move(before), device.record_timed(Stream::Compute));
     }
-    for (size_t i = 0; i < marks.size(); ++i) best[i] = std::min(best[i], device.elapsed_seconds(marks[i].first, marks[i].second));
+    for (size_t i = 0; i < marks.size(); ++i) samples[i].push_back(device.elapsed_seconds(marks[i].first, marks[i].second));
   }
   device.synchronize();
   if (workspace > 0) device.bind_workspace(nullptr, 0);
-  return best;
+  std::vector<double> op_s(spec.ops.size());
+  for (size_t i = 0; i < samples.size(); ++i) op_s[i] = median_seconds(samples[i]);
+  return op_s;
 }
 
 }  // namespace ferry::device

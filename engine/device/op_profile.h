@@ -17,9 +17,14 @@ namespace ferry::device {
 // (Device::op_workspace_bytes(spec): the CUDA device's; the host device's is 0, its scratch is measured).
 int64_t profile_arena_bytes(const models::ModelSpec& spec, int64_t workspace_bytes = 0);
 
+// The median of one op's timed passes (the middle two's mean for an even count): the prediction is set
+// beside the median measured step, and the fastest pass, which ran while no other thread took its cores,
+// undershoots that median (ferry-bench offload, README).
+double median_seconds(std::vector<double> pass_seconds);
+
 // Each op's time on `device` (whose arena holds profile_arena_bytes(spec, device.op_workspace_bytes(spec));
 // the workspace after the operands is bound while the ops run, and unbound after), indexed like spec.ops: the
-// fastest of at least min_reps passes over every op and min_seconds in all, at most max_reps. The token
+// median of at least min_reps passes over every op and min_seconds in all, at most max_reps. The token
 // ids and targets (a batch of the run: B*T each) make the embedding and the loss read real ids; every
 // other operand holds small values. The first pass warms up (kernels compiled, workspaces sized).
 std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, std::span<const int32_t> tokens,

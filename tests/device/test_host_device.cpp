@@ -184,5 +184,14 @@ TEST(OpProfile, EveryOpIsTimedOnTheDeviceInOneOpsMemory) {
   }
 }
 
+// An op's profiled time is the median of its passes, not the fastest: one pass that ran alone on the cores
+// does not set the prediction of a step measured as a median.
+TEST(OpProfile, AnOpsTimeIsTheMedianOfItsPasses) {
+  EXPECT_DOUBLE_EQ(median_seconds({3e-3, 1e-3, 2e-3}), 2e-3);
+  EXPECT_DOUBLE_EQ(median_seconds({4e-3, 1e-3, 2e-3, 3e-3}), 2.5e-3);
+  EXPECT_DOUBLE_EQ(median_seconds({5e-3}), 5e-3);
+  EXPECT_THROW(median_seconds({}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace ferry::device

@@ -122,6 +122,11 @@ void expect_every_policy_like_resident(const std::string& precision, std::initia
         EXPECT_EQ(s.val_loss, reference.val_loss) << what;
         EXPECT_EQ(s.checkpointed_blocks, ckpt ? 2 : 0) << what;
         EXPECT_LE(s.measured_peak_device_bytes, s.budget_bytes) << what;
+        // The summary's tiers (ferry-bench offload's columns): every parameter in one, each baseline's in its own.
+        EXPECT_EQ(s.tier_params[0] + s.tier_params[1] + s.tier_params[2], s.params) << what;
+        const int own_tier = std::string(policy) == "resident" ? 0 : std::string(policy) == "zero-offload" ? 1 : std::string(policy) == "chunk-lru" ? 2 : -1;
+        if (own_tier >= 0) EXPECT_EQ(s.tier_params[own_tier], s.params) << what;
+        if (own_tier >= 0) EXPECT_GT(s.tier_bytes[own_tier], 0) << what;
         if (std::string(policy) != "resident") {
           EXPECT_GT(s.d2h_bytes, 0) << what;  // gradients went to the host
         }
