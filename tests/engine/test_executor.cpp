@@ -125,8 +125,10 @@ void expect_every_policy_like_resident(const std::string& precision, std::initia
         // The summary's tiers (ferry-bench offload's columns): every parameter in one, each baseline's in its own.
         EXPECT_EQ(s.tier_params[0] + s.tier_params[1] + s.tier_params[2], s.params) << what;
         const int own_tier = std::string(policy) == "resident" ? 0 : std::string(policy) == "zero-offload" ? 1 : std::string(policy) == "chunk-lru" ? 2 : -1;
-        if (own_tier >= 0) EXPECT_EQ(s.tier_params[own_tier], s.params) << what;
-        if (own_tier >= 0) EXPECT_GT(s.tier_bytes[own_tier], 0) << what;
+        if (own_tier >= 0) {
+          EXPECT_EQ(s.tier_params[own_tier], s.params) << what;
+          EXPECT_GT(s.tier_bytes[own_tier], 0) << what;
+        }
         if (std::string(policy) != "resident") {
           EXPECT_GT(s.d2h_bytes, 0) << what;  // gradients went to the host
         }
@@ -286,7 +288,9 @@ TEST(Executor, MatchesThePlainUpdateRulesBitwise) {
       EXPECT_EQ(s.losses, expected) << policy << (ckpt ? ", checkpointing" : "") << ": " << plan.label();
       // The stale rule is a different trajectory from the ordinary one after the synchronous steps.
       EXPECT_EQ(s.losses[3], run(small_config("resident", false, 1, 0, 12)).losses[3]);
-      if (plan.delayed_update) EXPECT_NE(s.losses[5], run(small_config("resident", false, 1, 0, 12)).losses[5]);
+      if (plan.delayed_update) {
+        EXPECT_NE(s.losses[5], run(small_config("resident", false, 1, 0, 12)).losses[5]);
+      }
     }
   Config resident = small_config("resident", false, 1, 0, 4);
   resident.offload.overlap = "delayed";
