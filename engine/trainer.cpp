@@ -407,12 +407,12 @@ void Run::start_or_resume() {
   if (!plan_.schedule.delayed_update)
     throw std::runtime_error("--resume: the checkpoint holds a delayed update; resume with offload.overlap: delayed");
   const auto& u = *resumed_.pending;
-  if (u.updated_in_step != updated_in_step())
+  if (const std::vector<std::string> here = updated_in_step(); u.updated_in_step != here)
     throw std::runtime_error(fmt::format(
         "--resume: the checkpoint's pending delayed update leaves out the {} parameters its run updated on the device in the step "
         "(the device tier); this run's plan updates {} there, so the update would reach the wrong ones. Resume with the settings that "
         "wrote it (offload.gpu_budget, offload.bucket_mb, and a fixed offload.cost_model: one measured at start-up can change the plan)",
-        u.updated_in_step.size(), updated_in_step().size()));
+        u.updated_in_step.size(), here.size()));
   executor_.set_pending_update({u.adam_step, u.lr, {{u.grad_norm, u.skipped}, u.grad_scale}});
   formats::StateToRead pending;
   pending.pending = pending_gradients();

@@ -236,11 +236,11 @@ std::vector<int> rank_buckets(const OffloadProblem& p) {
   return ranking;
 }
 
-// A candidate as the step will run it: with the delayed update where asked for and some bucket's AdamW runs
-// on the CPU, so that greedy compares what it will run.
-Schedule as_run(const OffloadProblem& p, Schedule s, Overlap overlap) {
-  return overlap == Overlap::Delayed && !s.all_device_optimizer() && !s.delayed_update ? with_delayed_update(p, std::move(s)) : s;
-}
+// Whether the delayed update, asked for, can apply to the candidate: some bucket's AdamW runs on the CPU.
+bool can_delay(const Schedule& s, Overlap overlap) { return overlap == Overlap::Delayed && !s.all_device_optimizer() && !s.delayed_update; }
+
+// A candidate as the step will run it, delayed where it can be, so that greedy's paths compare what will run.
+Schedule as_run(const OffloadProblem& p, Schedule s, Overlap overlap) { return can_delay(s, overlap) ? with_delayed_update(p, std::move(s)) : s; }
 
 // Greedy's candidates as they come: keeps the fastest that fits, and the smallest peak for the error.
 struct Best {
@@ -256,7 +256,7 @@ struct Best {
   // With the delayed update asked for, both ways of running the candidate: one step behind, and in the step
   // (exact, and faster where the device tier's AdamW would wait behind the CPU's pending one).
   void consider(Schedule s) {
-    if (overlap == Overlap::Delayed && !s.all_device_optimizer() && !s.delayed_update) consider_as_is(with_delayed_update(p, s));
+    if (can_delay(s, overlap)) consider_as_is(with_delayed_update(p, s));
     consider_as_is(std::move(s));
   }
 

@@ -71,14 +71,13 @@ struct PlannedSchedule {
 // A schedule for the policy that the Simulator accepts and that fits the budget with every device tensor
 // padded by red_zone_bytes; BudgetError otherwise. mixed_tiers: greedy may update some buckets on the
 // device and the others on the CPU in one step (Tier); without, AdamW runs on one side for every bucket.
-// overlap: greedy compares its candidates as they will run, with the delayed update where asked for (the
-// schedule it returns has it, unless AdamW runs on the device for every bucket); the other policies'
-// schedules are returned without it.
+// overlap: with delayed, greedy weighs each candidate delayed and updated in the step, and returns the
+// faster (Schedule::delayed_update says which); the other policies' schedules are returned without it.
 PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0, bool mixed_tiers = true,
                               Overlap overlap = Overlap::Backward);
 
 // The one rule on which overlap a policy allows: delayed needs AdamW on the CPU, which resident never
-// runs there. (Greedy may still choose to keep AdamW on the device: plan_step then says so in a note.)
+// runs there. (Greedy may still choose to update every bucket in the step: plan_step then says why in a note.)
 bool overlap_allowed(Policy policy, Overlap overlap);
 
 // The schedule with ZeRO-Offload's delayed parameter update (Schedule::delayed_update) for the buckets the

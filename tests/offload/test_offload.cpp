@@ -362,7 +362,9 @@ TEST(Policies, DelayedUpdateKeepsThePlacementAndNeverSlowsTheStep) {
       EXPECT_EQ(later.h2d_bytes, now.h2d_bytes) << to_string(policy);
       // AdamW leaves the critical path. With a device tier it may not: the tier's AdamW waits for the
       // decision, which the CPU's one worker takes after the pending updates.
-      if (!s.any_device_optimizer()) EXPECT_LE(later.step_s, now.step_s * (1 + 1e-9)) << to_string(policy);
+      if (!s.any_device_optimizer()) {
+        EXPECT_LE(later.step_s, now.step_s * (1 + 1e-9)) << to_string(policy);
+      }
       for (int b = 0; b < p.n_buckets; ++b) EXPECT_EQ(d.tier(b), s.tier(b)) << "bucket " << b;
       // Every upload right after the last op that uses its bucket.
       for (int point = 0; point <= p.n_ops; ++point)
@@ -687,8 +689,9 @@ TEST(PlanStep, OneRuleDecidesWhichOverlapAPolicyAllows) {
   // A plan that cannot delay anything says so, naming itself.
   request.budget_bytes = int64_t(1) << 40, request.policy = Policy::Greedy, request.overlap = Overlap::Delayed, request.mixed_tiers = false;
   const StepPlan resident_only = plan_step(spec, h100, request);
-  if (resident_only.schedule.all_device_optimizer())
+  if (resident_only.schedule.all_device_optimizer()) {
     EXPECT_NE(resident_only.overlap_note.find("greedy (resident schedule)"), std::string::npos) << resident_only.overlap_note;
+  }
   EXPECT_EQ(parse_overlap("delayed"), Overlap::Delayed);
   EXPECT_THROW(parse_overlap("later"), std::invalid_argument);
 }
