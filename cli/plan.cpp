@@ -99,7 +99,8 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
     nlohmann::json j{{"policy", offload::to_string(policy)}, {"budget_bytes", budget}, {"lower_bound_step_s", bound}};
     if (policy != chosen && !offload::overlap_allowed(policy, request.overlap)) {  // the chosen one: plan_step says why
       line += fmt::format(" {} has no overlap {} |", offload::to_string(policy), offload::to_string(request.overlap));
-      j.update({{"fits", false}, {"error", "offload.overlap: delayed needs AdamW on the CPU; this policy runs it on the device"}});
+      j.update({{"fits", false},
+                {"error", fmt::format("offload.overlap: {} needs AdamW on the CPU; this policy runs it on the device", offload::to_string(request.overlap))}});
       all.push_back(j);
       continue;
     }

@@ -42,8 +42,12 @@ class StepPlanner {
     PlannedSchedule planned = make_schedule(p, with, request_.red_zone_bytes, mixed, request_.overlap);
     Schedule& s = planned.schedule;
     if (with != request_.policy) s.policy = to_string(request_.policy);  // the construction stays
-    // Greedy has weighed the delayed update itself (make_schedule); the others take it where AdamW runs on the CPU.
-    if (request_.overlap == Overlap::Delayed && with != Policy::Greedy && !s.any_device_optimizer()) s = with_delayed_update(p, std::move(s));
+    // Greedy has weighed the delayed and pipelined updates itself (make_schedule); the others take them
+    // where AdamW runs on the CPU.
+    if (with != Policy::Greedy && !s.any_device_optimizer()) {
+      if (request_.overlap == Overlap::Delayed) s = with_delayed_update(p, std::move(s));
+      if (request_.overlap == Overlap::Pipelined) s = with_pipelined_update(std::move(s));
+    }
     return StepPlan{std::move(p), std::move(s), std::move(planned.memory), ""};
   }
 
@@ -105,15 +109,23 @@ class StepPlanner {
 
 }  // namespace
 
-const char* to_string(Overlap overlap) { return overlap == Overlap::Delayed ? "delayed" : "backward"; }
+const char* to_string(Overlap overlap) {
+  switch (overlap) {
+    case Overlap::Backward: return "backward";
+    case Overlap::Delayed: return "delayed";
+    case Overlap::Pipelined: return "pipelined";
+  }
+  return "?";
+}
 
 Overlap parse_overlap(const std::string& name) {
   if (name == "backward") return Overlap::Backward;
   if (name == "delayed") return Overlap::Delayed;
-  throw std::invalid_argument("offload.overlap: '" + name + "' is not an overlap mode; expected backward or delayed");
+  if (name == "pipelined") return Overlap::Pipelined;
+  throw std::invalid_argument("offload.overlap: '" + name + "' is not an overlap mode; expected backward, delayed or pipelined");
 }
 
-bool overlap_allowed(Policy policy, Overlap overlap) { return !(overlap == Overlap::Delayed && policy == Policy::Resident); }
+bool overlap_allowed(Policy policy, Overlap overlap) { return overlap == Overlap::Backward || policy != Policy::Resident; }
 
 double lower_bound_step_s(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request) {
   int layers = 0;
@@ -132,7 +144,7 @@ double lower_bound_step_s(const models::ModelSpec& spec, const CostModel& cost, 
 
 StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request) {
   if (!overlap_allowed(request.policy, request.overlap))
-    throw std::runtime_error(std::string("offload.overlap: delayed needs AdamW on the CPU, and offload.policy: ") +
+    throw std::runtime_error(std::string("offload.overlap: ") + to_string(request.overlap) + " needs AdamW on the CPU, and offload.policy: " +
                              to_string(request.policy) + " runs it on the device; set offload.overlap: backward, or a policy "
                              "that offloads (greedy, zero-offload, chunk-lru)");
   StepPlan plan = StepPlanner(spec, cost, request).plan();
@@ -142,6 +154,9 @@ StepPlan plan_step(const models::ModelSpec& spec, const CostModel& cost, const P
   else if (request.overlap == Overlap::Delayed && !plan.schedule.delayed_update)
     plan.overlap_note = "offload.overlap: delayed is not used: the plan (" + plan.schedule.label() +
                         ") steps faster updating every bucket in the step, where its device tier does not wait for the CPU's pending AdamW";
+  else if (request.overlap == Overlap::Pipelined && plan.schedule.all_device_optimizer())
+    plan.overlap_note = "offload.overlap: pipelined is not used: the plan (" + plan.schedule.label() +
+                        ") keeps AdamW on the device, where no CPU update runs into the next step";
   return plan;
 }
 

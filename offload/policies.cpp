@@ -238,9 +238,16 @@ std::vector<int> rank_buckets(const OffloadProblem& p) {
 
 // Whether the delayed update, asked for, can apply to the candidate: some bucket's AdamW runs on the CPU.
 bool can_delay(const Schedule& s, Overlap overlap) { return overlap == Overlap::Delayed && !s.all_device_optimizer() && !s.delayed_update; }
+// Likewise the pipelined update, which is never slower than the update in the step (the next step's work
+// only starts sooner), so greedy weighs candidates pipelined only.
+bool can_pipeline(const Schedule& s, Overlap overlap) { return overlap == Overlap::Pipelined && !s.all_device_optimizer() && !s.pipelined_update; }
 
-// A candidate as the step will run it, delayed where it can be, so that greedy's paths compare what will run.
-Schedule as_run(const OffloadProblem& p, Schedule s, Overlap overlap) { return can_delay(s, overlap) ? with_delayed_update(p, std::move(s)) : s; }
+// A candidate as the step will run it, delayed or pipelined where it can be, so that greedy's paths compare
+// what will run.
+Schedule as_run(const OffloadProblem& p, Schedule s, Overlap overlap) {
+  if (can_pipeline(s, overlap)) return with_pipelined_update(std::move(s));
+  return can_delay(s, overlap) ? with_delayed_update(p, std::move(s)) : s;
+}
 
 // Greedy's candidates as they come: keeps the fastest that fits, and the smallest peak for the error.
 struct Best {
@@ -256,6 +263,7 @@ struct Best {
   // With the delayed update asked for, both ways of running the candidate: one step behind, and in the step
   // (exact, and faster where the device tier's AdamW would wait behind the CPU's pending one).
   void consider(Schedule s) {
+    if (can_pipeline(s, overlap)) return consider_as_is(with_pipelined_update(std::move(s)));
     if (can_delay(s, overlap)) consider_as_is(with_delayed_update(p, s));
     consider_as_is(std::move(s));
   }
@@ -555,6 +563,13 @@ Schedule with_delayed_update(const OffloadProblem& p, Schedule s) {
   for (int b = 0; b < p.n_buckets; ++b)
     if (s.resident[b] && !s.device_optimizer[b] && p.first_grad_op[b] >= 0) s.before[last_use[b] + 1].push_back({Action::Kind::Upload, b});
   s.delayed_update = true;
+  return s;
+}
+
+Schedule with_pipelined_update(Schedule s) {
+  if (s.all_device_optimizer())
+    throw std::invalid_argument("offload.overlap: pipelined needs AdamW on the CPU for some bucket; " + s.label() + " runs it on the device for every one");
+  s.pipelined_update = true;
   return s;
 }
 

@@ -35,6 +35,11 @@ struct BudgetShortfall {
 };
 // "offload.gpu_budget: 2 GiB is below the 3.1 GiB this model needs with every bucket offloaded and 0 of
 // 12 blocks recomputed (64 MiB of it the device libraries' workspace); raise it or set
+// The schedule with the pipelined update (Schedule::pipelined_update): the CPU's AdamW and the uploads it
+// feeds run on into the next step. The actions stay; the Simulator and the Executor order the next step's
+// uses after them. Needs AdamW on the CPU for some bucket (std::invalid_argument otherwise).
+Schedule with_pipelined_update(Schedule schedule);
+
 // train.activation_checkpointing: auto"
 std::string budget_message(const BudgetShortfall& shortfall);
 
@@ -76,8 +81,8 @@ struct PlannedSchedule {
 PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0, bool mixed_tiers = true,
                               Overlap overlap = Overlap::Backward);
 
-// The one rule on which overlap a policy allows: delayed needs AdamW on the CPU, which resident never
-// runs there. (Greedy may still choose to update every bucket in the step: plan_step then says why in a note.)
+// The one rule on which overlap a policy allows: delayed and pipelined need AdamW on the CPU, which
+// resident never runs there. (Greedy may still choose to update every bucket in the step: plan_step then says why in a note.)
 bool overlap_allowed(Policy policy, Overlap overlap);
 
 // The schedule with ZeRO-Offload's delayed parameter update (Schedule::delayed_update) for the buckets the
@@ -86,6 +91,11 @@ bool overlap_allowed(Policy policy, Overlap overlap);
 // the schedule's DeviceMemory stays valid. Needs AdamW on the CPU for some bucket (std::invalid_argument
 // otherwise).
 Schedule with_delayed_update(const OffloadProblem& problem, Schedule schedule);
+
+// The schedule with the pipelined update (Schedule::pipelined_update): the CPU's AdamW and the uploads it
+// feeds run on into the next step. The actions stay; the Simulator and the Executor order the next step's
+// uses after them. Needs AdamW on the CPU for some bucket (std::invalid_argument otherwise).
+Schedule with_pipelined_update(Schedule schedule);
 
 // train.activation_checkpointing: off, on (every block), or auto (only when activations would break the
 // budget, then the fewest blocks that make the policy fit, earliest first: theirs live longest).

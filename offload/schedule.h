@@ -36,9 +36,11 @@ enum class Tier {
 };
 const char* to_string(Tier tier);
 
-// offload.overlap: when CPU AdamW runs. backward: a bucket's update starts when its gradients land.
-// delayed: ZeRO-Offload's delayed parameter update, one step behind.
-enum class Overlap { Backward, Delayed };
+// offload.overlap: when CPU AdamW runs. backward: each bucket's statistics as its gradients land, the
+// updates once the step is decided, all before the next step starts. delayed: ZeRO-Offload's delayed
+// parameter update, one step behind. pipelined: as backward, but the updates run on into the next step's
+// forward pass, which waits for each bucket's update only where it first uses the bucket (exact).
+enum class Overlap { Backward, Delayed, Pipelined };
 const char* to_string(Overlap overlap);
 Overlap parse_overlap(const std::string& name);  // backward | delayed
 
@@ -56,6 +58,13 @@ struct Schedule {
   // ZeRO-Offload's delayed parameter update: the CPU AdamW of one step's gradients runs during the next
   // step, which computes with weights one update stale; resident buckets are uploaded after their last use.
   bool delayed_update = false;
+  // The pipelined update (Overlap::Pipelined): the CPU AdamW of one step's gradients and the uploads of
+  // its weights-resident buckets run on into the next step, whose ops wait for each bucket's new weights:
+  // a prefetch for its update, the first op using a weights-resident bucket for its upload. The CPU updates
+  // in the order the forward pass first uses the buckets (cpu_update_order). Exact: the same weights as
+  // backward's, sooner. The step (and the Simulator's step time) is the steady-state period between two
+  // steps' decisions.
+  bool pipelined_update = false;
 
   Tier tier(int bucket) const {
     return device_optimizer[bucket] ? Tier::Device : resident[bucket] ? Tier::WeightsResident : Tier::Streamed;

@@ -36,22 +36,13 @@ const char* to_string(Tier tier) {
 
 namespace {
 
-// Buckets in the order of their CpuAdam actions: the order AdamW updates them in.
-std::vector<int> update_order(const OffloadProblem& p, const Schedule& s) {
-  std::vector<int> order;
-  for (const auto& actions : s.before)
-    for (const Action& a : actions)
-      if (a.kind == Action::Kind::CpuAdam && a.bucket >= 0 && a.bucket < p.n_buckets) order.push_back(a.bucket);
-  return order;
-}
-
 // Each bucket's state as the schedule leaves it, action by action, and what the next action may do.
 class Validator {
  public:
   Validator(const OffloadProblem& p, const Schedule& s)
       : p_(p), s_(s), on_device_(s.resident), waited_(s.resident), prefetched_(p.n_buckets, false),
         offloaded_(p.n_buckets, false), updated_(p.n_buckets, false) {
-    for (int b : update_order(p, s)) updated_[b] = true;
+    for (int b : cpu_update_order(p, s)) updated_[b] = true;
   }
 
   std::string run() {
@@ -152,7 +143,7 @@ std::string check_memory(const OffloadProblem& p, const Schedule& s, const Devic
 class Replay {
  public:
   Replay(const OffloadProblem& p, const Schedule& s, SimResult& r)
-      : p_(p), s_(s), r_(r), order_(update_order(p, s)), arrival_(p.n_buckets, 0), grads_landed_(p.n_buckets, 0),
+      : p_(p), s_(s), r_(r), order_(cpu_update_order(p, s)), arrival_(p.n_buckets, 0), grads_landed_(p.n_buckets, 0),
         updated_(p.n_buckets, 0) {}
 
   void run() {
@@ -283,6 +274,19 @@ class Replay {
 };
 
 }  // namespace
+
+std::vector<int> cpu_update_order(const OffloadProblem& p, const Schedule& s) {
+  std::vector<int> order;
+  for (const auto& actions : s.before)
+    for (const Action& a : actions)
+      if (a.kind == Action::Kind::CpuAdam && a.bucket >= 0 && a.bucket < p.n_buckets) order.push_back(a.bucket);
+  if (!s.pipelined_update) return order;
+  std::vector<int> first_use(p.n_buckets, p.n_ops);
+  for (int i = p.n_ops - 1; i >= 0; --i)
+    for (int b : p.op_buckets[i]) first_use[b] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return first_use[a] < first_use[b]; });
+  return order;
+}
 
 std::string validate(const OffloadProblem& p, const Schedule& s, const DeviceMemory& memory) {
   if (static_cast<int>(s.before.size()) != p.n_ops + 1 || static_cast<int>(s.resident.size()) != p.n_buckets ||

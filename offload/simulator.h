@@ -30,6 +30,10 @@ struct SimResult {
   int64_t offloaded_bytes = 0;          // working copies that travel
 };
 
+// The buckets the CPU updates, in the order it updates them: as their gradients land (the order of their
+// CpuAdam actions), or with the pipelined update in the order of their first use in the forward pass.
+std::vector<int> cpu_update_order(const OffloadProblem& problem, const Schedule& schedule);
+
 // Every check of the schedule against the problem and its device memory, without timing anything.
 // Empty when valid; else before which op, which action on which bucket, and what is wrong.
 std::string validate(const OffloadProblem& problem, const Schedule& schedule, const DeviceMemory& memory);
