@@ -76,7 +76,9 @@ struct PoliciesBenchOptions {
   std::vector<std::string> models;  // shape names; empty: all
   std::vector<int64_t> tokens;      // per step: micro-batches x accumulation
   std::vector<int> budgets_gib;
-  bool delayed = false;             // offload.overlap: delayed where the policy allows it
+  // offload.overlap: delayed where the policy allows it; pipelined for greedy only (zero-offload and
+  // chunk-lru stand for DeepSpeed's and Gemini's step, which finish the update before the next forward)
+  std::string overlap = "backward";
   bool mixed_tiers = true;          // greedy may split AdamW between the device and the CPU
   std::string json, markdown, command;
 };

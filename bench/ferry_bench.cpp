@@ -20,7 +20,10 @@ CLI::App* add_policies_command(CLI::App& app, ferry::bench::PoliciesBenchOptions
   policies->add_option("--tokens", o.tokens, "Tokens per step (default 4096 16384 65536): sequences of 1024 tokens "
                                              "(BERT 512), micro-batches of up to 16 (BERT 32), accumulated beyond")->check(CLI::PositiveNumber);
   policies->add_option("--budgets", o.budgets_gib, "Device memory budgets in GiB (default 8 16 24 40 80)")->check(CLI::PositiveNumber);
-  policies->add_option("--overlap", overlap, "backward | delayed (AdamW one step behind)")->check(CLI::IsMember({"backward", "delayed"}));
+  policies->add_option("--overlap", overlap,
+                       "backward | delayed (AdamW one step behind) | pipelined (greedy's CPU AdamW runs on into the next forward; "
+                       "the other policies as their systems run them, backward)")
+      ->check(CLI::IsMember({"backward", "delayed", "pipelined"}));
   policies->add_flag("--no-device-tier", single_tier, "Greedy runs AdamW on one side for every bucket (as before the device tier)");
   return policies;
 }
@@ -112,7 +115,7 @@ int main(int argc, char** argv) {
     if (*offload)
       return ferry::bench::run_offload_bench({config, offload_overrides, offload_steps, offload_repeats, offload_policies, json, markdown, command});
     if (*policies) {
-      policy_options.delayed = policy_overlap == "delayed";
+      policy_options.overlap = policy_overlap;
       policy_options.mixed_tiers = !single_tier;
       policy_options.json = json, policy_options.markdown = markdown, policy_options.command = command;
       return ferry::bench::run_policies_bench(policy_options);

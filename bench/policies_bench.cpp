@@ -57,6 +57,14 @@ struct Row {
   std::string markdown;
 };
 
+// The overlap a policy runs with in the benchmark: the one asked for where the policy allows it, except
+// pipelined, which only greedy takes: zero-offload and chunk-lru stand for DeepSpeed's and Gemini's step.
+offload::Overlap policy_overlap(const PoliciesBenchOptions& o, offload::Policy policy) {
+  const offload::Overlap asked = offload::parse_overlap(o.overlap);
+  if (asked == offload::Overlap::Pipelined && policy != offload::Policy::Greedy) return offload::Overlap::Backward;
+  return offload::overlap_allowed(policy, asked) ? asked : offload::Overlap::Backward;
+}
+
 // One model, workload and budget: every policy, planned as `ferry train` would (checkpointing auto).
 Row run_row(const PoliciesBenchOptions& o, const offload::CostModel& cost, const Shape& shape, const models::ModelSpec& spec,
             int64_t batch, int accum, int gib) {
@@ -66,7 +74,7 @@ Row run_row(const PoliciesBenchOptions& o, const offload::CostModel& cost, const
   request.grad_accum = accum;
   request.mixed_tiers = o.mixed_tiers;
   offload::PlanRequest bound_request = request;
-  bound_request.overlap = o.delayed ? offload::Overlap::Delayed : offload::Overlap::Backward;
+  bound_request.overlap = offload::parse_overlap(o.overlap);
   const double bound = offload::lower_bound_step_s(spec, cost, bound_request);
   const int64_t tokens = batch * shape.seq * accum;
   Row row;
@@ -80,12 +88,13 @@ Row run_row(const PoliciesBenchOptions& o, const offload::CostModel& cost, const
                      {"seq", shape.seq}, {"grad_accum", accum}, {"budget_bytes", request.budget_bytes},
                      {"policy", offload::to_string(policy)}, {"lower_bound_step_s", bound}};
     request.policy = policy;
-    request.overlap = o.delayed && offload::overlap_allowed(policy, offload::Overlap::Delayed) ? offload::Overlap::Delayed : offload::Overlap::Backward;
+    request.overlap = policy_overlap(o, policy);
     try {
       const offload::StepPlan plan = offload::plan_step(spec, cost, request);
       const offload::SimResult r = offload::simulate(plan.problem, plan.schedule, plan.memory);
       // The overlap as planned: greedy may update every bucket in the step where that is faster.
-      c.update({{"overlap", plan.schedule.delayed_update ? "delayed" : "backward"}, {"construction", plan.schedule.construction}, {"fits", true},
+      const char* ran = plan.schedule.delayed_update ? "delayed" : plan.schedule.pipelined_update ? "pipelined" : "backward";
+      c.update({{"overlap", ran}, {"construction", plan.schedule.construction}, {"fits", true},
                 {"checkpointed_blocks", plan.problem.checkpointed_layers}, {"predicted_step_s", r.step_s},
                 {"peak_device_bytes", r.peak_device_bytes}, {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes},
                 {"stall_s", r.stall_s}, {"cpu_busy_s", r.cpu_busy_s}, {"tier_weight_bytes", tier_bytes(plan)}});
@@ -112,6 +121,15 @@ Row run_row(const PoliciesBenchOptions& o, const offload::CostModel& cost, const
   row.markdown += ratio(offload::Policy::ZeroOffload, offload::Policy::Greedy) + ratio(offload::Policy::ChunkLru, offload::Policy::Greedy);
   row.markdown += " " + tiers + " |";
   return row;
+}
+
+std::string overlap_text(const std::string& overlap) {
+  if (overlap == "delayed") return "delayed (the CPU's AdamW one step behind; the device tier, and resident, update on the device in the step)";
+  if (overlap == "pipelined")
+    return "pipelined for greedy (its CPU AdamW runs on into the next step's forward, which waits for each bucket's new weights: "
+           "exact; the step is the steady-state period; the lower bound is pipelined's); resident, zero-offload and chunk-lru "
+           "backward, as their systems run them (DeepSpeed and Gemini finish the update before the next forward)";
+  return "backward";
 }
 
 template <class T>
@@ -147,7 +165,7 @@ int run_policies_bench(const PoliciesBenchOptions& o) {
   }
   fmt::print("{}", table.str());
   if (!o.json.empty()) {
-    nlohmann::json j{{"benchmark", "policies"}, {"cost_model", cost.to_json()}, {"overlap", o.delayed ? "delayed" : "backward"},
+    nlohmann::json j{{"benchmark", "policies"}, {"cost_model", cost.to_json()}, {"overlap", o.overlap},
                      {"mixed_tiers", o.mixed_tiers}, {"cases", cases}, {"date", today()}, {"command", o.command}};
     write_result(o.json, "--json", j.dump(2) + "\n");
   }
@@ -158,7 +176,7 @@ int run_policies_bench(const PoliciesBenchOptions& o) {
                              "seconds; the lower bound holds for every placement and checkpointing plan_step may choose. Date: {}."
                              "\n\nCommand: `{}`\n\n",
                              cost.name, cost.assumed ? "assumed figures, not measured" : "measured",
-                             o.delayed ? "delayed (the CPU's AdamW one step behind; the device tier, and resident, update on the device in the step)" : "backward",
+                             overlap_text(o.overlap),
                              o.mixed_tiers ? "with the device tier (AdamW on the GPU for some buckets, the CPU's for the rest)"
                                            : "without the device tier",
                              today(), o.command) +

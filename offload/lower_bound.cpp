@@ -49,21 +49,53 @@ double min_of_max(const std::vector<Affine>& terms, const std::vector<Affine>& l
   return best;
 }
 
-// The memory limits on (x, y) described at lower_bound_step_s, each at its tightest op.
-std::vector<Affine> memory_limits(const OffloadProblem& p, double w, double state) {
-  const double P = double(p.trained_params());
-  // Per op: the workspace and activations, the bytes of the buckets it reads, the gradient buffers alive
-  // (first write <= op <= last write), the parameters whose gradients are finished before it.
-  std::vector<double> base(p.n_ops + 1, double(p.workspace_bytes)), reads(p.n_ops + 1, 0), grads(p.n_ops + 1, 0), finished(p.n_ops + 1, 0);
+// Per op: the workspace and activations, the bytes of the buckets it reads, the gradient buffers alive
+// (first write <= op <= last write), the parameters whose gradients are finished before it.
+struct OpMemory {
+  std::vector<double> base, reads, grads, finished;
+};
+
+OpMemory op_memory(const OffloadProblem& p) {
+  OpMemory m{std::vector<double>(p.n_ops + 1, double(p.workspace_bytes)), std::vector<double>(p.n_ops + 1, 0),
+             std::vector<double>(p.n_ops + 1, 0), std::vector<double>(p.n_ops + 1, 0)};
   for (int i = 0; i < p.n_ops; ++i) {
-    base[i] += double(p.activation_live[i]);
-    for (int b : p.op_buckets[i]) reads[i] += double(p.bucket_bytes[b]);
+    m.base[i] += double(p.activation_live[i]);
+    for (int b : p.op_buckets[i]) m.reads[i] += double(p.bucket_bytes[b]);
   }
   for (int b = 0; b < p.n_buckets; ++b) {
     if (p.first_grad_op[b] < 0) continue;
-    for (int i = p.first_grad_op[b]; i <= p.last_grad_op[b]; ++i) grads[i] += double(p.bucket_bytes[b]);
-    for (int i = p.last_grad_op[b] + 1; i <= p.n_ops; ++i) finished[i] += double(p.bucket_params[b]);
+    for (int i = p.first_grad_op[b]; i <= p.last_grad_op[b]; ++i) m.grads[i] += double(p.bucket_bytes[b]);
+    for (int i = p.last_grad_op[b] + 1; i <= p.n_ops; ++i) m.finished[i] += double(p.bucket_params[b]);
   }
+  return m;
+}
+
+// The least room for weights (the budget less the workspace, activations and gradient buffers) at the
+// ops that lie between every trained bucket's last forward use and its first use after the forward pass:
+// a streamed parameter either stays on the device over all of them or crosses the link again after the
+// forward pass. +infinity when no op lies between (a bucket used only in forward, or only after).
+double turnaround_room(const OffloadProblem& p, const OpMemory& m) {
+  std::vector<int> last_forward(p.n_buckets, -1), first_after(p.n_buckets, p.n_ops);
+  for (int i = 0; i < p.n_ops; ++i)
+    for (int b : p.op_buckets[i]) {
+      if (i < p.forward_ops) last_forward[b] = i;
+      else first_after[b] = std::min(first_after[b], i);
+    }
+  int from = 0, to = p.n_ops - 1;
+  for (int b = 0; b < p.n_buckets; ++b) {
+    if (p.first_grad_op[b] < 0) continue;
+    if (last_forward[b] < 0 || first_after[b] == p.n_ops) return INFINITY;
+    from = std::max(from, last_forward[b]), to = std::min(to, first_after[b]);
+  }
+  double room = INFINITY;
+  for (int i = from; i <= to; ++i) room = std::min(room, double(p.budget_bytes) - m.base[i] - m.grads[i]);
+  return room;
+}
+
+// The memory limits on (x, y) described at lower_bound_step_s, each at its tightest op.
+std::vector<Affine> memory_limits(const OffloadProblem& p, const OpMemory& m, double w, double state) {
+  const double P = double(p.trained_params());
+  const std::vector<double>&base = m.base, &reads = m.reads, &grads = m.grads, &finished = m.finished;
   // a x + b y <= room, one room per combination: weights w (x + y) or U_i; finished device gradients or none.
   double tiers_room = INFINITY, tiers_grads_room = INFINITY, reads_room = INFINITY, reads_grads_room = INFINITY;
   for (int i = 0; i <= p.n_ops; ++i) {
@@ -81,10 +113,16 @@ std::vector<Affine> memory_limits(const OffloadProblem& p, double w, double stat
 // seconds per parameter for AdamW a_cpu and for the gradient statistics a_norm, the device AdamW's
 // a_dev, and F and B the compute of the forward pass and of the rest (recomputation included), each of
 // the k micro-batches takes at least
-//   M = max(F, s wh) + max(B, (s + y) wd, (s + y) a_norm):
+//   M = max(F, s wh) + max(B, (s + y) wd, (s + y) a_norm, r wh):
 // the forward pass cannot end before every streamed parameter has arrived once (every parameter is used
 // in forward), and the CPU-updated gradients can only leave, and their statistics be taken, after
-// backward has written them; the Executor waits for every stream and the CPU between micro-batches. After
+// backward has written them; the Executor waits for every stream and the CPU between micro-batches.
+// r: the streamed parameters that cross again after the forward pass. Each trained parameter is used in
+// forward and after it, so at the turnaround (the ops after every bucket's last forward use and before
+// any bucket's first use after the forward pass) a streamed parameter is either on the device or still
+// to come back; with R the least room there for weights (turnaround_room), at most (R - (w + state) x -
+// w y) / w streamed parameters stay, so r >= P - R / w + (state / w) x (y cancels: a resident weight and a
+// streamed one that stays cost the same bytes there). After
 // the last one, once the statistics of every gradient have decided the step (global-norm clipping, the
 // inf/nan skip), comes at least
 //   T = max(x a_dev, (s + y) a_cpu, y wh):
@@ -104,6 +142,14 @@ std::vector<Affine> memory_limits(const OffloadProblem& p, double w, double stat
 // and the CPU's whole work (s + y)(a_cpu + a_norm) comes before the decision too (its one worker takes the
 // statistics after the pending updates), so the step is also at least that plus x a_dev. At x = P this is
 // policy resident, which does not delay (k (F + B) + P a_dev).
+// Pipelined (the CPU's AdamW of one step runs on into the next step's forward, which waits for each
+// bucket's new weights): the step is the period between two decisions. From one decision, the first
+// micro-batch's forward ends only after the device tier's AdamW and the forward compute (one stream), after
+// every CPU-updated bucket's new weights crossed once (streamed or uploaded: (s + y) wh), and after the
+// CPU updated them all ((s + y) a_cpu), since the forward uses every bucket; then its backward part as
+// above, and k - 1 micro-batches of M:
+//   T = max(x a_dev + F, (s + y) wh, (s + y) a_cpu) + max(B, (s + y) wd, (s + y) a_norm) + (k - 1) M,
+// never above backward's bound (each sum of the first maximum is below one sum of backward's terms).
 double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   const auto& t = p.op_seconds;
   const double forward = std::accumulate(t.begin(), t.begin() + p.forward_ops, 0.0);
@@ -115,15 +161,30 @@ double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   const double state = p.grad_accum > 1 ? 16 : 12;
   // Terms in (x, y); s = P - x - y, s + y = P - x.
   const Affine streamed_in{-wh, -wh, P * wh}, grads_out{-wd, 0, P * wd}, statistics{-a_norm, 0, P * a_norm};
-  const std::vector<Affine> forward_part{{0, 0, forward}, streamed_in}, backward_part{{0, 0, backward}, grads_out, statistics};
+  const std::vector<Affine> forward_part{{0, 0, forward}, streamed_in};
+  // The streamed parameters the turnaround cannot hold cross again after the forward pass: at least
+  // s - (R - (w + state) x - w y) / w = P - R / w + (state / w) x of them, R the turnaround's room.
+  const OpMemory memory = op_memory(p);
+  const double room = turnaround_room(p, memory);
+  std::vector<Affine> backward_part{{0, 0, backward}, grads_out, statistics};
+  if (std::isfinite(room)) backward_part.push_back({wh * state / w, 0, wh * (P - room / w)});
   const bool delayed = overlap == Overlap::Delayed;
   const std::vector<Affine> tail = delayed ? std::vector<Affine>{{a_dev, 0, 0}}
                                            : std::vector<Affine>{{a_dev, 0, 0}, {-a_cpu, 0, P * a_cpu}, {0, wh, 0}};
   std::vector<Affine> terms;
-  for (const Affine& f : forward_part)
-    for (const Affine& b : backward_part)
-      for (const Affine& e : tail) terms.push_back({k * (f.a + b.a) + e.a, k * (f.b + b.b) + e.b, k * (f.c + b.c) + e.c});
-  std::vector<Affine> limits = memory_limits(p, w, state);
+  if (overlap == Overlap::Pipelined) {
+    const std::vector<Affine> first_forward{{a_dev, 0, forward}, {-wh, 0, P * wh}, {-a_cpu, 0, P * a_cpu}};
+    for (const Affine& f1 : first_forward)
+      for (const Affine& b1 : backward_part)
+        for (const Affine& f : forward_part)
+          for (const Affine& b : backward_part)
+            terms.push_back({f1.a + b1.a + (k - 1) * (f.a + b.a), f1.b + b1.b + (k - 1) * (f.b + b.b), f1.c + b1.c + (k - 1) * (f.c + b.c)});
+  } else {
+    for (const Affine& f : forward_part)
+      for (const Affine& b : backward_part)
+        for (const Affine& e : tail) terms.push_back({k * (f.a + b.a) + e.a, k * (f.b + b.b) + e.b, k * (f.c + b.c) + e.c});
+  }
+  std::vector<Affine> limits = memory_limits(p, memory, w, state);
   limits.push_back({1, 1, -P});
   if (delayed) terms.push_back({a_dev - (a_cpu + a_norm), 0, P * (a_cpu + a_norm)});
   return min_of_max(terms, limits);

@@ -145,8 +145,23 @@ void order_actions(Schedule& s) {
 // in time on the ideal timeline (its copy, queued behind the ones before it, lands when the window's first
 // op would start), earlier only if memory forbids the just-in-time point, and released right after the
 // window's last use. `resident` includes `device`.
+// With the pipelined update (Overlap::Pipelined), a bucket's first window cannot arrive before the CPU has
+// updated it: pipelined_ready gives when, on the ideal timeline of this step.
+std::vector<double> pipelined_ready(const OffloadProblem& p, const std::vector<bool>& device) {
+  std::vector<double> ready(p.n_buckets, -INFINITY);
+  double device_adam = 0;  // the previous step's device AdamW runs first on the compute stream
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (device[b] && p.first_grad_op[b] >= 0) device_adam += double(p.bucket_params[b]) / p.cost.device_adam_params_per_s;
+  double updated = -device_adam;
+  std::vector<bool> seen(p.n_buckets, false);
+  for (int i = 0; i < p.n_ops; ++i)  // the CPU updates in the order of first use
+    for (int b : p.op_buckets[i])
+      if (!seen[b] && !device[b] && p.first_grad_op[b] >= 0) seen[b] = true, ready[b] = updated += double(p.bucket_params[b]) / p.cost.cpu_adam_params_per_s;
+  return ready;
+}
+
 Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device, int64_t budget,
-                    int gap = kWindowGap) {
+                    int gap = kWindowGap, Overlap overlap = Overlap::Backward) {
   const int kept = static_cast<int>(std::count(resident.begin(), resident.end(), true));
   const int updated_there = static_cast<int>(std::count(device.begin(), device.end(), true));
   Schedule s = empty_schedule(p, Policy::Greedy, "prefetch schedule, " + std::to_string(kept) + " of " + std::to_string(p.n_buckets) +
@@ -168,20 +183,28 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
       for (int i = p.first_grad_op[b]; i < p.n_ops; ++i) used[i] += p.bucket_bytes[b];
   std::vector<int> released_at(p.n_buckets, 0);  // a bucket's next window may not start before this point
   double h2d_free = 0;
+  // Pipelined: each bucket's first copy waits for its update, so the ops after it shift by the stall, and
+  // issuing the copy before the update only holds memory (and the FIFO link).
+  const bool pipelined = overlap == Overlap::Pipelined;
+  std::vector<double> ready = pipelined ? pipelined_ready(p, device) : std::vector<double>(p.n_buckets, -INFINITY);
+  double shift = 0;
+  auto at = [&](int i) { return t[i] + shift; };
   for (const Window& w : windows_of(p, resident, gap)) {  // in order of first use
     const int64_t bytes = p.bucket_bytes[w.bucket];
-    const double copy = p.cost.h2d.seconds(bytes);
+    const double copy = p.cost.h2d.seconds(bytes), earliest = ready[w.bucket];
+    ready[w.bucket] = -INFINITY;  // its later windows carry the updated weights already
     auto fits_from = [&](int point) {
       for (int i = point; i <= w.last; ++i)
         if (used[i] + bytes > budget) return false;
       return true;
     };
-    // Latest point whose copy still lands in time, then back off to memory, then forward to the earliest
-    // point memory allows.
+    // Latest point whose copy still lands in time (and no earlier than its update), then back off to
+    // memory, then forward to the earliest point memory allows.
     int point = w.first;
-    while (point > released_at[w.bucket] && std::max(t[point], h2d_free) + copy > t[w.first]) --point;
+    while (point > released_at[w.bucket] && at(point - 1) >= earliest && std::max(at(point), h2d_free) + copy > at(w.first)) --point;
     while (point < w.first && !fits_from(point)) ++point;
-    h2d_free = std::max(t[point], h2d_free) + copy;
+    h2d_free = std::max({at(point), h2d_free, earliest}) + copy;
+    if (pipelined) shift += std::max(0.0, h2d_free - at(w.first));
     s.before[point].push_back({Action::Kind::Prefetch, w.bucket});
     s.before[w.first].push_back({Action::Kind::Wait, w.bucket});
     s.before[w.last + 1].push_back({Action::Kind::Release, w.bucket});
@@ -242,10 +265,43 @@ bool can_delay(const Schedule& s, Overlap overlap) { return overlap == Overlap::
 // only starts sooner), so greedy weighs candidates pipelined only.
 bool can_pipeline(const Schedule& s, Overlap overlap) { return overlap == Overlap::Pipelined && !s.all_device_optimizer() && !s.pipelined_update; }
 
+// The schedule with every prefetch issued in the order of its window's first use, none earlier than
+// before (later where one needed sooner is issued after it), so windows only shrink. For the pipelined
+// update: the CPU updates in first-use order and the h2d stream is FIFO, so a prefetch issued early for a
+// bucket used late waits there for its update and holds back every copy behind it (greedy prefetches as
+// early as memory allows where the link is the bottleneck).
+Schedule prefetches_in_need_order(const OffloadProblem& p, Schedule s) {
+  struct Issue {
+    int point, need, bucket;
+  };
+  std::vector<Issue> issues;
+  std::vector<int> open(p.n_buckets, -1);  // the bucket's prefetch whose wait is still to come
+  for (int point = 0; point <= p.n_ops; ++point)
+    for (const Action& a : s.before[point]) {
+      if (a.kind == Action::Kind::Prefetch) open[a.bucket] = static_cast<int>(issues.size()), issues.push_back({point, point, a.bucket});
+      if (a.kind == Action::Kind::Wait && open[a.bucket] >= 0) issues[open[a.bucket]].need = point, open[a.bucket] = -1;
+    }
+  std::vector<int> by_need(issues.size());
+  std::iota(by_need.begin(), by_need.end(), 0);
+  std::stable_sort(by_need.begin(), by_need.end(), [&](int a, int b) { return issues[a].need < issues[b].need; });
+  for (auto& actions : s.before) std::erase_if(actions, [](const Action& a) { return a.kind == Action::Kind::Prefetch; });
+  int point = 0;  // the latest issue point so far: never above the current need, as needs are sorted
+  for (int i : by_need) {
+    point = std::max(point, issues[i].point);
+    s.before[point].push_back({Action::Kind::Prefetch, issues[i].bucket});
+  }
+  order_actions(s);
+  return s;
+}
+
 // A candidate as the step will run it, delayed or pipelined where it can be, so that greedy's paths compare
-// what will run.
+// what will run; pipelined, the faster of its prefetch order and the order of need.
 Schedule as_run(const OffloadProblem& p, Schedule s, Overlap overlap) {
-  if (can_pipeline(s, overlap)) return with_pipelined_update(std::move(s));
+  if (can_pipeline(s, overlap)) {
+    Schedule in_need_order = with_pipelined_update(prefetches_in_need_order(p, s));
+    s = with_pipelined_update(std::move(s));
+    return estimate(p, in_need_order).step_s < estimate(p, s).step_s ? in_need_order : s;
+  }
   return can_delay(s, overlap) ? with_delayed_update(p, std::move(s)) : s;
 }
 
@@ -263,7 +319,10 @@ struct Best {
   // With the delayed update asked for, both ways of running the candidate: one step behind, and in the step
   // (exact, and faster where the device tier's AdamW would wait behind the CPU's pending one).
   void consider(Schedule s) {
-    if (can_pipeline(s, overlap)) return consider_as_is(with_pipelined_update(std::move(s)));
+    if (can_pipeline(s, overlap)) {
+      consider_as_is(with_pipelined_update(prefetches_in_need_order(p, s)));
+      return consider_as_is(with_pipelined_update(std::move(s)));
+    }
     if (can_delay(s, overlap)) consider_as_is(with_delayed_update(p, s));
     consider_as_is(std::move(s));
   }
@@ -298,7 +357,7 @@ enum class TierGain { Seconds, SecondsPerByte };
 // The step with `device` as the device tier (every other bucket streamed) built within `rung`, when its
 // estimate fits below the next rung (the budget may lie between two); NaN otherwise.
 double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64_t rung, Overlap overlap) {
-  const SimResult r = estimate(p, as_run(p, greedy_for(p, device, device, rung), overlap));  // the candidates themselves are laid out later
+  const SimResult r = estimate(p, as_run(p, greedy_for(p, device, device, rung, kWindowGap, overlap), overlap));  // the candidates themselves are laid out later
   return double(r.peak_device_bytes) > 1.25 * double(rung) ? NAN : r.step_s;
 }
 
@@ -363,7 +422,7 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGai
 // Candidates that cannot fit are skipped: the tier's weights and state beside the largest activations, or
 // with its gradients too (alive at its AdamW) beside the workspace, exceed the budget. Longer prefixes hold
 // more, so the scan stops at the first.
-void consider_device_prefixes(const OffloadProblem& p, Best& best) {
+void consider_device_prefixes(const OffloadProblem& p, Best& best, Overlap build) {
   const std::vector<int> order = device_tier_order(p);
   const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
   for (bool with_first_op : {false, true}) {
@@ -380,7 +439,7 @@ void consider_device_prefixes(const OffloadProblem& p, Best& best) {
         if (p.first_grad_op[b] >= 0) add(b);
     for (size_t n = 0; n <= order.size() && could_fit(); ++n) {
       if (n > 0) add(order[n - 1]);
-      if (could_fit() && (n > 0 || with_first_op)) best.consider(greedy_for(p, device, device, kUnlimitedBytes));
+      if (could_fit() && (n > 0 || with_first_op)) best.consider(greedy_for(p, device, device, kUnlimitedBytes, kWindowGap, build));
     }
   }
 }
@@ -422,21 +481,17 @@ std::vector<bool> resident_beside(const OffloadProblem& p, const std::vector<boo
 // Complexity: ((prefixes + 1) x ladder rungs up to the budget) simulations, each O(ops + actions) plus one
 // Planner run, at most 26 x log_1.25(budget / minimum) of them; with mixed tiers, per rung at most 2 x 36
 // more for the two paths and 3 for each device tier on them; and two estimates per prefix that could fit.
-PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
+// Greedy's prefetch schedules (greedy_for), their windows timed and its device-tier paths grown for the
+// overlap `build`; best runs each with its own overlap.
+void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed_tiers, Overlap build) {
   constexpr int kPrefixes = 24;
   constexpr double kRung = 1.25;
-  Best best(p, red_zone_bytes, overlap);
   std::vector<int64_t> ladder{kUnlimitedBytes};  // unlimited memory first
   for (double rung = double(minimum_device_bytes(p)); rung <= double(p.budget_bytes); rung *= kRung)
     ladder.push_back(static_cast<int64_t>(rung));
-  best.consider(resident(p));
-  best.consider(zero_offload(p));
-  // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
-  // this candidate keeps the monotonicity.
-  for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)}) best.consider(chunk_lru(p, budget));
   // Nothing resident and every window as short as it can be: the least memory a prefetch schedule needs.
   const std::vector<bool> none(p.n_buckets, false);
-  for (int64_t rung : ladder) best.consider(greedy_for(p, none, none, rung, 1));
+  for (int64_t rung : ladder) best.consider(greedy_for(p, none, none, rung, 1, build));
   const std::vector<int> ranking = rank_buckets(p);
   const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
   const int prefixes = std::min(p.n_buckets, kPrefixes);
@@ -446,17 +501,31 @@ PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mix
     int64_t resident_bytes = 0;
     for (int i = 0; i < size; ++i) resident_set[ranking[i]] = true, resident_bytes += p.bucket_bytes[ranking[i]];
     if (p.workspace_bytes + resident_bytes + most_activations > p.budget_bytes) break;  // neither this prefix nor a larger one fits
-    for (int64_t rung : ladder) best.consider(greedy_for(p, resident_set, none, rung));
+    for (int64_t rung : ladder) best.consider(greedy_for(p, resident_set, none, rung, kWindowGap, build));
   }
   // Each device tier of both paths at every rung: every other bucket streamed (both window gaps), and with
   // the most of the residency ranking the rung holds beside it resident too.
   for (int64_t rung : mixed_tiers ? ladder : std::vector<int64_t>{})
     for (TierGain rank : {TierGain::Seconds, TierGain::SecondsPerByte})
-      for (const std::vector<bool>& device : device_tier_path(p, rank, rung, overlap)) {
-        for (int gap : {kWindowGap, 1}) best.consider(greedy_for(p, device, device, rung, gap));
-        best.consider(greedy_for(p, resident_beside(p, device, ranking, rung), device, rung));
+      for (const std::vector<bool>& device : device_tier_path(p, rank, rung, build)) {
+        for (int gap : {kWindowGap, 1}) best.consider(greedy_for(p, device, device, rung, gap, build));
+        best.consider(greedy_for(p, resident_beside(p, device, ranking, rung), device, rung, kWindowGap, build));
       }
-  if (mixed_tiers) consider_device_prefixes(p, best);
+  if (mixed_tiers) consider_device_prefixes(p, best, build);
+}
+
+PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
+  Best best(p, red_zone_bytes, overlap);
+  best.consider(resident(p));
+  best.consider(zero_offload(p));
+  // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
+  // this candidate keeps the monotonicity.
+  for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)}) best.consider(chunk_lru(p, budget));
+  // Pipelined: the windows timed for the updates' arrival (small, leaving room for the device tier), and
+  // as backward times them (a plan that is never slower pipelined than in the step, so greedy pipelined is
+  // never slower than greedy backward).
+  consider_prefetch_schedules(p, best, mixed_tiers, overlap);
+  if (overlap == Overlap::Pipelined) consider_prefetch_schedules(p, best, mixed_tiers, Overlap::Backward);
   if (!best.fastest) throw BudgetError(shortfall(p, best.smallest_peak, "greedy's smallest plan", ""));
   return std::move(best.fastest->plan);
 }

@@ -150,8 +150,11 @@ class Replay {
     r_.stall_before_op.assign(p_.n_ops, 0.0);
     for (int b = 0; b < p_.n_buckets; ++b) (s_.resident[b] ? r_.resident_bytes : r_.offloaded_bytes) += p_.bucket_bytes[b];
     // Delayed: the previous step's updates are queued on the CPU when the step starts (steady state).
-    // Otherwise they wait for every bucket's statistics, and run after the last op was issued.
+    // Pipelined: the step starts at the previous one's decision, with its device AdamW, CPU updates and
+    // uploads still to run (steady state). Otherwise they wait for every bucket's statistics, and run
+    // after the last op was issued.
     if (s_.delayed_update) queue_updates();
+    if (s_.pipelined_update) previous_step_tail();
     // Micro-batches run one after another: between two, the Executor waits for every stream and the CPU.
     for (int micro = 0; micro < p_.grad_accum; ++micro) {
       last_micro_ = micro + 1 == p_.grad_accum;
@@ -162,14 +165,12 @@ class Replay {
     // Global-norm clipping: no update starts before every bucket's statistics are in: the CPU's as its
     // gradients land, the device tier's at the end of backward (its pass is part of its AdamW's time).
     const double decided = std::max(compute_, cpu_);
-    if (device_adam_) {
-      double params = 0;
-      for (int b = 0; b < p_.n_buckets; ++b)
-        if (s_.device_optimizer[b] && p_.first_grad_op[b] >= 0) params += double(p_.bucket_params[b]);  // frozen ones are not updated
-      const double t = params / p_.cost.device_adam_params_per_s;
-      compute_ = decided + t;  // on the compute stream
-      r_.compute_busy_s += t;
+    if (s_.pipelined_update) {  // the tail runs in the next step: previous_step_tail
+      r_.step_s = decided;
+      r_.lower_bound_s = std::max({r_.compute_busy_s, r_.h2d_busy_s, r_.d2h_busy_s, r_.cpu_busy_s});
+      return;
     }
+    if (device_adam_) compute_ = decided + device_adam_seconds();  // on the compute stream
     if (!updates_queued_) cpu_ = std::max(cpu_, decided);
     queue_updates();
     for (int b : uploads_after_updates_) upload(b, last_op_done);
@@ -187,6 +188,9 @@ class Replay {
       double ready = compute_;  // when the next op may start
       for (const Action& a : s_.before[point]) act(a, point, issue, ready);
       if (point == p_.n_ops) break;
+      if (s_.pipelined_update)  // a weights-resident bucket's first use waits for its upload (previous_step_tail)
+        for (int b : p_.op_buckets[point])
+          if (upload_pending_[b]) ready = std::max(ready, arrival_[b]), upload_pending_[b] = false;
       r_.stall_before_op[point] += ready - compute_;
       r_.stall_s += ready - compute_;
       times_.op_start[point] = ready;
@@ -212,7 +216,8 @@ class Replay {
     const int b = a.bucket;
     switch (a.kind) {
       case Action::Kind::Prefetch: {
-        const double earliest = std::max(issue, released_grads_landed(point));
+        // Pipelined: the bucket's new weights exist once the previous step's update of it is done.
+        const double earliest = std::max({issue, released_grads_landed(point), s_.pipelined_update ? updated_[b] : 0.0});
         times_.window_copy_start.push_back(std::max(earliest, h2d_));
         arrival_[b] = h2d_copy(b, earliest);
         break;
@@ -235,7 +240,7 @@ class Replay {
         break;
       }
       case Action::Kind::Upload:
-        if (!last_micro_) break;
+        if (!last_micro_ || s_.pipelined_update) break;  // pipelined: the next step's, in previous_step_tail
         if (updates_queued_) upload(b, issue);
         else uploads_after_updates_.push_back(b);  // issued once the updates are queued
         break;
@@ -250,6 +255,26 @@ class Replay {
     return h2d_;
   }
   void upload(int b, double issue) { h2d_copy(b, std::max(issue, updated_[b])); }
+  // AdamW on the device tier's trained buckets (frozen ones are not updated), on the compute stream.
+  double device_adam_seconds() {
+    double params = 0;
+    for (int b = 0; b < p_.n_buckets; ++b)
+      if (s_.device_optimizer[b] && p_.first_grad_op[b] >= 0) params += double(p_.bucket_params[b]);
+    const double t = params / p_.cost.device_adam_params_per_s;
+    r_.compute_busy_s += t;
+    return t;
+  }
+  // The pipelined update's steady state: the step starts at the previous step's decision, when the device
+  // tier's AdamW takes the compute stream, the CPU updates its buckets in first-use order and each
+  // weights-resident one is uploaded once updated (the h2d stream takes them first: they were issued at
+  // the end of the previous step). Each bucket's first use in this step waits for them (act, run_micro_batch).
+  void previous_step_tail() {
+    if (s_.any_device_optimizer()) compute_ = device_adam_seconds();
+    queue_updates();
+    upload_pending_.assign(p_.n_buckets, false);
+    for (int b : order_)
+      if (s_.resident[b]) arrival_[b] = h2d_copy(b, updated_[b]), upload_pending_[b] = true;
+  }
   void queue_updates() {
     if (updates_queued_) return;
     updates_queued_ = true;
@@ -265,6 +290,7 @@ class Replay {
   SimResult& r_;
   const std::vector<int> order_;
   std::vector<double> arrival_, grads_landed_, updated_;
+  std::vector<bool> upload_pending_;  // pipelined: a weights-resident bucket not yet used since its upload
   std::vector<int> uploads_after_updates_;
   bool updates_queued_ = false;
   bool last_micro_ = true;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <numeric>
 
 #include "models/bert.h"
 #include "models/gpt2.h"
@@ -136,11 +137,11 @@ TEST(CostModel, ShippedH100ModelLoadsAndRoundTrips) {
   }
 }
 
-OffloadProblem small_problem(models::Rng& rng, int64_t budget_fraction_permille = 1000) {
+OffloadProblem small_problem(models::Rng& rng, int64_t budget_fraction_permille = 1000, int grad_accum = 1) {
   const int layers = 1 + static_cast<int>(rng.below(3)), heads = 1 + static_cast<int>(rng.below(2));
   const models::ModelSpec spec = gpt2_bf16({layers, heads, heads * 32, 256, 32}, 2, 32);
   const int64_t bucket = 8192 * (1 + static_cast<int64_t>(rng.below(8)));
-  const OffloadProblem base(spec, random_cost(rng), bucket, int64_t(1) << 40);
+  const OffloadProblem base(spec, random_cost(rng), bucket, int64_t(1) << 40, {}, grad_accum);
   const int64_t everything = make_schedule(base, Policy::Resident).memory.layout.peak;
   const int64_t least = minimum_device_bytes(base);
   const int64_t budget = least + (everything - least) * budget_fraction_permille / 1000;
@@ -377,6 +378,84 @@ TEST(Policies, DelayedUpdateKeepsThePlacementAndNeverSlowsTheStep) {
     }
   }
   EXPECT_GT(checked, 30);
+}
+
+TEST(Policies, PipelinedUpdateIsNeverSlowerAndTheForwardWaitsForEveryUpdate) {
+  models::Rng rng(45);
+  int checked = 0, faster = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const OffloadProblem p = small_problem(rng, static_cast<int64_t>(rng.below(1200)));
+    for (Policy policy : {Policy::ZeroOffload, Policy::ChunkLru, Policy::Greedy}) {
+      PlannedSchedule planned;
+      try {
+        planned = make_schedule(p, policy);
+      } catch (const BudgetError&) {
+        continue;
+      }
+      const Schedule& s = planned.schedule;
+      if (s.all_device_optimizer()) {
+        EXPECT_THROW(with_pipelined_update(s), std::invalid_argument);
+        continue;
+      }
+      const SimResult now = simulate_planned(p, planned), pipelined = simulate(p, with_pipelined_update(s), planned.memory);
+      ASSERT_EQ(pipelined.error, "") << to_string(policy);
+      EXPECT_EQ(pipelined.h2d_bytes, now.h2d_bytes) << to_string(policy);
+      // The next step's work only starts sooner.
+      EXPECT_LE(pipelined.step_s, now.step_s * (1 + 1e-9)) << to_string(policy);
+      faster += pipelined.step_s < now.step_s * (1 - 1e-6);
+      // The forward uses every bucket, so every CPU update (in first-use order) comes before the backward
+      // pass's compute: the step holds both.
+      const std::vector<int> order = cpu_update_order(p, with_pipelined_update(s));
+      double updates = 0;
+      for (int b : order) updates += double(p.bucket_params[b]) / p.cost.cpu_adam_params_per_s;
+      const double backward = std::accumulate(p.op_seconds.begin() + p.forward_ops, p.op_seconds.end(), 0.0);
+      EXPECT_GE(pipelined.step_s * (1 + 1e-9), updates + backward) << to_string(policy);
+      for (size_t i = 1; i < order.size(); ++i) {
+        auto first_use = [&](int b) {
+          for (int op = 0; op < p.n_ops; ++op)
+            if (std::count(p.op_buckets[op].begin(), p.op_buckets[op].end(), b) > 0) return op;
+          return p.n_ops;
+        };
+        EXPECT_LE(first_use(order[i - 1]), first_use(order[i])) << "update order " << i;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 30);
+  EXPECT_GT(faster, 10);
+}
+
+TEST(Policies, GreedyPipelinedIsNeverSlowerThanGreedyUpdatingInTheStep) {
+  models::Rng rng(46);
+  int pipelined = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const OffloadProblem p = small_problem(rng, static_cast<int64_t>(rng.below(1200)), 1 + trial % 3);
+    const bool mixed = trial % 2 == 0;
+    try {
+      const PlannedSchedule now = make_schedule(p, Policy::Greedy, 0, mixed);
+      const PlannedSchedule later = make_schedule(p, Policy::Greedy, 0, mixed, Overlap::Pipelined);
+      EXPECT_LE(simulate_planned(p, later).step_s, simulate_planned(p, now).step_s * (1 + 1e-9)) << later.schedule.label();
+      EXPECT_EQ(later.schedule.pipelined_update, !later.schedule.all_device_optimizer());
+      pipelined += later.schedule.pipelined_update;
+    } catch (const BudgetError&) {
+      EXPECT_THROW(make_schedule(p, Policy::Greedy, 0, mixed, Overlap::Pipelined), BudgetError);
+    }
+  }
+  EXPECT_GT(pipelined, 10);
+  // The workload where timing windows for the updates alone loses: GPT-2 1.5B's width (8 blocks), 4 x 1024
+  // tokens accumulated 4 times, the shipped H100-class model, a budget holding part of AdamW's state.
+  const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
+  const models::ModelSpec spec = gpt2_bf16({8, 25, 1600, 50257, 1024}, 4, 1024);
+  for (const int gib : {3, 4}) {
+    std::vector<bool> every_block(8, true);
+    const OffloadProblem p(spec, h100, memory::BucketLayout::kDefaultBucketBytes, int64_t(gib) << 30, every_block, 4);
+    const double now = simulate_planned(p, make_schedule(p, Policy::Greedy)).step_s;
+    const double later = simulate_planned(p, make_schedule(p, Policy::Greedy, 0, true, Overlap::Pipelined)).step_s;
+    std::printf("%d GiB: greedy %.4f s, pipelined %.4f s\n", gib, now, later);
+    EXPECT_LE(later, now * (1 + 1e-9)) << gib << " GiB";
+  }
 }
 
 TEST(Policies, MoreBudgetNeverMakesGreedySlower) {
@@ -888,17 +967,25 @@ TEST(Greedy, WithinAFactorOfTheExhaustiveOptimumAndTheBoundBelowEverySchedule) {
     p.budget_bytes = least + static_cast<int64_t>(double(everything - least) * rng.uniform() * 1.4);
     SCOPED_TRACE("trial " + std::to_string(trial) + ", budget " + std::to_string(p.budget_bytes));
     const double bound = lower_bound_step_s(p), delayed_bound = lower_bound_step_s(p, Overlap::Delayed);
-    double optimum = INFINITY, delayed_optimum = INFINITY;
+    const double pipelined_bound = lower_bound_step_s(p, Overlap::Pipelined);
+    double optimum = INFINITY, delayed_optimum = INFINITY, pipelined_optimum = INFINITY;
     Schedule best;
-    int beaten = 0, delayed_beaten = 0;  // valid fitting schedules faster than the lower bound
+    int beaten = 0, delayed_beaten = 0, pipelined_beaten = 0;  // valid fitting schedules faster than the lower bound
     search.run([&](const Schedule& s, const SimResult& r) {
       beaten += r.step_s * (1 + 1e-9) < bound;
       if (r.step_s < optimum) optimum = r.step_s, best = s;
-      // The same placement with the delayed update, for the delayed bound (resident does not delay).
+      // The same placement with the delayed and the pipelined update, for their bounds (resident does not
+      // update on the CPU).
       const double delayed_s = s.all_device_optimizer() ? r.step_s : estimate(p, with_delayed_update(p, s)).step_s;
       delayed_beaten += delayed_s * (1 + 1e-9) < delayed_bound;
       delayed_optimum = std::min(delayed_optimum, delayed_s);
+      const double pipelined_s = s.all_device_optimizer() ? r.step_s : estimate(p, with_pipelined_update(s)).step_s;
+      pipelined_beaten += pipelined_s * (1 + 1e-9) < pipelined_bound;
+      pipelined_optimum = std::min(pipelined_optimum, pipelined_s);
     });
+    EXPECT_LE(pipelined_bound, bound * (1 + 1e-12));
+    EXPECT_EQ(pipelined_beaten, 0) << "the pipelined lower bound " << pipelined_bound << " s exceeds pipelined schedules, the fastest "
+                                   << pipelined_optimum << " s";
     EXPECT_EQ(beaten, 0) << "the lower bound " << bound << " s exceeds valid fitting schedules, the fastest " << optimum << " s ("
                          << best.label() << ")";
     EXPECT_EQ(delayed_beaten, 0) << "the delayed lower bound " << delayed_bound << " s exceeds delayed schedules, the fastest "
