@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -70,10 +72,11 @@ offload::CostModel fp32_cost_model() {
 }
 
 // What an Executor needs beside its plan: a host device, its pinned pool holding the host buckets (in the
-// plan's precision) and the executor's staging, the CPU AdamW.
+// plan's precision) and the executor's staging, the CPU AdamW. compute_threads: the compute stream's
+// OpenMP threads.
 struct ExecutorParts {
-  ExecutorParts(const models::ModelSpec& spec, const offload::StepPlan& plan)
-      : dev({plan.memory.layout.peak, 0, 2, nullptr}),
+  ExecutorParts(const models::ModelSpec& spec, const offload::StepPlan& plan, int compute_threads = 2)
+      : dev({plan.memory.layout.peak, 0, compute_threads, nullptr}),
         pool(dev.make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, plan.problem.precision, plan.problem.precision) +
                                 Executor::host_bytes_needed(spec, plan))),
         host(plan.problem.layout, *pool, plan.problem.precision, plan.problem.precision) {}
@@ -604,14 +607,15 @@ TEST(Executor, TraceHasATrackPerStreamAndASlicePerTask) {
 // ---- Heterogeneous placement: three tiers in one step ----
 
 // The three tiers by hand: every third bucket in the device tier (AdamW on the device), every third resident
-// for the CPU to update, the rest streamed (fetched right before each use, released right after).
-offload::Schedule three_tiers(const offload::OffloadProblem& p) {
+// for the CPU to update, the rest streamed (fetched right before each use, released right after). Without
+// weights_resident, the CPU's buckets are all streamed.
+offload::Schedule three_tiers(const offload::OffloadProblem& p, bool weights_resident = true) {
   using Kind = offload::Action::Kind;
   offload::Schedule s;
   s.policy = "test", s.construction = "three tiers";
   s.before.resize(p.n_ops + 1);
   s.resident.assign(p.n_buckets, false), s.device_optimizer.assign(p.n_buckets, false);
-  for (int b = 0; b < p.n_buckets; ++b) s.device_optimizer[b] = b % 3 == 0, s.resident[b] = b % 3 != 2;
+  for (int b = 0; b < p.n_buckets; ++b) s.device_optimizer[b] = b % 3 == 0, s.resident[b] = b % 3 == 0 || (weights_resident && b % 3 == 1);
   for (int i = 0; i < p.n_ops; ++i)
     for (int b : p.op_buckets[i])
       if (!s.resident[b]) {
@@ -625,9 +629,23 @@ offload::Schedule three_tiers(const offload::OffloadProblem& p) {
 
 int tiers_bucket_count(const memory::HostBuckets& host) { return static_cast<int>(host.layout().buckets().size()); }
 
-// Losses of `steps` steps of `plan` from the same weights and batches, and the master weights after them.
-std::pair<std::vector<float>, std::vector<float>> train_plan(const Config& c, const models::ModelSpec& spec, const offload::StepPlan& plan, int steps) {
-  ExecutorParts parts(spec, plan);
+// What `train_plan` saw: each step's loss and gradient norm, the validation loss evaluated right after the
+// last step, and the master weights after it.
+struct PlanRun {
+  std::vector<float> losses;
+  std::vector<double> grad_norms;
+  float final_eval = 0;
+  std::vector<float> weights;
+};
+
+// `steps` steps of `plan` from the same weights and batches, with global-norm clipping at 1. slow_adamw: the
+// CPU's first AdamW task of each step first sleeps that long, and every later one waits behind it, so that
+// a step that did not wait for the last one's pipelined update would compute with stale weights.
+PlanRun train_plan(const Config& c, const models::ModelSpec& spec, const offload::StepPlan& plan, int steps,
+                   std::chrono::microseconds slow_adamw = {}) {
+  // One compute thread: OpenMP's spinning threads beside the CPU AdamW's (which the pipelined and delayed
+  // updates run at the same time) slow a loaded 2-core machine down a hundredfold.
+  ExecutorParts parts(spec, plan, 1);
   models::ParameterStore params(spec.params);
   models::init_model(c.model, spec, params, 5);
   for (int i = 0; i < params.count(); ++i)
@@ -641,24 +659,30 @@ std::pair<std::vector<float>, std::vector<float>> train_plan(const Config& c, co
   clipped.grad_clip = 1.0f;
   Executor executor(spec, plan, parts.host, *parts.pool, parts.dev, parts.adamw, clipped, nullptr);
   executor.upload_state();
+  if (slow_adamw.count() > 0)
+    executor.inject_delay(fmt::format("adamw bucket {} (", offload::cpu_update_order(plan.problem, plan.schedule).front()), slow_adamw);
   const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
-  std::vector<float> losses;
+  PlanRun run;
   for (int step = 0; step < steps; ++step) {
     std::vector<dataset::Batch> micro;
     for (int m = 0; m < c.train.grad_accum; ++m) micro.push_back(data.train_batch(step * c.train.grad_accum + m, 0, c.train.batch_size));
-    losses.push_back(executor.step(micro, step + 1, 1e-3).loss);
+    const StepResult r = executor.step(micro, step + 1, 1e-3);
+    run.losses.push_back(r.loss), run.grad_norms.push_back(r.grad_norm);
   }
+  run.final_eval = executor.evaluate(data.val_batch(0, 1, c.train.batch_size));
   executor.download_state();
-  std::vector<float> weights;
   for (int i = 0; i < params.count(); ++i) {
     const memory::TensorView v = parts.host.view(i, memory::HostBuckets::Region::Master);
-    weights.insert(weights.end(), v.as<float>(), v.as<float>() + v.numel());
+    run.weights.insert(run.weights.end(), v.as<float>(), v.as<float>() + v.numel());
   }
-  return {losses, weights};
+  return run;
 }
 
 // The device tier's statistics join the CPU's in one decision (global-norm clipping), and its AdamW is the
 // CPU's: losses and weights are bitwise resident's, in fp32 and bf16, with one micro-batch and with two.
+// So are the pipelined update's (the CPU's AdamW of the weights-resident and the streamed buckets running on
+// into the next step), even with a CPU AdamW slow enough that a next step which did not wait for a bucket's
+// new weights, or an evaluation that did not wait for the last step's, would compute with stale ones.
 TEST(Executor, ThreeTiersInOneStepTrainBitwiseLikeResident) {
   for (const char* precision : {"fp32", "bf16"})
     for (int accum : {1, 2}) {
@@ -671,11 +695,24 @@ TEST(Executor, ThreeTiersInOneStepTrainBitwiseLikeResident) {
       tiers.memory = offload::lay_out(tiers.problem, tiers.schedule);
       ASSERT_EQ(offload::simulate(tiers.problem, tiers.schedule, tiers.memory).error, "") << what;
       ASSERT_GE(tiers.problem.n_buckets, 3) << what << ": every tier needs a bucket";
-      const auto [resident_losses, resident_weights] = train_plan(c, spec, resident, 5);
-      const auto [tier_losses, tier_weights] = train_plan(c, spec, tiers, 5);
-      EXPECT_EQ(tier_losses, resident_losses) << what;
-      EXPECT_EQ(tier_weights, resident_weights) << what;
-      EXPECT_NE(resident_losses.front(), resident_losses.back()) << what << ": the weights must change";
+      // Pipelined, and pipelined with every CPU bucket streamed (whose prefetches no upload queues behind).
+      offload::StepPlan pipelined{tiers.problem, offload::with_pipelined_update(tiers.schedule), tiers.memory, ""};
+      offload::StepPlan streamed{tiers.problem, offload::with_pipelined_update(three_tiers(tiers.problem, false)), {}, ""};
+      streamed.memory = offload::lay_out(streamed.problem, streamed.schedule);
+      ASSERT_TRUE(pipelined.schedule.pipelined_update && streamed.schedule.pipelined_update);
+      const PlanRun reference = train_plan(c, spec, resident, 5);
+      const PlanRun in_step = train_plan(c, spec, tiers, 5);
+      const PlanRun overlapped = train_plan(c, spec, pipelined, 5, std::chrono::milliseconds(20));
+      const PlanRun overlapped_streamed = train_plan(c, spec, streamed, 5, std::chrono::milliseconds(20));
+      for (const PlanRun* r : {&in_step, &overlapped, &overlapped_streamed}) {
+        const std::string run = what + (r == &overlapped ? ", pipelined" : r == &overlapped_streamed ? ", pipelined, the CPU's buckets streamed" : "");
+        EXPECT_EQ(r->losses, reference.losses) << run;
+        EXPECT_EQ(r->grad_norms, reference.grad_norms) << run;
+        EXPECT_EQ(r->final_eval, reference.final_eval) << run;
+        EXPECT_EQ(r->weights, reference.weights) << run;
+      }
+      EXPECT_NE(reference.losses.front(), reference.losses.back()) << what << ": the weights must change";
+      EXPECT_GT(*std::max_element(reference.grad_norms.begin(), reference.grad_norms.end()), 1.0) << what << ": clipping must act";
     }
 }
 
@@ -737,10 +774,10 @@ TEST(Executor, DelayedUpdateBesideADeviceTierMatchesItsPlainRule) {
   tiers.memory = offload::lay_out(tiers.problem, tiers.schedule);
   ASSERT_EQ(offload::simulate(tiers.problem, tiers.schedule, tiers.memory).error, "");
   ASSERT_TRUE(tiers.schedule.delayed_update && tiers.schedule.any_device_optimizer() && !tiers.schedule.all_device_optimizer());
-  const std::vector<float> losses = train_plan(c, spec, tiers, 6).first;
+  const std::vector<float> losses = train_plan(c, spec, tiers, 6).losses;
   EXPECT_EQ(losses, delayed_beside_device_tier(c, spec, tiers.problem, tiers.schedule.device_optimizer, 6));
   // A different trajectory from the update in the step, and from delaying every bucket.
-  EXPECT_NE(losses, train_plan(c, spec, resident, 6).first);
+  EXPECT_NE(losses, train_plan(c, spec, resident, 6).losses);
   EXPECT_NE(losses, delayed_beside_device_tier(c, spec, tiers.problem, std::vector<bool>(tiers.problem.n_buckets, false), 6));
 }
 
