@@ -515,7 +515,6 @@ void Executor::upload_state() {
 
 void Executor::download_state() {
   Impl& x = *impl_;
-  x.barrier();  // a pipelined update in flight: the host buckets then hold the step's state
   for (int b = 0; b < x.p.n_buckets; ++b) {
     const int state = x.at.state_tensor(b);
     if (state < 0) continue;
@@ -527,7 +526,7 @@ void Executor::download_state() {
     x.copy(Stream::D2H, x.host.region(b, Region::V).data, device_state + 2 * n, n * 4, "download v " + name);
     x.copy(Stream::D2H, x.host.region(b, Region::Working).data, x.at.address(x.at.resident_tensor(b)), x.bytes(b), "download working " + name);
   }
-  x.barrier();
+  x.barrier();  // also finishes a pipelined update in flight: the host buckets then hold the step's state
 }
 
 StepResult Executor::step(std::span<const dataset::Batch> micro_batches, int64_t adam_step, double lr, float loss_scale) {
