@@ -424,15 +424,19 @@ void Executor::Impl::queue_pipelined_updates() {
   in_flight.clear(p.n_buckets);
   for (int b : order) {
     in_flight.updated[b] = cpu.updated(b);
-    if (std::find(st.uploads.begin(), st.uploads.end(), b) != st.uploads.end()) in_flight.uploads.push_back(b);
+    if (std::find(st.uploads.begin(), st.uploads.end(), b) == st.uploads.end()) continue;
+    in_flight.uploads.push_back(b);
+    st.h2d_bytes += bytes(b);  // counted in the step whose update they carry, as the Simulator counts them
   }
 }
 
 void Executor::Impl::queue_in_flight_uploads() {
+  const int64_t counted = st.h2d_bytes;  // by queue_pipelined_updates, in the last step
   for (int b : in_flight.uploads) {
     queue_upload(b, in_flight.updated[b]);
     in_flight.uploaded[b] = dev.record(Stream::H2D);
   }
+  st.h2d_bytes = counted;
   in_flight.uploads.clear();
 }
 

@@ -430,6 +430,11 @@ TEST(Executor, PipelinedUpdateTrainsLikeResidentAndResumesExactly) {
       EXPECT_EQ(s.losses, reference.losses) << what;
       EXPECT_EQ(s.val_loss, reference.val_loss) << what;
       if (std::string(policy) == "greedy" || accum == 2) continue;  // one stop and resume per kind of tier
+      Config in_step = c;
+      in_step.offload.overlap = "backward";
+      const TrainSummary b = run(in_step);  // the same plan: the same bytes per step, uploads counted in the step they carry
+      EXPECT_EQ(s.h2d_bytes, b.h2d_bytes) << what;
+      EXPECT_EQ(s.d2h_bytes, b.d2h_bytes) << what;
       std::filesystem::remove_all(dir);
       const StoppedAndResumed r = stop_and_resume(c, dir, 5);
       EXPECT_EQ(r.losses(), s.losses) << what;
