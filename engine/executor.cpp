@@ -75,7 +75,7 @@ struct StepState {
 // touched only by tasks queued behind the update on the same worker. Device-tier AdamW runs on the compute
 // stream, before the next step's ops. Micro-batches after the first follow a barrier.
 struct InFlightUpdate {
-  std::vector<std::shared_ptr<device::HostEvent>> updated;  // per bucket: its update (null: none in flight)
+  std::vector<std::shared_ptr<device::HostEvent>> updated;  // per bucket: its update, until a prefetch or upload waited (null: none)
   std::vector<int> uploads;                                 // weights-resident buckets still to upload, in update order
   std::vector<device::EventPtr> uploaded;                   // per bucket: its upload, until the first op using it waited
   void clear(int n_buckets) { updated.assign(n_buckets, nullptr), uploads.clear(), uploaded.assign(n_buckets, nullptr); }
@@ -243,7 +243,8 @@ void Executor::Impl::prefetch(int b, MicroBatch& mb) {
   if (mb.next_window[b] >= windows.size()) throw std::logic_error("more prefetches of " + at.bucket_label(b) + " than windows");
   const int w = windows[mb.next_window[b]++].tensor;
   if (mb.op_done) dev.wait(Stream::H2D, mb.op_done, "op before prefetch of " + at.bucket_label(b));
-  if (in_flight.updated[b]) dev.wait(Stream::H2D, dev.from_host(in_flight.updated[b]), "last step's adamw of " + at.bucket_label(b));
+  // The last step's pipelined update of b; its later prefetches follow this one on the in-order h2d stream.
+  if (auto updated = std::exchange(in_flight.updated[b], nullptr)) dev.wait(Stream::H2D, dev.from_host(updated), "last step's adamw of " + at.bucket_label(b));
   for (const Action& a : s.before[mb.point])
     if (a.kind == Action::Kind::ReleaseGrads && mb.landed[a.bucket])
       dev.wait(Stream::H2D, mb.landed[a.bucket], "gradients of " + at.bucket_label(a.bucket) + " leaving before prefetch of " + at.bucket_label(b));

@@ -82,7 +82,8 @@ class Executor {
   float evaluate(const dataset::Batch& batch);
 
   // Delayed update: the update of the last step, not applied yet; apply it now (a synchronous step), or
-  // save and restore it with a checkpoint: its gradients are pending_gradients(b) per bucket.
+  // save and restore it with a checkpoint: its gradients are pending_gradients(b) per bucket. (A pipelined
+  // update in flight is never pending: these finish it first.)
   struct PendingUpdate {
     int64_t adam_step = 0;
     double lr = 0;

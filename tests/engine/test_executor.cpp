@@ -776,6 +776,34 @@ TEST(Executor, ThreeTiersInOneStepTrainBitwiseLikeResident) {
     }
 }
 
+// The pipelined step returns once its loss and its decision are known, while the CPU's AdamW runs on; the
+// update in the step waits for it. (A slow CPU AdamW: 0.6 s on its first bucket, some ten times a step.)
+TEST(Executor, APipelinedStepReturnsBeforeItsCpuUpdateEnds) {
+  const Config c = small_config("resident", false, 1, 0, 2);
+  const models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len, c.precision());
+  const offload::StepPlan resident = plan_for_config(c, spec, fp32_cost_model());
+  offload::StepPlan in_step{resident.problem, three_tiers(resident.problem), {}, ""};
+  in_step.memory = offload::lay_out(in_step.problem, in_step.schedule);
+  const offload::StepPlan pipelined{in_step.problem, offload::with_pipelined_update(in_step.schedule), in_step.memory, ""};
+  const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
+  const std::vector<dataset::Batch> batch{data.train_batch(0, 0, c.train.batch_size)};
+  constexpr auto kSlow = std::chrono::milliseconds(600);
+  for (const offload::StepPlan* plan : {static_cast<const offload::StepPlan*>(&in_step), &pipelined}) {
+    ExecutorParts parts(spec, *plan, 1);
+    Executor executor(spec, *plan, parts.host, *parts.pool, parts.dev, parts.adamw, {}, nullptr);
+    executor.upload_state();
+    executor.inject_delay(fmt::format("adamw bucket {} (", offload::cpu_update_order(plan->problem, plan->schedule).front()), kSlow);
+    const auto start = std::chrono::steady_clock::now();
+    executor.step(batch, 1, 1e-3);
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (plan == &pipelined) {
+      EXPECT_LT(took, kSlow) << "the pipelined step waited for its CPU AdamW";
+    } else {
+      EXPECT_GE(took, kSlow) << "the update in the step did not wait for its CPU AdamW";
+    }
+  }
+}
+
 // The delayed update beside a device tier, written out plainly for `train_plan`'s run (its initial weights,
 // batches, learning rate and clipping; fp32, one micro-batch): step t computes its gradients and decides
 // (global-norm clipping over every bucket), applies the pending update of step t-1 to the CPU's buckets and
