@@ -405,7 +405,8 @@ TEST(LossScaling, ResumesWithItsScaleAndItsPendingDelayedUpdate) {
 // The pipelined update through the trainer: every policy that updates on the CPU (weights resident,
 // streamed, greedy's mix) trains resident's losses bitwise, with evaluations and checkpoints between steps
 // that finish the update in flight; a run stopped and resumed joins the whole run bitwise, from a checkpoint
-// that holds no pending update (the update in flight was finished before it was written).
+// that holds no pending update (the update in flight was finished before it was written); fp16's overflowed
+// steps are skipped as in the update in the step.
 TEST(Executor, PipelinedUpdateTrainsLikeResidentAndResumesExactly) {
   const auto dir = testing::scratch_path("pipelined_resume");
   // One thread: OpenMP's spinning compute threads beside the CPU AdamW's, which the pipelined update runs
@@ -444,6 +445,17 @@ TEST(Executor, PipelinedUpdateTrainsLikeResidentAndResumesExactly) {
     }
   }
   std::filesystem::remove_all(dir);
+  // fp16 whose first steps overflow: the skipped steps and the loss scale they back off to are backward's.
+  Config fp16 = config("zero-offload", 1);
+  fp16.train.precision = "fp16";
+  fp16.train.loss_scale_init = std::ldexp(1.0, 24);
+  fp16.train.loss_scale_growth_interval = 2;
+  const TrainSummary fp16_in_step = run(fp16);
+  fp16.offload.overlap = "pipelined";
+  const TrainSummary fp16_pipelined = run(fp16);
+  EXPECT_GT(fp16_in_step.skipped_steps, 0);
+  EXPECT_EQ(fp16_pipelined.skipped_steps, fp16_in_step.skipped_steps);
+  EXPECT_EQ(fp16_pipelined.losses, fp16_in_step.losses);
   // AdamW on the device has nothing to pipeline: refused, saying what to set.
   Config on_device = small_config("resident", false, 1, 0, 2);
   on_device.offload.overlap = "pipelined";
