@@ -495,7 +495,6 @@ Executor::~Executor() {
 void Executor::inject_fault(std::string label) { impl_->faults.label = std::move(label); }
 
 void Executor::inject_delay(std::string label, std::chrono::microseconds delay) {
-  impl_->barrier();  // no task in flight reads the faults while they change
   impl_->faults.slow_label = std::move(label), impl_->faults.slow = delay;
 }
 
