@@ -434,7 +434,7 @@ void read_offload(const YAML::Node& node, OffloadConfig& offload, const std::fil
                    }
                  }},
                 existing_path("cost_model", offload.cost_model, base_dir, true),
-                choice("overlap", offload.overlap, {"backward", "delayed"}),
+                choice("overlap", offload.overlap, {"backward", "delayed", "pipelined"}),
                 number("sync_steps", offload.sync_steps, 0, kIntMax, "an integer >= 0")});
 }
 

@@ -64,7 +64,7 @@ struct OffloadConfig {
   std::string policy = "greedy";     // resident | zero-offload | chunk-lru | greedy
   int64_t gpu_budget = 0;            // bytes; 0: not given
   std::filesystem::path cost_model;  // empty: measure the host device at start-up
-  std::string overlap = "backward";  // backward | delayed (ZeRO-Offload's delayed parameter update)
+  std::string overlap = "backward";  // backward | delayed (ZeRO-Offload's delayed parameter update) | pipelined
   int sync_steps = 40;               // delayed: the first steps still update synchronously
 };
 

@@ -10,17 +10,23 @@
 //   may lie where they were (their life ends where its begins), and op i-1 does not wait for the d2h stream.
 // - AdamW on a bucket waits for its gradients to land, and (clipping, inf/nan check) for every bucket's
 //   statistics: the statistics run as each bucket lands, the updates once the norm is known.
-// - Micro-batches and steps are separated by a barrier (every stream and the CPU worker drained).
+// - Micro-batches and steps are separated by a barrier (every stream and the CPU worker drained), except
+//   with the pipelined update: a step then waits only for its compute stream and its decision, and the next
+//   step's forward pass waits for the CPU updates bucket by bucket (InFlightUpdate); every other entry
+//   point, and the barrier after the next step's first micro-batch, finishes them first.
 #include "engine/executor.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "engine/device_bindings.h"
 #include "engine/faults.h"
 #include "engine/host_optimizer.h"
+#include "offload/simulator.h"
 
 namespace ferry::engine {
 
@@ -57,6 +63,24 @@ struct StepState {
   int64_t h2d_bytes = 0, d2h_bytes = 0;  // every copy is queued by the host thread
 };
 
+// The pipelined update of the last step (offload.overlap: pipelined), still running while the next step
+// starts: what that step's ops wait for, bucket by bucket. Cleared by every barrier, which finishes it.
+//
+// Why this is enough (exact: every buffer of a bucket's update is reused only after it): the next step
+// first touches a CPU-updated bucket b through a prefetch, which waits for b's update, or through the
+// first op using b (weights resident), which waits for b's upload, which waited for b's update. Every later
+// use of b comes after that one on its stream: the op reading b's window waits for the prefetch, and the
+// gradients of b land (overwriting the landing region b's update reads) only after the last op writing them,
+// which follows b's first use on the compute stream. The CPU's own buffers (fp32 sums, master, moments) are
+// touched only by tasks queued behind the update on the same worker. Device-tier AdamW runs on the compute
+// stream, before the next step's ops. Micro-batches after the first follow a barrier.
+struct InFlightUpdate {
+  std::vector<std::shared_ptr<device::HostEvent>> updated;  // per bucket: its update, until a prefetch or upload waited (null: none)
+  std::vector<int> uploads;                                 // weights-resident buckets still to upload, in update order
+  std::vector<device::EventPtr> uploaded;                   // per bucket: its upload, until the first op using it waited
+  void clear(int n_buckets) { updated.assign(n_buckets, nullptr), uploads.clear(), uploaded.assign(n_buckets, nullptr); }
+};
+
 // Every op the step runs must be one its device runs, with its tensors stored as the plan binds them (each
 // tensor's own dtype: the executor's plans are fp32 today). Refused before anything is queued, naming the op.
 void check_device_runs_every_op(const models::ModelSpec& spec, const device::Device& device) {
@@ -90,6 +114,8 @@ struct Executor::Impl {
   std::byte* batch_staging;          // pinned: tokens, targets and attention mask of one micro-batch
   std::vector<int32_t> no_padding;   // the attention mask of a batch without one
   StepState st;
+  std::vector<int> update_rank;  // pipelined: per bucket, its place in the CPU's update order (offload::cpu_update_order)
+  InFlightUpdate in_flight;
 
   Impl(const models::ModelSpec& sp, const offload::StepPlan& plan, memory::HostBuckets& h, memory::PinnedHostPool& pool,
        device::Device& d, const cpu_optim::CpuAdamW& a, const ExecutorOptions& o, device::Trace* trace)
@@ -97,7 +123,11 @@ struct Executor::Impl {
         at(sp, plan, d.arena().data(), plan.memory.red_zone_bytes),
         ranges(checked_ranges(sp, plan.problem, o, a)),
         cpu(plan.problem, h, pool, a, plan.schedule.delayed_update, o.grad_clip, at.bucket_labels(), ranges, faults, trace),
-        batch_staging(pool.carve(batch_bytes(sp), 4096)) {}
+        batch_staging(pool.carve(batch_bytes(sp), 4096)), update_rank(p.n_buckets, p.n_buckets) {
+    const std::vector<int> order = offload::cpu_update_order(p, s);
+    for (size_t i = 0; i < order.size(); ++i) update_rank[order[i]] = static_cast<int>(i);
+    in_flight.clear(p.n_buckets);
+  }
 
   static int64_t batch_bytes(const models::ModelSpec& spec) { return 3 * spec.tensors[spec.tensor_index("tokens")].bytes(); }
 
@@ -117,6 +147,7 @@ struct Executor::Impl {
 
   int64_t bytes(int b) const { return p.bucket_bytes[b]; }  // of its working copy and of its gradients
   bool delayed() const { return s.delayed_update; }
+  bool pipelined() const { return s.pipelined_update; }
 
   // Queues a task on a stream, or in its place a failing one when a test injected a fault into it.
   void queue(Stream stream, const std::string& label, std::function<void()> queue_it) {
@@ -131,8 +162,9 @@ struct Executor::Impl {
     if (at.has_red_zones()) dev.run(stream, "arm red zone", [this, tensor] { at.arm(tensor); });
   }
   // Waits for the CPU worker and every stream, even after a failure (queued tasks point into this
-  // object), then throws the first failure.
+  // object), then throws the first failure. A pipelined update in flight is finished: uploads and all.
   void barrier() {
+    queue_in_flight_uploads();
     std::string error;
     try {
       cpu.drain();
@@ -144,6 +176,7 @@ struct Executor::Impl {
     } catch (const std::exception& e) {
       if (error.empty()) error = e.what();
     }
+    in_flight.clear(p.n_buckets);
     if (!error.empty()) throw std::runtime_error(error);
   }
 
@@ -160,9 +193,12 @@ struct Executor::Impl {
   void offload_grads(int b, MicroBatch& mb);
   void gather_grads(int b, MicroBatch& mb);
   void upload(int b, MicroBatch& mb);
-  void queue_upload(int b);
+  void queue_upload(int b, const std::shared_ptr<device::HostEvent>& updated);
   void device_adam();
   void flush_pending();
+  void queue_pipelined_updates();
+  void queue_in_flight_uploads();
+  void wait_for_results(const std::shared_ptr<device::HostEvent>& decided);
 };
 
 void Executor::Impl::stage_batch(const dataset::Batch& batch) {
@@ -207,6 +243,8 @@ void Executor::Impl::prefetch(int b, MicroBatch& mb) {
   if (mb.next_window[b] >= windows.size()) throw std::logic_error("more prefetches of " + at.bucket_label(b) + " than windows");
   const int w = windows[mb.next_window[b]++].tensor;
   if (mb.op_done) dev.wait(Stream::H2D, mb.op_done, "op before prefetch of " + at.bucket_label(b));
+  // The last step's pipelined update of b; its later prefetches follow this one on the in-order h2d stream.
+  if (auto updated = std::exchange(in_flight.updated[b], nullptr)) dev.wait(Stream::H2D, dev.from_host(updated), "last step's adamw of " + at.bucket_label(b));
   for (const Action& a : s.before[mb.point])
     if (a.kind == Action::Kind::ReleaseGrads && mb.landed[a.bucket])
       dev.wait(Stream::H2D, mb.landed[a.bucket], "gradients of " + at.bucket_label(a.bucket) + " leaving before prefetch of " + at.bucket_label(b));
@@ -226,8 +264,8 @@ void Executor::Impl::gather_grads(int b, MicroBatch& mb) {
   if (mb.last) st.update_order.push_back(b);
 }
 
-void Executor::Impl::queue_upload(int b) {
-  dev.wait(Stream::H2D, dev.from_host(cpu.updated(b)), "adamw of " + at.bucket_label(b));
+void Executor::Impl::queue_upload(int b, const std::shared_ptr<device::HostEvent>& updated) {
+  dev.wait(Stream::H2D, dev.from_host(updated), "adamw of " + at.bucket_label(b));
   copy(Stream::H2D, at.address(at.resident_tensor(b)), cpu.updated_working(b), bytes(b), "upload " + at.bucket_label(b));
 }
 
@@ -237,7 +275,7 @@ void Executor::Impl::upload(int b, MicroBatch& mb) {
     st.uploads.push_back(b);  // once its update is queued, after this step's last op
   } else if (st.applying_pending) {  // right after its last use in this step: the previous step's update
     if (mb.op_done) dev.wait(Stream::H2D, mb.op_done, "op before upload of " + at.bucket_label(b));
-    queue_upload(b);
+    queue_upload(b, cpu.updated(b));
   }
 }
 
@@ -257,6 +295,9 @@ void Executor::Impl::run_action(const Action& a, MicroBatch& mb) {
 
 void Executor::Impl::run_op(int t, MicroBatch& mb) {
   const DeviceBindings::Op& o = at.op(t);
+  for (int b : p.op_buckets[t])  // the first use of a weights-resident bucket the last step's pipelined update uploads
+    if (device::EventPtr uploaded = std::exchange(in_flight.uploaded[b], nullptr))
+      dev.wait(Stream::Compute, uploaded, "upload of " + at.bucket_label(b) + " (last step's adamw)");
   for (int b : o.zero_grads_before) {
     const int g = at.grads_tensor(b);
     arm(Stream::Compute, g);
@@ -287,6 +328,7 @@ void Executor::Impl::run_op(int t, MicroBatch& mb) {
 
 void Executor::Impl::run_micro_batch(const dataset::Batch& batch, MicroBatch& mb) {
   stage_batch(batch);
+  queue_in_flight_uploads();  // behind the batch on the h2d stream, so that the first op need not wait for them
   mb.arrival.assign(p.n_buckets, nullptr), mb.landed.assign(p.n_buckets, nullptr), mb.next_window.assign(p.n_buckets, 0);
   for (int point = 0; point <= p.n_ops; ++point) {
     mb.point = point;
@@ -299,6 +341,7 @@ void Executor::Impl::run_micro_batch(const dataset::Batch& batch, MicroBatch& mb
 // The step's timeline up to the loss, with only the copies that bring weights (prefetches and their waits):
 // no gradient exists yet at those points, and nothing is uploaded before a bucket's last use.
 float Executor::Impl::run_forward(const dataset::Batch& batch) {
+  barrier();  // a pipelined update in flight: evaluation sees its weights
   st = StepState{};
   st.losses.assign(1, 0.0f);
   stage_batch(batch);
@@ -358,19 +401,65 @@ void Executor::Impl::finish_step() {
     const std::string label = "adamw (device tier)";
     queue(Stream::Compute, label, [&] { dev.adamw_decided(st.device_tier, adamw.hyper(), st.adam_step, st.lr, cpu.decided(), label); });
   }
+  if (!st.update_order.empty() && pipelined()) {
+    queue_pipelined_updates();
+    wait_for_results(decided);
+    return;
+  }
   if (!st.update_order.empty() && !delayed()) {
     cpu.queue_updates(st.update_order, st.adam_step, st.lr);
-    for (int b : st.uploads) queue_upload(b);
+    for (int b : st.uploads) queue_upload(b, cpu.updated(b));
   }
   barrier();
   if (delayed()) cpu.end_delayed_step(st.adam_step, st.lr, st.update_order);
 }
 
+// The pipelined update: the CPU updates in the order the forward pass first uses the buckets (the order
+// the next step needs them in), and the next step waits for each where it first needs it (InFlightUpdate).
+// The uploads of the weights-resident buckets are queued once the next step's batch is (or by a barrier):
+// the in-order h2d stream would otherwise hold the next step's batch, and so its first op, behind them.
+void Executor::Impl::queue_pipelined_updates() {
+  std::vector<int> order = st.update_order;
+  std::stable_sort(order.begin(), order.end(), [this](int a, int b) { return update_rank[a] < update_rank[b]; });
+  cpu.queue_updates(order, st.adam_step, st.lr);
+  in_flight.clear(p.n_buckets);
+  for (int b : order) {
+    in_flight.updated[b] = cpu.updated(b);
+    if (std::find(st.uploads.begin(), st.uploads.end(), b) == st.uploads.end()) continue;
+    in_flight.uploads.push_back(b);
+    st.h2d_bytes += bytes(b);  // counted in the step whose update they carry, as the Simulator counts them
+  }
+}
+
+void Executor::Impl::queue_in_flight_uploads() {
+  const int64_t counted = st.h2d_bytes;  // by queue_pipelined_updates, in the last step
+  for (int b : in_flight.uploads) {
+    queue_upload(b, in_flight.updated[b]);
+    in_flight.uploaded[b] = dev.record(Stream::H2D);
+  }
+  st.h2d_bytes = counted;
+  in_flight.uploads.clear();
+}
+
+// The pipelined step waits only for what it reports: the compute stream (its losses, the device tier's
+// AdamW) and the decision (gradient norm, skipped). Every copy of the step is behind one or the other: the
+// ops waited for the prefetches, the decision for the gradients' landing.
+void Executor::Impl::wait_for_results(const std::shared_ptr<device::HostEvent>& decided) {
+  try {
+    dev.synchronize(dev.record(Stream::Compute));
+    if (decided) HostOptimizer::wait(decided);
+  } catch (const std::exception&) {
+    barrier();  // drains every stream and the worker, then throws the first failure
+    throw;
+  }
+}
+
 void Executor::Impl::flush_pending() {
+  barrier();  // a pipelined update in flight
   if (!cpu.has_pending()) return;
   cpu.queue_pending();
   for (int b : cpu.pending().order)
-    if (at.resident_tensor(b) >= 0) queue_upload(b);
+    if (at.resident_tensor(b) >= 0) queue_upload(b, cpu.updated(b));
   barrier();
   cpu.end_pending();
 }
@@ -405,8 +494,13 @@ Executor::~Executor() {
 
 void Executor::inject_fault(std::string label) { impl_->faults.label = std::move(label); }
 
+void Executor::inject_delay(std::string label, std::chrono::microseconds delay) {
+  impl_->faults.slow_label = std::move(label), impl_->faults.slow = delay;
+}
+
 void Executor::upload_state() {
   Impl& x = *impl_;
+  x.barrier();    // a pipelined update in flight
   x.cpu.reset();  // the host buckets are the whole state now
   for (int b = 0; b < x.p.n_buckets; ++b) {
     const std::string& name = x.at.bucket_label(b);
@@ -436,7 +530,7 @@ void Executor::download_state() {
     x.copy(Stream::D2H, x.host.region(b, Region::V).data, device_state + 2 * n, n * 4, "download v " + name);
     x.copy(Stream::D2H, x.host.region(b, Region::Working).data, x.at.address(x.at.resident_tensor(b)), x.bytes(b), "download working " + name);
   }
-  x.barrier();
+  x.barrier();  // also finishes a pipelined update in flight: the host buckets then hold the step's state
 }
 
 StepResult Executor::step(std::span<const dataset::Batch> micro_batches, int64_t adam_step, double lr, float loss_scale) {
@@ -477,6 +571,7 @@ void Executor::apply_pending_update() { impl_->flush_pending(); }
 float Executor::evaluate(const dataset::Batch& batch) { return impl_->run_forward(batch); }
 
 std::optional<Executor::PendingUpdate> Executor::pending_update() const {
+  impl_->barrier();  // a pipelined update in flight is applied, never pending
   if (!impl_->cpu.has_pending()) return std::nullopt;
   const auto& u = impl_->cpu.pending();
   return PendingUpdate{u.adam_step, u.lr, u.decision()};
@@ -485,6 +580,7 @@ std::optional<Executor::PendingUpdate> Executor::pending_update() const {
 // The buckets the CPU updates (trained, not in the device tier, which the step that made the update has
 // updated already), in backward's landing order; the updates are independent of it.
 void Executor::set_pending_update(const PendingUpdate& update) {
+  impl_->barrier();
   const offload::OffloadProblem& p = impl_->p;
   std::vector<int> order;
   for (int b = p.n_buckets - 1; b >= 0; --b)

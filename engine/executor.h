@@ -4,6 +4,7 @@
 // put it in the device's arena; nothing is allocated on the device after start-up.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <span>
@@ -56,7 +57,8 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   // Puts the host's state on the device: resident working copies and, when AdamW runs on the device,
-  // its master weights and moments. Call after changing the host buckets (start, resume).
+  // its master weights and moments. Call after changing the host buckets (start, resume); with the
+  // pipelined update, change them only after an entry point below has finished the last step's update.
   void upload_state();
   // Brings the device optimizer's master weights and moments back to the host buckets (nothing to do
   // when AdamW runs on the CPU: the host holds them already). Call before reading them (eval, checkpoint).
@@ -67,6 +69,10 @@ class Executor {
   // over the micro-batches, global-norm clipping, AdamW (step counts from 1).
   // With the delayed update (offload.overlap: delayed), the step's AdamW runs during the next step; the
   // result reports this step's loss and gradient norm, and whether its update will be skipped.
+  // With the pipelined update (offload.overlap: pipelined), step() returns once the loss and the decision
+  // are known, while the CPU's AdamW of this step and the uploads of its weights-resident buckets go on;
+  // the next step's forward waits for each bucket's new weights where it first needs them. Every other
+  // method finishes that update first, so that the host and the device hold the exact state after the step.
   // loss_scale: fp16's dynamic loss scale (gradients are computed scaled and unscaled inside AdamW).
   StepResult step(std::span<const dataset::Batch> micro_batches, int64_t adam_step, double lr, float loss_scale = 1.0f);
 
@@ -76,7 +82,8 @@ class Executor {
   float evaluate(const dataset::Batch& batch);
 
   // Delayed update: the update of the last step, not applied yet; apply it now (a synchronous step), or
-  // save and restore it with a checkpoint: its gradients are pending_gradients(b) per bucket.
+  // save and restore it with a checkpoint: its gradients are pending_gradients(b) per bucket. (A pipelined
+  // update in flight is never pending: these finish it first.)
   struct PendingUpdate {
     int64_t adam_step = 0;
     double lr = 0;
@@ -89,6 +96,9 @@ class Executor {
 
   // Tests only: from now on, every task whose label contains `label` fails instead of running.
   void inject_fault(std::string label);
+  // Tests only: from now on, every CPU worker task whose label contains `label` first sleeps `delay` (a slow
+  // CPU AdamW, to show a missing wait for it as a race).
+  void inject_delay(std::string label, std::chrono::microseconds delay);
 
  private:
   struct Impl;

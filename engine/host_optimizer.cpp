@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "memory/convert.h"
 
@@ -80,13 +81,18 @@ void HostOptimizer::add_frozen(memory::HostBuckets& host, int b) {
 }
 
 void HostOptimizer::begin_step(float loss_scale) {
-  step_.emplace(adamw_, static_cast<size_t>(p_.n_buckets), max_norm_, loss_scale);
+  step_ = std::make_shared<cpu_optim::OptimizerStep>(adamw_, static_cast<size_t>(p_.n_buckets), max_norm_, loss_scale);
   for (int b = 0; b < p_.n_buckets; ++b)
     if (p_.first_grad_op[b] < 0) step_->record_stats(static_cast<size_t>(b), cpu_optim::GradStats{});  // no gradients
 }
 
 void HostOptimizer::run(std::string label, std::function<void()> work) {
   if (faults_.hits(label)) work = [] { throw std::runtime_error("injected fault"); };
+  if (faults_.slows(label))
+    work = [delay = faults_.slow, work = std::move(work)] {
+      std::this_thread::sleep_for(delay);
+      work();
+    };
   worker_->run(std::move(label), std::move(work));
 }
 
@@ -103,26 +109,32 @@ void HostOptimizer::gather(int b, device::Device& device, device::EventPtr lande
   if (last_micro) {
     const void* grads = gradients(parity, b);
     const DType type = gradient_type();
-    run("gradient stats of " + label_[b], [this, b, grads, type, n] { step_->record_stats(static_cast<size_t>(b), grads, type, static_cast<size_t>(n)); });
+    run("gradient stats of " + label_[b],
+        [step = step_, b, grads, type, n] { step->record_stats(static_cast<size_t>(b), grads, type, static_cast<size_t>(n)); });
   }
 }
 
 void HostOptimizer::record_device_stats(std::vector<int> buckets, const cpu_optim::GradStats* stats, device::Device& device,
                                         device::EventPtr ready) {
-  run("gradient stats of the device tier", [this, buckets = std::move(buckets), stats, &device, ready] {
+  run("gradient stats of the device tier", [step = step_, buckets = std::move(buckets), stats, &device, ready] {
     device.synchronize(ready);
-    for (size_t i = 0; i < buckets.size(); ++i) step_->record_stats(static_cast<size_t>(buckets[i]), stats[i]);
+    for (size_t i = 0; i < buckets.size(); ++i) step->record_stats(static_cast<size_t>(buckets[i]), stats[i]);
   });
 }
 
 std::shared_ptr<device::HostEvent> HostOptimizer::queue_decision() {
-  run("global gradient norm", [this] { decided_ = step_->decide(); });
+  run("global gradient norm", [this, step = step_] { decided_ = step->decide(); });
   return worker_->record();
 }
 
+void HostOptimizer::wait(const std::shared_ptr<device::HostEvent>& event) {
+  if (const std::string error = event->wait(); !error.empty()) throw std::runtime_error(error);
+}
+
 // AdamW on bucket b under `step`'s decision, its working copy (in the precision) written by the same fused pass.
-void HostOptimizer::queue_update(const cpu_optim::OptimizerStep& step, int b, int grads, int64_t adam_step, double lr) {
-  run("adamw " + label_[b], [this, &step, b, grads, adam_step, lr] {
+void HostOptimizer::queue_update(std::shared_ptr<const cpu_optim::OptimizerStep> step_ptr, int b, int grads, int64_t adam_step, double lr) {
+  run("adamw " + label_[b], [this, step_ptr = std::move(step_ptr), b, grads, adam_step, lr] {
+    const cpu_optim::OptimizerStep& step = *step_ptr;
     const size_t n = static_cast<size_t>(p_.bucket_numel(b));
     std::byte* out = delayed_ ? working_next_[b] : working_now_[b];
     if (step.decision().report.skipped && delayed_)  // the next copy is the current one
@@ -136,12 +148,12 @@ void HostOptimizer::queue_update(const cpu_optim::OptimizerStep& step, int b, in
 }
 
 void HostOptimizer::queue_updates(const std::vector<int>& order, int64_t adam_step, double lr) {
-  for (int b : order) queue_update(*step_, b, landing_parity(), adam_step, lr);
+  for (int b : order) queue_update(step_, b, landing_parity(), adam_step, lr);
 }
 
 void HostOptimizer::queue_pending() {
   if (!has_pending_) return;
-  for (int b : pending_.order) queue_update(*pending_.step, b, pending_.parity, pending_.adam_step, pending_.lr);
+  for (int b : pending_.order) queue_update(pending_.step, b, pending_.parity, pending_.adam_step, pending_.lr);
 }
 
 void HostOptimizer::end_delayed_step(int64_t adam_step, double lr, std::vector<int> order) {
@@ -164,7 +176,7 @@ void HostOptimizer::reset() {
 
 void HostOptimizer::set_pending(int64_t adam_step, double lr, const cpu_optim::StepDecision& decision, std::vector<int> order) {
   if (!delayed_) throw std::logic_error("a pending update needs offload.overlap: delayed");
-  pending_ = {adam_step, lr, cpu_optim::OptimizerStep(adamw_, decision), std::move(order), 0};
+  pending_ = {adam_step, lr, std::make_shared<const cpu_optim::OptimizerStep>(adamw_, decision), std::move(order), 0};
   has_pending_ = true;
   parity_ = 1;
 }

@@ -4,7 +4,9 @@
 // every bucket is in (global norm, clipping, inf/nan skip) and updates each bucket with a fused copy-out
 // into its working copy. Micro-batches' gradients are summed in fp32. With the delayed update
 // (ZeRO-Offload's), a step's updates run during the next step: gradients alternate between two landing
-// regions and working copies are swapped once the updates are in.
+// regions and working copies are swapped once the updates are in. With the pipelined update, a step's
+// updates run on into the next step with the same buffers (the executor orders their reuse); every task
+// holds the OptimizerStep it belongs to, so a new step can begin while the last one's updates run.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +32,7 @@ namespace ferry::engine {
 class HostOptimizer {
  public:
   // The pinned bytes it carves beyond the host buckets: fp32 sums over micro-batches, the delayed update's
-  // second landing regions and working copies.
+  // second landing regions and working copies (the pipelined update needs no second buffers).
   static int64_t bytes_needed(const offload::OffloadProblem& problem, bool delayed);
   // bucket_labels: how errors and the trace name each bucket. ranges: per bucket, the lr multipliers and
   // weight decays of its parameter groups (cpu_optim::Bucket::ranges; empty, or an empty entry: the plain
@@ -40,7 +42,8 @@ class HostOptimizer {
                 std::vector<std::vector<cpu_optim::HyperRange>> ranges, const Faults& faults, device::Trace* trace);
   ~HostOptimizer();
 
-  // A new step: its statistics are gathered as gradients land, under this loss scale.
+  // A new step: its statistics are gathered as gradients land, under this loss scale. The last step's
+  // updates may still be queued (pipelined): they keep their own OptimizerStep.
   void begin_step(float loss_scale);
   // Where bucket b's gradients land (in the precision), every micro-batch's.
   std::byte* landing(int bucket) const { return grad_land_[landing_parity()][bucket]; }
@@ -54,6 +57,8 @@ class HostOptimizer {
   // The step decision from every bucket's statistics (global norm, clip scale, inf/nan skip); the event
   // follows it, after which *decided() holds it (for the device tier's AdamW to read).
   std::shared_ptr<device::HostEvent> queue_decision();
+  // The calling thread waits for a host event of this worker (the decision); throws the worker's failure.
+  static void wait(const std::shared_ptr<device::HostEvent>& event);
   const cpu_optim::StepDecision& decision() const { return step_->decision(); }
   const cpu_optim::StepDecision* decided() const { return &decided_; }
   // Queues AdamW on `order`'s buckets with this step's gradients and decision; each bucket's `updated`
@@ -74,7 +79,7 @@ class HostOptimizer {
   struct Pending {
     int64_t adam_step = 0;
     double lr = 0;
-    std::optional<cpu_optim::OptimizerStep> step;  // decided
+    std::shared_ptr<const cpu_optim::OptimizerStep> step;  // decided
     std::vector<int> order;  // buckets to update
     int parity = 0;          // which landing region holds its gradients
     const cpu_optim::StepDecision& decision() const { return step->decision(); }
@@ -95,7 +100,7 @@ class HostOptimizer {
 
  private:
   void add_frozen(memory::HostBuckets& host, int bucket);
-  void queue_update(const cpu_optim::OptimizerStep& step, int bucket, int grads, int64_t adam_step, double lr);
+  void queue_update(std::shared_ptr<const cpu_optim::OptimizerStep> step, int bucket, int grads, int64_t adam_step, double lr);
   void swap_working(const std::vector<int>& order);
   float* region(int bucket, memory::HostBuckets::Region r) const { return host_.region(bucket, r).as<float>(); }
   void run(std::string label, std::function<void()> work);
@@ -118,7 +123,9 @@ class HostOptimizer {
   std::vector<std::byte*> working_now_, working_next_, working_spare_;
   int parity_ = 0;
 
-  std::optional<cpu_optim::OptimizerStep> step_;  // this step's: statistics as gradients land, then the decision
+  // This step's: statistics as gradients land, then the decision. Shared with the tasks that use it, so
+  // that the pipelined update's tasks outlive begin_step of the next step.
+  std::shared_ptr<cpu_optim::OptimizerStep> step_;
   cpu_optim::StepDecision decided_;                // a copy of the decision, where the device tier reads it
   std::vector<std::shared_ptr<device::HostEvent>> updated_;
   bool has_pending_ = false;

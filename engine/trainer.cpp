@@ -355,7 +355,9 @@ void Run::announce() {
       memory::format_bytes(plan_.memory.layout.peak), memory::format_bytes(plan_.memory.layout.lower_bound), p.n_buckets,
       p.layout.target_bytes() / double(1 << 20), memory::format_bytes(predicted_.resident_bytes),
       memory::format_bytes(predicted_.offloaded_bytes), p.checkpointed_layers, m.n_layer, overlap,
-      delayed ? fmt::format(" (synchronous for the first {} steps)", cfg_.offload.sync_steps) : "",
+      delayed                          ? fmt::format(" (synchronous for the first {} steps)", cfg_.offload.sync_steps)
+      : plan_.schedule.pipelined_update ? " (the CPU's AdamW runs on into the next step's forward, which waits per bucket for its new weights)"
+                                        : "",
       predicted_.step_s * cfg_.train.grad_accum, cost_.name, cost_cache_.empty() ? "" : ", cached in " + cost_cache_));
   const offload::TierTotals tiers = offload::tier_totals(p, plan_.schedule);
   progress_.message(fmt::format("tiers (parameters): device {:.2f}M, weights resident {:.2f}M, streamed {:.2f}M", tiers.params[0] / 1e6,

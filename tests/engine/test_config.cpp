@@ -151,7 +151,9 @@ TEST(Config, OffloadOverlapAndPrecision) {
   EXPECT_EQ(c.train.precision, "fp16");
   EXPECT_EQ(c.train.loss_scale_init, 1024);
   EXPECT_EQ(c.train.loss_scale_growth_interval, 50);
-  EXPECT_NE(error_of(kMinimal, {"offload.overlap=forward"}).find("offload.overlap: 'forward' is not allowed; expected one of backward | delayed"),
+  EXPECT_EQ(parse(kMinimal, {"offload.overlap=pipelined"}).offload.overlap, "pipelined");
+  EXPECT_NE(error_of(kMinimal, {"offload.overlap=pipelind"})
+                .find("offload.overlap: 'pipelind' is not allowed; expected one of backward | delayed | pipelined"),
             std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"train.loss_scale_init=1000"}).find("expected a power of two"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"train.precision=fp8"}).find("train.precision"), std::string::npos);

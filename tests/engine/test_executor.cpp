@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -70,10 +72,11 @@ offload::CostModel fp32_cost_model() {
 }
 
 // What an Executor needs beside its plan: a host device, its pinned pool holding the host buckets (in the
-// plan's precision) and the executor's staging, the CPU AdamW.
+// plan's precision) and the executor's staging, the CPU AdamW. compute_threads: the compute stream's
+// OpenMP threads.
 struct ExecutorParts {
-  ExecutorParts(const models::ModelSpec& spec, const offload::StepPlan& plan)
-      : dev({plan.memory.layout.peak, 0, 2, nullptr}),
+  ExecutorParts(const models::ModelSpec& spec, const offload::StepPlan& plan, int compute_threads = 2)
+      : dev({plan.memory.layout.peak, 0, compute_threads, nullptr}),
         pool(dev.make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, plan.problem.precision, plan.problem.precision) +
                                 Executor::host_bytes_needed(spec, plan))),
         host(plan.problem.layout, *pool, plan.problem.precision, plan.problem.precision) {}
@@ -399,6 +402,74 @@ TEST(LossScaling, ResumesWithItsScaleAndItsPendingDelayedUpdate) {
   std::filesystem::remove_all(dir);
 }
 
+// The pipelined update through the trainer: every policy that updates on the CPU (weights resident,
+// streamed, greedy's mix) trains resident's losses bitwise, with evaluations and checkpoints between steps
+// that finish the update in flight; a run stopped and resumed joins the whole run bitwise, from a checkpoint
+// that holds no pending update (the update in flight was finished before it was written); fp16's overflowed
+// steps are skipped as in the update in the step.
+TEST(Executor, PipelinedUpdateTrainsLikeResidentAndResumesExactly) {
+  const auto dir = testing::scratch_path("pipelined_resume");
+  // One thread: OpenMP's spinning compute threads beside the CPU AdamW's, which the pipelined update runs
+  // at the same time, slow a loaded 2-core machine down thirtyfold.
+  auto config = [](const char* policy, int accum) {
+    Config c = small_config(policy, false, accum, 0, 8);
+    c.train.eval_every = 3;
+    c.train.threads = 1;
+    return c;
+  };
+  for (int accum : {1, 2}) {
+    const TrainSummary reference = run(config("resident", accum));
+    for (const char* policy : {"zero-offload", "chunk-lru", "greedy"}) {
+      Config c = config(policy, accum);
+      if (std::string(policy) != "zero-offload") c.offload.gpu_budget = tight_budget(c, std::string(policy) == "chunk-lru" ? 2.0 : 1.5);
+      c.offload.overlap = "pipelined";
+      const std::string what = std::string(policy) + ", grad_accum " + std::to_string(accum);
+      const models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
+      const offload::StepPlan plan = plan_for_config(c, spec, fp32_cost_model());
+      ASSERT_TRUE(plan.schedule.pipelined_update) << what << ": " << plan.schedule.label();
+      const TrainSummary s = run(c);
+      EXPECT_EQ(s.losses, reference.losses) << what;
+      EXPECT_EQ(s.val_loss, reference.val_loss) << what;
+      if (std::string(policy) == "greedy" || accum == 2) continue;  // one stop and resume per kind of tier
+      Config in_step = c;
+      in_step.offload.overlap = "backward";
+      const TrainSummary b = run(in_step);  // the same plan: the same bytes per step, uploads counted in the step they carry
+      EXPECT_EQ(s.h2d_bytes, b.h2d_bytes) << what;
+      EXPECT_EQ(s.d2h_bytes, b.d2h_bytes) << what;
+      std::filesystem::remove_all(dir);
+      const StoppedAndResumed r = stop_and_resume(c, dir, 5);
+      EXPECT_EQ(r.losses(), s.losses) << what;
+      std::ifstream state(dir / "step-00000005" / "state.json");
+      ASSERT_TRUE(state.good()) << what;
+      EXPECT_FALSE(nlohmann::json::parse(state).contains("pending_update")) << what;
+    }
+  }
+  std::filesystem::remove_all(dir);
+  // fp16 whose first steps overflow: the skipped steps and the loss scale they back off to are backward's.
+  Config fp16 = config("zero-offload", 1);
+  fp16.train.precision = "fp16";
+  fp16.train.loss_scale_init = std::ldexp(1.0, 24);
+  fp16.train.loss_scale_growth_interval = 2;
+  const TrainSummary fp16_in_step = run(fp16);
+  fp16.offload.overlap = "pipelined";
+  const TrainSummary fp16_pipelined = run(fp16);
+  EXPECT_GT(fp16_in_step.skipped_steps, 0);
+  EXPECT_EQ(fp16_pipelined.skipped_steps, fp16_in_step.skipped_steps);
+  EXPECT_EQ(fp16_pipelined.losses, fp16_in_step.losses);
+  // AdamW on the device has nothing to pipeline: refused, saying what to set.
+  Config on_device = small_config("resident", false, 1, 0, 2);
+  on_device.offload.overlap = "pipelined";
+  try {
+    run(on_device);
+    ADD_FAILURE() << "resident with the pipelined update ran";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("offload.overlap: pipelined needs AdamW on the CPU, and offload.policy: resident runs it on the device; "
+                                         "set offload.overlap: backward"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // A pending delayed update beside a device tier travels with the checkpoint, leaving out the parameters the
 // step updated itself: the resumed run joins the uninterrupted one exactly. A plan whose device tier holds
 // other parameters cannot take it over (the update would reach the wrong ones): refused, naming both counts.
@@ -542,10 +613,14 @@ TEST(Executor, AnOpTheDeviceCannotRunIsRefusedAtStartUp) {
 
 TEST(Executor, AFailureNamesTheOpOrBucketAndKeepsTheLastCheckpoint) {
   const auto dir = testing::scratch_path("executor_fault");
-  for (const char* fault : {"h.1.mlp.c_fc.fwd", "prefetch bucket 2", "offload gradients of bucket 1"}) {
+  // The pipelined update's AdamW fails after its step has returned: the next step reports it.
+  const std::pair<const char*, const char*> faults[] = {
+      {"h.1.mlp.c_fc.fwd", "backward"}, {"prefetch bucket 2", "backward"}, {"offload gradients of bucket 1", "backward"}, {"adamw bucket 3 (", "pipelined"}};
+  for (const auto& [fault, overlap] : faults) {
     std::filesystem::remove_all(dir);
     Config c = small_config("chunk-lru", false, 1, 0, 8);
     c.offload.gpu_budget = tight_budget(c, 2.0);
+    c.offload.overlap = overlap;
     c.train.checkpoint_dir = dir;
     c.train.checkpoint_every = 2;
     TrainOptions opt;
@@ -604,14 +679,15 @@ TEST(Executor, TraceHasATrackPerStreamAndASlicePerTask) {
 // ---- Heterogeneous placement: three tiers in one step ----
 
 // The three tiers by hand: every third bucket in the device tier (AdamW on the device), every third resident
-// for the CPU to update, the rest streamed (fetched right before each use, released right after).
-offload::Schedule three_tiers(const offload::OffloadProblem& p) {
+// for the CPU to update, the rest streamed (fetched right before each use, released right after). Without
+// weights_resident, the CPU's buckets are all streamed.
+offload::Schedule three_tiers(const offload::OffloadProblem& p, bool weights_resident = true) {
   using Kind = offload::Action::Kind;
   offload::Schedule s;
   s.policy = "test", s.construction = "three tiers";
   s.before.resize(p.n_ops + 1);
   s.resident.assign(p.n_buckets, false), s.device_optimizer.assign(p.n_buckets, false);
-  for (int b = 0; b < p.n_buckets; ++b) s.device_optimizer[b] = b % 3 == 0, s.resident[b] = b % 3 != 2;
+  for (int b = 0; b < p.n_buckets; ++b) s.device_optimizer[b] = b % 3 == 0, s.resident[b] = b % 3 == 0 || (weights_resident && b % 3 == 1);
   for (int i = 0; i < p.n_ops; ++i)
     for (int b : p.op_buckets[i])
       if (!s.resident[b]) {
@@ -625,9 +701,23 @@ offload::Schedule three_tiers(const offload::OffloadProblem& p) {
 
 int tiers_bucket_count(const memory::HostBuckets& host) { return static_cast<int>(host.layout().buckets().size()); }
 
-// Losses of `steps` steps of `plan` from the same weights and batches, and the master weights after them.
-std::pair<std::vector<float>, std::vector<float>> train_plan(const Config& c, const models::ModelSpec& spec, const offload::StepPlan& plan, int steps) {
-  ExecutorParts parts(spec, plan);
+// What `train_plan` saw: each step's loss and gradient norm, the validation loss evaluated right after the
+// last step but one, and the master weights after the last step.
+struct PlanRun {
+  std::vector<float> losses;
+  std::vector<double> grad_norms;
+  float eval = 0;
+  std::vector<float> weights;
+};
+
+// `steps` steps of `plan` from the same weights and batches, with global-norm clipping at 1. slow_adamw: the
+// CPU's first AdamW task of each step first sleeps that long, and every later one waits behind it, so that
+// a step that did not wait for the last one's pipelined update would compute with stale weights.
+PlanRun train_plan(const Config& c, const models::ModelSpec& spec, const offload::StepPlan& plan, int steps,
+                   std::chrono::microseconds slow_adamw = {}) {
+  // One compute thread: OpenMP's spinning threads beside the CPU AdamW's (which the pipelined and delayed
+  // updates run at the same time) slow a loaded 2-core machine down a hundredfold.
+  ExecutorParts parts(spec, plan, 1);
   models::ParameterStore params(spec.params);
   models::init_model(c.model, spec, params, 5);
   for (int i = 0; i < params.count(); ++i)
@@ -641,24 +731,30 @@ std::pair<std::vector<float>, std::vector<float>> train_plan(const Config& c, co
   clipped.grad_clip = 1.0f;
   Executor executor(spec, plan, parts.host, *parts.pool, parts.dev, parts.adamw, clipped, nullptr);
   executor.upload_state();
+  if (slow_adamw.count() > 0)
+    executor.inject_delay(fmt::format("adamw bucket {} (", offload::cpu_update_order(plan.problem, plan.schedule).front()), slow_adamw);
   const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
-  std::vector<float> losses;
+  PlanRun run;
   for (int step = 0; step < steps; ++step) {
     std::vector<dataset::Batch> micro;
     for (int m = 0; m < c.train.grad_accum; ++m) micro.push_back(data.train_batch(step * c.train.grad_accum + m, 0, c.train.batch_size));
-    losses.push_back(executor.step(micro, step + 1, 1e-3).loss);
+    const StepResult r = executor.step(micro, step + 1, 1e-3);
+    run.losses.push_back(r.loss), run.grad_norms.push_back(r.grad_norm);
+    if (step == steps - 2) run.eval = executor.evaluate(data.val_batch(0, 1, c.train.batch_size));
   }
   executor.download_state();
-  std::vector<float> weights;
   for (int i = 0; i < params.count(); ++i) {
     const memory::TensorView v = parts.host.view(i, memory::HostBuckets::Region::Master);
-    weights.insert(weights.end(), v.as<float>(), v.as<float>() + v.numel());
+    run.weights.insert(run.weights.end(), v.as<float>(), v.as<float>() + v.numel());
   }
-  return {losses, weights};
+  return run;
 }
 
 // The device tier's statistics join the CPU's in one decision (global-norm clipping), and its AdamW is the
 // CPU's: losses and weights are bitwise resident's, in fp32 and bf16, with one micro-batch and with two.
+// So are the pipelined update's (the CPU's AdamW of the weights-resident and the streamed buckets running on
+// into the next step), even with a CPU AdamW slow enough that a next step which did not wait for a bucket's
+// new weights, or an evaluation that did not wait for the last step's, would compute with stale ones.
 TEST(Executor, ThreeTiersInOneStepTrainBitwiseLikeResident) {
   for (const char* precision : {"fp32", "bf16"})
     for (int accum : {1, 2}) {
@@ -671,12 +767,53 @@ TEST(Executor, ThreeTiersInOneStepTrainBitwiseLikeResident) {
       tiers.memory = offload::lay_out(tiers.problem, tiers.schedule);
       ASSERT_EQ(offload::simulate(tiers.problem, tiers.schedule, tiers.memory).error, "") << what;
       ASSERT_GE(tiers.problem.n_buckets, 3) << what << ": every tier needs a bucket";
-      const auto [resident_losses, resident_weights] = train_plan(c, spec, resident, 5);
-      const auto [tier_losses, tier_weights] = train_plan(c, spec, tiers, 5);
-      EXPECT_EQ(tier_losses, resident_losses) << what;
-      EXPECT_EQ(tier_weights, resident_weights) << what;
-      EXPECT_NE(resident_losses.front(), resident_losses.back()) << what << ": the weights must change";
+      // Pipelined, and pipelined with every CPU bucket streamed (whose prefetches no upload queues behind).
+      offload::StepPlan pipelined{tiers.problem, offload::with_pipelined_update(tiers.schedule), tiers.memory, ""};
+      offload::StepPlan streamed{tiers.problem, offload::with_pipelined_update(three_tiers(tiers.problem, false)), {}, ""};
+      streamed.memory = offload::lay_out(streamed.problem, streamed.schedule);
+      ASSERT_TRUE(pipelined.schedule.pipelined_update && streamed.schedule.pipelined_update);
+      const PlanRun reference = train_plan(c, spec, resident, 5);
+      const PlanRun in_step = train_plan(c, spec, tiers, 5);
+      const PlanRun overlapped = train_plan(c, spec, pipelined, 5, std::chrono::milliseconds(20));
+      const PlanRun overlapped_streamed = train_plan(c, spec, streamed, 5, std::chrono::milliseconds(20));
+      for (const PlanRun* r : {&in_step, &overlapped, &overlapped_streamed}) {
+        const std::string run = what + (r == &overlapped ? ", pipelined" : r == &overlapped_streamed ? ", pipelined, the CPU's buckets streamed" : "");
+        EXPECT_EQ(r->losses, reference.losses) << run;
+        EXPECT_EQ(r->grad_norms, reference.grad_norms) << run;
+        EXPECT_EQ(r->eval, reference.eval) << run;
+        EXPECT_EQ(r->weights, reference.weights) << run;
+      }
+      EXPECT_NE(reference.losses.front(), reference.losses.back()) << what << ": the weights must change";
+      EXPECT_GT(*std::max_element(reference.grad_norms.begin(), reference.grad_norms.end()), 1.0) << what << ": clipping must act";
     }
+}
+
+// The pipelined step returns once its loss and its decision are known, while the CPU's AdamW runs on; the
+// update in the step waits for it. (A slow CPU AdamW: 0.6 s on its first bucket, some ten times a step.)
+TEST(Executor, APipelinedStepReturnsBeforeItsCpuUpdateEnds) {
+  const Config c = small_config("resident", false, 1, 0, 2);
+  const models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len, c.precision());
+  const offload::StepPlan resident = plan_for_config(c, spec, fp32_cost_model());
+  offload::StepPlan in_step{resident.problem, three_tiers(resident.problem), {}, ""};
+  in_step.memory = offload::lay_out(in_step.problem, in_step.schedule);
+  const offload::StepPlan pipelined{in_step.problem, offload::with_pipelined_update(in_step.schedule), in_step.memory, ""};
+  const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
+  const std::vector<dataset::Batch> batch{data.train_batch(0, 0, c.train.batch_size)};
+  constexpr auto kSlow = std::chrono::milliseconds(600);
+  for (const offload::StepPlan* plan : {static_cast<const offload::StepPlan*>(&in_step), &pipelined}) {
+    ExecutorParts parts(spec, *plan, 1);
+    Executor executor(spec, *plan, parts.host, *parts.pool, parts.dev, parts.adamw, {}, nullptr);
+    executor.upload_state();
+    executor.inject_delay(fmt::format("adamw bucket {} (", offload::cpu_update_order(plan->problem, plan->schedule).front()), kSlow);
+    const auto start = std::chrono::steady_clock::now();
+    executor.step(batch, 1, 1e-3);
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (plan == &pipelined) {
+      EXPECT_LT(took, kSlow) << "the pipelined step waited for its CPU AdamW";
+    } else {
+      EXPECT_GE(took, kSlow) << "the update in the step did not wait for its CPU AdamW";
+    }
+  }
 }
 
 // The delayed update beside a device tier, written out plainly for `train_plan`'s run (its initial weights,
@@ -737,10 +874,10 @@ TEST(Executor, DelayedUpdateBesideADeviceTierMatchesItsPlainRule) {
   tiers.memory = offload::lay_out(tiers.problem, tiers.schedule);
   ASSERT_EQ(offload::simulate(tiers.problem, tiers.schedule, tiers.memory).error, "");
   ASSERT_TRUE(tiers.schedule.delayed_update && tiers.schedule.any_device_optimizer() && !tiers.schedule.all_device_optimizer());
-  const std::vector<float> losses = train_plan(c, spec, tiers, 6).first;
+  const std::vector<float> losses = train_plan(c, spec, tiers, 6).losses;
   EXPECT_EQ(losses, delayed_beside_device_tier(c, spec, tiers.problem, tiers.schedule.device_optimizer, 6));
   // A different trajectory from the update in the step, and from delaying every bucket.
-  EXPECT_NE(losses, train_plan(c, spec, resident, 6).first);
+  EXPECT_NE(losses, train_plan(c, spec, resident, 6).losses);
   EXPECT_NE(losses, delayed_beside_device_tier(c, spec, tiers.problem, std::vector<bool>(tiers.problem.n_buckets, false), 6));
 }
 
