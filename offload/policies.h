@@ -35,11 +35,6 @@ struct BudgetShortfall {
 };
 // "offload.gpu_budget: 2 GiB is below the 3.1 GiB this model needs with every bucket offloaded and 0 of
 // 12 blocks recomputed (64 MiB of it the device libraries' workspace); raise it or set
-// The schedule with the pipelined update (Schedule::pipelined_update): the CPU's AdamW and the uploads it
-// feeds run on into the next step. The actions stay; the Simulator and the Executor order the next step's
-// uses after them. Needs AdamW on the CPU for some bucket (std::invalid_argument otherwise).
-Schedule with_pipelined_update(Schedule schedule);
-
 // train.activation_checkpointing: auto"
 std::string budget_message(const BudgetShortfall& shortfall);
 
