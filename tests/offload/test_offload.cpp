@@ -338,9 +338,12 @@ TEST(Policies, RandomModelsBudgetsAndCostModels) {
   EXPECT_GT(offloading_runs, 5);
 }
 
-TEST(Policies, DelayedUpdateKeepsThePlacementAndNeverSlowsTheStep) {
-  models::Rng rng(44);
-  int checked = 0;
+// Every CPU-AdamW policy's plan on 40 random problems (random budgets): visit(problem, policy, plan) for
+// the plans that update some bucket on the CPU; the others (greedy chose resident) can neither delay nor
+// pipeline. Returns how many were visited.
+int for_each_cpu_adam_plan(uint64_t seed, const std::function<void(const OffloadProblem&, Policy, const PlannedSchedule&)>& visit) {
+  models::Rng rng(seed);
+  int visited = 0;
   for (int trial = 0; trial < 40; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
     const OffloadProblem p = small_problem(rng, static_cast<int64_t>(rng.below(1200)));
@@ -351,77 +354,68 @@ TEST(Policies, DelayedUpdateKeepsThePlacementAndNeverSlowsTheStep) {
       } catch (const BudgetError&) {
         continue;
       }
-      const Schedule& s = planned.schedule;
-      if (s.all_device_optimizer()) {  // greedy chose resident: nothing to delay
-        EXPECT_THROW(with_delayed_update(p, s), std::invalid_argument);
+      if (planned.schedule.all_device_optimizer()) {
+        EXPECT_THROW(with_delayed_update(p, planned.schedule), std::invalid_argument);
+        EXPECT_THROW(with_pipelined_update(planned.schedule), std::invalid_argument);
         continue;
       }
-      const SimResult now = simulate_planned(p, planned);
-      const Schedule d = with_delayed_update(p, s);
-      const SimResult later = simulate(p, d, planned.memory);  // the layout stays valid: validate compares the tensors
-      ASSERT_EQ(later.error, "") << to_string(policy);
-      EXPECT_EQ(later.h2d_bytes, now.h2d_bytes) << to_string(policy);
-      // AdamW leaves the critical path. With a device tier it may not: the tier's AdamW waits for the
-      // decision, which the CPU's one worker takes after the pending updates.
-      if (!s.any_device_optimizer()) {
-        EXPECT_LE(later.step_s, now.step_s * (1 + 1e-9)) << to_string(policy);
-      }
-      for (int b = 0; b < p.n_buckets; ++b) EXPECT_EQ(d.tier(b), s.tier(b)) << "bucket " << b;
-      // Every upload right after the last op that uses its bucket.
-      for (int point = 0; point <= p.n_ops; ++point)
-        for (const Action& a : d.before[point])
-          if (a.kind == Action::Kind::Upload) {
-            for (int i = point; i < p.n_ops; ++i)
-              EXPECT_EQ(std::count(p.op_buckets[i].begin(), p.op_buckets[i].end(), a.bucket), 0) << "op " << i;
-          }
-      ++checked;
+      SCOPED_TRACE(to_string(policy));
+      visit(p, policy, planned);
+      ++visited;
     }
   }
+  return visited;
+}
+
+TEST(Policies, DelayedUpdateKeepsThePlacementAndNeverSlowsTheStep) {
+  const int checked = for_each_cpu_adam_plan(44, [](const OffloadProblem& p, Policy, const PlannedSchedule& planned) {
+    const Schedule& s = planned.schedule;
+    const SimResult now = simulate_planned(p, planned);
+    const Schedule d = with_delayed_update(p, s);
+    const SimResult later = simulate(p, d, planned.memory);  // the layout stays valid: validate compares the tensors
+    ASSERT_EQ(later.error, "");
+    EXPECT_EQ(later.h2d_bytes, now.h2d_bytes);
+    // AdamW leaves the critical path. With a device tier it may not: the tier's AdamW waits for the
+    // decision, which the CPU's one worker takes after the pending updates.
+    if (!s.any_device_optimizer()) {
+      EXPECT_LE(later.step_s, now.step_s * (1 + 1e-9));
+    }
+    for (int b = 0; b < p.n_buckets; ++b) EXPECT_EQ(d.tier(b), s.tier(b)) << "bucket " << b;
+    // Every upload right after the last op that uses its bucket.
+    for (int point = 0; point <= p.n_ops; ++point)
+      for (const Action& a : d.before[point])
+        if (a.kind == Action::Kind::Upload) {
+          for (int i = point; i < p.n_ops; ++i)
+            EXPECT_EQ(std::count(p.op_buckets[i].begin(), p.op_buckets[i].end(), a.bucket), 0) << "op " << i;
+        }
+  });
   EXPECT_GT(checked, 30);
 }
 
 TEST(Policies, PipelinedUpdateIsNeverSlowerAndTheForwardWaitsForEveryUpdate) {
-  models::Rng rng(45);
-  int checked = 0, faster = 0;
-  for (int trial = 0; trial < 40; ++trial) {
-    SCOPED_TRACE("trial " + std::to_string(trial));
-    const OffloadProblem p = small_problem(rng, static_cast<int64_t>(rng.below(1200)));
-    for (Policy policy : {Policy::ZeroOffload, Policy::ChunkLru, Policy::Greedy}) {
-      PlannedSchedule planned;
-      try {
-        planned = make_schedule(p, policy);
-      } catch (const BudgetError&) {
-        continue;
-      }
-      const Schedule& s = planned.schedule;
-      if (s.all_device_optimizer()) {
-        EXPECT_THROW(with_pipelined_update(s), std::invalid_argument);
-        continue;
-      }
-      const SimResult now = simulate_planned(p, planned), pipelined = simulate(p, with_pipelined_update(s), planned.memory);
-      ASSERT_EQ(pipelined.error, "") << to_string(policy);
-      EXPECT_EQ(pipelined.h2d_bytes, now.h2d_bytes) << to_string(policy);
-      // The next step's work only starts sooner.
-      EXPECT_LE(pipelined.step_s, now.step_s * (1 + 1e-9)) << to_string(policy);
-      faster += pipelined.step_s < now.step_s * (1 - 1e-6);
-      // The forward uses every bucket, so every CPU update (in first-use order) comes before the backward
-      // pass's compute: the step holds both.
-      const std::vector<int> order = cpu_update_order(p, with_pipelined_update(s));
-      double updates = 0;
-      for (int b : order) updates += double(p.bucket_params[b]) / p.cost.cpu_adam_params_per_s;
-      const double backward = std::accumulate(p.op_seconds.begin() + p.forward_ops, p.op_seconds.end(), 0.0);
-      EXPECT_GE(pipelined.step_s * (1 + 1e-9), updates + backward) << to_string(policy);
-      for (size_t i = 1; i < order.size(); ++i) {
-        auto first_use = [&](int b) {
-          for (int op = 0; op < p.n_ops; ++op)
-            if (std::count(p.op_buckets[op].begin(), p.op_buckets[op].end(), b) > 0) return op;
-          return p.n_ops;
-        };
-        EXPECT_LE(first_use(order[i - 1]), first_use(order[i])) << "update order " << i;
-      }
-      ++checked;
-    }
-  }
+  int faster = 0;
+  const int checked = for_each_cpu_adam_plan(45, [&](const OffloadProblem& p, Policy, const PlannedSchedule& planned) {
+    const Schedule& s = planned.schedule;
+    const SimResult now = simulate_planned(p, planned), pipelined = simulate(p, with_pipelined_update(s), planned.memory);
+    ASSERT_EQ(pipelined.error, "");
+    EXPECT_EQ(pipelined.h2d_bytes, now.h2d_bytes);
+    // The next step's work only starts sooner.
+    EXPECT_LE(pipelined.step_s, now.step_s * (1 + 1e-9));
+    faster += pipelined.step_s < now.step_s * (1 - 1e-6);
+    // The forward uses every bucket, so every CPU update (in first-use order) comes before the backward
+    // pass's compute: the step holds both.
+    const std::vector<int> order = cpu_update_order(p, with_pipelined_update(s));
+    double updates = 0;
+    for (int b : order) updates += double(p.bucket_params[b]) / p.cost.cpu_adam_params_per_s;
+    const double backward = std::accumulate(p.op_seconds.begin() + p.forward_ops, p.op_seconds.end(), 0.0);
+    EXPECT_GE(pipelined.step_s * (1 + 1e-9), updates + backward);
+    auto first_use = [&](int b) {
+      for (int op = 0; op < p.n_ops; ++op)
+        if (std::count(p.op_buckets[op].begin(), p.op_buckets[op].end(), b) > 0) return op;
+      return p.n_ops;
+    };
+    for (size_t i = 1; i < order.size(); ++i) EXPECT_LE(first_use(order[i - 1]), first_use(order[i])) << "update order " << i;
+  });
   EXPECT_GT(checked, 30);
   EXPECT_GT(faster, 10);
 }
