@@ -160,8 +160,19 @@ std::vector<double> pipelined_ready(const OffloadProblem& p, const std::vector<b
   return ready;
 }
 
+// How greedy_for times a window's prefetch beside its just-in-time point.
+struct PrefetchTiming {
+  // Pipelined: a bucket's first window of the step waits for its update (pipelined_ready).
+  Overlap overlap = Overlap::Backward;
+  // Paced: no earlier than the link can start the copy, on the timeline the stalls it expects shift. Unpaced,
+  // a window the link cannot bring in time goes as early as memory allows: the link then starts sooner at
+  // the step's start, but every such window holds memory from there (GPT at 4K tokens: gigabytes that the
+  // device tier could use).
+  bool paced = false;
+};
+
 Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device, int64_t budget,
-                    int gap = kWindowGap, Overlap overlap = Overlap::Backward) {
+                    int gap = kWindowGap, PrefetchTiming timing = {}) {
   const int kept = static_cast<int>(std::count(resident.begin(), resident.end(), true));
   const int updated_there = static_cast<int>(std::count(device.begin(), device.end(), true));
   Schedule s = empty_schedule(p, Policy::Greedy, "prefetch schedule, " + std::to_string(kept) + " of " + std::to_string(p.n_buckets) +
@@ -184,8 +195,8 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
   std::vector<int> released_at(p.n_buckets, 0);  // a bucket's next window may not start before this point
   double h2d_free = 0;
   // Pipelined: each bucket's first copy waits for its update, so the ops after it shift by the stall, and
-  // issuing the copy before the update only holds memory (and the FIFO link).
-  const bool pipelined = overlap == Overlap::Pipelined;
+  // issuing the copy before the update only holds memory (and the in-order link).
+  const bool pipelined = timing.overlap == Overlap::Pipelined, shifted = pipelined || timing.paced;
   std::vector<double> ready = pipelined ? pipelined_ready(p, device) : std::vector<double>(p.n_buckets, -INFINITY);
   double shift = 0;
   auto at = [&](int i) { return t[i] + shift; };
@@ -198,13 +209,15 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
         if (used[i] + bytes > budget) return false;
       return true;
     };
-    // Latest point whose copy still lands in time (and no earlier than its update), then back off to
-    // memory, then forward to the earliest point memory allows.
+    // Latest point whose copy still lands in time, backing off only while that starts the copy sooner
+    // (not before its update, nor, paced, before the link is free), then forward to the earliest point
+    // memory allows.
+    const double floor = std::max(earliest, timing.paced ? h2d_free : -INFINITY);
     int point = w.first;
-    while (point > released_at[w.bucket] && at(point - 1) >= earliest && std::max(at(point), h2d_free) + copy > at(w.first)) --point;
+    while (point > released_at[w.bucket] && at(point) > floor && std::max(at(point), h2d_free) + copy > at(w.first)) --point;
     while (point < w.first && !fits_from(point)) ++point;
     h2d_free = std::max({at(point), h2d_free, earliest}) + copy;
-    if (pipelined) shift += std::max(0.0, h2d_free - at(w.first));
+    if (shifted) shift += std::max(0.0, h2d_free - at(w.first));
     s.before[point].push_back({Action::Kind::Prefetch, w.bucket});
     s.before[w.first].push_back({Action::Kind::Wait, w.bucket});
     s.before[w.last + 1].push_back({Action::Kind::Release, w.bucket});
@@ -356,8 +369,8 @@ enum class TierGain { Seconds, SecondsPerByte };
 
 // The step with `device` as the device tier (every other bucket streamed) built within `rung`, when its
 // estimate fits below the next rung (the budget may lie between two); NaN otherwise.
-double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64_t rung, Overlap overlap) {
-  const SimResult r = estimate(p, as_run(p, greedy_for(p, device, device, rung, kWindowGap, overlap), overlap));  // the candidates themselves are laid out later
+double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64_t rung, PrefetchTiming timing) {
+  const SimResult r = estimate(p, as_run(p, greedy_for(p, device, device, rung, kWindowGap, timing), timing.overlap));  // the candidates themselves are laid out later
   return double(r.peak_device_bytes) > 1.25 * double(rung) ? NAN : r.step_s;
 }
 
@@ -366,7 +379,7 @@ double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64
 // each round moves into the device tier (every other bucket streamed) the run with the best gain among the
 // moves that fit, until no move shortens the step; then halves, quarters, ... of the runs left, while one
 // fits and shortens it. At most kGroups^2 / 2 + kGroups log2(buckets) estimates.
-std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGain rank, int64_t rung, Overlap overlap) {
+std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGain rank, int64_t rung, PrefetchTiming timing) {
   constexpr int kGroups = 8;
   const std::vector<int> order = device_tier_order(p);
   const int n = static_cast<int>(order.size()), groups = std::min(n, kGroups);
@@ -385,7 +398,7 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGai
       std::vector<bool> d = device;
       int64_t bytes = 0;
       for (int b : group(g)) d[b] = true, bytes += 2 * p.bucket_bytes[b] + device_state_bytes(p, b);
-      const double step = tier_step(p, d, rung, overlap);
+      const double step = tier_step(p, d, rung, timing);
       if (std::isnan(step)) continue;
       const double saved = std::isinf(current) ? 1 / step : current - step;  // the first move: the fastest
       const double gain = saved / (rank == TierGain::SecondsPerByte ? double(bytes) : 1.0);
@@ -405,7 +418,7 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGai
       for (; take >= 1; take /= 2) {
         d = device;
         for (int b : left.first(take)) d[b] = true;
-        if (step = tier_step(p, d, rung, overlap); !std::isnan(step) && step < current) break;
+        if (step = tier_step(p, d, rung, timing); !std::isnan(step) && step < current) break;
       }
       if (take == 0) break;
       device = std::move(d), current = step, path.push_back(device);
@@ -422,7 +435,7 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGai
 // Candidates that cannot fit are skipped: the tier's weights and state beside the largest activations, or
 // with its gradients too (alive at its AdamW) beside the workspace, exceed the budget. Longer prefixes hold
 // more, so the scan stops at the first.
-void consider_device_prefixes(const OffloadProblem& p, Best& best, Overlap build) {
+void consider_device_prefixes(const OffloadProblem& p, Best& best, PrefetchTiming build) {
   const std::vector<int> order = device_tier_order(p);
   const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
   for (bool with_first_op : {false, true}) {
@@ -460,30 +473,9 @@ std::vector<bool> resident_beside(const OffloadProblem& p, const std::vector<boo
   return resident;
 }
 
-// Ferry's policy.
-// What it optimises: the Simulator's predicted step time, under the budget, over the three tiers.
-// The greedy criterion: every bucket starts offloaded and scheduled just in time (greedy_for). Buckets are
-// ranked once (rank_buckets); the resident set is then a prefix of that ranking; greedy builds the plan of
-// each prefix (at most kPrefixes of them, evenly spaced) for unlimited memory and for each budget of a
-// fixed ladder (the minimum the model needs times 1.25^j), and keeps the fastest plan whose layout fits
-// the budget. The resident, zero-offload and chunk-lru constructions are candidates too (relabelled
-// greedy, their construction kept), so greedy is never predicted slower than those where they fit; so is,
-// at every rung, the schedule with nothing resident and windows of consecutive uses only, which needs the
-// least memory (without it, greedy found no plan for small budgets that an exhaustive search could meet).
-// With mixed tiers, the device tiers of device_tier_path are candidates too (every other bucket streamed):
-// the CPU's AdamW over every parameter is what bounds an offloaded step, and each bucket updated on the
-// device takes its share off the CPU, the d2h link and the h2d link at once. So are the prefixes of
-// device_tier_order (consider_device_prefixes), built for unlimited memory: the paths are grown within a
-// rung, which can lie up to 1.25x below the budget, and a prefix can use the budget to the last bucket.
-// Every other candidate is built without looking at the budget (ladder budgets above it are simply not
-// built: their plans could not be used anyway), so a larger budget only adds candidates: more budget never
-// gives a slower plan.
-// Complexity: ((prefixes + 1) x ladder rungs up to the budget) simulations, each O(ops + actions) plus one
-// Planner run, at most 26 x log_1.25(budget / minimum) of them; with mixed tiers, per rung at most 2 x 36
-// more for the two paths and 3 for each device tier on them; and two estimates per prefix that could fit.
-// Greedy's prefetch schedules (greedy_for), their windows timed and its device-tier paths grown for the
-// overlap `build`; best runs each with its own overlap.
-void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed_tiers, Overlap build) {
+// Greedy's prefetch schedules (greedy_for), their windows timed and its device-tier paths grown as `build`
+// says; best runs each with its own overlap.
+void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed_tiers, PrefetchTiming build) {
   constexpr int kPrefixes = 24;
   constexpr double kRung = 1.25;
   std::vector<int64_t> ladder{kUnlimitedBytes};  // unlimited memory first
@@ -514,6 +506,31 @@ void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed
   if (mixed_tiers) consider_device_prefixes(p, best, build);
 }
 
+// Ferry's policy.
+// What it optimises: the Simulator's predicted step time, under the budget, over the three tiers.
+// The greedy criterion: every bucket starts offloaded and scheduled just in time (greedy_for). Buckets are
+// ranked once (rank_buckets); the resident set is then a prefix of that ranking; greedy builds the plan of
+// each prefix (at most kPrefixes of them, evenly spaced) for unlimited memory and for each budget of a
+// fixed ladder (the minimum the model needs times 1.25^j), and keeps the fastest plan whose layout fits
+// the budget. The resident, zero-offload and chunk-lru constructions are candidates too (relabelled
+// greedy, their construction kept), so greedy is never predicted slower than those where they fit; so is,
+// at every rung, the schedule with nothing resident and windows of consecutive uses only, which needs the
+// least memory (without it, greedy found no plan for small budgets that an exhaustive search could meet).
+// With mixed tiers, the device tiers of device_tier_path are candidates too (every other bucket streamed):
+// the CPU's AdamW over every parameter is what bounds an offloaded step, and each bucket updated on the
+// device takes its share off the CPU, the d2h link and the h2d link at once. So are the prefixes of
+// device_tier_order (consider_device_prefixes), built for unlimited memory: the paths are grown within a
+// rung, which can lie up to 1.25x below the budget, and a prefix can use the budget to the last bucket.
+// Every other candidate is built without looking at the budget (ladder budgets above it are simply not
+// built: their plans could not be used anyway), so a larger budget only adds candidates: more budget never
+// gives a slower plan.
+// All of that twice: prefetches unpaced and paced (PrefetchTiming); with the pipelined update, also built
+// as for the update in the step (whose plans, pipelined, are never slower than in the step, so greedy
+// pipelined is never slower than greedy updating in the step).
+// Complexity: ((prefixes + 1) x ladder rungs up to the budget) simulations, each O(ops + actions) plus one
+// Planner run, at most 26 x log_1.25(budget / minimum) of them; with mixed tiers, per rung at most 2 x 36
+// more for the two paths and 3 for each device tier on them; and two estimates per prefix that could fit;
+// times the two timings (four with the pipelined update).
 PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
   Best best(p, red_zone_bytes, overlap);
   best.consider(resident(p));
@@ -521,11 +538,10 @@ PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mix
   // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
   // this candidate keeps the monotonicity.
   for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)}) best.consider(chunk_lru(p, budget));
-  // Pipelined: the windows timed for the updates' arrival (small, leaving room for the device tier), and
-  // as backward times them (a plan that is never slower pipelined than in the step, so greedy pipelined is
-  // never slower than greedy backward).
-  consider_prefetch_schedules(p, best, mixed_tiers, overlap);
-  if (overlap == Overlap::Pipelined) consider_prefetch_schedules(p, best, mixed_tiers, Overlap::Backward);
+  std::vector<Overlap> builds{overlap};
+  if (overlap == Overlap::Pipelined) builds.push_back(Overlap::Backward);
+  for (Overlap build : builds)
+    for (bool paced : {false, true}) consider_prefetch_schedules(p, best, mixed_tiers, PrefetchTiming{build, paced});
   if (!best.fastest) throw BudgetError(shortfall(p, best.smallest_peak, "greedy's smallest plan", ""));
   return std::move(best.fastest->plan);
 }

@@ -1009,9 +1009,10 @@ TEST(Greedy, WithinTenPercentOfTheBoundWhenTheBudgetHoldsPartOfTheOptimizer) {
   // vocabulary), 4 x 1024 tokens, the shipped H100-class model, budgets holding part of AdamW's state. Greedy
   // has to fill the budget with the device tier to the last bucket and keep the tied embedding (read by the
   // step's first op and by the head) there: grown only within ladder rungs it stayed 1.15x-1.18x above.
+  // At 4 GiB it also needs paced prefetches (PrefetchTiming): 1.050 as measured, 1.079 without them.
   const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
   const models::ModelSpec spec = gpt2_bf16({8, 25, 1600, 50257, 1024}, 4, 1024);
-  for (const int gib : {4, 5}) {
+  for (const auto& [gib, allowed] : {std::pair{4, 1.065}, std::pair{5, 1.10}}) {
     PlanRequest request;
     request.budget_bytes = int64_t(gib) << 30;
     request.checkpointing = Checkpointing::Auto;
@@ -1021,7 +1022,7 @@ TEST(Greedy, WithinTenPercentOfTheBoundWhenTheBudgetHoldsPartOfTheOptimizer) {
     SCOPED_TRACE(std::to_string(gib) + " GiB: " + plan.schedule.label());
     EXPECT_GT(tiers.params[int(Tier::Device)], 0);
     EXPECT_GT(tiers.params[int(Tier::Streamed)], 0);  // the budget holds part of the optimizer state only
-    EXPECT_LE(step, 1.10 * bound);
+    EXPECT_LE(step, allowed * bound);
   }
 }
 
