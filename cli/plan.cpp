@@ -80,8 +80,8 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
              offload::to_string(chosen), memory::format_bytes(budget));
   fmt::print("cost model: {}{}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "",
              cache.empty() ? "" : ", cached in " + cache);
-  fmt::print("parameters: {} bucket(s) of up to {:.0f} MiB, {} of working copies{}\n", problem.n_buckets,
-             bucket_bytes / double(1 << 20), memory::format_bytes(problem.total_weight_bytes()),
+  fmt::print("parameters: {} bucket(s) of up to {}, {} of working copies{}\n", problem.n_buckets,
+             memory::format_bytes(bucket_bytes), memory::format_bytes(problem.total_weight_bytes()),
              problem.trained_params() < problem.total_params()  // optim.groups froze some: planned without gradients or updates
                  ? fmt::format("; {:.2f}M frozen (no gradients, copies back or AdamW)", (problem.total_params() - problem.trained_params()) / 1e6)
                  : "");
