@@ -140,11 +140,6 @@ void order_actions(Schedule& s) {
     });
 }
 
-// Ferry's schedule for given tiers: the device tier (`device`: AdamW on the device, after the last op)
-// and the other resident buckets stay; every other bucket travels once per window of uses, prefetched just
-// in time on the ideal timeline (its copy, queued behind the ones before it, lands when the window's first
-// op would start), earlier only if memory forbids the just-in-time point, and released right after the
-// window's last use. `resident` includes `device`.
 // With the pipelined update (Overlap::Pipelined), a bucket's first window cannot arrive before the CPU has
 // updated it: pipelined_ready gives when, on the ideal timeline of this step.
 std::vector<double> pipelined_ready(const OffloadProblem& p, const std::vector<bool>& device) {
@@ -171,6 +166,11 @@ struct PrefetchTiming {
   bool paced = false;
 };
 
+// Ferry's schedule for given tiers: the device tier (`device`: AdamW on the device, after the last op)
+// and the other resident buckets stay; every other bucket travels once per window of uses, prefetched just
+// in time on the ideal timeline (its copy, queued behind the ones before it, lands when the window's first
+// op would start; where it cannot, issued earlier as `timing` says), later if memory forbids that point,
+// and released right after the window's last use. `resident` includes `device`.
 Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device, int64_t budget,
                     int gap = kWindowGap, PrefetchTiming timing = {}) {
   const int kept = static_cast<int>(std::count(resident.begin(), resident.end(), true));
