@@ -4,6 +4,7 @@
 #include "offload/policies.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -147,11 +148,11 @@ std::vector<double> pipelined_ready(const OffloadProblem& p, const std::vector<b
   double device_adam = 0;  // the previous step's device AdamW runs first on the compute stream
   for (int b = 0; b < p.n_buckets; ++b)
     if (device[b] && p.first_grad_op[b] >= 0) device_adam += double(p.bucket_params[b]) / p.cost.device_adam_params_per_s;
+  std::vector<int> updated_on_cpu;
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (!device[b] && p.first_grad_op[b] >= 0) updated_on_cpu.push_back(b);
   double updated = -device_adam;
-  std::vector<bool> seen(p.n_buckets, false);
-  for (int i = 0; i < p.n_ops; ++i)  // the CPU updates in the order of first use
-    for (int b : p.op_buckets[i])
-      if (!seen[b] && !device[b] && p.first_grad_op[b] >= 0) seen[b] = true, ready[b] = updated += double(p.bucket_params[b]) / p.cost.cpu_adam_params_per_s;
+  for (int b : in_first_use_order(p, std::move(updated_on_cpu))) ready[b] = updated += double(p.bucket_params[b]) / p.cost.cpu_adam_params_per_s;
   return ready;
 }
 
@@ -307,13 +308,18 @@ Schedule prefetches_in_need_order(const OffloadProblem& p, Schedule s) {
   return s;
 }
 
+// The ways greedy runs a candidate pipelined: its prefetches in need order, and as built.
+std::array<Schedule, 2> pipelined_variants(const OffloadProblem& p, Schedule s) {
+  Schedule in_need_order = with_pipelined_update(prefetches_in_need_order(p, s));
+  return {std::move(in_need_order), with_pipelined_update(std::move(s))};
+}
+
 // A candidate as the step will run it, delayed or pipelined where it can be, so that greedy's paths compare
-// what will run; pipelined, the faster of its prefetch order and the order of need.
+// what will run; pipelined, the faster of its variants.
 Schedule as_run(const OffloadProblem& p, Schedule s, Overlap overlap) {
   if (can_pipeline(s, overlap)) {
-    Schedule in_need_order = with_pipelined_update(prefetches_in_need_order(p, s));
-    s = with_pipelined_update(std::move(s));
-    return estimate(p, in_need_order).step_s < estimate(p, s).step_s ? in_need_order : s;
+    auto [in_need_order, as_built] = pipelined_variants(p, std::move(s));
+    return estimate(p, in_need_order).step_s < estimate(p, as_built).step_s ? in_need_order : as_built;
   }
   return can_delay(s, overlap) ? with_delayed_update(p, std::move(s)) : s;
 }
@@ -333,8 +339,8 @@ struct Best {
   // (exact, and faster where the device tier's AdamW would wait behind the CPU's pending one).
   void consider(Schedule s) {
     if (can_pipeline(s, overlap)) {
-      consider_as_is(with_pipelined_update(prefetches_in_need_order(p, s)));
-      return consider_as_is(with_pipelined_update(std::move(s)));
+      for (Schedule& variant : pipelined_variants(p, std::move(s))) consider_as_is(std::move(variant));
+      return;
     }
     if (can_delay(s, overlap)) consider_as_is(with_delayed_update(p, s));
     consider_as_is(std::move(s));

@@ -42,7 +42,7 @@ const char* to_string(Tier tier);
 // forward pass, which waits for each bucket's update only where it first uses the bucket (exact).
 enum class Overlap { Backward, Delayed, Pipelined };
 const char* to_string(Overlap overlap);
-Overlap parse_overlap(const std::string& name);  // backward | delayed
+Overlap parse_overlap(const std::string& name);  // backward | delayed | pipelined
 
 struct Schedule {
   std::string policy;

@@ -306,12 +306,15 @@ std::vector<int> cpu_update_order(const OffloadProblem& p, const Schedule& s) {
   for (const auto& actions : s.before)
     for (const Action& a : actions)
       if (a.kind == Action::Kind::CpuAdam && a.bucket >= 0 && a.bucket < p.n_buckets) order.push_back(a.bucket);
-  if (!s.pipelined_update) return order;
+  return s.pipelined_update ? in_first_use_order(p, std::move(order)) : order;
+}
+
+std::vector<int> in_first_use_order(const OffloadProblem& p, std::vector<int> buckets) {
   std::vector<int> first_use(p.n_buckets, p.n_ops);
   for (int i = p.n_ops - 1; i >= 0; --i)
     for (int b : p.op_buckets[i]) first_use[b] = i;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return first_use[a] < first_use[b]; });
-  return order;
+  std::stable_sort(buckets.begin(), buckets.end(), [&](int a, int b) { return first_use[a] < first_use[b]; });
+  return buckets;
 }
 
 std::string validate(const OffloadProblem& p, const Schedule& s, const DeviceMemory& memory) {

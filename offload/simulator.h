@@ -33,6 +33,8 @@ struct SimResult {
 // The buckets the CPU updates, in the order it updates them: as their gradients land (the order of their
 // CpuAdam actions), or with the pipelined update in the order of their first use in the forward pass.
 std::vector<int> cpu_update_order(const OffloadProblem& problem, const Schedule& schedule);
+// `buckets` sorted by the first op that uses each (stable; unused ones last).
+std::vector<int> in_first_use_order(const OffloadProblem& problem, std::vector<int> buckets);
 
 // Every check of the schedule against the problem and its device memory, without timing anything.
 // Empty when valid; else before which op, which action on which bucket, and what is wrong.
