@@ -239,6 +239,8 @@ DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Ki
   const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision());
   offload::CostModel cost = cfg.offload.cost_model.empty() ? offload::CostModel{} : offload::CostModel::load(cfg.offload.cost_model);
   if (kind == device::DeviceChoice::Kind::Host) cost.fused_attention = false;  // the host's attention keeps its probabilities
+  // A cost model from a file was not profiled here: the plan reserves the workspace the device's ops declare.
+  cost.profiled_workspace_bytes = std::max(cost.profiled_workspace_bytes, device::op_workspace_bytes(kind, spec));
   const offload::StepPlan plan = engine::plan_for_config(cfg, spec, cost);
   auto dev = device::make_device({.kind = kind, .arena_bytes = plan.memory.layout.peak, .compute_threads = cfg.threads()});
   const DType precision = plan.problem.precision;

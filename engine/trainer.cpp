@@ -27,6 +27,7 @@
 #include "engine/executor.h"
 #include "engine/loss_scaler.h"
 #include "engine/progress.h"
+#include "engine/slow_stage.h"
 #include "engine/step_planning.h"
 #include "formats/atomic_file.h"
 #include "formats/checkpoint.h"
@@ -303,8 +304,10 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
       adamw_(adamw_options(cfg)),
       batches_(cfg, progress_),
       device_note_(device_note(cfg)),  // refuses device: cuda without a GPU before anything is measured
-      cost_(measure_cost()),
-      plan_(plan_for_config(cfg, spec_, cost_, 0, "", opt.red_zone_bytes)),
+      cost_(during(progress_, on_cuda(cfg) ? "profiling the model's ops on the CUDA device" : "measuring the host device",
+                   [this] { return measure_cost(); })),
+      plan_(during(progress_, "planning (offload.policy: " + cfg.offload.policy + ")",
+                   [&] { return plan_for_config(cfg, spec_, cost_, 0, "", opt.red_zone_bytes); })),
       predicted_(offload::simulate(plan_.problem, plan_.schedule, plan_.memory)),
       host_memory_(checked_host_memory(estimate_host_memory(spec_, plan_, !on_cuda(cfg)))),
       trace_(opt.trace.empty() ? nullptr : std::make_unique<device::Trace>()),
@@ -314,14 +317,19 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
                                    .compute_threads = threads_,
                                    .link_gbps = cfg.host_device.link_gbps,
                                    .d2h_link_gbps = opt.d2h_link_gbps})),
-      pool_(device_->make_host_pool(host_memory_.host_buckets)),
+      pool_(during(progress_, "pinning " + memory::format_bytes(host_memory_.host_buckets) + " of host memory",
+                   [this] { return device_->make_host_pool(host_memory_.host_buckets); })),
       host_(plan_.problem.layout, *pool_, plan_.problem.precision, plan_.problem.precision),
-      executor_(spec_, plan_, host_, *pool_, *device_, adamw_, {static_cast<float>(cfg.optim.grad_clip), param_settings_}, trace_.get()),
+      executor_(during(progress_, "the executor's warm-up (every op once)",
+                       [&] {
+                         return Executor(spec_, plan_, host_, *pool_, *device_, adamw_,
+                                         ExecutorOptions{static_cast<float>(cfg.optim.grad_clip), param_settings_}, trace_.get());
+                       })),
       scaler_(cfg.train.precision == "fp16" ? cfg.train.loss_scale_init : 1.0, cfg.train.loss_scale_growth_interval),
       schedule_{cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,
                 static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps},
       hash_(config_hash(cfg)) {
-  initialize_weights(cfg, spec_, host_, progress_);
+  during(progress_, "initialising the weights", [&] { initialize_weights(cfg, spec_, host_, progress_); });
   announce();
   start_or_resume();
   allocations_after_set_up_ = memory::DeviceAllocations::count();

@@ -22,11 +22,16 @@ int64_t profile_arena_bytes(const models::ModelSpec& spec, int64_t workspace_byt
 // undershoots that median (ferry-bench offload, README).
 double median_seconds(std::vector<double> pass_seconds);
 
+// For each op of spec.ops, the first op whose time stands for its own: the same kind, pass, attributes and
+// operand shapes and dtypes (every block repeats the first block's ops). profile_ops times those alone.
+std::vector<int> ops_profiled_in_place_of(const models::ModelSpec& spec);
+
 // Each op's time on `device` (whose arena holds profile_arena_bytes(spec, device.op_workspace_bytes(spec));
 // the workspace after the operands is bound while the ops run, and unbound after), indexed like spec.ops: the
 // median of at least min_reps passes over every op and min_seconds in all, at most max_reps. The token
 // ids and targets (a batch of the run: B*T each) make the embedding and the loss read real ids; every
-// other operand holds small values. The first pass warms up (kernels compiled, workspaces sized).
+// other operand holds small values. The first pass warms up (kernels compiled, workspaces sized). An op timed
+// in another's place (ops_profiled_in_place_of) gets that op's time.
 std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, std::span<const int32_t> tokens,
                                 std::span<const int32_t> targets, int min_reps, double min_seconds, int max_reps);
 

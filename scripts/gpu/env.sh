@@ -93,6 +93,7 @@ unpack_bundle() {
     if command -v dpkg >/dev/null; then dpkg -x "$deb" "$PREFIX"
     else (t=$(mktemp -d) && cd "$t" && ar x "$deb" && tar -xf data.tar.* -C "$PREFIX" && rm -rf "$t"); fi
   done
+  [[ -d $BUNDLE/bin ]] || tar -C "$BUNDLE" -xJf "$BUNDLE/bin.tar.xz"  # pack.sh compresses the binaries
   mkdir -p "$PREFIX/data" && tar -C "$PREFIX/data" -xzf "$BUNDLE/data.tar.gz"
   if [[ -f $BUNDLE/cudnn_frontend_include.tar.gz ]]; then
     mkdir -p "$PREFIX/cudnn-frontend" && tar -C "$PREFIX/cudnn-frontend" -xzf "$BUNDLE/cudnn_frontend_include.tar.gz"

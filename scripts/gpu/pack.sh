@@ -81,6 +81,10 @@ if [[ -x $cuobjdump ]]; then
   sm90="yes (cuobjdump --list-elf: ferry, test_device, test_models_cuda)"
 fi
 
+# The binaries travel xz-compressed (37 MB stripped, about 6 MB packed); env.sh's unpack_bundle expands them.
+tar -C "$BUNDLE" -cf - bin | xz -T"$JOBS" -6 >"$BUNDLE/bin.tar.xz"
+rm -rf "$BUNDLE/bin"
+
 # 4. The .debs, by name checked first so that a renamed package says so.
 download() {
   local dir=$1; shift

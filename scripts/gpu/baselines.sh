@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# scripts/gpu/baselines.sh (run THERE, with bench/baselines/wheels-gpu/ carried): installs DeepSpeed and
+# Colossal-AI from the carried wheels into /tmp/site (no index there), then runs the baselines on one model
+# at one budget (BASELINE_MODEL, BASELINE_BATCH, BASELINE_BUDGET, BASELINE_SYSTEMS), each result a line of
+# $OUT/compare-runs.jsonl.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SCRIPT=baselines
+source "$ROOT/scripts/gpu/env.sh"
+cd "$ROOT"
+trap 'write_summary "$OUT/compare-runs.jsonl"' EXIT
+install() {
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/site bench/baselines/wheels-gpu/* &&
+    # Colossal-AI's optimizer package imports bitsandbytes' 8-bit optimizer base for GaLore, which Gemini never
+    # uses; bitsandbytes (43 MB) does not fit the carry, so an empty base class stands in for it.
+    mkdir -p /tmp/site/bitsandbytes/optim && : >/tmp/site/bitsandbytes/__init__.py && : >/tmp/site/bitsandbytes/optim/__init__.py &&
+    echo 'class Optimizer2State: pass  # stand-in: only GaLore subclasses it' >/tmp/site/bitsandbytes/optim/optimizer.py &&
+    python3 -c 'import deepspeed, colossalai; print("deepspeed", deepspeed.__version__, "colossalai", colossalai.__version__)'
+}
+export -f install
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0
+step "install the baselines (pip, offline)" 150 install
+model=${BASELINE_MODEL:-gpt2-1.5b} batch=${BASELINE_BATCH:-4} budget=${BASELINE_BUDGET:-16GiB}
+common=(--model "$model" --batch "$batch" --budget "$budget" --steps "${BASELINE_STEPS:-8}" --warmup 3 --json "$OUT/compare-runs.jsonl")
+[[ -n ${BASELINE_CHECKPOINTING:-1} ]] && common+=(--activation-checkpointing)
+for system in ${BASELINE_SYSTEMS:-deepspeed-zero-offload gemini-static}; do
+  case $system in
+    deepspeed-zero-offload) step "$system $model batch $batch at $budget" 220 python3 bench/baselines/zero_offload.py "${common[@]}" ;;
+    gemini-*) step "$system $model batch $batch at $budget" 180 python3 bench/baselines/gemini.py --placement "${system#gemini-}" "${common[@]}" ;;
+  esac
+done
