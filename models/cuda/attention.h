@@ -26,7 +26,8 @@ struct AttentionShape {
 enum class AttentionKernel { Flash, CudnnSdpa };
 
 // Whether cuDNN's SDPA can run this shape and storage here (cuDNN loaded at run time, recent enough, bf16 or
-// fp16, head size it supports). FERRY_ATTENTION=flash in the environment forces the flash kernel.
+// fp16, head size it supports). FERRY_ATTENTION=flash in the environment forces the flash kernel: the way to
+// run compute-sanitizer on Ferry's kernels alone (cuDNN's Hopper kernels draw racecheck and initcheck reports).
 bool cudnn_sdpa_available(const AttentionShape& s, DType dtype);
 
 // Scratch bytes the pass needs (the caller's workspace, planned before the first step). Flash: none forward,

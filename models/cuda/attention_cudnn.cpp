@@ -310,7 +310,10 @@ cudaError_t cudnn_sdpa_backward(void* dq, void* dk, void* dv, const void* dout, 
       {kDQ, g[0]},                {kDK, g[1]},                  {kDV, g[2]}};
   cudaError_t e = execute(c, *p, pack, l, scratch, key_mask, s, stream);
   lock.unlock();
-  // cuDNN wrote the gradients; ours accumulate.
+  // cuDNN wrote the gradients; ours accumulate. On an H100, compute-sanitizer's initcheck flags this kernel's
+  // reads of g[1] and g[2] (dk, dv; not dq) though their values are right (the CUDA op tests match the host
+  // device): most likely cuDNN's sm90 kernel stores them by TMA, which initcheck does not see. Sanitize
+  // Ferry's own kernels with FERRY_ATTENTION=flash.
   void* dst[3] = {dq, dk, dv};
   for (int i = 0; i < 3 && e == cudaSuccess; ++i) e = accumulate_view(dst[i], g[i], s.B, s.T, s.C, s.row_stride, dtype, stream);
   return e;
