@@ -92,6 +92,7 @@ struct OffloadBenchOptions {
   int repeats = 1;                    // runs per policy and overlap (medians reported)
   std::vector<std::string> policies;  // empty: resident, zero-offload, chunk-lru, greedy
   std::string json, markdown, command;
+  std::vector<std::string> overlaps;  // of the policies with AdamW on the CPU; empty: backward, delayed, pipelined
 };
 int run_offload_bench(const OffloadBenchOptions& options);
 

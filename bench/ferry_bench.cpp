@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   int offload_steps = 20;
   std::vector<std::string> offload_policies;
   int offload_repeats = 1;
+  std::vector<std::string> offload_overlaps;
   auto* offload = app.add_subcommand("offload", "Offloaded training on the host device, every policy and overlap mode: "
                                                 "measured step time vs the Simulator's prediction");
   offload->add_option("-c,--config", config, "Experiment file")->required()->check(CLI::ExistingFile);
@@ -80,6 +81,8 @@ int main(int argc, char** argv) {
   offload->add_option("--steps", offload_steps, "Training steps per run (the median step is reported)")->check(CLI::PositiveNumber);
   offload->add_option("--policy", offload_policies, "Only this policy (repeatable; default: all four)")
       ->check(CLI::IsMember({"resident", "zero-offload", "chunk-lru", "greedy"}));
+  offload->add_option("--overlap", offload_overlaps, "Only this overlap mode where AdamW runs on the CPU (repeatable; default: all three)")
+      ->check(CLI::IsMember({"backward", "delayed", "pipelined"}));
   offload->add_option("--repeats", offload_repeats, "Runs per policy and overlap, each profiled and planned afresh; the table "
                                                     "reports the medians (a shared machine's noise)")->check(CLI::PositiveNumber);
   offload->add_option("--json", json, "Also write the results as JSON to this file (bench/results/offload-host.json)");
@@ -113,7 +116,8 @@ int main(int argc, char** argv) {
     if (*memory_cmd) return ferry::bench::run_memory_bench(memory_config, offload_overrides, memory_steps, json, markdown, command);
     if (*pcie) return ferry::bench::run_pcie_bench(pcie_reps, json, markdown, command);
     if (*offload)
-      return ferry::bench::run_offload_bench({config, offload_overrides, offload_steps, offload_repeats, offload_policies, json, markdown, command});
+      return ferry::bench::run_offload_bench({config, offload_overrides, offload_steps, offload_repeats, offload_policies, json, markdown, command,
+                                                offload_overlaps});
     if (*policies) {
       policy_options.overlap = policy_overlap;
       policy_options.mixed_tiers = !single_tier;

@@ -123,9 +123,11 @@ int run_offload_bench(const OffloadBenchOptions& o) {
   BenchContext ctx;
   const std::vector<std::string> policies =
       o.policies.empty() ? std::vector<std::string>{"resident", "zero-offload", "chunk-lru", "greedy"} : o.policies;
+  const std::vector<std::string> overlaps =
+      o.overlaps.empty() ? std::vector<std::string>{"backward", "delayed", "pipelined"} : o.overlaps;
   for (const std::string& policy : policies) {
-    for (const char* overlap : {"backward", "delayed", "pipelined"}) {
-      if (policy == "resident" && std::string(overlap) != "backward") continue;  // AdamW on the device
+    for (const std::string& overlap : overlaps) {
+      if (policy == "resident" && overlap != "backward") continue;  // AdamW on the device
       auto [run, row] = run_one(o, policy, overlap, ctx);
       table << row << "\n";
       fmt::print(stderr, "{}\n", row);

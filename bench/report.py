@@ -26,7 +26,8 @@ def gib(n):
     return f"{n / 2**30:.1f} GiB"
 
 
-KEEP = ("system", "model", "params", "tokens_per_s", "tflops", "peak_gpu_bytes", "final_loss", "trained", "error",
+KEEP = ("system", "model", "params", "tokens_per_s", "tflops", "peak_gpu_bytes", "final_loss", "trained", "error", "not_measured",
+        "batch", "seq", "activation_checkpointing", "overlap", "first_loss", "steps",
         "step_s", "predicted_step_s", "host_peak_rss_bytes", "deepspeed", "colossalai", "torch")
 
 
@@ -37,6 +38,7 @@ def parse_args():
     p.add_argument("--budget", required=True)
     p.add_argument("--out", required=True, help="path without extension")
     p.add_argument("--command", default="", help="the command that produced the runs, for the record")
+    p.add_argument("--note", action="append", default=[], help="a line of context under the title (repeatable)")
     return p.parse_args()
 
 
@@ -56,13 +58,18 @@ def model_table(model, runs):
     rows = [r for r in runs if r["model"] == model]
     base = next((r for r in rows if r["system"] == "deepspeed-zero-offload" and r.get("trained")), None)
     lines = [f"## {model} ({rows[0]['params'] / 1e9:.2f}B parameters)", "",
-             "| system | tokens/s | TFLOP/s | peak GPU | final loss | vs ZeRO-Offload |", "|---|---|---|---|---|---|"]
+             "| system | step s (predicted) | tokens/s | TFLOP/s | peak GPU | final loss | vs ZeRO-Offload |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r.get("not_measured"):
+            lines.append(f"| {r['system']} | not measured: {r['not_measured']} | | | | | |")
+            continue
         if not r.get("trained"):
-            lines.append(f"| {r['system']} | did not train: {r.get('error', '?')[:80]} | | | | |")
+            lines.append(f"| {r['system']} | did not train: {r.get('error', '?')[:80]} | | | | | |")
             continue
         ratio = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "-"
-        lines.append(f"| {r['system']} | {r['tokens_per_s']:.0f} | {r['tflops']:.1f} | {gib(r['peak_gpu_bytes'])} | "
+        predicted = f" ({r['predicted_step_s']:.3f})" if r.get("predicted_step_s") else ""
+        lines.append(f"| {r['system']} | {r['step_s']:.3f}{predicted} | {r['tokens_per_s']:.0f} | {r['tflops']:.1f} | {gib(r['peak_gpu_bytes'])} | "
                      f"{r['final_loss']:.3f} | {ratio} |")
     lines.append("")
     return lines
@@ -70,6 +77,7 @@ def model_table(model, runs):
 
 def markdown(out, budget, command, runs):
     lines = [f"# Ferry against ZeRO-Offload and Gemini on {out['device']}, {budget} GPU budget", ""]
+    lines += [f"- {note}" for note in out["notes"]] + ([""] if out["notes"] else [])
     if out["sample"]:
         lines += ["**FORMAT SAMPLE: made-up numbers that exercise the report, not measurements.**", ""]
     lines += [f"Date: {out['date']}. Command: `{command}`", ""]
@@ -122,7 +130,7 @@ def main():
         sys.exit(f"report: no result lines in {a.runs}")
     out = {"device": next((r["device"] for r in runs if r.get("device")), "unknown"),
            "budget_bytes": common.parse_bytes(a.budget), "date": datetime.date.today().isoformat(),
-           "command": a.command, "sample": any(r.get("sample") for r in runs + search),
+           "command": a.command, "notes": a.note, "sample": any(r.get("sample") for r in runs + search),
            "runs": [{k: r[k] for k in KEEP if k in r} for r in runs], "max_model": largest_trained(search)}
     with open(a.out + ".json", "w") as f:
         json.dump(out, f, indent=2)

@@ -20,6 +20,7 @@ Progress::~Progress() { finish(); }
 
 void Progress::update(int step, int total, float loss, double tokens_per_s, double elapsed_s, const std::string& extra) {
   if (!out_) return;
+  const std::lock_guard lock(mutex_);
   const double eta = step > 0 ? elapsed_s / step * (total - step) : 0.0;
   const std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | {:.0f} tok/s | {}{} elapsed | ETA {}", step,
                                        std::to_string(total).size(), total, loss, tokens_per_s,
@@ -35,6 +36,7 @@ void Progress::update(int step, int total, float loss, double tokens_per_s, doub
 
 void Progress::message(const std::string& line) {
   if (!out_) return;
+  const std::lock_guard lock(mutex_);
   finish();
   fmt::print(out_, "{}\n", line);
   std::fflush(out_);
@@ -42,6 +44,7 @@ void Progress::message(const std::string& line) {
 
 void Progress::finish() {
   if (!out_) return;
+  const std::lock_guard lock(mutex_);
   if (dirty_) fmt::print(out_, "\n");
   dirty_ = false;
   std::fflush(out_);

@@ -1,8 +1,9 @@
 // Progress: the one-line training status. On a terminal it rewrites itself in place; otherwise
-// (a log file, CI) it prints one plain line per update.
+// (a log file, CI) it prints one plain line per update. Thread-safe (start-up stages report from a watcher).
 #pragma once
 
 #include <cstdio>
+#include <mutex>
 #include <string>
 
 namespace ferry::engine {
@@ -21,6 +22,7 @@ class Progress {
   std::FILE* out_;
   bool tty_;
   bool dirty_ = false;  // a status line is on screen without a newline
+  std::recursive_mutex mutex_;  // message() finishes the status line through finish()
 };
 
 std::string format_duration(double seconds);  // "1:02:03" or "2:03"

@@ -5,13 +5,13 @@
 
 namespace ferry::engine {
 
-SlowStage::SlowStage(Progress& progress, std::string what, std::chrono::seconds every)
+SlowStage::SlowStage(Progress& progress, std::string what, std::chrono::milliseconds every)
     : progress_(progress), what_(std::move(what)), start_(std::chrono::steady_clock::now()) {
   watcher_ = std::thread([this, every] {
     std::unique_lock lock(mutex_);
     while (!done_.wait_for(lock, every, [this] { return finished_; })) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-      progress_.message(fmt::format("start-up: {} ({:.0f} s so far)", what_, s));
+      progress_.message(fmt::format("start-up: {} ({:.0f} s so far)", what_, s));  // Progress is thread-safe
       reported_ = true;
     }
   });

@@ -15,7 +15,7 @@ namespace ferry::engine {
 
 class SlowStage {
  public:
-  SlowStage(Progress& progress, std::string what, std::chrono::seconds every = std::chrono::seconds(10));
+  SlowStage(Progress& progress, std::string what, std::chrono::milliseconds every = std::chrono::seconds(10));
   ~SlowStage();
   SlowStage(const SlowStage&) = delete;
   SlowStage& operator=(const SlowStage&) = delete;

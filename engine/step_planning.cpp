@@ -10,6 +10,8 @@
 #include "engine/device/make_device.h"
 #include "engine/device/op_profile.h"
 #include "models/ops/workspace.h"
+#include "engine/device/host_cost_model.h"
+#include "engine/device/link_rate.h"
 
 namespace ferry::engine {
 
@@ -35,7 +37,19 @@ offload::CostModel cuda_device_cost_model(const Config& cfg, const models::Model
   const std::unique_ptr<device::Device> profiler =
       device::make_device({.kind = kind, .arena_bytes = device::profile_arena_bytes(spec, device::op_workspace_bytes(kind, spec))});
   profile_on_device(*profiler, spec, sample, cost);
+  measure_machine_rates(*profiler, cfg, spec, cost);
   return cost;
+}
+
+void measure_machine_rates(device::Device& device, const Config& cfg, const models::ModelSpec& spec, offload::CostModel& cost) {
+  // Copies of a bucket's size (what the step moves), or what the profiling arena holds when smaller.
+  const int64_t bytes = std::min<int64_t>(cfg.bucket_bytes(), device.arena().size() / 4096 * 4096);
+  cost.h2d.gbps = device::measure_link_gbps(device, device::Stream::H2D, bytes, 5);
+  cost.d2h.gbps = device::measure_link_gbps(device, device::Stream::D2H, bytes, 5);
+  const device::CpuOptimizerRates cpu = device::measure_cpu_optimizer_rates(cfg.threads(), spec.precision, true);
+  cost.cpu_adam_params_per_s = cpu.adam_params_per_s, cost.cpu_norm_params_per_s = cpu.norm_params_per_s;
+  cost.name += fmt::format("; links and CPU AdamW measured at start-up ({:.1f} GB/s up, {:.1f} down, {:.2g} parameters/s on {} threads)",
+                           cost.h2d.gbps, cost.d2h.gbps, cost.cpu_adam_params_per_s, cfg.threads());
 }
 
 void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, const dataset::Batch& sample,

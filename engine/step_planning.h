@@ -18,8 +18,9 @@ namespace ferry::engine {
 // The cost model of a run on the host device: offload.cost_model when given, else the host's rates
 // (measured once and cached; `cache` receives the file) with every op of `spec` profiled on `sample` on a host
 // device of its own (device::profile_ops: one op's operands at a time), and the link device.host sets.
-// The GPU's cost model: the file offload.cost_model names (its links and AdamW rates, fused attention), with
-// this model's ops profiled on a CUDA device of its own (their times, and the workspace the kernels need).
+// The GPU's cost model: the file offload.cost_model names (its compute rates, the device AdamW's, fused
+// attention), with this model's ops profiled on a CUDA device of its own (their times, and the workspace the
+// kernels need) and this machine's links and CPU AdamW measured (measure_machine_rates).
 offload::CostModel cuda_device_cost_model(const Config& config, const models::ModelSpec& spec, const dataset::Batch& sample);
 offload::CostModel host_device_cost_model(const Config& config, const models::ModelSpec& spec, const dataset::Batch& sample,
                                           std::string* cache);
@@ -30,6 +31,11 @@ offload::CostModel host_device_cost_model(const Config& config, const models::Mo
 // scratch), else what its libraries took while profiling (the host device's oneDNN scratchpads).
 void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, const dataset::Batch& sample,
                        offload::CostModel& cost);
+
+// Into `cost`: the links' rates each way, timed on `device` with copies of a bucket's size (the arena's when
+// smaller), and the CPU AdamW's rates on the run's threads with gradients and working copies in the run's
+// precision, as the offloaded step runs it; the cost model's name says what was measured.
+void measure_machine_rates(device::Device& device, const Config& config, const models::ModelSpec& spec, offload::CostModel& cost);
 
 // What the config asks plan_step for: bucket size, budget (offload.gpu_budget; 0 when unset), policy,
 // checkpointing, accumulation, overlap. The one translation of config keys into a plan request.

@@ -84,8 +84,8 @@ formats::ParameterViews<T> bucket_state(const memory::HostBuckets& host, int par
 }
 
 // Which device the config asks for. `device: cuda` trains on the first GPU (its ops are checked at start-up:
-// an op the CUDA device cannot run yet is refused, naming it); `auto` stays on the host device until the CUDA
-// backend is validated on a GPU, and says what it saw.
+// an op the CUDA device cannot run yet is refused, naming it); `auto` stays on the host device (the GPU needs a
+// GPU cost model, offload.cost_model, which auto does not choose yet) and says what it saw.
 std::string device_note(const Config& cfg) {
   const int gpus = device::cuda_device_count();
   if (cfg.device == "cuda") {
@@ -96,7 +96,7 @@ std::string device_note(const Config& cfg) {
     return "cuda";
   }
   if (cfg.device == "cpu") return "cpu";
-  return gpus > 0 ? fmt::format("auto -> cpu ({} CUDA device(s) found; device: cuda uses one)", gpus) : "auto -> cpu (no CUDA device)";
+  return gpus > 0 ? fmt::format("auto -> cpu ({} CUDA device(s) found; device: cuda with offload.cost_model trains on one)", gpus) : "auto -> cpu (no CUDA device)";
 }
 
 // data.path and its tokenizer as the data section gives them.

@@ -3,6 +3,8 @@
 same result line (median step after warm-up, tokens/s, TFLOP/s, peak device bytes, final loss).
 
     python3 bench/baselines/ferry_run.py --model gpt2-1.5b --policy greedy --budget 16GiB --json results.jsonl
+    python3 bench/baselines/ferry_run.py --model gpt2-1.5b --policy greedy --batch 4 --warmup 1 --from-metrics train.jsonl
+        # the same line from an earlier `ferry train --metrics` run of that shape (scripts/gpu/probe.sh's)
 """
 import json
 import os
@@ -20,11 +22,13 @@ ROOT = os.path.join(common.HERE, "..", "..")
 def main():
     a = common.arguments("ferry", [
         (("--policy",), {"choices": ["resident", "zero-offload", "chunk-lru", "greedy"], "default": "greedy"}),
-        (("--overlap",), {"choices": ["backward", "delayed"], "default": "delayed"}),
+        (("--overlap",), {"choices": ["backward", "delayed", "pipelined"], "default": "backward",
+                          "help": "delayed is approximate (the update a step late); backward and pipelined are exact"}),
         (("--ferry",), {"default": os.path.join(ROOT, "build", "ferry")}),
         (("--device",), {"default": "cuda", "help": "cuda, or cpu for the host device"}),
+        (("--from-metrics",), {"help": "reduce this `ferry train --metrics` file of the shape instead of running ferry"}),
     ])
-    system = f"ferry-{a.policy}"
+    system = f"ferry-{a.policy}" + ("" if a.overlap == "backward" else f"-{a.overlap}")
     if a.dry_run:
         return common.dry_run(a, system)
     kind, _, n_embd, n_head, vocab, seq_len = common.MODELS[a.model]
@@ -39,13 +43,17 @@ def main():
             "optim.grad_clip": a.grad_clip, "offload.policy": a.policy, "offload.overlap": a.overlap,
             "offload.gpu_budget": a.budget_bytes, "device": a.device,
             "train.activation_checkpointing": "true" if a.activation_checkpointing else "auto"}
-    with tempfile.NamedTemporaryFile(suffix=".jsonl") as metrics:
-        cmd = [a.ferry, "train", "--config", config, "--metrics", metrics.name]
-        for k, v in sets.items():
-            cmd += ["--set", f"{k}={v}"]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-        lines = [json.loads(x) for x in open(metrics.name) if x.strip()]
-        lines = [line for line in lines if "loss" in line]  # the step-0 line holds the validation loss only
+    if a.from_metrics:
+        run = subprocess.CompletedProcess([], 0, "", "")
+        lines = [json.loads(x) for x in open(a.from_metrics) if x.strip()]
+    else:
+        with tempfile.NamedTemporaryFile(suffix=".jsonl") as metrics:
+            cmd = [a.ferry, "train", "--config", config, "--metrics", metrics.name]
+            for k, v in sets.items():
+                cmd += ["--set", f"{k}={v}"]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            lines = [json.loads(x) for x in open(metrics.name) if x.strip()]
+    lines = [line for line in lines if "loss" in line]  # the step-0 line holds the validation loss only
     params = common.parameter_count(common.build_model(a, device="meta"))
     if run.returncode != 0 or not lines:
         err = (run.stderr.strip().splitlines() or ["no output"])[-1]

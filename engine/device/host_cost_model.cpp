@@ -59,15 +59,25 @@ offload::CostModel measure_host_cost_model(int threads) {
   c.memory_bytes_per_s = 2.0 * double(bytes) / copy_s;  // read + write
   c.h2d = c.d2h = {double(bytes) / copy_s / 1e9, 2e-6};
 
-  const size_t n = size_t(4) << 20;
-  memory::HostBuffer p(n * 4), m(n * 4), v(n * 4), g(n * 4);
-  const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
-  const cpu_optim::Bucket bucket{p.as<float>(), m.as<float>(), v.as<float>(), g.data(), DType::F32};
-  int64_t step = 0;
-  c.cpu_adam_params_per_s = double(n) / best_seconds(3, [&] { adamw.step(bucket, ++step, 1e-4, 1.0f); });
-  c.cpu_norm_params_per_s = double(n) / best_seconds(3, [&] { adamw.grad_stats(g.data(), DType::F32, n); });
+  const CpuOptimizerRates rates = measure_cpu_optimizer_rates(threads, DType::F32, false);
+  c.cpu_adam_params_per_s = rates.adam_params_per_s;
+  c.cpu_norm_params_per_s = rates.norm_params_per_s;
   c.device_adam_params_per_s = c.cpu_adam_params_per_s;  // the host device's "device" is this CPU
   return c;
+}
+
+CpuOptimizerRates measure_cpu_optimizer_rates(int threads, DType grad_type, bool working_copy) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
+  const size_t n = size_t(4) << 20;
+  memory::HostBuffer p(n * 4), m(n * 4), v(n * 4), g(n * 4), out(n * 4);
+  const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
+  cpu_optim::Bucket bucket{p.as<float>(), m.as<float>(), v.as<float>(), g.data(), grad_type};
+  if (working_copy) bucket.upload = out.data(), bucket.upload_type = grad_type;
+  int64_t step = 0;
+  CpuOptimizerRates r;
+  r.adam_params_per_s = double(n) / best_seconds(3, [&] { adamw.step(bucket, ++step, 1e-4, 1.0f); });
+  r.norm_params_per_s = double(n) / best_seconds(3, [&] { adamw.grad_stats(g.data(), grad_type, n); });
+  return r;
 }
 
 offload::CostModel host_cost_model(int threads, std::string* cache_path) {

@@ -4,11 +4,20 @@
 
 #include <string>
 
+#include "memory/dtype.h"
 #include "offload/cost_model.h"
 
 namespace ferry::device {
 
 offload::CostModel measure_host_cost_model(int threads);
+
+// The CPU AdamW's update and gradient-statistics rates (parameters a second) on `threads` threads, with
+// gradients in `grad_type`; with `working_copy`, each update also writes the new weights out in `grad_type`,
+// as an offloaded step writes the device's working copy (bf16: 28 bytes a parameter in all).
+struct CpuOptimizerRates {
+  double adam_params_per_s = 0, norm_params_per_s = 0;
+};
+CpuOptimizerRates measure_cpu_optimizer_rates(int threads, DType grad_type, bool working_copy);
 
 // The measured model of this machine at this thread count, from the cache when it was measured before
 // ($XDG_CACHE_HOME or ~/.cache, ferry/host-<cpu>-<threads>t.json), else measured now and cached.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu/measure.sh (run THERE, the second call; standalone, under 9 minutes, every step under
 # `timeout`): unpack gpu_bundle/ as contact.sh does, then measure: `ferry-bench pcie`; `ferry-bench step` of
-# GPT-2 124M resident, batch 16 x 1024, bf16, on the CUDA device (MFU); the offload policies on GPT-2 1.5B at
-# a 16 GiB budget, measured vs predicted (`ferry-bench offload`). Results as bench/results/*-<gpu>.json and
+# GPT-2 124M resident, batch 16 x 1024, bf16, on the CUDA device (MFU); greedy and zero-offload, overlap backward
+# and pipelined, on GPT-2 1.5B at a 16 GiB budget, measured vs predicted (`ferry-bench offload`). Results as bench/results/*-<gpu>.json and
 # .md into $OUT (8 files at most come back: 6 results, measure.md, measure.log).
 #
 #   run(carry=["gpu_bundle"], command="bash scripts/gpu/measure.sh")
@@ -26,7 +26,8 @@ COST=--set=offload.cost_model=cost_models/h100-assumed.json
 PCIE=("$BIN/ferry-bench" pcie --reps 9 --json "$OUT/pcie-$GPU.json" --markdown "$OUT/pcie-$GPU.md")
 STEP=("$BIN/ferry-bench" step --device cuda --config configs/gpt2-124m.yaml --batch 16 --seq 1024 --steps 10 --warmup 3
   --set train.precision=bf16 "$COST" --json "$OUT/step-gpt2-124m-$GPU.json" --markdown "$OUT/step-gpt2-124m-$GPU.md")
-OFFLOAD=("$BIN/ferry-bench" offload --config configs/gpt2-1.5b.yaml --steps 3 --set device=cuda --set offload.gpu_budget=16GiB
+OFFLOAD=("$BIN/ferry-bench" offload --config configs/gpt2-1.5b.yaml --steps 5 --policy greedy --policy zero-offload
+  --overlap backward --overlap pipelined --set device=cuda --set offload.gpu_budget=16GiB
   --set train.precision=bf16 --set train.batch_size=4 "$COST" --json "$OUT/offload-gpt2-1.5b-$GPU.json" --markdown "$OUT/offload-gpt2-1.5b-$GPU.md")
 log "pcie:    ${PCIE[*]}"
 log "step:    ${STEP[*]}"

@@ -13,6 +13,7 @@
 
 #include "engine/device/cuda_devices.h"
 #include "engine/device/host_device.h"
+#include "engine/device/link_rate.h"
 #include "engine/device/make_device.h"
 #include "engine/device/op_profile.h"
 #include "models/gpt2.h"
@@ -89,6 +90,21 @@ TEST(MakeDevice, TheHostDeviceWithItsLinksAndACudaDeviceOnlyWithAGpu) {
       EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();  // no driver, no GPU, or no CUDA in the build
     }
   }
+}
+
+// The link rate measured through the device's own timed copies is the rate its link runs at: the throttled
+// host device's configured 1 GB/s up and 0.5 back, and unthrottled memcpy well above either.
+TEST(LinkRate, MeasuredThroughTheDevicesTimedCopiesIsItsLinksRate) {
+  const auto slow = make_device({.kind = DeviceChoice::Kind::Host, .arena_bytes = 8 << 20, .link_gbps = 1.0, .d2h_link_gbps = 0.5});
+  const double up = measure_link_gbps(*slow, Stream::H2D, 4 << 20, 3), down = measure_link_gbps(*slow, Stream::D2H, 4 << 20, 3);
+  EXPECT_GT(up, 0.8);
+  EXPECT_LT(up, 1.05);
+  EXPECT_GT(down, 0.4);
+  EXPECT_LT(down, 0.525);
+  const auto fast = make_device({.kind = DeviceChoice::Kind::Host, .arena_bytes = 8 << 20});
+  EXPECT_GT(measure_link_gbps(*fast, Stream::H2D, 4 << 20, 3), 2.0);
+  EXPECT_THROW(measure_link_gbps(*fast, Stream::H2D, 16 << 20, 3), std::invalid_argument);  // more than the arena
+  EXPECT_THROW(measure_link_gbps(*fast, Stream::Compute, 1 << 20, 3), std::invalid_argument);
 }
 
 TEST(HostDevice, AFailedTaskFailsLaterEventsWithItsLabel) {
