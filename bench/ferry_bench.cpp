@@ -28,6 +28,22 @@ CLI::App* add_policies_command(CLI::App& app, ferry::bench::PoliciesBenchOptions
   return policies;
 }
 
+// `ferry-bench offload` and its options (--set is shared with the subcommands that take overrides).
+CLI::App* add_offload_command(CLI::App& app, ferry::bench::OffloadBenchOptions& o, std::vector<std::string>& overrides) {
+  auto* offload = app.add_subcommand("offload", "Offloaded training on the host device, every policy and overlap mode: "
+                                                "measured step time vs the Simulator's prediction");
+  offload->add_option("-c,--config", o.config, "Experiment file")->required()->check(CLI::ExistingFile);
+  offload->add_option("--set", overrides, "Config overrides, e.g. offload.gpu_budget=48MiB device.host.link_gbps=1 (repeatable)");
+  offload->add_option("--steps", o.steps, "Training steps per run (the median step is reported)")->check(CLI::PositiveNumber);
+  offload->add_option("--policy", o.policies, "Only this policy (repeatable; default: all four)")
+      ->check(CLI::IsMember({"resident", "zero-offload", "chunk-lru", "greedy"}));
+  offload->add_option("--overlap", o.overlaps, "Only this overlap mode where AdamW runs on the CPU (repeatable; default: all three)")
+      ->check(CLI::IsMember({"backward", "delayed", "pipelined"}));
+  offload->add_option("--repeats", o.repeats, "Runs per policy and overlap, each profiled and planned afresh; the table "
+                                              "reports the medians (a shared machine's noise)")->check(CLI::PositiveNumber);
+  return offload;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,21 +86,8 @@ int main(int argc, char** argv) {
   policies->add_option("--json", json, "Also write the results as JSON to this file (bench/results/policies.json)");
   policies->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   std::vector<std::string> offload_overrides;
-  int offload_steps = 20;
-  std::vector<std::string> offload_policies;
-  int offload_repeats = 1;
-  std::vector<std::string> offload_overlaps;
-  auto* offload = app.add_subcommand("offload", "Offloaded training on the host device, every policy and overlap mode: "
-                                                "measured step time vs the Simulator's prediction");
-  offload->add_option("-c,--config", config, "Experiment file")->required()->check(CLI::ExistingFile);
-  offload->add_option("--set", offload_overrides, "Config overrides, e.g. offload.gpu_budget=48MiB device.host.link_gbps=1 (repeatable)");
-  offload->add_option("--steps", offload_steps, "Training steps per run (the median step is reported)")->check(CLI::PositiveNumber);
-  offload->add_option("--policy", offload_policies, "Only this policy (repeatable; default: all four)")
-      ->check(CLI::IsMember({"resident", "zero-offload", "chunk-lru", "greedy"}));
-  offload->add_option("--overlap", offload_overlaps, "Only this overlap mode where AdamW runs on the CPU (repeatable; default: all three)")
-      ->check(CLI::IsMember({"backward", "delayed", "pipelined"}));
-  offload->add_option("--repeats", offload_repeats, "Runs per policy and overlap, each profiled and planned afresh; the table "
-                                                    "reports the medians (a shared machine's noise)")->check(CLI::PositiveNumber);
+  ferry::bench::OffloadBenchOptions offload_options;
+  auto* offload = add_offload_command(app, offload_options, offload_overrides);
   offload->add_option("--json", json, "Also write the results as JSON to this file (bench/results/offload-host.json)");
   offload->add_option("--markdown", markdown, "Also write the Markdown table to this file");
   auto* experiment = app.add_subcommand("experiment", "Train an experiment file as shipped and record wall time, tokens/s and the "
@@ -115,9 +118,11 @@ int main(int argc, char** argv) {
     if (*experiment) return ferry::bench::run_experiment_bench(config, offload_overrides, json, markdown, command);
     if (*memory_cmd) return ferry::bench::run_memory_bench(memory_config, offload_overrides, memory_steps, json, markdown, command);
     if (*pcie) return ferry::bench::run_pcie_bench(pcie_reps, json, markdown, command);
-    if (*offload)
-      return ferry::bench::run_offload_bench({config, offload_overrides, offload_steps, offload_repeats, offload_policies, json, markdown, command,
-                                                offload_overlaps});
+    if (*offload) {
+      offload_options.overrides = offload_overrides;
+      offload_options.json = json, offload_options.markdown = markdown, offload_options.command = command;
+      return ferry::bench::run_offload_bench(offload_options);
+    }
     if (*policies) {
       policy_options.overlap = policy_overlap;
       policy_options.mixed_tiers = !single_tier;

@@ -13,6 +13,7 @@
 
 #include "bench/bench_common.h"
 #include "bench/mfu.h"
+#include "bench/op_breakdown.h"
 #include "cpu_optim/adamw.h"
 #include "engine/config.h"
 #include "engine/device/make_device.h"
@@ -302,12 +303,17 @@ int run_device_step_bench(const std::string& config_path, const std::vector<std:
   const engine::Config cfg = engine::load_config(config_path, o);
   const auto kind = device_kind == "cuda" ? device::DeviceChoice::Kind::Cuda : device::DeviceChoice::Kind::Host;
   const DeviceStep r = time_device_steps(cfg, kind, steps, warmup);
+  // After the timed device is gone (two arenas never share a GPU): the ops one by one.
+  const std::vector<OpKindTime> by_kind = op_breakdown(
+      models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.model.vocab_size, kind, cfg.threads());
   const double tokens_per_s = double(cfg.train.batch_size) * cfg.sequence() * cfg.train.grad_accum / r.step_s;
   const std::string mfu_text = r.peak ? fmt::format("{:.1f}% of {} ({:.0f} TFLOP/s)", 100 * mfu(r.flops, r.step_s, *r.peak), r.peak->name, r.peak->flops / 1e12)
                                       : std::string("not computed (no peak known for this device)");
   fmt::print("model {} ({} {}) batch {}x{} on {}\n  step: {:.1f} ms median of {}, {:.0f} tokens/s, {:.1f} model TFLOP/s\n  MFU: {}\n  ({})\n",
              config_path, cfg.model.kind, cfg.train.precision, cfg.train.batch_size, cfg.sequence(), r.device, r.step_s * 1e3, steps, tokens_per_s,
              r.flops.model / r.step_s / 1e12, mfu_text, kMfuFormula);
+  const std::string breakdown = op_breakdown_markdown(by_kind, r.step_s);
+  fmt::print("\n{}", breakdown);
   std::vector<double> step_ms;
   for (double s : r.seconds) step_ms.push_back(s * 1e3);
   nlohmann::json j{{"benchmark", "step"}, {"device", r.device}, {"gpu", r.gpu}, {"policy", cfg.offload.policy},
@@ -316,15 +322,16 @@ int run_device_step_bench(const std::string& config_path, const std::vector<std:
                    {"grad_accum", cfg.train.grad_accum}, {"params", models::build_model(cfg.model, 1, 1).param_count()},
                    {"machine", {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}}}, {"date", today()}, {"command", command}};
   j.update(mfu_json(r.flops, r.step_s, r.peak));
+  j["by_op_kind"] = op_breakdown_json(by_kind);
   if (!json_path.empty()) write_result(json_path, "--json", j.dump(2) + "\n");
   if (!markdown_path.empty())
     write_result(markdown_path, "--markdown",
                  fmt::format("# Training step on {}\n\nMachine: {} ({} cores). Date: {}.\n\nCommand: `{}`\n\n"
                              "| model | precision | policy | batch x seq | ms/step (median of {}) | tokens/s | model TFLOP/s | MFU |\n"
-                             "|---|---|---|---|---|---|---|---|\n| {} | {} | {} | {}x{} | {:.1f} | {:.0f} | {:.1f} | {} |\n\n{}.\n",
+                             "|---|---|---|---|---|---|---|---|\n| {} | {} | {} | {}x{} | {:.1f} | {:.0f} | {:.1f} | {} |\n\n{}.\n\n{}",
                              r.device, cpu_model(), std::thread::hardware_concurrency(), today(), command, steps, config_path,
                              cfg.train.precision, cfg.offload.policy, cfg.train.batch_size, cfg.sequence(), r.step_s * 1e3, tokens_per_s,
-                             r.flops.model / r.step_s / 1e12, mfu_text, kMfuFormula));
+                             r.flops.model / r.step_s / 1e12, mfu_text, kMfuFormula, breakdown));
   return 0;
 }
 
