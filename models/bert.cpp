@@ -4,9 +4,10 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "models/builder.h"
-#include "models/rng.h"
+#include "models/weight_init.h"
 
 namespace ferry::models {
 namespace {
@@ -87,14 +88,13 @@ ModelSpec build_bert(const BertConfig& cfg, int64_t B, int64_t T) {
 }
 
 void init_bert(const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed) {
-  Rng rng(seed);
-  for (int i = 0; i < static_cast<int>(spec.params.size()); ++i) {
-    const std::string& name = spec.params[i].name;
-    const std::span<float> v = values[static_cast<size_t>(i)];
-    if (name.find("LayerNorm.weight") != std::string::npos) std::fill(v.begin(), v.end(), 1.0f);
-    else if (name.ends_with(".bias")) std::fill(v.begin(), v.end(), 0.0f);
-    else for (float& w : v) w = static_cast<float>(rng.normal() * 0.02);
+  std::vector<InitRule> rules;
+  for (const ParamSpec& p : spec.params) {
+    if (p.name.find("LayerNorm.weight") != std::string::npos) rules.push_back(InitRule::constant(1.0f));
+    else if (p.name.ends_with(".bias")) rules.push_back(InitRule::constant(0.0f));
+    else rules.push_back(InitRule::gaussian(0.02));
   }
+  fill_initial_values(rules, values, seed);
 }
 
 }  // namespace ferry::models

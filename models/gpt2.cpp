@@ -5,9 +5,10 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "models/builder.h"
-#include "models/rng.h"
+#include "models/weight_init.h"
 
 namespace ferry::models {
 namespace {
@@ -73,22 +74,15 @@ ModelSpec build_gpt2(const GptConfig& cfg, int64_t B, int64_t T) {
 }
 
 void init_gpt2(const ModelSpec& spec, const GptConfig& cfg, std::span<const std::span<float>> values, uint64_t seed) {
-  Rng rng(seed);
   const double proj_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
-  for (int i = 0; i < static_cast<int>(spec.params.size()); ++i) {
-    const std::string& name = spec.params[i].name;
-    const std::span<float> v = values[static_cast<size_t>(i)];
-    const bool is_bias = name.ends_with(".bias");
-    const bool is_ln = name.find(".ln_") != std::string::npos;
-    if (is_bias) {
-      std::fill(v.begin(), v.end(), 0.0f);
-    } else if (is_ln) {
-      std::fill(v.begin(), v.end(), 1.0f);
-    } else {
-      const double std = name.ends_with("c_proj.weight") ? proj_std : 0.02;
-      for (float& w : v) w = static_cast<float>(rng.normal() * std);
-    }
+  std::vector<InitRule> rules;
+  for (const ParamSpec& p : spec.params) {
+    const std::string& name = p.name;
+    if (name.ends_with(".bias")) rules.push_back(InitRule::constant(0.0f));
+    else if (name.find(".ln_") != std::string::npos) rules.push_back(InitRule::constant(1.0f));
+    else rules.push_back(InitRule::gaussian(name.ends_with("c_proj.weight") ? proj_std : 0.02));
   }
+  fill_initial_values(rules, values, seed);
 }
 
 }  // namespace ferry::models

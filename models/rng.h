@@ -11,8 +11,12 @@ class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed) {}
 
+  // Skips n draws of next_u64 at the cost of one: the state only advances by a constant per draw, so a
+  // stream can be split into chunks that start where a sequential walk would be (models/weight_init.cpp).
+  void discard(uint64_t n) { state_ += n * kGolden; }
+
   uint64_t next_u64() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    uint64_t z = (state_ += kGolden);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -21,6 +25,8 @@ class Rng {
   double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
   // Uniform integer in [0, n).
   uint64_t below(uint64_t n) { return static_cast<uint64_t>(uniform() * static_cast<double>(n)); }
+  // Standard normal from exactly kDrawsPerNormal draws (no rejection, no cached second value).
+  static constexpr uint64_t kDrawsPerNormal = 2;
   double normal() {
     const double u1 = 1.0 - uniform();  // (0, 1]
     const double u2 = uniform();
@@ -28,6 +34,7 @@ class Rng {
   }
 
  private:
+  static constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
   uint64_t state_;
 };
 

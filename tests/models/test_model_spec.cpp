@@ -1,8 +1,12 @@
 // The GPT-2 and BERT ModelSpecs: Hugging Face names and shapes, parameter count, and the op list's invariants
-// (every read follows a write, lifetimes derived consistently, the derived backward mirrors forward).
+// (every read follows a write, lifetimes derived consistently, the derived backward mirrors forward); and
+// their initial weights, filled in parallel, byte for byte those of one sequential random stream.
 #include <gtest/gtest.h>
+#include <tbb/global_control.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -11,6 +15,7 @@
 #include "models/bert.h"
 #include "models/gpt2.h"
 #include "models/rng.h"
+#include "models/weight_init.h"
 
 namespace ferry::models {
 namespace {
@@ -226,6 +231,105 @@ TEST(BertSpec, BertBaseHasHuggingFaceNamesShapesAndCount) {
   EXPECT_EQ(spec.param_count(), 109514298);  // BertForMaskedLM("bert-base-uncased").num_parameters()
   EXPECT_EQ(spec.params[spec.param_index("bert.encoder.layer.11.intermediate.dense.weight")].shape, (Shape{3072, 768}));
   EXPECT_THROW(build_bert({2, 3, 64, 256, 32}, 1, 8), std::invalid_argument);  // 64 % 3 != 0
+}
+
+// The initialisations as one sequential walk over the parameters with one Rng, as they were written before
+// they ran in parallel: the reference the parallel fill must match byte for byte.
+using Values = std::vector<std::vector<float>>;
+
+Values sequential_gpt2(const ModelSpec& spec, const GptConfig& cfg, uint64_t seed) {
+  Rng rng(seed);
+  const double proj_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
+  Values out;
+  for (const ParamSpec& p : spec.params) {
+    std::vector<float>& v = out.emplace_back(static_cast<size_t>(numel(p.shape)));
+    if (p.name.ends_with(".bias")) std::fill(v.begin(), v.end(), 0.0f);
+    else if (p.name.find(".ln_") != std::string::npos) std::fill(v.begin(), v.end(), 1.0f);
+    else for (float& w : v) w = static_cast<float>(rng.normal() * (p.name.ends_with("c_proj.weight") ? proj_std : 0.02));
+  }
+  return out;
+}
+
+Values sequential_bert(const ModelSpec& spec, uint64_t seed) {
+  Rng rng(seed);
+  Values out;
+  for (const ParamSpec& p : spec.params) {
+    std::vector<float>& v = out.emplace_back(static_cast<size_t>(numel(p.shape)));
+    if (p.name.find("LayerNorm.weight") != std::string::npos) std::fill(v.begin(), v.end(), 1.0f);
+    else if (p.name.ends_with(".bias")) std::fill(v.begin(), v.end(), 0.0f);
+    else for (float& w : v) w = static_cast<float>(rng.normal() * 0.02);
+  }
+  return out;
+}
+
+// Runs `init` into fresh buffers (NaN-filled, so an element left unwritten shows) on at most `threads`.
+template <class Init>
+Values parallel_init(const ModelSpec& spec, int threads, Init init) {
+  const tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
+  Values out;
+  std::vector<std::span<float>> views;
+  for (const ParamSpec& p : spec.params) views.emplace_back(out.emplace_back(static_cast<size_t>(numel(p.shape)), NAN));
+  init(std::span<const std::span<float>>(views));
+  return out;
+}
+
+void expect_same_bytes(const ModelSpec& spec, const Values& expected, const Values& got, const std::string& what) {
+  ASSERT_EQ(expected.size(), got.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(expected[i].size(), got[i].size());
+    EXPECT_EQ(std::memcmp(expected[i].data(), got[i].data(), expected[i].size() * sizeof(float)), 0)
+        << what << ": " << spec.params[i].name << " differs from the sequential stream";
+  }
+}
+
+TEST(WeightInit, DiscardSkipsExactlyThatManyDraws) {
+  Rng pick_n(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    const uint64_t seed = pick_n.next_u64(), n = pick_n.below(5000);
+    Rng skipped(seed), walked(seed);
+    skipped.discard(n);
+    for (uint64_t i = 0; i < n; ++i) walked.next_u64();
+    EXPECT_EQ(skipped.next_u64(), walked.next_u64()) << "seed " << seed << ", n " << n;
+  }
+}
+
+// Shapes whose embeddings span several of the fill's chunks (65536 elements), and the random small ones.
+TEST(WeightInit, Gpt2MatchesOneSequentialStreamOnAnyThreadCount) {
+  Rng rng(5);
+  std::vector<GptConfig> configs{{2, 2, 64, 3001, 128}, {3, 4, 96, 1500, 700}};
+  for (int trial = 0; trial < 10; ++trial) {
+    const int NH = pick(rng, 1, 4);
+    configs.push_back({pick(rng, 1, 4), NH, NH * pick(rng, 1, 16), pick(rng, 2, 301), pick(rng, 1, 64)});
+  }
+  for (const GptConfig& cfg : configs)
+    for (const uint64_t seed : {uint64_t{1}, uint64_t{0xFFFFFFFFFFFFFFF0ull}}) {
+      const ModelSpec spec = build_gpt2(cfg, 1, 1);
+      const Values expected = sequential_gpt2(spec, cfg, seed);
+      for (const int threads : {1, 4}) {
+        const Values got = parallel_init(spec, threads, [&](auto views) { init_gpt2(spec, cfg, views, seed); });
+        expect_same_bytes(spec, expected, got, "gpt2 C " + std::to_string(cfg.n_embd) + ", seed " + std::to_string(seed) +
+                                                   ", " + std::to_string(threads) + " threads");
+      }
+    }
+}
+
+TEST(WeightInit, BertMatchesOneSequentialStreamOnAnyThreadCount) {
+  Rng rng(6);
+  std::vector<BertConfig> configs{{2, 2, 64, 3001, 128, 0}, {3, 4, 96, 1500, 700, 80}};
+  for (int trial = 0; trial < 10; ++trial) {
+    const int NH = pick(rng, 1, 4);
+    configs.push_back({pick(rng, 1, 4), NH, NH * pick(rng, 1, 16), pick(rng, 2, 301), pick(rng, 1, 64), pick(rng, 0, 80)});
+  }
+  for (const BertConfig& cfg : configs)
+    for (const uint64_t seed : {uint64_t{1}, uint64_t{0xFFFFFFFFFFFFFFF0ull}}) {
+      const ModelSpec spec = build_bert(cfg, 1, 1);
+      const Values expected = sequential_bert(spec, seed);
+      for (const int threads : {1, 4}) {
+        const Values got = parallel_init(spec, threads, [&](auto views) { init_bert(spec, views, seed); });
+        expect_same_bytes(spec, expected, got, "bert C " + std::to_string(cfg.n_embd) + ", seed " + std::to_string(seed) +
+                                                   ", " + std::to_string(threads) + " threads");
+      }
+    }
 }
 
 }  // namespace

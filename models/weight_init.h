@@ -1,0 +1,25 @@
+// Initial values of a model's parameters: each a constant or N(0, std^2) from the model's one random stream,
+// filled in parallel (oneTBB) with the same bytes as one sequential walk over the parameters.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace ferry::models {
+
+// How one parameter starts: every element `value`, or (normal) each drawn as float(Rng::normal() * std).
+struct InitRule {
+  bool normal = false;
+  float value = 0.0f;  // when not normal
+  double std = 0.0;    // when normal
+
+  static InitRule constant(float v) { return {false, v, 0.0}; }
+  static InitRule gaussian(double s) { return {true, 0.0f, s}; }
+};
+
+// values[i] per rules[i]. The normal parameters share one Rng(seed) stream, consumed in parameter order and
+// element order, as a sequential loop would; chunks of every parameter start at their place in that stream
+// (Rng::discard), so the result does not depend on the number of threads.
+void fill_initial_values(std::span<const InitRule> rules, std::span<const std::span<float>> values, uint64_t seed);
+
+}  // namespace ferry::models
