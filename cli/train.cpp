@@ -62,7 +62,7 @@ constexpr const char* kTrainFooter =
 constexpr int kInterruptedStatus = 130;  // the shell's 128 + SIGINT
 
 struct TrainArgs {
-  std::string config_path, metrics_path, trace_path, resume;
+  std::string config_path, metrics_path, trace_path, resume, cost_model_path;
   bool resume_given = false;  // --resume "" is a mistake, not a fresh start
   bool overwrite_checkpoints = false;
   std::vector<std::string> overrides;
@@ -114,6 +114,7 @@ int run_train(TrainArgs args) {
   const engine::Config cfg = engine::load_config(args.config_path, args.overrides);
   engine::TrainOptions opt;
   opt.metrics = args.metrics_path;
+  opt.save_cost_model = args.cost_model_path;
   opt.resume = args.resume;
   opt.overwrite_checkpoints = args.overwrite_checkpoints;
   opt.trace = args.trace_path;
@@ -155,6 +156,9 @@ Command add_train(CLI::App& app) {
                                                       "(step, loss, val_loss when evaluated, lr, grad_norm, tokens_per_s, elapsed_s, "
                                                       "step_s, predicted_step_s, stall_s, h2d_bytes, d2h_bytes, peak_device_bytes; "
                                                       "loss_scale with fp16)");
+  train->add_option("--save-cost-model", args->cost_model_path,
+                    "Write the cost model this run planned with (a file offload.cost_model reads: on a GPU its links and CPU "
+                    "AdamW measured at start-up; the op times profiled on this model are not in it)");
   train->add_option("--trace", args->trace_path, "Write a Chrome/Perfetto trace (open in ui.perfetto.dev): a track per stream "
                                                  "and the CPU AdamW worker, a slice per op, copy and optimizer task");
   train->add_option("--trace-steps", args->trace_steps, "Steps the trace covers, from the first (default 2)")

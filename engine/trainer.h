@@ -14,6 +14,7 @@ namespace ferry::engine {
 
 struct TrainOptions {
   std::filesystem::path metrics;  // JSON lines, one per step; empty: none (appended to when resuming)
+  std::filesystem::path save_cost_model;  // the cost model the run planned with, as an offload.cost_model file; empty: none
   std::FILE* progress = stderr;   // status line and messages; null: silent
   std::filesystem::path resume;   // a checkpoint folder or a checkpoint_dir: continue from it
   bool overwrite_checkpoints = false;  // a train.checkpoint_dir holding another run's checkpoints: replace them
