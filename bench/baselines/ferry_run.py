@@ -26,6 +26,9 @@ def main():
                           "help": "delayed is approximate (the update a step late); backward and pipelined are exact"}),
         (("--ferry",), {"default": os.path.join(ROOT, "build", "ferry")}),
         (("--device",), {"default": "cuda", "help": "cuda, or cpu for the host device"}),
+        (("--cost-model",), {"default": "cost_models/h100-assumed.json",
+                             "help": "offload.cost_model for a cuda run (relative to configs/; its links and CPU AdamW are "
+                                     "measured at start-up)"}),
         (("--from-metrics",), {"help": "reduce this `ferry train --metrics` file of the shape instead of running ferry"}),
     ])
     system = f"ferry-{a.policy}" + ("" if a.overlap == "backward" else f"-{a.overlap}")
@@ -42,6 +45,7 @@ def main():
             "train.seed": a.seed, "train.eval_batches": 1, "optim.lr": a.lr, "optim.weight_decay": a.weight_decay,
             "optim.grad_clip": a.grad_clip, "offload.policy": a.policy, "offload.overlap": a.overlap,
             "offload.gpu_budget": a.budget_bytes, "device": a.device,
+            **({"offload.cost_model": a.cost_model} if a.device == "cuda" else {}),
             "train.activation_checkpointing": "true" if a.activation_checkpointing else "auto"}
     if a.from_metrics:
         run = subprocess.CompletedProcess([], 0, "", "")
