@@ -176,40 +176,46 @@ TEST(CudaTraining, TwentyStepsTrackTheHostDevicesLossCurve) {
 // The harness with no GPU: a second host device tracks the first (bitwise, so within any tolerance).
 TEST(CudaTrainingHarness, ASecondHostDeviceTracksTheFirst) { expect_tracks_the_host(DeviceChoice::Kind::Host, "bf16", 0, 0); }
 
-// Every policy at a budget that forces offload (a multiple of the least any plan needs): the plan's arena
-// and the device's own measured peak within the budget, nothing allocated on the device after start-up
+// Every policy, with the CPU's AdamW in the step (backward) and pipelined into the next, at a budget that
+// forces offload (a multiple of the least any plan needs): the plan's arena and the device's own measured peak
+// within the budget, nothing allocated on the device after start-up
 // (cudaMemGetInfo's free bytes unchanged by the steps, no allocation counted), and resident's losses bitwise
-// (the kernels are deterministic, whatever the placement).
+// and final weights bitwise (the kernels are deterministic, whatever the placement).
 void expect_every_policy_within_its_budget(DeviceChoice::Kind kind, std::initializer_list<bool> checkpointing) {
-  const std::vector<float> resident = train_on(kind, tiny_gpt("bf16", "resident", false, 4)).losses;
+  const DeviceRun resident_run = train_on(kind, tiny_gpt("bf16", "resident", false, 4));
+  const std::vector<float>& resident = resident_run.losses;
   for (const char* policy : {"resident", "zero-offload", "chunk-lru", "greedy"})
-    for (bool ckpt : checkpointing) {
-      const Config c = tiny_gpt("bf16", policy, ckpt, 4);
-      const std::string what = std::string(policy) + (ckpt ? ", checkpointing" : "");
-      int64_t budget = 0;
-      if (std::string(policy) == "chunk-lru" || std::string(policy) == "greedy") {
-        // As tests/engine/test_executor.cpp's tight budgets: from what the model needs in fp32.
-        const models::ModelSpec fp32 = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
-        const offload::OffloadProblem p(fp32, cost_model(), c.offload.bucket_bytes, 1, std::vector<bool>(c.model.n_layer, ckpt), 1,
-                                        device::op_workspace_bytes(kind, fp32));
-        budget = static_cast<int64_t>(offload::minimum_device_bytes(p) * (std::string(policy) == "chunk-lru" ? 2.0 : 1.5));
+    for (bool ckpt : checkpointing)
+      for (const char* overlap : {"backward", "pipelined"}) {  // pipelined: the CPU's AdamW runs on into the next step
+        if (std::string(policy) == "resident" && std::string(overlap) != "backward") continue;  // AdamW on the device
+        Config c = tiny_gpt("bf16", policy, ckpt, 4);
+        c.offload.overlap = overlap;
+        const std::string what = std::string(policy) + ", " + overlap + (ckpt ? ", checkpointing" : "");
+        int64_t budget = 0;
+        if (std::string(policy) == "chunk-lru" || std::string(policy) == "greedy") {
+          // As tests/engine/test_executor.cpp's tight budgets: from what the model needs in fp32.
+          const models::ModelSpec fp32 = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
+          const offload::OffloadProblem p(fp32, cost_model(), c.offload.bucket_bytes, 1, std::vector<bool>(c.model.n_layer, ckpt), 1,
+                                          device::op_workspace_bytes(kind, fp32));
+          budget = static_cast<int64_t>(offload::minimum_device_bytes(p) * (std::string(policy) == "chunk-lru" ? 2.0 : 1.5));
+        }
+        const DeviceRun r = train_on(kind, c, budget);
+        EXPECT_EQ(r.losses, resident) << what;
+        EXPECT_EQ(r.masters, resident_run.masters) << what << ": the weights after the last update";
+        EXPECT_LE(r.arena, r.budget) << what;
+        EXPECT_LE(r.measured_peak, r.budget) << what;
+        EXPECT_EQ(r.allocations_after_start_up, 0) << what;
+        EXPECT_EQ(r.free_after_steps, r.free_after_start_up)
+            << what << ": device memory allocated after start-up (kernel code loaded lazily at its first launch counts too: "
+            << "every kernel must have run once at start-up)";
+        // Beyond the arena, start-up takes what the CUDA runtime and the libraries keep for themselves (kernel
+        // code loaded as first used, library handles): reported, and held to a bound, so that a library
+        // allocating a workspace of its own shows.
+        const int64_t taken = r.free_before - r.free_after_start_up;
+        ::testing::Test::RecordProperty(what + ": device bytes taken at start-up", std::to_string(taken));
+        ::testing::Test::RecordProperty(what + ": arena bytes", std::to_string(r.arena));
+        EXPECT_LE(taken - r.arena, int64_t(256) << 20) << what << ": start-up took " << taken << " bytes of device memory for an arena of " << r.arena;
       }
-      const DeviceRun r = train_on(kind, c, budget);
-      EXPECT_EQ(r.losses, resident) << what;
-      EXPECT_LE(r.arena, r.budget) << what;
-      EXPECT_LE(r.measured_peak, r.budget) << what;
-      EXPECT_EQ(r.allocations_after_start_up, 0) << what;
-      EXPECT_EQ(r.free_after_steps, r.free_after_start_up)
-          << what << ": device memory allocated after start-up (kernel code loaded lazily at its first launch counts too: "
-          << "every kernel must have run once at start-up)";
-      // Beyond the arena, start-up takes what the CUDA runtime and the libraries keep for themselves (kernel
-      // code loaded as first used, library handles): reported, and held to a bound, so that a library
-      // allocating a workspace of its own shows.
-      const int64_t taken = r.free_before - r.free_after_start_up;
-      ::testing::Test::RecordProperty(what + ": device bytes taken at start-up", std::to_string(taken));
-      ::testing::Test::RecordProperty(what + ": arena bytes", std::to_string(r.arena));
-      EXPECT_LE(taken - r.arena, int64_t(256) << 20) << what << ": start-up took " << taken << " bytes of device memory for an arena of " << r.arena;
-    }
 }
 
 TEST(CudaTraining, EveryPolicyStaysWithinItsBudgetMeasured) {
