@@ -27,6 +27,7 @@ class SlowStage {
   std::mutex mutex_;
   std::condition_variable done_;
   bool finished_ = false, reported_ = false;
+  int unwinding_at_start_;  // std::uncaught_exceptions() when it began: more at the end means the work threw
   std::thread watcher_;
 };
 

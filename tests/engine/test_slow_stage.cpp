@@ -1,9 +1,11 @@
-// SlowStage: quick start-up work prints nothing; slow work prints while it runs and its time when it ends.
+// SlowStage: quick start-up work prints nothing; slow work prints while it runs and its time when it ends,
+// or that it failed.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -47,6 +49,20 @@ TEST(SlowStage, SlowWorkSaysWhatRunsAndHowLongItTook) {
   EXPECT_NE(out.find("start-up: pinning 2 GiB of host memory: done in 0."), std::string::npos) << out;
   EXPECT_EQ(out.find("done in"), out.rfind("done in")) << "one closing line: " << out;
   EXPECT_GT(out.find("done in"), out.rfind("so far")) << "the closing line last: " << out;
+}
+
+TEST(SlowStage, SlowWorkThatFailsSaysSoNotDone) {
+  TempFile t;
+  Progress progress(t.f.get());
+  try {
+    const SlowStage stage(progress, "pinning 2 GiB of host memory", 40ms);
+    std::this_thread::sleep_for(100ms);
+    throw std::runtime_error("no memory");
+  } catch (const std::runtime_error&) {
+  }
+  const std::string out = contents(t.f.get());
+  EXPECT_NE(out.find("start-up: pinning 2 GiB of host memory: failed after 0."), std::string::npos) << out;
+  EXPECT_EQ(out.find("done in"), std::string::npos) << out;
 }
 
 }  // namespace
