@@ -5,15 +5,22 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <string_view>
 
 #include "engine/device/host_cost_model.h"
 #include "engine/device/make_device.h"
 #include "engine/device/op_profile.h"
-#include "models/ops/workspace.h"
-#include "engine/device/host_cost_model.h"
 #include "engine/device/link_rate.h"
+#include "formats/atomic_file.h"
+#include "models/ops/workspace.h"
 
 namespace ferry::engine {
+namespace {
+
+// What a profiled cost model's name gains: a file saved from it (save_cost_model) holds no op times.
+constexpr std::string_view kProfiledNote = "; op times profiled on this model";
+
+}  // namespace
 
 offload::CostModel host_device_cost_model(const Config& cfg, const models::ModelSpec& spec, const dataset::Batch& sample,
                                           std::string* cache) {
@@ -65,7 +72,15 @@ void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, 
     profiler.synchronize();
     cost.profiled_workspace_bytes = scratch;
   }
-  cost.name += "; op times profiled on this model";
+  cost.name += kProfiledNote;
+}
+
+void save_cost_model(const std::filesystem::path& path, const offload::CostModel& cost, const Config& cfg) {
+  nlohmann::json saved = cost.to_json();
+  std::string name = cost.name;
+  if (const size_t at = name.find(kProfiledNote); at != std::string::npos) name.erase(at, kProfiledNote.size());
+  saved["name"] = name + " (saved by ferry train from " + cfg.source.filename().string() + ")";
+  formats::write_file_atomically(path, saved.dump(2) + "\n", "--save-cost-model");
 }
 
 offload::PlanRequest plan_request(const Config& cfg) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include "dataset/dataset.h"
@@ -36,6 +37,10 @@ void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, 
 // smaller), and the CPU AdamW's rates on the run's threads with gradients and working copies in the run's
 // precision, as the offloaded step runs it; the cost model's name says what was measured.
 void measure_machine_rates(device::Device& device, const Config& config, const models::ModelSpec& spec, offload::CostModel& cost);
+
+// `cost` as a file offload.cost_model reads (ferry train --save-cost-model): its rates, without the op times
+// profiled for this model and batch, and a name that says where it came from.
+void save_cost_model(const std::filesystem::path& path, const offload::CostModel& cost, const Config& config);
 
 // What the config asks plan_step for: bucket size, budget (offload.gpu_budget; 0 when unset), policy,
 // checkpointing, accumulation, overlap. The one translation of config keys into a plan request.

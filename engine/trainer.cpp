@@ -345,12 +345,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
   sum_.device_allocations_at_start_up = allocations_after_set_up_ - allocations_at_entry_;
   if (!opt.metrics.empty()) metrics_.emplace(opt.metrics, opt.resume.empty(), "--metrics");
   if (!opt.save_cost_model.empty()) {
-    nlohmann::json saved = cost_.to_json();  // the op times stay behind: they belong to this model and batch
-    std::string name = cost_.name;
-    const std::string profiled = "; op times profiled on this model";
-    if (const size_t at = name.find(profiled); at != std::string::npos) name.erase(at, profiled.size());
-    saved["name"] = name + " (saved by ferry train from " + cfg.source.filename().string() + ")";
-    formats::write_file_atomically(opt.save_cost_model, saved.dump(2) + "\n", "--save-cost-model");
+    save_cost_model(opt.save_cost_model, cost_, cfg);
     progress_.message("cost model written to " + opt.save_cost_model.string());
   }
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "memory/convert.h"
 #include "memory/host_buffer.h"
@@ -163,7 +164,7 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < max_reps; ++r) {
     if (r >= min_reps && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= min_seconds) break;
-    std::vector<std::pair<EventPtr, EventPtr>> marks;
+    std::vector<std::tuple<size_t, EventPtr, EventPtr>> marks;  // the op, and its timed events
     for (size_t i = 0; i < spec.ops.size(); ++i) {
       if (rep[i] != static_cast<int>(i)) continue;
       const OpLayout& l = layouts[i];
@@ -174,10 +175,9 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
       }
       EventPtr before = device.record_timed(Stream::Compute);
       device.run_op(spec, spec.ops[i], {l.inputs, l.outputs, l.values, l.grads}, 1.0f, nullptr, "profile: " + spec.ops[i].name);
-      marks.emplace_back(std::move(before), device.record_timed(Stream::Compute));
+      marks.emplace_back(i, std::move(before), device.record_timed(Stream::Compute));
     }
-    for (size_t i = 0, m = 0; i < spec.ops.size(); ++i)
-      if (rep[i] == static_cast<int>(i)) samples[i].push_back(device.elapsed_seconds(marks[m].first, marks[m].second)), ++m;
+    for (const auto& [i, before, after] : marks) samples[i].push_back(device.elapsed_seconds(before, after));
   }
   device.synchronize();
   if (workspace > 0) device.bind_workspace(nullptr, 0);
