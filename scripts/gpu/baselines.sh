@@ -9,17 +9,8 @@ SCRIPT=baselines
 source "$ROOT/scripts/gpu/env.sh"
 cd "$ROOT"
 trap 'write_summary "$OUT/compare-runs.jsonl"' EXIT
-install() {
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/site bench/baselines/wheels-gpu/* &&
-    # Colossal-AI's optimizer package imports bitsandbytes' 8-bit optimizer base for GaLore, which Gemini never
-    # uses; bitsandbytes (43 MB) does not fit the carry, so an empty base class stands in for it.
-    mkdir -p /tmp/site/bitsandbytes/optim && : >/tmp/site/bitsandbytes/__init__.py && : >/tmp/site/bitsandbytes/optim/__init__.py &&
-    echo 'class Optimizer2State: pass  # stand-in: only GaLore subclasses it' >/tmp/site/bitsandbytes/optim/optimizer.py &&
-    python3 -c 'import deepspeed, colossalai; print("deepspeed", deepspeed.__version__, "colossalai", colossalai.__version__)'
-}
-export -f install
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0
-step "install the baselines (pip, offline)" 150 install
+step "install the baselines (pip, offline)" 150 install_baselines
 model=${BASELINE_MODEL:-gpt2-1.5b} batch=${BASELINE_BATCH:-4} budget=${BASELINE_BUDGET:-16GiB}
 common=(--model "$model" --batch "$batch" --budget "$budget" --steps "${BASELINE_STEPS:-8}" --warmup 3 --json "$OUT/compare-runs.jsonl")
 [[ -n ${BASELINE_CHECKPOINTING:-1} ]] && common+=(--activation-checkpointing)

@@ -22,10 +22,7 @@ if [[ $systems == *ferry* ]]; then
   export LD_LIBRARY_PATH=$python_libs
 fi
 if [[ $systems == *deepspeed* || $systems == *gemini* ]]; then
-  step "install the baselines" 150 bash -c 'python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
-    --target /tmp/site bench/baselines/wheels-gpu/* && mkdir -p /tmp/site/bitsandbytes/optim &&
-    : >/tmp/site/bitsandbytes/__init__.py && : >/tmp/site/bitsandbytes/optim/__init__.py &&
-    echo "class Optimizer2State: pass" >/tmp/site/bitsandbytes/optim/optimizer.py'
+  step "install the baselines (pip, offline)" 150 install_baselines
 fi
 for layers in ${MAX_MODEL_LAYERS:-32 40}; do
   for system in $systems; do
