@@ -1,6 +1,7 @@
 // The policies. Shared by all that run AdamW on the CPU (add_cpu_optimizer): each bucket's gradients
 // leave for the host right after the last op writing them; their device buffer is released once the copy
-// has had time to finish (by the cost model), and AdamW runs on the bucket as soon as they land.
+// has had time to finish behind the ones queued before it (by the cost model), and AdamW runs on the bucket
+// as soon as they land.
 #include "offload/policies.h"
 
 #include <algorithm>
@@ -160,12 +161,97 @@ std::vector<double> pipelined_ready(const OffloadProblem& p, const std::vector<b
 struct PrefetchTiming {
   // Pipelined: a bucket's first window of the step waits for its update (pipelined_ready).
   Overlap overlap = Overlap::Backward;
-  // Paced: no earlier than the link can start the copy, on the timeline the stalls it expects shift. Unpaced,
-  // a window the link cannot bring in time goes as early as memory allows: the link then starts sooner at
-  // the step's start, but every such window holds memory from there (GPT at 4K tokens: gigabytes that the
-  // device tier could use).
-  bool paced = false;
+  enum class Issue {
+    // Each window on its own: its copy lands when the window's first op would start; a window the link
+    // cannot bring in time goes as early as memory allows: the link then starts sooner at the step's
+    // start, but every such window holds memory from there (GPT at 4K tokens: gigabytes that the device
+    // tier could use).
+    JustInTime,
+    // Likewise, but no earlier than the link can start the copy, on the timeline the stalls it expects shift.
+    Paced,
+    // Every copy at its latest start that still lets it and every copy queued behind it land in time
+    // (latest_starts): where the link is the bottleneck (a run of streamed blocks after the device tier's),
+    // the copies start early enough to fill the idle link before it, and no earlier.
+    LatestStart,
+  };
+  Issue issue = Issue::JustInTime;
 };
+
+// For each window (in the order of windows_of, which the in-order h2d stream keeps), the latest time its
+// copy may start so that it and every copy after it land before their window's first op, on the ideal
+// timeline t: a copy must end before its own use and before the next copy's latest start.
+std::vector<double> latest_starts(const OffloadProblem& p, const std::vector<Window>& windows, const std::vector<double>& t) {
+  std::vector<double> start(windows.size());
+  double next = INFINITY;
+  for (size_t i = windows.size(); i-- > 0;)
+    next = start[i] = std::min(t[windows[i].first], next) - p.cost.h2d.seconds(p.bucket_bytes[windows[i].bucket]);
+  return start;
+}
+
+// The h2d stream as greedy_for expects it, on the ideal timeline of the step: when it is next free, and
+// by how much the stalls it expects so far shift the ops after them.
+class ExpectedLink {
+ public:
+  ExpectedLink(const OffloadProblem& p, PrefetchTiming timing)
+      : p_(p), t_(timeline(p)), timing_(timing),
+        // Pipelined: each bucket's first copy waits for its update, so the ops after it shift by the stall,
+        // and issuing the copy before the update only holds memory (and the in-order link).
+        shifted_(timing.overlap == Overlap::Pipelined || timing.issue != PrefetchTiming::Issue::JustInTime) {}
+
+  double at(int point) const { return t_[point] + shift_; }
+
+  // Where to issue the copy of window w as its timing says, before memory has its say: not before
+  // `released` (the bucket's previous window), nor `earliest` (its update, pipelined); `latest_start` is
+  // the window's latest_starts entry (LatestStart only).
+  int point(const Window& w, int released, double latest_start, double earliest) const {
+    int point = w.first;
+    const double copy = p_.cost.h2d.seconds(p_.bucket_bytes[w.bucket]);
+    if (timing_.issue == PrefetchTiming::Issue::LatestStart) {
+      // The latest point at or before its latest start, shifted by the stalls expected so far. Not held
+      // back by when the link frees up in window order: the link takes copies in the order they are
+      // issued, and a window issued late because its bucket's previous window ends late (a small bucket
+      // read again two ops on) would otherwise hold back the larger copies after it.
+      const double start = std::max(latest_start + shift_, earliest);
+      while (point > released && at(point) > start) --point;
+      return point;
+    }
+    // The latest point whose copy still lands in time, backing off only while that starts the copy sooner
+    // (not before its update, nor, paced, before the link is free).
+    const double floor = std::max(earliest, timing_.issue == PrefetchTiming::Issue::Paced ? h2d_free_ : -INFINITY);
+    while (point > released && at(point) > floor && std::max(at(point), h2d_free_) + copy > at(w.first)) --point;
+    return point;
+  }
+
+  // The copy issued at `point`: it queues behind the ones before it; where it lands after the window's first
+  // op would start, the ops after it are expected to shift by the difference.
+  void issue(const Window& w, int point, double earliest) {
+    h2d_free_ = std::max({at(point), h2d_free_, earliest}) + p_.cost.h2d.seconds(p_.bucket_bytes[w.bucket]);
+    if (shifted_) shift_ += std::max(0.0, h2d_free_ - at(w.first));
+  }
+
+ private:
+  const OffloadProblem& p_;
+  const std::vector<double> t_;
+  const PrefetchTiming timing_;
+  const bool shifted_;
+  double h2d_free_ = 0, shift_ = 0;
+};
+
+// Device bytes greedy_for's schedule holds at each op before any window: the workspace, activations and
+// gradient buffers (grads_live), the resident buckets with the device tier's optimizer state, and the device
+// tier's gradients, which stay until its AdamW.
+std::vector<int64_t> bytes_before_windows(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device,
+                                          const std::vector<int64_t>& grads_live) {
+  int64_t resident_bytes = 0;
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (resident[b]) resident_bytes += p.bucket_bytes[b] + (device[b] ? device_state_bytes(p, b) : 0);
+  std::vector<int64_t> used(p.n_ops);
+  for (int i = 0; i < p.n_ops; ++i) used[i] = p.workspace_bytes + p.activation_live[i] + grads_live[i] + resident_bytes;
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (device[b] && p.first_grad_op[b] >= 0)
+      for (int i = p.first_grad_op[b]; i < p.n_ops; ++i) used[i] += p.bucket_bytes[b];
+  return used;
+}
 
 // Ferry's schedule for given tiers: the device tier (`device`: AdamW on the device, after the last op)
 // and the other resident buckets stay; every other bucket travels once per window of uses, prefetched just
@@ -183,42 +269,25 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
   s.resident = resident;
   s.device_optimizer = device;
   if (updated_there > 0) s.before[p.n_ops].push_back({Action::Kind::DeviceAdam, -1});
-  const std::vector<int64_t> grads_live = add_cpu_optimizer(p, s);
-  const auto t = timeline(p);
-  int64_t resident_bytes = 0;
-  for (int b = 0; b < p.n_buckets; ++b)
-    if (resident[b]) resident_bytes += p.bucket_bytes[b] + (device[b] ? device_state_bytes(p, b) : 0);
-  std::vector<int64_t> used(p.n_ops);
-  for (int i = 0; i < p.n_ops; ++i) used[i] = p.workspace_bytes + p.activation_live[i] + grads_live[i] + resident_bytes;
-  for (int b = 0; b < p.n_buckets; ++b)  // the device tier's gradients stay until its AdamW
-    if (device[b] && p.first_grad_op[b] >= 0)
-      for (int i = p.first_grad_op[b]; i < p.n_ops; ++i) used[i] += p.bucket_bytes[b];
+  std::vector<int64_t> used = bytes_before_windows(p, resident, device, add_cpu_optimizer(p, s));
   std::vector<int> released_at(p.n_buckets, 0);  // a bucket's next window may not start before this point
-  double h2d_free = 0;
-  // Pipelined: each bucket's first copy waits for its update, so the ops after it shift by the stall, and
-  // issuing the copy before the update only holds memory (and the in-order link).
-  const bool pipelined = timing.overlap == Overlap::Pipelined, shifted = pipelined || timing.paced;
-  std::vector<double> ready = pipelined ? pipelined_ready(p, device) : std::vector<double>(p.n_buckets, -INFINITY);
-  double shift = 0;
-  auto at = [&](int i) { return t[i] + shift; };
-  for (const Window& w : windows_of(p, resident, gap)) {  // in order of first use
+  std::vector<double> ready = timing.overlap == Overlap::Pipelined ? pipelined_ready(p, device) : std::vector<double>(p.n_buckets, -INFINITY);
+  const std::vector<Window> windows = windows_of(p, resident, gap);
+  const std::vector<double> latest_start = latest_starts(p, windows, timeline(p));
+  ExpectedLink link(p, timing);
+  for (size_t wi = 0; wi < windows.size(); ++wi) {  // in order of first use
+    const Window& w = windows[wi];
     const int64_t bytes = p.bucket_bytes[w.bucket];
-    const double copy = p.cost.h2d.seconds(bytes), earliest = ready[w.bucket];
+    const double earliest = ready[w.bucket];
     ready[w.bucket] = -INFINITY;  // its later windows carry the updated weights already
     auto fits_from = [&](int point) {
       for (int i = point; i <= w.last; ++i)
         if (used[i] + bytes > budget) return false;
       return true;
     };
-    // Latest point whose copy still lands in time, backing off only while that starts the copy sooner
-    // (not before its update, nor, paced, before the link is free), then forward to the earliest point
-    // memory allows.
-    const double floor = std::max(earliest, timing.paced ? h2d_free : -INFINITY);
-    int point = w.first;
-    while (point > released_at[w.bucket] && at(point) > floor && std::max(at(point), h2d_free) + copy > at(w.first)) --point;
-    while (point < w.first && !fits_from(point)) ++point;
-    h2d_free = std::max({at(point), h2d_free, earliest}) + copy;
-    if (shifted) shift += std::max(0.0, h2d_free - at(w.first));
+    int point = link.point(w, released_at[w.bucket], latest_start[wi], earliest);
+    while (point < w.first && !fits_from(point)) ++point;  // then forward to the earliest point memory allows
+    link.issue(w, point, earliest);
     s.before[point].push_back({Action::Kind::Prefetch, w.bucket});
     s.before[w.first].push_back({Action::Kind::Wait, w.bucket});
     s.before[w.last + 1].push_back({Action::Kind::Release, w.bucket});
@@ -530,13 +599,14 @@ void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed
 // Every other candidate is built without looking at the budget (ladder budgets above it are simply not
 // built: their plans could not be used anyway), so a larger budget only adds candidates: more budget never
 // gives a slower plan.
-// All of that twice: prefetches unpaced and paced (PrefetchTiming); with the pipelined update, also built
+// All of that three times: prefetches unpaced, paced and at their latest start (PrefetchTiming::Issue);
+// the Simulator decides which serves a candidate best; with the pipelined update, also built
 // as for the update in the step (whose plans, pipelined, are never slower than in the step, so greedy
 // pipelined is never slower than greedy updating in the step).
 // Complexity: ((prefixes + 1) x ladder rungs up to the budget) simulations, each O(ops + actions) plus one
 // Planner run, at most 26 x log_1.25(budget / minimum) of them; with mixed tiers, per rung at most 2 x 36
 // more for the two paths and 3 for each device tier on them; and two estimates per prefix that could fit;
-// times the two timings (four with the pipelined update).
+// times the three timings (six with the pipelined update).
 PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
   Best best(p, red_zone_bytes, overlap);
   best.consider(resident(p));
@@ -547,7 +617,8 @@ PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mix
   std::vector<Overlap> builds{overlap};
   if (overlap == Overlap::Pipelined) builds.push_back(Overlap::Backward);
   for (Overlap build : builds)
-    for (bool paced : {false, true}) consider_prefetch_schedules(p, best, mixed_tiers, PrefetchTiming{build, paced});
+    for (PrefetchTiming::Issue issue : {PrefetchTiming::Issue::JustInTime, PrefetchTiming::Issue::Paced, PrefetchTiming::Issue::LatestStart})
+      consider_prefetch_schedules(p, best, mixed_tiers, PrefetchTiming{build, issue});
   if (!best.fastest) throw BudgetError(shortfall(p, best.smallest_peak, "greedy's smallest plan", ""));
   return std::move(best.fastest->plan);
 }
@@ -616,13 +687,18 @@ int64_t minimum_device_bytes(const OffloadProblem& p) {
 std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& p, Schedule& s) {
   const auto t = timeline(p);
   std::vector<int64_t> grads_live(p.n_ops, 0);
-  for (int b = 0; b < p.n_buckets; ++b) {
-    if (p.first_grad_op[b] < 0 || s.device_optimizer[b]) continue;
+  std::vector<int> offloaded;  // in the order their copies queue on the d2h stream: by the point they leave
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (p.first_grad_op[b] >= 0 && !s.device_optimizer[b]) offloaded.push_back(b);
+  std::stable_sort(offloaded.begin(), offloaded.end(), [&](int a, int b) { return p.last_grad_op[a] < p.last_grad_op[b]; });
+  double d2h_free = 0;  // on the ideal timeline: a copy waits behind the ones queued before it
+  for (int b : offloaded) {
     const int out = p.last_grad_op[b] + 1;
     s.before[out].push_back({Action::Kind::OffloadGrads, b});
     s.before[out].push_back({Action::Kind::CpuAdam, b});
+    d2h_free = std::max(d2h_free, t[out]) + p.cost.d2h.seconds(p.bucket_bytes[b]);
     int release = out;
-    while (release < p.n_ops && t[release] - t[out] < p.cost.d2h.seconds(p.bucket_bytes[b])) ++release;
+    while (release < p.n_ops && t[release] < d2h_free) ++release;
     release = std::min(p.n_ops, release + 1);
     s.before[release].push_back({Action::Kind::ReleaseGrads, b});
     for (int i = p.first_grad_op[b]; i < release && i < p.n_ops; ++i) grads_live[i] += p.bucket_bytes[b];

@@ -58,8 +58,9 @@ int64_t minimum_device_bytes(const OffloadProblem& problem);
 
 // What every policy that runs AdamW on the CPU adds to its schedule: each bucket's gradients leave for the
 // host right after the last op writing them, with its CpuAdam; their buffer is released once the copy has
-// had time to finish (by the cost model); resident buckets are uploaded after the last op. Returns the
-// bytes of gradient buffers alive at each op.
+// had time to finish behind the copies queued before it (by the cost model, on the ideal timeline);
+// resident buckets are uploaded after the last op, in the order the CPU updates them. Returns the bytes of
+// gradient buffers alive at each op.
 std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& problem, Schedule& schedule);
 
 // A policy's schedule with its device memory, laid out once: the layout its fit was judged by.

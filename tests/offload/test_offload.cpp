@@ -452,6 +452,73 @@ TEST(Policies, GreedyPipelinedIsNeverSlowerThanGreedyUpdatingInTheStep) {
   }
 }
 
+// One backward op finishes four buckets' gradients at once; ten short ops follow. Their copies queue on
+// the d2h stream (1 ms each, ops 0.6 ms), so the fourth lands 4 ms after the op: a release placed one
+// copy time after it (as if each copy had the link to itself) made compute wait 2.2 ms there.
+TEST(Policies, GradientReleasesWaitForTheCopiesQueuedBeforeThem) {
+  models::ModelSpec spec;
+  spec.kind = "queue";
+  for (int i = 0; i < 5; ++i) spec.params.push_back({"p" + std::to_string(i), {1, 1024}});
+  auto tensor = [&](const std::string& name, bool grad) {
+    spec.tensors.push_back({name, {1, 1024}, DType::F32, grad, name == "x0"});
+    return static_cast<int>(spec.tensors.size()) - 1;
+  };
+  const int x0 = tensor("x0", false), x1 = tensor("x1", false), x2 = tensor("x2", false), g2 = tensor("x2.grad", true);
+  auto add_op = [&](std::string name, models::Pass pass, std::vector<int> params, std::vector<int> inputs, std::vector<int> outputs) {
+    models::OpSpec& op = spec.ops.emplace_back();
+    op.name = std::move(name), op.kind = models::OpKind::Linear, op.pass = pass;
+    op.params = std::move(params), op.inputs = std::move(inputs), op.outputs = std::move(outputs);
+  };
+  add_op("f0", models::Pass::Forward, {4}, {x0}, {x1});
+  add_op("f1", models::Pass::Forward, {0, 1, 2, 3}, {x1}, {x2});
+  add_op("loss", models::Pass::Forward, {}, {x2}, {g2});
+  int carried = tensor("x1.grad", true);
+  add_op("b1", models::Pass::Backward, {0, 1, 2, 3}, {x1, g2}, {carried});
+  for (int i = 0; i < 10; ++i) {
+    const int next = tensor("tail" + std::to_string(i) + ".grad", true);
+    add_op("t" + std::to_string(i), models::Pass::Backward, {}, {carried}, {next});
+    carried = next;
+  }
+  add_op("b0", models::Pass::Backward, {4}, {x0, carried}, {});
+  spec.finalize();
+  spec.set_precision(DType::BF16);
+  CostModel cost;
+  cost.profiled_op_s.assign(spec.ops.size(), 0.6e-3);
+  cost.d2h.gbps = 2048 / 1e-3 / 1e9, cost.d2h.latency_s = 0;  // a 2 KiB bucket's gradients take 1 ms
+  const OffloadProblem p(spec, cost, 2048, int64_t(1) << 30);
+  ASSERT_EQ(p.n_buckets, 5);
+  const PlannedSchedule zero = make_schedule(p, Policy::ZeroOffload);
+  const SimResult r = simulate_planned(p, zero);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.stall_s, 0.0) << "compute waited for a gradient buffer to be released";
+  std::map<int, int> released_at;  // bucket -> point
+  for (int point = 0; point <= p.n_ops; ++point)
+    for (const Action& a : zero.schedule.before[point])
+      if (a.kind == Action::Kind::ReleaseGrads) released_at[a.bucket] = point;
+  std::vector<int> queued;  // the four buckets b1 finishes, in the order their copies queue
+  for (const Action& a : zero.schedule.before[p.last_grad_op[p.op_buckets[1][0]] + 1])
+    if (a.kind == Action::Kind::OffloadGrads) queued.push_back(a.bucket);
+  ASSERT_EQ(queued.size(), 4u);
+  EXPECT_LT(released_at[queued.front()], released_at[queued.back()]) << "each buffer is freed once its own copy has landed";
+}
+
+// The h2d stream is in order: an upload queued before the bucket the CPU updates first would hold back every
+// upload behind it until its own update is done (GPT's buckets, by index, are updated last to first).
+TEST(Policies, ResidentBucketsAreUploadedInTheOrderTheCpuUpdatesThem) {
+  const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
+  const OffloadProblem p(gpt2_bf16({4, 12, 768, 50257, 1024}, 4, 1024), h100, memory::BucketLayout::kDefaultBucketBytes, int64_t(16) << 30);
+  const PlannedSchedule zero = make_schedule(p, Policy::ZeroOffload);
+  std::vector<int> uploads;
+  for (const Action& a : zero.schedule.before[p.n_ops])
+    if (a.kind == Action::Kind::Upload) uploads.push_back(a.bucket);
+  ASSERT_GT(uploads.size(), 2u);
+  EXPECT_EQ(uploads, cpu_update_order(p, zero.schedule));
+  Schedule reversed = zero.schedule;  // the same uploads, last updated first
+  std::erase_if(reversed.before[p.n_ops], [](const Action& a) { return a.kind == Action::Kind::Upload; });
+  for (auto b = uploads.rbegin(); b != uploads.rend(); ++b) reversed.before[p.n_ops].push_back({Action::Kind::Upload, *b});
+  EXPECT_LT(simulate_planned(p, zero).step_s, simulate(p, reversed, zero.memory).step_s);
+}
+
 TEST(Policies, MoreBudgetNeverMakesGreedySlower) {
   models::Rng rng(8);
   for (int trial = 0; trial < 50; ++trial) {
@@ -1005,24 +1072,33 @@ TEST(Greedy, WithinAFactorOfTheExhaustiveOptimumAndTheBoundBelowEverySchedule) {
 }
 
 TEST(Greedy, WithinTenPercentOfTheBoundWhenTheBudgetHoldsPartOfTheOptimizer) {
-  // The workload issue 16 is judged on, scaled down to run in a test: GPT-2 1.5B's width (8 blocks, its
-  // vocabulary), 4 x 1024 tokens, the shipped H100-class model, budgets holding part of AdamW's state. Greedy
-  // has to fill the budget with the device tier to the last bucket and keep the tied embedding (read by the
-  // step's first op and by the head) there: grown only within ladder rungs it stayed 1.15x-1.18x above.
-  // At 4 GiB it also needs paced prefetches (PrefetchTiming): 1.050 as measured, 1.079 without them.
+  // The workload issue 16 is judged on, scaled down to run in a test: GPT-2 1.5B's and GPT 3B's widths (8
+  // and 4 blocks, GPT-2's vocabulary), 4 x 1024 tokens, the shipped H100-class model, budgets holding part of
+  // AdamW's state. Greedy has to fill the budget with the device tier to the last bucket and keep the tied
+  // embedding (read by the step's first op and by the head) there: grown only within ladder rungs it stayed
+  // 1.15x-1.18x above. Behind the device tier's blocks the streamed ones are link-bound: their copies must
+  // start during the device tier's forward (PrefetchTiming's LatestStart), or 1.5B's width at 4 GiB stays
+  // 1.050 above, 3B's 1.116 at 4 GiB and 1.100 at 5; and the gradient buffers must be released once their
+  // copies have landed behind the ones queued before them, or 3B's stays 1.081 at 4 GiB.
   const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
-  const models::ModelSpec spec = gpt2_bf16({8, 25, 1600, 50257, 1024}, 4, 1024);
-  for (const auto& [gib, allowed] : {std::pair{4, 1.065}, std::pair{5, 1.10}}) {
+  struct Case {
+    models::GptConfig shape;
+    int gib;
+    double allowed;  // greedy / bound, a little above what was measured (1.015, 1.068, 1.042, 1.020)
+  };
+  for (const Case& c : {Case{{8, 25, 1600, 50257, 1024}, 4, 1.03}, Case{{8, 25, 1600, 50257, 1024}, 5, 1.08},
+                        Case{{4, 32, 2560, 50257, 1024}, 4, 1.06}, Case{{4, 32, 2560, 50257, 1024}, 5, 1.04}}) {
+    const models::ModelSpec spec = gpt2_bf16(c.shape, 4, 1024);
     PlanRequest request;
-    request.budget_bytes = int64_t(gib) << 30;
+    request.budget_bytes = int64_t(c.gib) << 30;
     request.checkpointing = Checkpointing::Auto;
     const StepPlan plan = plan_step(spec, h100, request);
     const double step = simulate(plan.problem, plan.schedule, plan.memory).step_s, bound = lower_bound_step_s(spec, h100, request);
     const TierTotals tiers = tier_totals(plan.problem, plan.schedule);
-    SCOPED_TRACE(std::to_string(gib) + " GiB: " + plan.schedule.label());
+    SCOPED_TRACE("width " + std::to_string(c.shape.n_embd) + ", " + std::to_string(c.gib) + " GiB: " + plan.schedule.label());
     EXPECT_GT(tiers.params[int(Tier::Device)], 0);
     EXPECT_GT(tiers.params[int(Tier::Streamed)], 0);  // the budget holds part of the optimizer state only
-    EXPECT_LE(step, allowed * bound);
+    EXPECT_LE(step, c.allowed * bound);
   }
 }
 
