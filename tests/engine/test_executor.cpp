@@ -534,7 +534,7 @@ TEST(Executor, APrefetchWaitsForGradientsReleasedWhereItsWindowLies) {
   const offload::CostModel cost = fp32_cost_model();
   const TrainSummary reference = run(small_config("resident", false, 1, 0, 4));
   // Two plans in which such a prefetch exists (found by searching budgets and bucket sizes).
-  for (const auto& [policy, factor, bucket_kib] : {std::tuple{"chunk-lru", 1.2, 128}, std::tuple{"greedy", 1.3, 512}}) {
+  for (const auto& [policy, factor, bucket_kib] : {std::tuple{"chunk-lru", 1.2, 64}, std::tuple{"greedy", 1.3, 512}}) {
     Config c = small_config(policy, false, 1, 0, 4);
     c.offload.bucket_bytes = int64_t(bucket_kib) << 10;
     c.offload.gpu_budget = tight_budget(c, factor);
