@@ -170,53 +170,49 @@ struct PrefetchTiming {
     // Likewise, but no earlier than the link can start the copy, on the timeline the stalls it expects shift.
     Paced,
     // Every copy at its latest start that still lets it and every copy queued behind it land in time
-    // (latest_starts): where the link is the bottleneck (a run of streamed blocks after the device tier's),
+    // (ExpectedLink): where the link is the bottleneck (a run of streamed blocks after the device tier's),
     // the copies start early enough to fill the idle link before it, and no earlier.
     LatestStart,
   };
   Issue issue = Issue::JustInTime;
 };
 
-// For each window (in the order of windows_of, which the in-order h2d stream keeps), the latest time its
-// copy may start so that it and every copy after it land before their window's first op, on the ideal
-// timeline t: a copy must end before its own use and before the next copy's latest start.
-std::vector<double> latest_starts(const OffloadProblem& p, const std::vector<Window>& windows, const std::vector<double>& t) {
-  std::vector<double> start(windows.size());
-  double next = INFINITY;
-  for (size_t i = windows.size(); i-- > 0;)
-    next = start[i] = std::min(t[windows[i].first], next) - p.cost.h2d.seconds(p.bucket_bytes[windows[i].bucket]);
-  return start;
-}
-
 // The h2d stream as greedy_for expects it, on the ideal timeline of the step: when it is next free, and
 // by how much the stalls it expects so far shift the ops after them.
 class ExpectedLink {
  public:
-  ExpectedLink(const OffloadProblem& p, PrefetchTiming timing)
+  ExpectedLink(const OffloadProblem& p, PrefetchTiming timing, const std::vector<Window>& windows)
       : p_(p), t_(timeline(p)), timing_(timing),
         // Pipelined: each bucket's first copy waits for its update, so the ops after it shift by the stall,
         // and issuing the copy before the update only holds memory (and the in-order link).
-        shifted_(timing.overlap == Overlap::Pipelined || timing.issue != PrefetchTiming::Issue::JustInTime) {}
+        shifted_(timing.overlap == Overlap::Pipelined || timing.issue != PrefetchTiming::Issue::JustInTime) {
+    if (timing.issue != PrefetchTiming::Issue::LatestStart) return;
+    // Each window's latest start, in the order of `windows` (which the in-order link keeps): a copy must land
+    // before its own window's first op and before the next copy's latest start.
+    latest_start_.resize(windows.size());
+    double next = INFINITY;
+    for (size_t i = windows.size(); i-- > 0;)
+      next = latest_start_[i] = std::min(t_[windows[i].first], next) - p.cost.h2d.seconds(p.bucket_bytes[windows[i].bucket]);
+  }
 
   double at(int point) const { return t_[point] + shift_; }
 
-  // Where to issue the copy of window w as its timing says, before memory has its say: not before
-  // `released` (the bucket's previous window), nor `earliest` (its update, pipelined); `latest_start` is
-  // the window's latest_starts entry (LatestStart only).
-  int point(const Window& w, int released, double latest_start, double earliest) const {
+  // Where to issue the copy of window `index` (w) as its timing says, before memory has its say: not before
+  // `released` (the bucket's previous window), nor `earliest` (its update, pipelined).
+  int point(const Window& w, size_t index, int released, double earliest) const {
     int point = w.first;
-    const double copy = p_.cost.h2d.seconds(p_.bucket_bytes[w.bucket]);
     if (timing_.issue == PrefetchTiming::Issue::LatestStart) {
       // The latest point at or before its latest start, shifted by the stalls expected so far. Not held
       // back by when the link frees up in window order: the link takes copies in the order they are
       // issued, and a window issued late because its bucket's previous window ends late (a small bucket
       // read again two ops on) would otherwise hold back the larger copies after it.
-      const double start = std::max(latest_start + shift_, earliest);
+      const double start = std::max(latest_start_[index] + shift_, earliest);
       while (point > released && at(point) > start) --point;
       return point;
     }
     // The latest point whose copy still lands in time, backing off only while that starts the copy sooner
     // (not before its update, nor, paced, before the link is free).
+    const double copy = p_.cost.h2d.seconds(p_.bucket_bytes[w.bucket]);
     const double floor = std::max(earliest, timing_.issue == PrefetchTiming::Issue::Paced ? h2d_free_ : -INFINITY);
     while (point > released && at(point) > floor && std::max(at(point), h2d_free_) + copy > at(w.first)) --point;
     return point;
@@ -234,6 +230,7 @@ class ExpectedLink {
   const std::vector<double> t_;
   const PrefetchTiming timing_;
   const bool shifted_;
+  std::vector<double> latest_start_;  // LatestStart only: per window, on the ideal timeline
   double h2d_free_ = 0, shift_ = 0;
 };
 
@@ -273,8 +270,7 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
   std::vector<int> released_at(p.n_buckets, 0);  // a bucket's next window may not start before this point
   std::vector<double> ready = timing.overlap == Overlap::Pipelined ? pipelined_ready(p, device) : std::vector<double>(p.n_buckets, -INFINITY);
   const std::vector<Window> windows = windows_of(p, resident, gap);
-  const std::vector<double> latest_start = latest_starts(p, windows, timeline(p));
-  ExpectedLink link(p, timing);
+  ExpectedLink link(p, timing, windows);
   for (size_t wi = 0; wi < windows.size(); ++wi) {  // in order of first use
     const Window& w = windows[wi];
     const int64_t bytes = p.bucket_bytes[w.bucket];
@@ -285,7 +281,7 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
         if (used[i] + bytes > budget) return false;
       return true;
     };
-    int point = link.point(w, released_at[w.bucket], latest_start[wi], earliest);
+    int point = link.point(w, wi, released_at[w.bucket], earliest);
     while (point < w.first && !fits_from(point)) ++point;  // then forward to the earliest point memory allows
     link.issue(w, point, earliest);
     s.before[point].push_back({Action::Kind::Prefetch, w.bucket});
