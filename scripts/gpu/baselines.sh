@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu/baselines.sh (run THERE, with bench/baselines/wheels-gpu/ carried): installs DeepSpeed and
-# Colossal-AI from the carried wheels into /tmp/site (no index there), then runs the baselines on one model
+# Colossal-AI from the carried wheels (install_baselines, scripts/gpu/env.sh), then runs the baselines on one model
 # at one budget (BASELINE_MODEL, BASELINE_BATCH, BASELINE_BUDGET, BASELINE_SYSTEMS), each result a line of
 # $OUT/compare-runs.jsonl.
 set -uo pipefail
@@ -9,7 +9,7 @@ SCRIPT=baselines
 source "$ROOT/scripts/gpu/env.sh"
 cd "$ROOT"
 trap 'write_summary "$OUT/compare-runs.jsonl"' EXIT
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0
+use_baseline_python
 step "install the baselines (pip, offline)" 150 install_baselines
 model=${BASELINE_MODEL:-gpt2-1.5b} batch=${BASELINE_BATCH:-4} budget=${BASELINE_BUDGET:-16GiB}
 common=(--model "$model" --batch "$batch" --budget "$budget" --steps "${BASELINE_STEPS:-8}" --warmup 3 --json "$OUT/compare-runs.jsonl")

@@ -11,7 +11,7 @@ SCRIPT=max_model
 source "$ROOT/scripts/gpu/env.sh"
 cd "$ROOT"
 trap 'write_summary "$OUT/max-model.jsonl"' EXIT
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0
+use_baseline_python
 systems=${MAX_MODEL_SYSTEMS:-ferry-greedy deepspeed-zero-offload} budget=${MAX_MODEL_BUDGET:-16GiB}
 python_libs=${LD_LIBRARY_PATH:-}
 if [[ $systems == *ferry* ]]; then
