@@ -34,6 +34,7 @@
 #include "formats/atomic_file.h"
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_dir.h"
+#include "formats/export.h"
 #include "formats/weights.h"
 #include "memory/convert.h"
 #include "memory/device_allocations.h"
@@ -708,6 +709,14 @@ EvalSummary evaluate(const Config& config, const EvalOptions& options) {
   quiet.progress = options.progress;
   Run run(config, quiet, &options);
   return run.evaluate_only();
+}
+
+formats::StartingPoint starting_point(const Config& config) {
+  const dataset::DataRequest request = data_request(config);
+  dataset::DataSource data;
+  if (dataset::reads_as_token_shard(request.path, request.format)) data = dataset::open_data_source(request);
+  else data.known = true, data.info.tokenizer = request.tokenizer;  // what the run's tokenisation records
+  return {config.model, config.train.seed, data.tokenizer_name(), origin_of_run(config, data)};
 }
 
 }  // namespace ferry::engine
