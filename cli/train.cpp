@@ -84,6 +84,7 @@ int run_train(TrainArgs args) {
   if (args.steps > 0) args.overrides.push_back("train.steps=" + std::to_string(args.steps));
   if (!args.seed.empty()) args.overrides.push_back("train.seed=" + args.seed);
   const engine::Config cfg = engine::load_config(args.config_path, args.overrides);
+  for (const std::string& warning : engine::config_warnings(cfg)) fmt::print(stderr, "ferry: warning: {}\n", warning);
   engine::TrainOptions opt;
   opt.metrics = args.metrics_path;
   opt.save_cost_model = args.cost_model_path;

@@ -193,6 +193,17 @@ Config parse_config(const std::string& yaml, const std::string& origin, const st
   return c;
 }
 
+std::vector<std::string> config_warnings(const Config& c) {
+  std::vector<std::string> warnings;
+  if (c.optim.warmup_steps > c.train.steps)  // LrSchedule: step s of the warmup runs at lr * (s + 1) / warmup_steps
+    warnings.push_back(fmt::format("optim.warmup_steps: {} is more than train.steps ({}): the run ends inside the warmup, and the "
+                                   "learning rate never reaches optim.lr ({}), only {:.3g} ({:.0f}% of it) at the last step; lower "
+                                   "optim.warmup_steps to at most {} or raise train.steps",
+                                   c.optim.warmup_steps, c.train.steps, c.optim.lr, c.optim.lr * c.train.steps / c.optim.warmup_steps,
+                                   100.0 * c.train.steps / c.optim.warmup_steps, c.train.steps));
+  return warnings;
+}
+
 DType Config::precision() const {
   return train.precision == "fp32" ? DType::F32 : train.precision == "fp16" ? DType::F16 : DType::BF16;
 }

@@ -104,6 +104,10 @@ std::vector<std::pair<std::string, std::string>> config_identity(const Config& c
 // The same as a stable hash.
 std::string config_hash(const Config& config);
 
+// Settings that are valid but likely not what was meant (optim.warmup_steps beyond train.steps), one line
+// each, for `ferry train` and `ferry plan` to print as warnings.
+std::vector<std::string> config_warnings(const Config& config);
+
 // Loads `path`, applies `key=value` overrides (dotted keys, YAML values: "train.steps=10"), validates.
 Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
 // The same from YAML text; `origin` names it in errors, relative data paths resolve against `base_dir`.

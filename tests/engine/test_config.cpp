@@ -242,6 +242,18 @@ TEST(Config, EpsMustBePositive) {
   EXPECT_DOUBLE_EQ(parse(kMinimal, {"optim.eps=2"}).optim.eps, 2);
 }
 
+// A warmup longer than the run is allowed (a short trial of a long run's settings) but warned of: the
+// learning rate never reaches optim.lr.
+TEST(Config, WarmupBeyondTheStepsIsWarnedOf) {
+  const std::vector<std::string> warnings = config_warnings(parse(kMinimal, {"optim.warmup_steps=400", "train.steps=100", "optim.lr=0.001"}));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "optim.warmup_steps: 400 is more than train.steps (100): the run ends inside the warmup, and the learning "
+                         "rate never reaches optim.lr (0.001), only 0.00025 (25% of it) at the last step; lower optim.warmup_steps "
+                         "to at most 100 or raise train.steps");
+  EXPECT_TRUE(config_warnings(parse(kMinimal, {"optim.warmup_steps=100", "train.steps=100"})).empty());  // lr at the last step
+  EXPECT_TRUE(config_warnings(parse(kMinimal)).empty());
+}
+
 TEST(Config, MaskTokenIdAppliesToBertOnly) {
   EXPECT_NE(error_of(kMinimal, {"data.mask_token_id=5"}).find("data.mask_token_id: applies to model.kind: bert only"),
             std::string::npos);
