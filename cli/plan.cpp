@@ -165,7 +165,9 @@ Command add_plan(CLI::App& app) {
             } catch (const std::invalid_argument& e) {
               throw std::runtime_error(std::string("--budget: ") + e.what());
             }
-            return print_plan(engine::load_config(args->config, args->overrides), opt);
+            const engine::Config cfg = engine::load_config(args->config, args->overrides);
+            for (const std::string& warning : engine::config_warnings(cfg)) fmt::print(stderr, "ferry: warning: {}\n", warning);
+            return print_plan(cfg, opt);
           }};
 }
 
