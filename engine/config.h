@@ -64,7 +64,7 @@ struct OffloadConfig {
   int64_t bucket_bytes = 0;          // offload.bucket_mb; 0: auto (the default until the cost model measures the link)
   std::string policy = "greedy";     // resident | zero-offload | chunk-lru | greedy
   int64_t gpu_budget = 0;            // bytes; 0: not given (offload.gpu_budget: auto)
-  std::filesystem::path cost_model;  // empty: measure the host device at start-up
+  std::filesystem::path cost_model;  // empty: measure the device (host or CUDA) at start-up
   std::string overlap = "backward";  // backward | delayed (ZeRO-Offload's delayed parameter update) | pipelined
   int sync_steps = 40;               // delayed: the first steps still update synchronously
 };

@@ -503,7 +503,7 @@ std::vector<Key<Config>> offload_keys() {
               "delayed: the first steps still update synchronously"),
       existing_path("offload.cost_model", [](Config& c) -> auto& { return c.offload.cost_model; }, Exists::File,
                     "a JSON cost model, e.g. configs/cost_models/h100-assumed.json",
-                    {.default_value = "none: the host device is measured at start-up (cached)"}),
+                    {.default_value = "none: the device is measured at start-up (op times, links, AdamW)"}),
   };
 }
 
