@@ -12,6 +12,7 @@
 #include <iterator>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/config.h"
@@ -388,6 +389,14 @@ TEST(Sample, ContinuesAPromptFromACheckpointDeterministically) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.size(), 4u + 40u);
   EXPECT_EQ(a.rfind("The ", 0), 0u);
+  // Streamed (issue 29: printed only at the end): the prompt, then each token as it is generated.
+  std::vector<std::string> pieces;
+  EXPECT_EQ(cli::sample(o, [&](std::string_view text) { pieces.emplace_back(text); }), a);
+  ASSERT_EQ(pieces.size(), 1u + 40u);
+  EXPECT_EQ(pieces.front(), "The ");
+  std::string streamed;
+  for (const auto& p : pieces) streamed += p;
+  EXPECT_EQ(streamed, a);
   o.seed = 10;
   EXPECT_NE(cli::sample(o), a);
   o.temperature = 0;  // greedy decoding ignores the seed
