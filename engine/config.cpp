@@ -475,9 +475,6 @@ void check_across_keys(Config& c, const DataKeys& data, const std::filesystem::p
   c.data.path = resolve_data_path(data_path, base_dir);
   resolve_tokenizer_files(c.data, c.model.init_from,
                           !dataset::reads_as_token_shard(c.data.path, dataset::parse_data_format(c.data.format)));
-  if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
-    throw ConfigError("train.checkpoint_every: " + std::to_string(c.train.checkpoint_every) +
-                      " needs train.checkpoint_dir (where to write them)");
   if (data.mask_token_id && c.model.kind != "bert")
     throw ConfigError("data.mask_token_id: applies to model.kind: bert only (this is " + c.model.kind +
                       ", which masks nothing); remove the key");
