@@ -160,9 +160,6 @@ void check_across_keys(Config& c) {
                       (c.model.kind == "bert" ? std::string(" plus BERT's [MASK]; use at least 257") : std::string("; use at least 256")));
   check_data_path(c.data);
   resolve_tokenizer_files(c.data, c.model.init_from, !shard);
-  if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
-    throw ConfigError("train.checkpoint_every: " + std::to_string(c.train.checkpoint_every) +
-                      " needs train.checkpoint_dir (where to write them)");
   if (c.data.mask_token_id >= c.model.vocab_size)
     throw ConfigError("data.mask_token_id: " + std::to_string(c.data.mask_token_id) + " is not below model.vocab_size " +
                       std::to_string(c.model.vocab_size));
