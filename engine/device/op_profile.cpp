@@ -86,7 +86,7 @@ std::string op_signature(const models::ModelSpec& spec, const models::OpSpec& op
                     std::to_string(a.heads) + "," + std::to_string(a.causal) + "," + std::to_string(a.exact_gelu) + "," +
                     std::to_string(a.eps);
   auto shape = [&key](const models::Shape& sh) {
-    for (int64_t d : sh) key += "x" + std::to_string(d);
+    for (int64_t d : sh) key += 'x' + std::to_string(d);
   };
   for (const std::vector<int>* list : {&op.inputs, &op.outputs})
     for (int t : *list) {

@@ -197,7 +197,9 @@ TEST(OpProfile, AnOpIsTimedInPlaceOfOnlyAnOpOfTheSameShapes) {
       EXPECT_EQ(spec.params[by.params[k]].shape, spec.params[op.params[k]].shape) << op.name;
     EXPECT_EQ(by.attrs.in, op.attrs.in) << op.name;
     EXPECT_EQ(by.attrs.out, op.attrs.out) << op.name;
-    if (op.kind == models::OpKind::Linear && op.layer < 0) EXPECT_EQ(rep[i], static_cast<int>(i)) << op.name << ": the head is its own";
+    if (op.kind == models::OpKind::Linear && op.layer < 0) {
+      EXPECT_EQ(rep[i], static_cast<int>(i)) << op.name << ": the head is its own";
+    }
   }
   EXPECT_LT(timed * 2, static_cast<int>(spec.ops.size())) << "three blocks profile about one block's ops";
 }
