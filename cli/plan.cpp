@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "engine/device/host_cost_model.h"
+#include "engine/device/op_profile.h"
 #include "engine/host_memory.h"
 #include "engine/group_settings.h"
 #include "engine/step_planning.h"
@@ -62,16 +63,48 @@ int print_chosen(const engine::Config& cfg, const models::ModelSpec& spec, const
   return 3;
 }
 
+namespace {
+
+// The longest pass over a model's ops (by the roofline: device::ops_profiled_in_place_of's, one block's and the
+// ends') that `ferry plan` profiles as `ferry train` does, in a warm-up pass and six passes or a second at least.
+constexpr double kQuickToProfile_s = 1.0;
+
+// The host device's cost model for the plan: the op times `ferry train` profiles at start-up when that is quick,
+// on a batch of ids spread over the vocabulary (BERT: one position in seven labelled, as masked-LM labels are),
+// so that it predicts the step `ferry train` predicts (within the spread of two profiles); else the roofline of
+// the machine's measured rates, said so.
+offload::CostModel host_cost_model_for(const engine::Config& cfg, const models::ModelSpec& spec, std::string* cache) {
+  offload::CostModel roofline = device::host_cost_model(cfg.threads(), cache);
+  const std::vector<int> profiled_in_place_of = device::ops_profiled_in_place_of(spec);
+  double pass_s = 0;
+  for (size_t i = 0; i < spec.ops.size(); ++i)
+    if (profiled_in_place_of[i] == static_cast<int>(i)) pass_s += roofline.op_seconds(spec, spec.ops[i]);
+  if (pass_s > kQuickToProfile_s) {
+    roofline.name += fmt::format("; op times from its matmul and memory rates, not profiled (about {:.0f} s a pass over the ops; "
+                                 "ferry train profiles them at start-up)", pass_s);
+    return roofline;
+  }
+  dataset::Batch sample;
+  const int64_t n = int64_t(cfg.train.batch_size) * cfg.sequence();
+  for (int64_t i = 0; i < n; ++i) {
+    sample.tokens.push_back(static_cast<int32_t>((i * 7919) % cfg.model.vocab_size));
+    sample.targets.push_back(spec.kind == "bert" && i % 7 ? -100 : sample.tokens.back());
+  }
+  return engine::host_device_cost_model(cfg, spec, sample, cache);
+}
+
+}  // namespace
+
 int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   const int64_t budget = opt.budget > 0 ? opt.budget : cfg.offload.gpu_budget;
   if (budget <= 0)
     throw std::runtime_error("offload.gpu_budget: missing; give --budget 8GiB or set offload.gpu_budget in the config");
   const offload::Policy chosen = offload::parse_policy(opt.policy.empty() ? cfg.offload.policy : opt.policy);
-  std::string cache;
-  const offload::CostModel cost =
-      cfg.offload.cost_model.empty() ? device::host_cost_model(cfg.threads(), &cache) : offload::CostModel::load(cfg.offload.cost_model);
   const models::ModelSpec spec =
       engine::with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.optim.groups);
+  std::string cache;
+  const offload::CostModel cost =
+      cfg.offload.cost_model.empty() ? host_cost_model_for(cfg, spec, &cache) : offload::CostModel::load(cfg.offload.cost_model);
   const int64_t bucket_bytes = cfg.bucket_bytes();
   const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
 
@@ -155,7 +188,8 @@ Command add_plan(CLI::App& app) {
   plan->add_option("--set", args->overrides, "Override any config key, e.g. --set offload.bucket_mb=64 (repeatable)");
   plan->footer("Exit status: 0 when the plan fits the budget, 3 when it does not.\n"
                "offload.cost_model: a JSON cost model (configs/cost_models/h100-assumed.json plans for an H100 on\n"
-               "any machine); without one, the host device is measured at start-up (about a second).");
+               "any machine); without one, the host device is measured at start-up and a small model's ops are\n"
+               "profiled as ferry train profiles them (a second or more).");
   return {plan, [args] {
             PlanOptions opt;
             opt.policy = args->policy;
