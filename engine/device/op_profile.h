@@ -32,7 +32,7 @@ struct ProfilePasses {
   int min = 6;
   double min_seconds = 1.0;
   double tolerance = 0.03;
-  double max_seconds = 10.0;
+  double max_seconds = 3.0;
   int max = 200;
 };
 
