@@ -26,7 +26,7 @@
 #include "models/cpu_runner.h"
 #include "models/gpt2.h"
 #include "models/ops/matmul.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 
 #ifdef FERRY_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -95,7 +95,7 @@ struct MatmulTiming {
 };
 
 // The largest matmul of the step, by FLOPs, in its forward shape alone: at least 5 runs and 2 seconds.
-MatmulTiming time_largest_matmul(const models::ModelSpec& spec, models::Rng& rng) {
+MatmulTiming time_largest_matmul(const models::ModelSpec& spec, Rng& rng) {
   const models::OpSpec* biggest = nullptr;
   for (const auto& op : spec.ops)
     if (op.kind == models::OpKind::Linear && op.pass == models::Pass::Forward &&
@@ -202,7 +202,7 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
   models::ParameterStore params(spec.params);
   models::init_gpt2(spec, gpt, params, 1);
   models::CpuRunner runner(spec, params);
-  models::Rng rng(7);
+  Rng rng(7);
   std::vector<int32_t> tokens(B * T), targets(B * T);
   for (auto& t : tokens) t = static_cast<int32_t>(rng.below(gpt.vocab_size));
   for (auto& t : targets) t = static_cast<int32_t>(rng.below(gpt.vocab_size));
@@ -263,7 +263,7 @@ DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Ki
   options.grad_clip = static_cast<float>(cfg.optim.grad_clip);
   engine::Executor executor(spec, plan, host, *pool, *dev, adamw, options, nullptr);
   executor.upload_state();
-  models::Rng rng(7);
+  Rng rng(7);
   std::vector<dataset::Batch> batch(static_cast<size_t>(cfg.train.grad_accum));
   for (dataset::Batch& b : batch) {
     b.tokens.resize(static_cast<size_t>(cfg.train.batch_size * cfg.sequence()));

@@ -16,7 +16,7 @@
 #include "engine/host_memory.h"
 #include "engine/group_settings.h"
 #include "engine/step_planning.h"
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 #include "models/registry.h"
 #include "memory/host_buffer.h"
 #include "offload/policies.h"
@@ -133,7 +133,7 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
     main["model"] = cfg.model.kind;
     main["params"] = spec.param_count();
     main["bucket_bytes"] = bucket_bytes;
-    formats::write_file_atomically(opt.json, main.dump(2) + "\n", "--json");
+    write_file_atomically(opt.json, main.dump(2) + "\n", "--json");
   }
   return status;
 }

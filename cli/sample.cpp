@@ -19,7 +19,7 @@
 #include "formats/weights.h"
 #include "models/cpu_runner.h"
 #include "models/registry.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 
 namespace ferry::cli {
 
@@ -62,7 +62,7 @@ std::string sample(const SampleOptions& o) {
   std::vector<int32_t> text;
   for (unsigned char ch : o.prompt) text.push_back(ch);
   if (text.empty()) text.push_back('\n');  // something to condition on
-  models::Rng rng(o.seed);
+  Rng rng(o.seed);
   std::vector<int32_t> window(T), targets(T, 0);
   std::vector<double> probs(V);
   for (int n = 0; n < o.tokens; ++n) {

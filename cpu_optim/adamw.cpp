@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu_optim/half.h"
+#include "foundation/precision.h"
 #include "cpu_optim/kernels.h"
 
 namespace ferry::cpu_optim {

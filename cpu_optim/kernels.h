@@ -31,7 +31,7 @@ double sum_squares_avx512(const void* grad, DType type, size_t begin, size_t end
 
 // One gradient element as fp32 (exact for every type).
 float load_grad(const void* grad, DType type, size_t i);
-// The copy-out of one element, by the scalar rules of half.h.
+// The copy-out of one element, by the scalar rules of foundation/precision.h.
 void store_upload(const KernelArgs& a, size_t i, float p);
 
 }  // namespace ferry::cpu_optim::detail

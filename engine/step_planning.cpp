@@ -11,7 +11,7 @@
 #include "engine/device/make_device.h"
 #include "engine/device/op_profile.h"
 #include "engine/device/link_rate.h"
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 #include "models/ops/workspace.h"
 
 namespace ferry::engine {
@@ -80,7 +80,7 @@ void save_cost_model(const std::filesystem::path& path, const offload::CostModel
   std::string name = cost.name;
   if (const size_t at = name.find(kProfiledNote); at != std::string::npos) name.erase(at, kProfiledNote.size());
   saved["name"] = name + " (saved by ferry train from " + cfg.source.filename().string() + ")";
-  formats::write_file_atomically(path, saved.dump(2) + "\n", "--save-cost-model");
+  write_file_atomically(path, saved.dump(2) + "\n", "--save-cost-model");
 }
 
 offload::PlanRequest plan_request(const Config& cfg) {

@@ -31,7 +31,7 @@
 #include "engine/progress.h"
 #include "engine/slow_stage.h"
 #include "engine/step_planning.h"
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_dir.h"
 #include "formats/weights.h"
@@ -266,7 +266,7 @@ class Run {
   const cpu_optim::LrSchedule schedule_;
   const std::string hash_;
   formats::TrainState resumed_;
-  std::optional<formats::AppendFile> metrics_;  // checked appends: a full disk is an error naming the file
+  std::optional<AppendFile> metrics_;  // checked appends: a full disk is an error naming the file
   TrainSummary sum_;
   double train_s_ = 0;
   std::vector<double> step_times_;

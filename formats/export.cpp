@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 #include "formats/checkpoint.h"
 #include "formats/hf_config.h"
 #include "formats/hf_source.h"

@@ -14,7 +14,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "cpu_optim/half.h"
+#include "foundation/precision.h"
 #include "models/op_dispatch.h"
 
 namespace ferry::device {
@@ -304,7 +304,7 @@ void CudaDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op,
 cuda::AdamWCoefficients adamw_coefficients(const cpu_optim::AdamWHyper& h, int64_t step, double lr, uint64_t seed) {
   const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
-  const uint32_t seed_key = cpu_optim::random_bits(static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(seed));
+  const uint32_t seed_key = random_bits(static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(seed));
   return {static_cast<float>(h.beta1),
           static_cast<float>(1.0 - h.beta1),
           static_cast<float>(h.beta2),
@@ -314,7 +314,7 @@ cuda::AdamWCoefficients adamw_coefficients(const cpu_optim::AdamWHyper& h, int64
           static_cast<float>(1.0 / std::sqrt(bc2)),
           static_cast<float>(h.eps),
           1.0f,
-          cpu_optim::random_bits(seed_key, static_cast<uint32_t>(step))};
+          random_bits(seed_key, static_cast<uint32_t>(step))};
 }
 
 namespace {

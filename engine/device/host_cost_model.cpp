@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu_optim/adamw.h"
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 #include "memory/host_buffer.h"
 #include "models/ops/matmul.h"
 
@@ -113,7 +113,7 @@ offload::CostModel host_cost_model(int threads, std::string* cache_path) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   try {
-    formats::write_file_atomically(file, c.to_json().dump(2) + "\n", "cost model cache");
+    write_file_atomically(file, c.to_json().dump(2) + "\n", "cost model cache");
   } catch (const std::exception&) {
     // a cache: without it the next run measures again
   }

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "models/cuda/hd.h"
+#include "foundation/precision.h"
 
 namespace ferry::cuda {
 

@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "models/cuda/math.h"
-#include "models/cuda/precision.h"
+#include "foundation/precision.h"
 
 // Loops over a micro-tile's rows and columns unroll on the device, so the accumulators live in registers.
 #if defined(__CUDA_ARCH__)

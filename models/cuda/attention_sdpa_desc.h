@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "models/cuda/hd.h"
+#include "foundation/precision.h"
 
 namespace ferry::cuda::sdpa {
 

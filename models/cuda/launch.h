@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "models/cuda/hd.h"
+#include "foundation/precision.h"
 
 namespace ferry::cuda {
 

@@ -8,7 +8,7 @@
 
 #include "models/cuda/launch.h"
 #include "models/cuda/math.h"
-#include "models/cuda/precision.h"
+#include "foundation/precision.h"
 
 namespace ferry::cuda {
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "cpu_optim/adamw.h"
-#include "cpu_optim/half.h"
+#include "foundation/precision.h"
 #include "cpu_optim/lr_schedule.h"
 #include "formats/safetensors.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 #include "optim_fixtures.h"
 
 #include <nlohmann/json.hpp>

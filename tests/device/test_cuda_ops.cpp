@@ -22,7 +22,7 @@
 #include "models/gpt2.h"
 #include "models/parameter_store.h"
 #include "models/registry.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 #include "test_helpers.h"
 
 namespace ferry::device {
@@ -129,7 +129,7 @@ std::vector<DType> storage_of(const ModelSpec& spec, const OpSpec& op) {
 
 // Ids the op can take (below the vocabulary, BERT's -100 for unmasked targets, padding at the end of each
 // sequence) and random floats, rounded to the storage, elsewhere.
-void fill_random(std::byte* dst, const std::string& name, DType dtype, int64_t n, int vocab, int64_t seq, models::Rng& rng) {
+void fill_random(std::byte* dst, const std::string& name, DType dtype, int64_t n, int vocab, int64_t seq, Rng& rng) {
   if (dtype == DType::I32) {
     auto* ids = reinterpret_cast<int32_t*>(dst);
     for (int64_t i = 0; i < n; ++i) {
@@ -145,7 +145,7 @@ void fill_random(std::byte* dst, const std::string& name, DType dtype, int64_t n
 }
 
 void fill_op_operands(std::byte* image, const ModelSpec& spec, const SpecLayout& l, const OpSpec& op, int vocab, uint64_t seed) {
-  models::Rng rng(seed);
+  Rng rng(seed);
   const int64_t seq = op.attrs.seq > 0 ? op.attrs.seq : 1;
   for (int t : op.inputs) fill_random(image + l.tensor[t], spec.tensors[t].name, spec.tensors[t].dtype, numel(spec.tensors[t].shape), vocab, seq, rng);
   for (int t : op.outputs) fill_random(image + l.tensor[t], spec.tensors[t].name, spec.tensors[t].dtype, numel(spec.tensors[t].shape), vocab, seq, rng);
@@ -244,7 +244,7 @@ std::set<std::pair<models::OpKind, models::Pass>> compare_every_op(const Shape& 
 
 // Random shapes: head sizes and vocabularies that are no multiple of a warp or a vector width among them.
 std::vector<Shape> random_shapes(const std::string& kind, DType precision, uint64_t seed) {
-  models::Rng rng(seed);
+  Rng rng(seed);
   std::vector<Shape> shapes{{kind, precision, 4, 16, 96, 2, 16}};  // a regular one first
   for (int i = 0; i < 3; ++i) {
     const int heads = 1 + static_cast<int>(rng.below(4));

@@ -13,7 +13,7 @@
 #include "models/cpu_op.h"
 #include "models/ops/workspace.h"
 #include "models/registry.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 
 namespace ferry::models {
 namespace {

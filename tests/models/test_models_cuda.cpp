@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "cpu_optim/adamw.h"
-#include "cpu_optim/half.h"
 #include "cpu_optim/step_decision.h"
 #include "engine/device/cuda_device.h"
 #include "engine/device/cuda_devices.h"
@@ -21,7 +20,7 @@
 #include "models/cuda/cuda_kernels.h"
 #include "models/cuda/linear.h"
 #include "models/cuda/ops.h"
-#include "models/cuda/precision.h"
+#include "foundation/precision.h"
 #include "models/cpu_op.h"
 #include "memory/convert.h"
 #include "models/ops/ops.h"

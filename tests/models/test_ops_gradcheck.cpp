@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "models/ops/ops.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 
 namespace ferry::models::ops {
 namespace {

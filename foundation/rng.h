@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace ferry::models {
+namespace ferry {
 
 class Rng {
  public:
@@ -38,4 +38,4 @@ class Rng {
   uint64_t state_;
 };
 
-}  // namespace ferry::models
+}  // namespace ferry

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace ferry::formats {
+namespace ferry {
 
 // A whole file written so that the target holds either its old content or all of the new one: the bytes
 // go to '<target>.tmp' in the same folder; finish() fsyncs and closes it (where a full disk may show
@@ -62,4 +62,4 @@ class AppendFile {
   int fd_ = -1;
 };
 
-}  // namespace ferry::formats
+}  // namespace ferry

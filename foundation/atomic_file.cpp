@@ -1,6 +1,6 @@
 // AtomicFile and AppendFile on POSIX descriptors: write(2) and close(2) report the errno that an ofstream
 // loses, and no user-space buffer can hold bytes back until a destructor that cannot report.
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace ferry::formats {
+namespace ferry {
 namespace {
 
 std::string in_quotes(const std::filesystem::path& p) {
@@ -148,4 +148,4 @@ void AppendFile::close() {
   if (rc != 0) throw std::runtime_error(what_ + ": closing " + in_quotes(path_) + " failed: " + std::strerror(errno));
 }
 
-}  // namespace ferry::formats
+}  // namespace ferry

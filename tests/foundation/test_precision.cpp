@@ -1,0 +1,120 @@
+// foundation/precision.h, the one rounding the CPU, the CUDA kernels and their host twins share, against
+// independent references computed in double: every bf16 and fp16 pattern read back, fp32 values around
+// every pattern (the ties and their neighbours), every fp32 below fp16's normal range and a dense stride
+// over all 2^32 patterns.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#include "foundation/precision.h"
+
+namespace ferry {
+namespace {
+
+uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
+
+// Nearest even by comparing the distances to the two bf16 neighbours of |f| in double (exact there); past
+// the largest bf16 the upper neighbour is 2^128, which rounds to inf. NaN: a quiet NaN with f's sign.
+uint16_t bf16_reference(float f) {
+  const uint32_t x = bits(f), sign = x & 0x80000000u, ax = x & 0x7fffffffu;
+  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40);
+  if (std::isinf(f)) return static_cast<uint16_t>(x >> 16);
+  const uint32_t lo = ax & 0xffff0000u, hi = lo + 0x10000u;
+  const double value = std::fabs(static_cast<double>(f)), down = std::bit_cast<float>(lo);
+  const double up = hi == 0x7f800000u ? std::ldexp(1.0, 128) : static_cast<double>(std::bit_cast<float>(hi));
+  const bool round_up = value - down > up - value || (value - down == up - value && (lo & 0x10000u));
+  return static_cast<uint16_t>((sign | (round_up ? hi : lo)) >> 16);
+}
+
+// fp16 as a count of ulps in double: the ulp of |f|'s binade (2^-24 below 2^-14), the quotient rounded to
+// nearest even by the FPU; (binade + 14) * 1024 + ulps is then the encoding, carries and subnormals included.
+uint16_t half_reference(float f) {
+  const auto sign = static_cast<uint16_t>((bits(f) >> 16) & 0x8000);
+  if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7e00);
+  const double value = std::fabs(static_cast<double>(f));
+  if (value == 0) return sign;
+  if (std::isinf(f)) return static_cast<uint16_t>(sign | 0x7c00);
+  if (value < 0x1p-14) {  // binade -14, scaled to units of 2^-24 exactly in fp32
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(std::fabs(f) * 0x1p24f)));
+  }
+  const int binade = std::ilogb(value);
+  const double ulps = std::nearbyint(std::ldexp(value, 10 - binade));
+  const double encoded = (binade + 14) * 1024.0 + ulps;
+  return static_cast<uint16_t>(sign | (encoded >= 0x7c00 ? 0x7c00 : static_cast<uint16_t>(encoded)));
+}
+
+double half_value_reference(uint16_t h) {
+  const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  const double magnitude = exp == 0 ? std::ldexp(mant, -24) : std::ldexp(1024 + mant, exp - 25);
+  return h & 0x8000 ? -magnitude : magnitude;
+}
+
+TEST(Precision, Bf16RoundsToNearestEven) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    ASSERT_EQ(bits(bf16_to_float(static_cast<uint16_t>(h))), h << 16);
+    for (uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      const float f = std::bit_cast<float>((h << 16) | low);
+      ASSERT_EQ(float_to_bf16(f), bf16_reference(f)) << std::hex << ((h << 16) | low);
+    }
+  }
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 997) {
+    const float f = std::bit_cast<float>(static_cast<uint32_t>(u));
+    ASSERT_EQ(float_to_bf16(f), bf16_reference(f)) << std::hex << u;
+  }
+}
+
+// Stochastic rounding keeps inf and NaN, and otherwise truncates after adding the random bits' low 16 below
+// the bf16 mantissa: it rounds away from zero exactly when they reach past the next bf16.
+TEST(Precision, Bf16StochasticRoundsUpWhenTheRandomBitsCarry) {
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 997) {
+    const uint32_t x = static_cast<uint32_t>(u), random = random_bits(0x9e3779b9u, x);
+    const float f = std::bit_cast<float>(x);
+    const uint16_t got = float_to_bf16_stochastic(f, random);
+    if (std::isnan(f) || std::isinf(f)) {
+      ASSERT_EQ(got, float_to_bf16(f)) << std::hex << u;
+      continue;
+    }
+    const bool carries = (x & 0xffffu) + (random & 0xffffu) >= 0x10000u;
+    ASSERT_EQ(got, static_cast<uint16_t>((x >> 16) + (carries ? 1 : 0))) << std::hex << u;
+  }
+}
+
+TEST(Precision, Fp16RoundsToNearestEvenWithSubnormals) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float f = half_to_float(static_cast<uint16_t>(h));
+    if (((h >> 10) & 0x1f) == 0x1f) {  // inf and NaN keep their class and sign
+      ASSERT_EQ(std::isnan(f), (h & 0x3ff) != 0) << std::hex << h;
+      ASSERT_EQ(std::signbit(f), (h & 0x8000) != 0) << std::hex << h;
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(f), half_value_reference(static_cast<uint16_t>(h))) << std::hex << h;
+    const uint32_t x = bits(f);
+    for (uint32_t d : {0x0u, 0x1u, 0xfffu, 0x1000u, 0x1001u, 0x1fffu}) {  // below, at and above the midpoint
+      const float g = std::bit_cast<float>(x + d);
+      ASSERT_EQ(float_to_half(g), half_reference(g)) << std::hex << (x + d);
+    }
+  }
+  for (uint32_t u = 0x32800000u; u < 0x38800000u; ++u)
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      const float f = std::bit_cast<float>(u | sign);
+      ASSERT_EQ(float_to_half(f), half_reference(f)) << std::hex << (u | sign);
+    }
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 997) {
+    const float f = std::bit_cast<float>(static_cast<uint32_t>(u));
+    ASSERT_EQ(float_to_half(f), half_reference(f)) << std::hex << u;
+  }
+}
+
+TEST(Precision, TypedLoadStoreRoundTrip) {
+  Bf16 b{};
+  Fp16 h{};
+  store(&b, 0, 1.00390625f);  // halfway between 1 and the next bf16: ties to even, 1
+  store(&h, 0, 65520.0f);     // rounds to inf in fp16
+  EXPECT_EQ(load(&b, 0), 1.0f);
+  EXPECT_TRUE(std::isinf(load(&h, 0)));
+}
+
+}  // namespace
+}  // namespace ferry
