@@ -4,9 +4,13 @@
 #include <cstddef>
 
 #include "cpu_optim/adamw.h"
-#include "cpu_optim/adamw_math.h"
+#include "kernels/adamw_math.h"
 
 namespace ferry::cpu_optim::detail {
+
+// The element update every ISA path follows, the device AdamW's too.
+using kernels::AdamWCoefficients;
+using kernels::adamw_element;
 
 struct KernelArgs {
   float* param;

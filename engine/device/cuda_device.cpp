@@ -14,7 +14,6 @@
 #include <memory>
 #include <stdexcept>
 
-#include "foundation/precision.h"
 #include "models/op_dispatch.h"
 
 namespace ferry::device {
@@ -301,22 +300,6 @@ void CudaDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op,
     });
 }
 
-cuda::AdamWCoefficients adamw_coefficients(const cpu_optim::AdamWHyper& h, int64_t step, double lr, uint64_t seed) {
-  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
-  const uint32_t seed_key = random_bits(static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(seed));
-  return {static_cast<float>(h.beta1),
-          static_cast<float>(1.0 - h.beta1),
-          static_cast<float>(h.beta2),
-          static_cast<float>(1.0 - h.beta2),
-          static_cast<float>(1.0 - lr * h.weight_decay),
-          static_cast<float>(lr / bc1),
-          static_cast<float>(1.0 / std::sqrt(bc2)),
-          static_cast<float>(h.eps),
-          1.0f,
-          random_bits(seed_key, static_cast<uint32_t>(step))};
-}
-
 namespace {
 
 constexpr int64_t kAlign = 256;
@@ -355,7 +338,8 @@ void adamw_bucket(const Device::OptimizerBucket& k, const cpu_optim::AdamWHyper&
   for (const cpu_optim::HyperRange& r : k.ranges.empty() ? whole : k.ranges) {
     cpu_optim::AdamWHyper h = hyper;
     h.weight_decay = r.weight_decay;
-    const cuda::AdamWCoefficients c = adamw_coefficients(h, step, lr * r.lr_scale);
+    // grad_scale 1: the gate's replaces it when the kernel runs; seed 0, CpuAdamW's default.
+    const kernels::AdamWCoefficients c = cpu_optim::adamw_coefficients(h, step, lr * r.lr_scale, 1.0f, 0);
     void* working = k.working ? static_cast<std::byte*>(k.working) + r.begin * working_bytes : nullptr;
     check(cuda::adamw_gated(k.master + r.begin, k.m + r.begin, k.v + r.begin, static_cast<const std::byte*>(k.grad) + r.begin * grad_bytes,
                             k.grad_type, working, k.working_type, false, static_cast<int64_t>(r.end - r.begin), c, gate, s),
@@ -401,13 +385,11 @@ void CudaDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::Ad
     const OptimizerBucket& k = buckets[static_cast<size_t>(b)];
     check(cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s), fmt::format("{}: sum of squares of bucket {}", label, b));
   }
-  check(launch_decide_step(ws.stats, n, max_norm, loss_scale, ws.gate, static_cast<DeviceDecision*>(slot.device), s),
+  check(launch_decide_step(ws.stats, n, max_norm, loss_scale, ws.gate, static_cast<kernels::StepDecision*>(slot.device), s),
         label + ": the step decision");
   for (int64_t b = 0; b < n; ++b) adamw_bucket(buckets[static_cast<size_t>(b)], hyper, step, lr, ws.gate, s, fmt::format("{}: adamw of bucket {}", label, b));
   run(Stream::Compute, label + ": the step decision to the host", [decision, from = slot.host] {
-    DeviceDecision d;
-    std::memcpy(&d, from, sizeof(d));
-    *decision = cpu_optim::StepDecision{{d.grad_norm, d.skipped != 0}, d.grad_scale};
+    std::memcpy(decision, from, sizeof(*decision));
   });
 }
 

@@ -15,8 +15,7 @@
 #include <thread>
 
 #include "engine/device/device.h"
-#include "engine/device/step_decision_hd.h"
-#include "models/cuda/adamw.h"
+#include "kernels/step_decision.h"
 #include "models/cuda/cuda_kernels.h"
 #include "models/cuda/ops.h"
 
@@ -27,14 +26,11 @@ cudaError_t launch_wait_for_flag(int* device_flag, cudaStream_t stream);
 // Launches dst[i] = src[i] (overwrite) or dst[i] += src[i] for i < n, src stored as fp32, bf16 or fp16 and
 // widened exactly, the sum in fp32 (cuda_device_kernels.cu). cudaErrorInvalidValue for another type.
 cudaError_t launch_accumulate(float* dst, const void* src, DType src_type, int64_t n, bool overwrite, cudaStream_t stream);
-// Launches one thread that sums stats[0..buckets) in order and writes the step decision (decide_step_hd) to
-// *gate (device memory, read by cuda::adamw_gated) and *decision (pinned mapped host memory).
+// Launches one thread that sums stats[0..buckets) in order and writes the step decision (kernels::decide_step,
+// as the host decides) to *gate (device memory, read by cuda::adamw_gated) and *decision (pinned mapped host
+// memory).
 cudaError_t launch_decide_step(const cuda::SquaresResult* stats, int64_t buckets, float max_norm, float loss_scale,
-                               cuda::AdamWGate* gate, DeviceDecision* decision, cudaStream_t stream);
-
-// CpuAdamW::step's per-step coefficients (cpu_optim/adamw.cpp), computed the same way (double, rounded to fp32
-// once), grad_scale 1 (the device reads the decision's); seed: of stochastic rounding (CpuAdamW's default 0).
-cuda::AdamWCoefficients adamw_coefficients(const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, uint64_t seed = 0);
+                               cuda::AdamWGate* gate, kernels::StepDecision* decision, cudaStream_t stream);
 
 // The device AdamW's scratch for up to `buckets` buckets: the decision, each bucket's statistics, one sum of
 // squares' partials at a time.

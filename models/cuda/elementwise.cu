@@ -74,14 +74,14 @@ template <class G>
 __global__ void __launch_bounds__(kElementwiseBlock) adamw_kernel(ElementwiseMap m, float* master, float* mom,
                                                                   float* var, const G* grad, void* weights,
                                                                   DType weight_type, bool stochastic,
-                                                                  AdamWCoefficients c, const AdamWGate* gate) {
+                                                                  kernels::AdamWCoefficients c, const AdamWGate* gate) {
   if (gate) {  // the decision made on the device
     if (gate->skip) return;
     c.grad_scale = gate->grad_scale;
   }
   for_each_element(m, [&](int64_t i) {
     float p = master[i], mi = mom[i], vi = var[i];
-    adamw_element(p, mi, vi, load(grad, i), c);
+    kernels::adamw_element(p, mi, vi, load(grad, i), c);
     master[i] = p, mom[i] = mi, var[i] = vi;
     if (weights) store_weight(weights, weight_type, stochastic, c.random_key, i, p);
   });
@@ -145,12 +145,13 @@ cudaError_t residual_backward(void* da, void* db, const void* dout, int64_t N, D
 }
 
 cudaError_t adamw(float* master, float* m, float* v, const void* grad, DType grad_type, void* weights,
-                  DType weight_type, bool stochastic, int64_t n, const AdamWCoefficients& c, cudaStream_t stream) {
+                  DType weight_type, bool stochastic, int64_t n, const kernels::AdamWCoefficients& c,
+                  cudaStream_t stream) {
   return adamw_gated(master, m, v, grad, grad_type, weights, weight_type, stochastic, n, c, nullptr, stream);
 }
 
 cudaError_t adamw_gated(float* master, float* m, float* v, const void* grad, DType grad_type, void* weights,
-                        DType weight_type, bool stochastic, int64_t n, const AdamWCoefficients& c,
+                        DType weight_type, bool stochastic, int64_t n, const kernels::AdamWCoefficients& c,
                         const AdamWGate* gate, cudaStream_t stream) {
   if (weights && weight_type == DType::I32) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;

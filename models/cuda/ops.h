@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "memory/dtype.h"
-#include "models/cuda/adamw.h"
+#include "kernels/adamw_math.h"
 
 namespace ferry::cuda {
 
@@ -72,7 +72,8 @@ cudaError_t sum_squares(SquaresResult* out, const void* grad, int64_t n, void* s
 // (weights, may be null) written in weight_type, bf16 stochastically rounded when `stochastic` (random
 // bits of element i keyed by c.random_key, as the CPU optimizer draws them).
 cudaError_t adamw(float* master, float* m, float* v, const void* grad, DType grad_type, void* weights,
-                  DType weight_type, bool stochastic, int64_t n, const AdamWCoefficients& c, cudaStream_t stream);
+                  DType weight_type, bool stochastic, int64_t n, const kernels::AdamWCoefficients& c,
+                  cudaStream_t stream);
 
 // The step decision as the device AdamW reads it from device memory, where a kernel computed it from the
 // gradients' statistics (no host round trip): skip (an inf/nan gradient) or scale every gradient.
@@ -82,7 +83,7 @@ struct AdamWGate {
 };
 // adamw under a gate read when the kernel runs.
 cudaError_t adamw_gated(float* master, float* m, float* v, const void* grad, DType grad_type, void* weights,
-                        DType weight_type, bool stochastic, int64_t n, const AdamWCoefficients& c,
+                        DType weight_type, bool stochastic, int64_t n, const kernels::AdamWCoefficients& c,
                         const AdamWGate* gate, cudaStream_t stream);
 
 }  // namespace ferry::cuda

@@ -195,7 +195,7 @@ TYPED_TEST(CudaKernels, AdamWEqualsTwin) {
   FERRY_NEED_DEVICE();
   using G = TypeParam;
   const int64_t n = 300007;
-  const AdamWCoefficients c{0.9f, 0.1f, 0.999f, 0.001f, 0.9999f, 0.0123f, 1.3f, 1e-8f, 0.7f, 0x1234567u};
+  const kernels::AdamWCoefficients c{0.9f, 0.1f, 0.999f, 0.001f, 0.9999f, 0.0123f, 1.3f, 1e-8f, 0.7f, 0x1234567u};
   auto p = random_storage<float>(n, 23), m = random_storage<float>(n, 24), v = random_storage<float>(n, 25);
   for (float& x : v) x = x * x;
   const auto g = random_storage<G>(n, 26);
@@ -207,7 +207,7 @@ TYPED_TEST(CudaKernels, AdamWEqualsTwin) {
     auto p2 = p, m2 = m, v2 = v;
     std::vector<Bf16> w(n);
     for (int64_t i = 0; i < n; ++i) {
-      adamw_element(p2[i], m2[i], v2[i], load(g.data(), i), c);
+      kernels::adamw_element(p2[i], m2[i], v2[i], load(g.data(), i), c);
       w[i].bits = stochastic ? float_to_bf16_stochastic(p2[i], random_bits(c.random_key, static_cast<uint32_t>(i)))
                              : float_to_bf16(p2[i]);
     }
@@ -236,7 +236,7 @@ TEST(CudaLaunchFunctions, RefuseBadArgumentsBeforeLaunching) {
             cudaErrorInvalidValue);
   EXPECT_EQ(sum_squares(nullptr, none, 10, none, DType::I32, nullptr), cudaErrorInvalidValue);
   float never_read = 0;  // a working copy in int32 is refused, so it is not touched
-  EXPECT_EQ(adamw(none, none, none, none, DType::F32, &never_read, DType::I32, false, 10, AdamWCoefficients{}, nullptr),
+  EXPECT_EQ(adamw(none, none, none, none, DType::F32, &never_read, DType::I32, false, 10, kernels::AdamWCoefficients{}, nullptr),
             cudaErrorInvalidValue);
 }
 

@@ -1,6 +1,6 @@
 // The CUDA device's pure pieces, on the host: Linear's cuBLASLt descriptions executed naively against the
 // CPU op; each op's scratch (the planned workspace) against the arguments the dispatcher hands the kernels;
-// the device AdamW's step decision and coefficients bitwise against the CPU's. With a GPU (skipped without
+// the device AdamW's path (coefficients, element update, bf16 working copy) bitwise against CpuAdamW's. With a GPU (skipped without
 // one): the CUDA device's AdamW against the host device's, and the loss reaching the host.
 #include <gtest/gtest.h>
 
@@ -12,11 +12,9 @@
 #include <vector>
 
 #include "cpu_optim/adamw.h"
-#include "cpu_optim/step_decision.h"
 #include "engine/device/cuda_device.h"
 #include "engine/device/cuda_devices.h"
 #include "engine/device/make_device.h"
-#include "engine/device/step_decision_hd.h"
 #include "models/cuda/cuda_kernels.h"
 #include "models/cuda/linear.h"
 #include "models/cuda/ops.h"
@@ -176,23 +174,6 @@ TEST(CudaWorkspace, IsTheLargestNeed) {
   EXPECT_GE(device::device_adamw_scratch_bytes(0), static_cast<int64_t>(sum_squares_scratch_bytes(int64_t{1} << 34)));
 }
 
-// The kernel's decision equals cpu_optim::decide_step bitwise, clipping, skipping and unscaling included.
-TEST(CudaAdamW, DecisionIsTheCpusBitwise) {
-  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
-  for (const double sum : {0.0, 1e-12, 1e-3, 1.0, 123.456, 4e6, 1e30, inf, nan})
-    for (const bool finite : {true, false})
-      for (const float max_norm : {0.0f, -1.0f, 0.5f, 1.0f, 1e6f})
-        for (const float loss_scale : {1.0f, 0.5f, 1024.0f, 65536.0f}) {
-          const cpu_optim::StepDecision want = cpu_optim::decide_step(sum, finite, max_norm, loss_scale);
-          const device::DeviceDecision got = device::decide_step_hd(sum, finite, max_norm, loss_scale);
-          const bool both_nan = std::isnan(want.report.grad_norm) && std::isnan(got.grad_norm);
-          EXPECT_TRUE(both_nan || std::memcmp(&want.report.grad_norm, &got.grad_norm, 8) == 0) << sum << " " << max_norm;
-          EXPECT_TRUE(std::memcmp(&want.grad_scale, &got.grad_scale, 4) == 0 || (std::isnan(want.grad_scale) && std::isnan(got.grad_scale)))
-              << sum << " " << max_norm << " " << loss_scale;
-          EXPECT_EQ(want.report.skipped, got.skipped != 0);
-        }
-}
-
 // The device AdamW's coefficients with the shared per-element function give CpuAdamW's update bitwise (its
 // scalar path, which every ISA path equals), the working copy rounded to bf16 as the CPU rounds its upload.
 TEST(CudaAdamW, CoefficientsGiveTheCpuUpdateBitwise) {
@@ -208,10 +189,9 @@ TEST(CudaAdamW, CoefficientsGiveTheCpuUpdateBitwise) {
       std::vector<uint16_t> upload(n), working(n);
       const double lr = 1.5e-4;
       cpu.step({p, m, v, g.data(), DType::F32, upload.data(), DType::BF16}, step, lr, grad_scale);
-      AdamWCoefficients c = device::adamw_coefficients(hyper, step, lr);
-      c.grad_scale = grad_scale;  // what adamw_gated takes from the decision
+      const kernels::AdamWCoefficients c = cpu_optim::adamw_coefficients(hyper, step, lr, grad_scale, 0);
       for (size_t i = 0; i < n; ++i) {
-        adamw_element(p2[i], m2[i], v2[i], g[i], c);
+        kernels::adamw_element(p2[i], m2[i], v2[i], g[i], c);
         working[i] = float_to_bf16(p2[i]);
       }
       ASSERT_EQ(std::memcmp(p.data(), p2.data(), n * 4), 0) << "master, step " << step;

@@ -1,11 +1,13 @@
 // The AdamW update of one element, as torch.optim.AdamW computes it (decoupled weight decay, bias
-// correction), with the per-step coefficients. Internal to cpu_optim: every ISA path follows this.
+// correction), with the per-step coefficients: one header that the CPU optimizer (every ISA path follows
+// it) and the device AdamW kernel both build, so that host and device update bitwise alike.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
-namespace ferry::cpu_optim::detail {
+#include "foundation/precision.h"
+
+namespace ferry::kernels {
 
 struct AdamWCoefficients {
   float beta1, one_minus_beta1;
@@ -25,13 +27,13 @@ struct AdamWCoefficients {
 // Each sum is one fused multiply-add, so m, v and p stay within 2 ulp of exact arithmetic on the same fp32
 // inputs. The vector paths do the same operations in the same order: all paths agree bitwise. One
 // division per element (m / denom) is all the divider does: a second one (sqrt(v) / sqrt(bc2), as torch
-// writes it) made the kernel divider-bound with two threads on one core.
-inline void adamw_element(float& p, float& m, float& v, float g, const AdamWCoefficients& c) {
+// writes it) made the CPU kernel divider-bound with two threads on one core.
+FERRY_HD inline void adamw_element(float& p, float& m, float& v, float g, const AdamWCoefficients& c) {
   g *= c.grad_scale;
-  m = std::fma(c.beta1, m, c.one_minus_beta1 * g);
-  v = std::fma(c.beta2, v, (c.one_minus_beta2 * g) * g);
-  const float denom = std::fma(std::sqrt(v), c.inv_bc2_sqrt, c.eps);  // a multiply, not a divide: see below
-  p = std::fma(-c.step_size, m / denom, p * c.decay);
+  m = fma_f(c.beta1, m, c.one_minus_beta1 * g);
+  v = fma_f(c.beta2, v, (c.one_minus_beta2 * g) * g);
+  const float denom = fma_f(sqrt_f(v), c.inv_bc2_sqrt, c.eps);  // a multiply, not a divide: see above
+  p = fma_f(-c.step_size, div_f(m, denom), p * c.decay);
 }
 
-}  // namespace ferry::cpu_optim::detail
+}  // namespace ferry::kernels
