@@ -25,7 +25,7 @@
 #include "memory/host_buffer.h"
 #include "models/cpu_runner.h"
 #include "models/gpt2.h"
-#include "models/ops/matmul.h"
+#include "kernels/cpu/matmul.h"
 #include "foundation/rng.h"
 
 #ifdef FERRY_WITH_CUDA
@@ -105,7 +105,7 @@ MatmulTiming time_largest_matmul(const models::ModelSpec& spec, Rng& rng) {
   std::vector<float> X(a.rows * a.in), W(a.in * a.out), Y(a.rows * a.out);
   for (auto& x : X) x = static_cast<float>(rng.normal());
   for (auto& w : W) w = static_cast<float>(rng.normal() * 0.02);
-  auto mm = [&] { models::ops::matmul(Y.data(), X.data(), W.data(), nullptr, a.rows, a.out, a.in, false, a.weight_out_in, false); };
+  auto mm = [&] { kernels::cpu::matmul(Y.data(), X.data(), W.data(), nullptr, a.rows, a.out, a.in, false, a.weight_out_in, false); };
   mm();
   std::vector<double> times;
   const auto start = Clock::now();
@@ -194,7 +194,7 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
   if (T <= 0) T = cfg.model.seq_len;
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
   tbb::global_control tbb_threads(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
-  models::ops::set_matmul_threads(threads);
+  kernels::cpu::set_matmul_threads(threads);
 
   const models::GptConfig gpt{cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
                               cfg.model.seq_len};

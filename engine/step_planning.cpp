@@ -12,7 +12,7 @@
 #include "engine/device/op_profile.h"
 #include "engine/device/link_rate.h"
 #include "foundation/atomic_file.h"
-#include "models/ops/workspace.h"
+#include "kernels/cpu/workspace.h"
 
 namespace ferry::engine {
 namespace {
@@ -68,7 +68,7 @@ void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, 
     // What the libraries' scratch needed on the compute stream's thread (the host device: oneDNN's
     // scratchpads): the plan's workspace tensor holds it.
     int64_t scratch = 0;
-    profiler.run(device::Stream::Compute, "library scratch", [&scratch] { scratch = models::ops::workspace_bytes(models::ops::Scratch::Library); });
+    profiler.run(device::Stream::Compute, "library scratch", [&scratch] { scratch = kernels::cpu::workspace_bytes(kernels::cpu::Scratch::Library); });
     profiler.synchronize();
     cost.profiled_workspace_bytes = scratch;
   }

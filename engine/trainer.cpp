@@ -40,7 +40,7 @@
 #include "memory/host_buckets.h"
 #include "memory/host_buffer.h"
 #include "memory/pinned_pool.h"
-#include "models/ops/matmul.h"
+#include "kernels/cpu/matmul.h"
 #include "models/registry.h"
 #include "offload/policies.h"
 
@@ -352,7 +352,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
 
 // The cost model: a file's, or the host device's rates with this model's ops profiled on a device of its own.
 offload::CostModel Run::measure_cost() {
-  models::ops::set_matmul_threads(threads_);
+  kernels::cpu::set_matmul_threads(threads_);
   if (on_cuda(cfg_)) return cuda_device_cost_model(cfg_, spec_, batches_.train(0));
   return host_device_cost_model(cfg_, spec_, batches_.train(0), &cost_cache_);
 }

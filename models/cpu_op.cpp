@@ -8,9 +8,9 @@
 
 #include "memory/convert.h"
 #include "memory/host_buffer.h"
-#include "models/cpu_kernels.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "models/op_dispatch.h"
-#include "models/ops/workspace.h"
+#include "kernels/cpu/workspace.h"
 
 namespace ferry::models {
 namespace {
@@ -76,7 +76,7 @@ class Fp32Staging {
     int64_t bytes = 0;
     for (const Slot& s : slots)
       if (two_byte(lists_[s.list][s.k])) bytes += fp32_bytes(s.n);
-    auto* next = reinterpret_cast<std::byte*>(ops::workspace(ops::Scratch::Storage, bytes));
+    auto* next = reinterpret_cast<std::byte*>(kernels::cpu::workspace(kernels::cpu::Scratch::Storage, bytes));
     for (const Slot& s : slots) {
       Operand& o = lists_[s.list][s.k];
       if (!two_byte(o)) continue;
@@ -105,12 +105,12 @@ bool any_two_byte(const OpSpec& op, const OpOperands& at) {
 }  // namespace
 
 float run_cpu_op(const ModelSpec& spec, const OpSpec& op, const OpOperands& at, float loss_weight) {
-  CpuKernels kernels;
+  kernels::cpu::CpuKernels cpu;
   // fp32 (and int32) operands go to the kernels as they are: no copy, the fp32 path unchanged.
-  if (!any_two_byte(op, at)) return dispatch_op(spec, op, at, loss_weight, kernels);
+  if (!any_two_byte(op, at)) return dispatch_op(spec, op, at, loss_weight, cpu);
   op_compute_dtype(spec, op, at);  // refuses a bad mix of storage dtypes, naming the op, before any copy
   const Fp32Staging staged(spec, op, at);
-  const float loss = dispatch_op(spec, op, staged.operands(), loss_weight, kernels);
+  const float loss = dispatch_op(spec, op, staged.operands(), loss_weight, cpu);
   staged.narrow_results();
   return loss;
 }

@@ -22,6 +22,8 @@
 namespace ferry::models {
 namespace {
 
+using namespace kernels;  // the argument structs
+
 // One op's operands by slot; absent parameters (and, in forward, their gradients) read as null operands.
 struct Slots {
   const OpSpec& op;

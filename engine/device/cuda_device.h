@@ -1,7 +1,7 @@
 // CudaDevice: the Device on a GPU: three CUDA streams, CUDA events, cudaMemcpyAsync between the pinned
 // pool and the arena (one cudaMalloc at start-up), host work queued in stream order (cudaLaunchHostFunc).
 // Its own methods launch their kernels on the stream directly: every op through models::dispatch_op on
-// cuda::CudaKernels, and the device AdamW. Built only with CUDA (FERRY_WITH_CUDA).
+// kernels::cuda::CudaKernels, and the device AdamW. Built only with CUDA (FERRY_WITH_CUDA).
 #pragma once
 
 #ifdef FERRY_WITH_CUDA
@@ -16,8 +16,8 @@
 
 #include "engine/device/device.h"
 #include "kernels/step_decision.h"
-#include "models/cuda/cuda_kernels.h"
-#include "models/cuda/ops.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/ops.h"
 
 namespace ferry::device {
 
@@ -27,18 +27,18 @@ cudaError_t launch_wait_for_flag(int* device_flag, cudaStream_t stream);
 // widened exactly, the sum in fp32 (cuda_device_kernels.cu). cudaErrorInvalidValue for another type.
 cudaError_t launch_accumulate(float* dst, const void* src, DType src_type, int64_t n, bool overwrite, cudaStream_t stream);
 // Launches one thread that sums stats[0..buckets) in order and writes the step decision (kernels::decide_step,
-// as the host decides) to *gate (device memory, read by cuda::adamw_gated) and *decision (pinned mapped host
+// as the host decides) to *gate (device memory, read by kernels::cuda::adamw_gated) and *decision (pinned mapped host
 // memory).
-cudaError_t launch_decide_step(const cuda::SquaresResult* stats, int64_t buckets, float max_norm, float loss_scale,
-                               cuda::AdamWGate* gate, kernels::StepDecision* decision, cudaStream_t stream);
+cudaError_t launch_decide_step(const kernels::cuda::SquaresResult* stats, int64_t buckets, float max_norm, float loss_scale,
+                               kernels::cuda::AdamWGate* gate, kernels::StepDecision* decision, cudaStream_t stream);
 
 // The device AdamW's scratch for up to `buckets` buckets: the decision, each bucket's statistics, one sum of
 // squares' partials at a time.
 int64_t device_adamw_scratch_bytes(int64_t buckets);
-// The CUDA device's workspace for `spec`: the largest scratch of any op (cuda::ops_scratch_bytes, attention's
+// The CUDA device's workspace for `spec`: the largest scratch of any op (kernels::cuda::ops_scratch_bytes, attention's
 // from `attention`) and of the device AdamW over buckets of its parameters (at most one bucket per parameter).
-int64_t cuda_workspace_bytes(const models::ModelSpec& spec, const cuda::AttentionScratch& attention);
-// cuda_workspace_bytes with the attention kernels this GPU runs (cuda::choose_attention_kernel): what
+int64_t cuda_workspace_bytes(const models::ModelSpec& spec, const kernels::cuda::AttentionScratch& attention);
+// cuda_workspace_bytes with the attention kernels this GPU runs (kernels::cuda::choose_attention_kernel): what
 // CudaDevice::op_workspace_bytes returns. Needs no device object: size a profiling arena with it.
 int64_t cuda_op_workspace_bytes(const models::ModelSpec& spec);
 
@@ -84,8 +84,8 @@ class CudaDevice final : public Device {
   // queueing time, naming the label.
   void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
               float* loss, std::string label) override;
-  // Queued on the compute stream: each bucket's cuda::sum_squares into the workspace, one thread deciding the
-  // step (launch_decide_step) into device memory, cuda::adamw_gated on every bucket reading that decision, and
+  // Queued on the compute stream: each bucket's kernels::cuda::sum_squares into the workspace, one thread deciding the
+  // step (launch_decide_step) into device memory, kernels::cuda::adamw_gated on every bucket reading that decision, and
   // host work that copies the decision (written to pinned mapped memory) into *decision: no stall inside the
   // step; *decision holds it once the compute stream has passed it.
   void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
@@ -136,7 +136,7 @@ class CudaDevice final : public Device {
   // `bytes` of consecutive slots (at most the whole ring), wrapping to the ring's start when they would not fit.
   ResultSlot next_result_span(int64_t bytes);
   std::mutex ops_mutex_;  // one op or optimizer step queued at a time: the kernels' binding, the slot ring
-  cuda::CudaKernels kernels_;
+  kernels::cuda::CudaKernels kernels_;
   std::byte* results_ = nullptr;  // pinned mapped, kResultSlots * kResultSlotBytes
   std::byte* results_on_device_ = nullptr;  // the same memory as kernels address it
   int next_result_ = 0;

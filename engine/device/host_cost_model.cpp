@@ -16,7 +16,7 @@
 #include "cpu_optim/adamw.h"
 #include "foundation/atomic_file.h"
 #include "memory/host_buffer.h"
-#include "models/ops/matmul.h"
+#include "kernels/cpu/matmul.h"
 
 namespace ferry::device {
 namespace {
@@ -39,7 +39,7 @@ double best_seconds(int reps, F&& f) {
 
 offload::CostModel measure_host_cost_model(int threads) {
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
-  models::ops::set_matmul_threads(threads);
+  kernels::cpu::set_matmul_threads(threads);
   offload::CostModel c;
   c.name = "host device (measured at start-up)";
   c.assumed = false;
@@ -47,7 +47,7 @@ offload::CostModel measure_host_cost_model(int threads) {
 
   const int64_t M = 512, K = 768, N = 2304;
   std::vector<float> A(M * K, 0.01f), B(K * N, 0.01f), C(M * N);
-  auto mm = [&] { models::ops::matmul(C.data(), A.data(), B.data(), nullptr, M, N, K, false, false, false); };
+  auto mm = [&] { kernels::cpu::matmul(C.data(), A.data(), B.data(), nullptr, M, N, K, false, false, false); };
   mm();
   c.flops_per_s = 2.0 * M * N * K / best_seconds(5, mm);
 

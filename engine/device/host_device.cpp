@@ -12,8 +12,8 @@
 #include "memory/convert.h"
 #include "cpu_optim/optimizer_step.h"
 #include "engine/device/stop.h"
-#include "models/ops/matmul.h"
-#include "models/ops/workspace.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/workspace.h"
 
 namespace ferry::device {
 namespace {
@@ -46,7 +46,7 @@ HostDevice::HostDevice(const Options& o) : options_(o), arena_(memory::Arena::Ba
   // OpenMP's thread count is per thread: the compute stream's thread sets its own, once.
   if (o.compute_threads > 0) {
     const int threads = o.compute_threads;
-    queue(Stream::Compute).run("set threads", [threads] { models::ops::set_matmul_threads(threads); });
+    queue(Stream::Compute).run("set threads", [threads] { kernels::cpu::set_matmul_threads(threads); });
   }
 }
 
@@ -154,7 +154,7 @@ double HostDevice::compute_stall_seconds() const { return queues_[0]->blocked_se
 void HostDevice::bind_workspace(std::byte* data, int64_t bytes) {
   // The binding is per thread (the ops' workspaces are): it must happen on the thread that runs the ops,
   // in stream order, so a task does it. The other streams run no ops.
-  queue(Stream::Compute).run("bind workspace", [data, bytes] { models::ops::bind_workspace(models::ops::Scratch::Library, data, bytes); });
+  queue(Stream::Compute).run("bind workspace", [data, bytes] { kernels::cpu::bind_workspace(kernels::cpu::Scratch::Library, data, bytes); });
 }
 
 void HostDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {

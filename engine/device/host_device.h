@@ -38,7 +38,7 @@ class HostDevice final : public Device {
   void synchronize(const EventPtr& event) override;
   void synchronize() override;
   double compute_stall_seconds() const override;
-  // The compute stream's thread takes oneDNN's scratchpads (models::ops::Scratch::Library) from it.
+  // The compute stream's thread takes oneDNN's scratchpads (kernels::cpu::Scratch::Library) from it.
   void bind_workspace(std::byte* data, int64_t bytes) override;
   int64_t measured_peak_bytes() const override { return arena_.touched_bytes(); }
   void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;

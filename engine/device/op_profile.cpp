@@ -20,7 +20,7 @@ int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; 
 
 // Where one op's operands sit in the arena (offsets from its start) and what each holds.
 struct OpLayout {
-  std::vector<models::Operand> inputs, outputs, values, grads;
+  std::vector<kernels::Operand> inputs, outputs, values, grads;
   int64_t bytes = 0;
 };
 
@@ -33,7 +33,7 @@ struct Slot {
 OpLayout lay_out_op(const models::ModelSpec& spec, const models::OpSpec& op, std::byte* base, std::vector<Slot>* slots) {
   OpLayout l;
   auto place = [&](int64_t bytes, DType dtype, const std::string& name) {
-    const models::Operand o{base + l.bytes, dtype};
+    const kernels::Operand o{base + l.bytes, dtype};
     if (slots) slots->push_back({l.bytes, bytes, dtype, name});
     l.bytes += aligned(bytes);
     return o;

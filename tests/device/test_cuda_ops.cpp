@@ -95,7 +95,7 @@ struct Mirror {
   }
   // An op's operands in this device's arena.
   struct Operands {
-    std::vector<models::Operand> lists[4];
+    std::vector<kernels::Operand> lists[4];
     models::OpOperands view() const { return {lists[0], lists[1], lists[2], lists[3]}; }
   };
   Operands operands(const ModelSpec& spec, const SpecLayout& l, const OpSpec& op) const {

@@ -20,7 +20,7 @@
 #include "models/bert.h"
 #include "memory/planner.h"
 #include "memory/device_allocations.h"
-#include "models/ops/workspace.h"
+#include "kernels/cpu/workspace.h"
 
 namespace ferry::device {
 namespace {
@@ -134,19 +134,19 @@ TEST(HostDevice, BindWorkspaceRoutesTheComputeThreadsLibraryScratch) {
   std::byte* compute = nullptr;
   int64_t compute_bytes = 0;
   dev.run(Stream::Compute, "an op's scratchpad", [&] {
-    compute = reinterpret_cast<std::byte*>(models::ops::workspace(models::ops::Scratch::Library, 1000));
-    compute_bytes = models::ops::workspace_bytes(models::ops::Scratch::Library);
+    compute = reinterpret_cast<std::byte*>(kernels::cpu::workspace(kernels::cpu::Scratch::Library, 1000));
+    compute_bytes = kernels::cpu::workspace_bytes(kernels::cpu::Scratch::Library);
   });
   std::byte* other = nullptr;
   dev.run(Stream::D2H, "not the compute stream", [&] {
-    other = reinterpret_cast<std::byte*>(models::ops::workspace(models::ops::Scratch::Library, 1000));
+    other = reinterpret_cast<std::byte*>(kernels::cpu::workspace(kernels::cpu::Scratch::Library, 1000));
   });
   dev.synchronize();
   EXPECT_EQ(compute, region);
   EXPECT_EQ(compute_bytes, 64 << 10);
   EXPECT_NE(other, region);
   EXPECT_EQ(memory::DeviceAllocations::count(), before + 1);  // the d2h thread's own buffer; the compute thread none
-  dev.run(Stream::Compute, "h.0.attn.c_attn.fwd", [] { models::ops::workspace(models::ops::Scratch::Library, (64 << 10) + 1); });
+  dev.run(Stream::Compute, "h.0.attn.c_attn.fwd", [] { kernels::cpu::workspace(kernels::cpu::Scratch::Library, (64 << 10) + 1); });
   try {
     dev.synchronize();
     FAIL() << "an op's scratch outgrew the plan's workspace unnoticed";

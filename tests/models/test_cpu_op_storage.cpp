@@ -11,7 +11,7 @@
 
 #include "memory/convert.h"
 #include "models/cpu_op.h"
-#include "models/ops/workspace.h"
+#include "kernels/cpu/workspace.h"
 #include "models/registry.h"
 #include "foundation/rng.h"
 
@@ -136,7 +136,7 @@ int64_t storage_workspace_after_a_step(DType precision) {
       OperandSet operands = random_operands(spec, spec.ops[i], i);
       run_cpu_op(spec, spec.ops[i], operands.operands(), 1.0f);
     }
-    bytes = ops::workspace_bytes(ops::Scratch::Storage);
+    bytes = kernels::cpu::workspace_bytes(kernels::cpu::Scratch::Storage);
   }).join();
   return bytes;
 }

@@ -15,16 +15,16 @@
 #include "engine/device/cuda_device.h"
 #include "engine/device/cuda_devices.h"
 #include "engine/device/make_device.h"
-#include "models/cuda/cuda_kernels.h"
-#include "models/cuda/linear.h"
-#include "models/cuda/ops.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/ops.h"
 #include "foundation/precision.h"
 #include "models/cpu_op.h"
 #include "memory/convert.h"
-#include "models/ops/ops.h"
+#include "kernels/cpu/ops.h"
 #include "models/registry.h"
 
-namespace ferry::cuda {
+namespace ferry::kernels::cuda {
 namespace {
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
@@ -35,7 +35,7 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
-// What cuBLASLt computes for `d` given ops::matmul's row-major operands A and B.
+// What cuBLASLt computes for `d` given cpu::matmul's row-major operands A and B.
 void run_desc(const LtMatmulDesc& d, float* c, const float* A, const float* B, const float* bias = nullptr) {
   lt_matmul_reference(d, c, d.lt_a == LtOperand::A ? A : B, d.lt_b == LtOperand::A ? A : B, bias);
 }
@@ -54,12 +54,12 @@ TEST(CudaLinear, DescriptionsMatchTheCpuOp) {
       const std::vector<float> x = random_floats(rows * in, 1), w = random_floats(in * out, 2), bias = random_floats(out, 3);
       const std::vector<float> dy = random_floats(rows * out, 4), dx0 = random_floats(rows * in, 5), dw0 = random_floats(in * out, 6);
       std::vector<float> y_cpu(rows * out), y_lt(rows * out, std::numeric_limits<float>::quiet_NaN());  // beta 0 ignores C
-      models::ops::linear_forward(y_cpu.data(), x.data(), w.data(), bias.data(), rows, in, out, out_in);
+      kernels::cpu::linear_forward(y_cpu.data(), x.data(), w.data(), bias.data(), rows, in, out, out_in);
       run_desc(linear_forward_desc(s, true), y_lt.data(), x.data(), w.data(), bias.data());
       expect_near(y_lt, y_cpu, "y");
 
       std::vector<float> dx_cpu = dx0, dw_cpu = dw0, db_cpu(out, 0.0f), dx_lt = dx0, dw_lt = dw0;
-      models::ops::linear_backward(dx_cpu.data(), dw_cpu.data(), db_cpu.data(), dy.data(), x.data(), w.data(), rows, in, out, out_in);
+      kernels::cpu::linear_backward(dx_cpu.data(), dw_cpu.data(), db_cpu.data(), dy.data(), x.data(), w.data(), rows, in, out, out_in);
       run_desc(linear_dx_desc(s), dx_lt.data(), dy.data(), w.data());
       run_desc(linear_dw_desc(s), dw_lt.data(), out_in ? dy.data() : x.data(), out_in ? x.data() : dy.data());
       expect_near(dx_lt, dx_cpu, "dx");
@@ -68,35 +68,35 @@ TEST(CudaLinear, DescriptionsMatchTheCpuOp) {
 }
 
 // Records what the dispatcher hands each kind (touches no memory).
-class Recorder final : public models::OpKernels {
+class Recorder final : public kernels::OpKernels {
  public:
   std::vector<AttentionShape> attention;
   int64_t linear_rows = -1, linear_out = -1, ln_rows = -1, ln_channels = -1;
   int64_t embed_b = -1, embed_t = -1, embed_c = -1;
   bool computes_in(DType) const override { return true; }
-  void zero(models::Operand, int64_t) override {}
-  void embedding_forward(const models::EmbeddingForward&) override {}
-  void embedding_backward(const models::EmbeddingBackward& a) override { embed_b = a.batch, embed_t = a.seq, embed_c = a.channels; }
-  void layernorm_forward(const models::LayerNormForward&) override {}
-  void layernorm_backward(const models::LayerNormBackward& a) override { ln_rows = a.rows, ln_channels = a.channels; }
-  void linear_forward(const models::LinearForward&) override {}
-  void linear_backward(const models::LinearBackward& a) override { linear_rows = a.rows, linear_out = a.out_features; }
-  void attention_forward(const models::AttentionForward& a) override { attention.push_back(attention_shape(a.dims)); }
-  void attention_backward(const models::AttentionBackward& a) override { attention.push_back(attention_shape(a.dims)); }
-  void gelu_forward(const models::GeluForward&) override {}
-  void gelu_backward(const models::GeluBackward&) override {}
-  void residual_forward(const models::ResidualForward&) override {}
-  void residual_backward(const models::ResidualBackward&) override {}
-  void cross_entropy_forward(const models::CrossEntropyForward&) override {}
-  void cross_entropy_backward(const models::CrossEntropyBackward&) override {}
+  void zero(kernels::Operand, int64_t) override {}
+  void embedding_forward(const kernels::EmbeddingForward&) override {}
+  void embedding_backward(const kernels::EmbeddingBackward& a) override { embed_b = a.batch, embed_t = a.seq, embed_c = a.channels; }
+  void layernorm_forward(const kernels::LayerNormForward&) override {}
+  void layernorm_backward(const kernels::LayerNormBackward& a) override { ln_rows = a.rows, ln_channels = a.channels; }
+  void linear_forward(const kernels::LinearForward&) override {}
+  void linear_backward(const kernels::LinearBackward& a) override { linear_rows = a.rows, linear_out = a.out_features; }
+  void attention_forward(const kernels::AttentionForward& a) override { attention.push_back(attention_shape(a.dims)); }
+  void attention_backward(const kernels::AttentionBackward& a) override { attention.push_back(attention_shape(a.dims)); }
+  void gelu_forward(const kernels::GeluForward&) override {}
+  void gelu_backward(const kernels::GeluBackward&) override {}
+  void residual_forward(const kernels::ResidualForward&) override {}
+  void residual_backward(const kernels::ResidualBackward&) override {}
+  void cross_entropy_forward(const kernels::CrossEntropyForward&) override {}
+  void cross_entropy_backward(const kernels::CrossEntropyBackward&) override {}
 };
 
 struct FakeOperands {
   std::vector<std::byte> memory = std::vector<std::byte>(1 << 16);
-  std::vector<models::Operand> in, out, values, grads;
+  std::vector<kernels::Operand> in, out, values, grads;
   FakeOperands(const models::ModelSpec& spec, const models::OpSpec& op) {
     size_t next = 0;
-    const auto fake = [&](DType dtype) { return models::Operand{memory.data() + (next += 1024), dtype}; };
+    const auto fake = [&](DType dtype) { return kernels::Operand{memory.data() + (next += 1024), dtype}; };
     for (int t : op.inputs) in.push_back(fake(spec.tensors[t].dtype));
     for (int t : op.outputs) out.push_back(fake(spec.tensors[t].dtype));
     for (size_t p = 0; p < op.params.size(); ++p) values.push_back(fake(spec.precision)), grads.push_back(fake(spec.precision));
@@ -308,9 +308,9 @@ TEST(CudaDeviceGpu, LossReachesTheHostAndItsGradientCountsTargets) {
   for (int64_t i = 0; i < N; ++i) targets[i] = i % 3 == 1 ? -100 : static_cast<int32_t>((i * 7) % V);
   std::memcpy(st.host + logits_at, logits.data(), N * V * 4), std::memcpy(st.host + targets_at, targets.data(), N * 4);
   std::memset(st.host + dlogits_at, 0, N * V * 4);
-  const auto operand = [&](int64_t offset, DType t) { return models::Operand{st.at(offset), t}; };
-  const std::vector<models::Operand> in{operand(logits_at, DType::F32), operand(targets_at, DType::I32)};
-  const std::vector<models::Operand> losses{operand(losses_at, DType::F32)}, dlogits{operand(dlogits_at, DType::F32)};
+  const auto operand = [&](int64_t offset, DType t) { return kernels::Operand{st.at(offset), t}; };
+  const std::vector<kernels::Operand> in{operand(logits_at, DType::F32), operand(targets_at, DType::I32)};
+  const std::vector<kernels::Operand> losses{operand(losses_at, DType::F32)}, dlogits{operand(dlogits_at, DType::F32)};
   st.up();
   float loss = -1;
   dev->run_op(spec, *fwd, {in, losses, {}, {}}, 1.0f, &loss, "loss.fwd");
@@ -319,9 +319,9 @@ TEST(CudaDeviceGpu, LossReachesTheHostAndItsGradientCountsTargets) {
 
   std::vector<float> cpu_losses(N), cpu_dlogits(N * V, 0.0f);
   std::vector<float> cpu_logits = logits;
-  const auto host = [](void* p, DType t) { return models::Operand{static_cast<std::byte*>(p), t}; };
-  const std::vector<models::Operand> hin{host(cpu_logits.data(), DType::F32), host(targets.data(), DType::I32)};
-  const std::vector<models::Operand> hl{host(cpu_losses.data(), DType::F32)}, hd{host(cpu_dlogits.data(), DType::F32)};
+  const auto host = [](void* p, DType t) { return kernels::Operand{static_cast<std::byte*>(p), t}; };
+  const std::vector<kernels::Operand> hin{host(cpu_logits.data(), DType::F32), host(targets.data(), DType::I32)};
+  const std::vector<kernels::Operand> hl{host(cpu_losses.data(), DType::F32)}, hd{host(cpu_dlogits.data(), DType::F32)};
   const float cpu_loss = models::run_cpu_op(spec, *fwd, {hin, hl, {}, {}}, 1.0f);
   models::run_cpu_op(spec, *bwd, {hin, hd, {}, {}}, 0.5f);
   EXPECT_NEAR(loss, cpu_loss, 1e-6f * cpu_loss);
@@ -331,4 +331,4 @@ TEST(CudaDeviceGpu, LossReachesTheHostAndItsGradientCountsTargets) {
 }
 
 }  // namespace
-}  // namespace ferry::cuda
+}  // namespace ferry::kernels::cuda
