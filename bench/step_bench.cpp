@@ -23,7 +23,8 @@
 #include "memory/host_buckets.h"
 #include "models/registry.h"
 #include "memory/host_buffer.h"
-#include "models/cpu_runner.h"
+#include "engine/ops/cpu_runner.h"
+#include "engine/ops/op_workspace.h"
 #include "models/gpt2.h"
 #include "kernels/cpu/matmul.h"
 #include "foundation/rng.h"
@@ -61,7 +62,7 @@ struct StepTimes {
 };
 
 // Runs `warmup` untimed then `steps` timed training steps (every op, then AdamW over all parameters).
-StepTimes time_steps(const models::ModelSpec& spec, models::ParameterStore& params, models::CpuRunner& runner,
+StepTimes time_steps(const models::ModelSpec& spec, models::ParameterStore& params, ops::CpuRunner& runner,
                      int threads, int warmup, int steps) {
   memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
@@ -201,7 +202,7 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
   const models::ModelSpec spec = models::build_gpt2(gpt, B, T);
   models::ParameterStore params(spec.params);
   models::init_gpt2(spec, gpt, params, 1);
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
   Rng rng(7);
   std::vector<int32_t> tokens(B * T), targets(B * T);
   for (auto& t : tokens) t = static_cast<int32_t>(rng.below(gpt.vocab_size));
@@ -241,7 +242,7 @@ DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Ki
   offload::CostModel cost = cfg.offload.cost_model.empty() ? offload::CostModel{} : offload::CostModel::load(cfg.offload.cost_model);
   if (kind == device::DeviceChoice::Kind::Host) cost.fused_attention = false;  // the host's attention keeps its probabilities
   // A cost model from a file was not profiled here: the plan reserves the workspace the device's ops declare.
-  cost.profiled_workspace_bytes = std::max(cost.profiled_workspace_bytes, device::op_workspace_bytes(kind, spec));
+  cost.profiled_workspace_bytes = std::max(cost.profiled_workspace_bytes, ops::op_workspace_bytes(kind, spec));
   const offload::StepPlan plan = engine::plan_for_config(cfg, spec, cost);
   auto dev = device::make_device({.kind = kind, .arena_bytes = plan.memory.layout.peak, .compute_threads = cfg.threads()});
   const DType precision = plan.problem.precision;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "engine/device/host_cost_model.h"
+#include "engine/ops/host_cost_model.h"
 #include "engine/host_memory.h"
 #include "engine/group_settings.h"
 #include "engine/step_planning.h"
@@ -69,7 +69,7 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   const offload::Policy chosen = offload::parse_policy(opt.policy.empty() ? cfg.offload.policy : opt.policy);
   std::string cache;
   const offload::CostModel cost =
-      cfg.offload.cost_model.empty() ? device::host_cost_model(cfg.threads(), &cache) : offload::CostModel::load(cfg.offload.cost_model);
+      cfg.offload.cost_model.empty() ? ops::host_cost_model(cfg.threads(), &cache) : offload::CostModel::load(cfg.offload.cost_model);
   const models::ModelSpec spec =
       engine::with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.optim.groups);
   const int64_t bucket_bytes = cfg.bucket_bytes();

@@ -17,7 +17,7 @@
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
-#include "models/cpu_runner.h"
+#include "engine/ops/cpu_runner.h"
 #include "models/registry.h"
 #include "foundation/rng.h"
 
@@ -57,7 +57,7 @@ std::string sample(const SampleOptions& o) {
   if (!verified)
     fmt::print(stderr, "note: '{}' was written before checkpoints recorded checksums; its weights are not verified\n", dir.string());
   warn_if_not_finite(spec, params, dir / "model.safetensors");
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
 
   std::vector<int32_t> text;
   for (unsigned char ch : o.prompt) text.push_back(ch);

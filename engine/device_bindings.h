@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/op_kernels.h"
 #include "memory/arena.h"
-#include "models/cpu_op.h"
 #include "models/model_spec.h"
 #include "offload/policies.h"
 

@@ -7,10 +7,11 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "engine/device/host_cost_model.h"
-#include "engine/device/make_device.h"
-#include "engine/device/op_profile.h"
 #include "engine/device/link_rate.h"
+#include "engine/device/make_device.h"
+#include "engine/ops/host_cost_model.h"
+#include "engine/ops/op_profile.h"
+#include "engine/ops/op_workspace.h"
 #include "foundation/atomic_file.h"
 #include "kernels/cpu/workspace.h"
 
@@ -25,12 +26,12 @@ constexpr std::string_view kProfiledNote = "; op times profiled on this model";
 offload::CostModel host_device_cost_model(const Config& cfg, const models::ModelSpec& spec, const dataset::Batch& sample,
                                           std::string* cache) {
   const bool measured = cfg.offload.cost_model.empty();
-  offload::CostModel cost = measured ? device::host_cost_model(cfg.threads(), cache) : offload::CostModel::load(cfg.offload.cost_model);
+  offload::CostModel cost = measured ? ops::host_cost_model(cfg.threads(), cache) : offload::CostModel::load(cfg.offload.cost_model);
   cost.fused_attention = false;  // the host device's attention keeps its probabilities
   if (measured) {
     // The profiling device goes before the run's is made.
     const std::unique_ptr<device::Device> profiler = device::make_device(
-        {.kind = device::DeviceChoice::Kind::Host, .arena_bytes = device::profile_arena_bytes(spec), .compute_threads = cfg.threads()});
+        {.kind = device::DeviceChoice::Kind::Host, .arena_bytes = ops::profile_arena_bytes(spec), .compute_threads = cfg.threads()});
     profile_on_device(*profiler, spec, sample, cost);
   }
   if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;
@@ -42,7 +43,7 @@ offload::CostModel cuda_device_cost_model(const Config& cfg, const models::Model
   const auto kind = device::DeviceChoice::Kind::Cuda;
   // The profiling device goes before the run's is made: two arenas never coexist on the GPU.
   const std::unique_ptr<device::Device> profiler =
-      device::make_device({.kind = kind, .arena_bytes = device::profile_arena_bytes(spec, device::op_workspace_bytes(kind, spec))});
+      device::make_device({.kind = kind, .arena_bytes = ops::profile_arena_bytes(spec, ops::op_workspace_bytes(kind, spec))});
   profile_on_device(*profiler, spec, sample, cost);
   measure_machine_rates(*profiler, cfg, spec, cost);
   return cost;
@@ -53,7 +54,7 @@ void measure_machine_rates(device::Device& device, const Config& cfg, const mode
   const int64_t bytes = std::min<int64_t>(cfg.bucket_bytes(), device.arena().size() / 4096 * 4096);
   cost.h2d.gbps = device::measure_link_gbps(device, device::Stream::H2D, bytes, 5);
   cost.d2h.gbps = device::measure_link_gbps(device, device::Stream::D2H, bytes, 5);
-  const device::CpuOptimizerRates cpu = device::measure_cpu_optimizer_rates(cfg.threads(), spec.precision, true);
+  const ops::CpuOptimizerRates cpu = ops::measure_cpu_optimizer_rates(cfg.threads(), spec.precision, true);
   cost.cpu_adam_params_per_s = cpu.adam_params_per_s, cost.cpu_norm_params_per_s = cpu.norm_params_per_s;
   cost.name += fmt::format("; links and CPU AdamW measured at start-up ({:.1f} GB/s up, {:.1f} down, {:.2g} parameters/s on {} threads)",
                            cost.h2d.gbps, cost.d2h.gbps, cost.cpu_adam_params_per_s, cfg.threads());
@@ -62,8 +63,8 @@ void measure_machine_rates(device::Device& device, const Config& cfg, const mode
 void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, const dataset::Batch& sample,
                        offload::CostModel& cost) {
   // The median of 3 to 10 passes, 1 s at least: single passes on a shared machine are noisy.
-  cost.profiled_op_s = device::profile_ops(spec, profiler, sample.tokens, sample.targets, 3, 1.0, 10);
-  cost.profiled_workspace_bytes = profiler.op_workspace_bytes(spec);
+  cost.profiled_op_s = ops::profile_ops(spec, profiler, sample.tokens, sample.targets, 3, 1.0, 10);
+  cost.profiled_workspace_bytes = ops::op_workspace_bytes(profiler.kind(), spec);
   if (cost.profiled_workspace_bytes == 0) {
     // What the libraries' scratch needed on the compute stream's thread (the host device: oneDNN's
     // scratchpads): the plan's workspace tensor holds it.

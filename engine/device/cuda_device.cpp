@@ -14,7 +14,6 @@
 #include <memory>
 #include <stdexcept>
 
-#include "models/op_dispatch.h"
 
 namespace ferry::device {
 namespace {
@@ -267,10 +266,10 @@ CudaDevice::ResultSlot CudaDevice::next_result_span(int64_t bytes) {
   return {results_ + offset, results_on_device_ + offset};
 }
 
-bool CudaDevice::supports_op(const models::OpSpec& op, std::span<const DType> storage) const {
+bool CudaDevice::supports_op(std::span<const DType> storage, size_t inputs) const {
   for (size_t k = 0; k < storage.size(); ++k) {
     if (storage[k] == DType::I32) {
-      if (k >= op.inputs.size()) return false;  // ids are read, never written
+      if (k >= inputs) return false;  // ids are read, never written
       continue;
     }
     if (storage[k] != DType::F32 && storage[k] != DType::BF16 && storage[k] != DType::F16) return false;
@@ -278,8 +277,7 @@ bool CudaDevice::supports_op(const models::OpSpec& op, std::span<const DType> st
   return true;
 }
 
-void CudaDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
-                        float* loss, std::string label) {
+void CudaDevice::run_op(kernels::OpCall call, float* loss, std::string label) {
   const std::lock_guard lock(ops_mutex_);
   const ResultSlot mean = loss ? next_result_slot() : ResultSlot{nullptr, nullptr};
   if (loss) std::memset(mean.host, 0, sizeof(float));  // what *loss gets from an op that is not the loss's forward
@@ -287,7 +285,7 @@ void CudaDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op,
   {
     const Launching on(stream(Stream::Compute));
     try {
-      models::dispatch_op(spec, op, operands, loss_weight, kernels_);  // its return (the host float) stays 0 here
+      kernels::run_call(call, kernels_);  // its return (the host float) stays 0 here
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(fmt::format("{}: {}", label, e.what()));
     } catch (const std::exception& e) {
@@ -351,19 +349,6 @@ void adamw_bucket(const Device::OptimizerBucket& k, const cpu_optim::AdamWHyper&
 
 int64_t device_adamw_scratch_bytes(int64_t buckets) {
   return kAlign + aligned(buckets * int64_t{sizeof(kernels::cuda::SquaresResult)}) + max_sum_squares_scratch();
-}
-
-int64_t cuda_workspace_bytes(const models::ModelSpec& spec, const kernels::cuda::AttentionScratch& attention) {
-  const int64_t buckets = std::max<int64_t>(1, static_cast<int64_t>(spec.params.size()));
-  return aligned(std::max(kernels::cuda::ops_scratch_bytes(spec, attention), device_adamw_scratch_bytes(buckets)));
-}
-
-int64_t cuda_op_workspace_bytes(const models::ModelSpec& spec) {
-  return cuda_workspace_bytes(spec, [](const kernels::cuda::AttentionShape& s, DType t, models::Pass pass) {
-    const kernels::cuda::AttentionKernel k = kernels::cuda::choose_attention_kernel(s, t);
-    return static_cast<int64_t>(pass == models::Pass::Forward ? kernels::cuda::attention_forward_scratch_bytes(k, s, t)
-                                                              : kernels::cuda::attention_backward_scratch_bytes(k, s, t));
-  });
 }
 
 void CudaDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,

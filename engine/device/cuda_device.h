@@ -1,7 +1,7 @@
 // CudaDevice: the Device on a GPU: three CUDA streams, CUDA events, cudaMemcpyAsync between the pinned
 // pool and the arena (one cudaMalloc at start-up), host work queued in stream order (cudaLaunchHostFunc).
-// Its own methods launch their kernels on the stream directly: every op through models::dispatch_op on
-// kernels::cuda::CudaKernels, and the device AdamW. Built only with CUDA (FERRY_WITH_CUDA).
+// Its own methods launch their kernels on the stream directly: every op call on kernels::cuda::CudaKernels,
+// and the device AdamW. Built only with CUDA (FERRY_WITH_CUDA).
 #pragma once
 
 #ifdef FERRY_WITH_CUDA
@@ -35,12 +35,6 @@ cudaError_t launch_decide_step(const kernels::cuda::SquaresResult* stats, int64_
 // The device AdamW's scratch for up to `buckets` buckets: the decision, each bucket's statistics, one sum of
 // squares' partials at a time.
 int64_t device_adamw_scratch_bytes(int64_t buckets);
-// The CUDA device's workspace for `spec`: the largest scratch of any op (kernels::cuda::ops_scratch_bytes, attention's
-// from `attention`) and of the device AdamW over buckets of its parameters (at most one bucket per parameter).
-int64_t cuda_workspace_bytes(const models::ModelSpec& spec, const kernels::cuda::AttentionScratch& attention);
-// cuda_workspace_bytes with the attention kernels this GPU runs (kernels::cuda::choose_attention_kernel): what
-// CudaDevice::op_workspace_bytes returns. Needs no device object: size a profiling arena with it.
-int64_t cuda_op_workspace_bytes(const models::ModelSpec& spec);
 
 class CudaDevice final : public Device {
  public:
@@ -53,6 +47,7 @@ class CudaDevice final : public Device {
   ~CudaDevice() override;
 
   std::string name() const override;
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
   std::unique_ptr<memory::PinnedHostPool> make_host_pool(int64_t bytes) const override;
   const memory::Arena& arena() const override { return arena_; }
   void run(Stream stream, std::string label, std::function<void()> work) override;
@@ -70,20 +65,18 @@ class CudaDevice final : public Device {
   // The scratch of every op and of the device AdamW (cuBLASLt's workspace, CUB's, cuDNN's, the kernels'):
   // nothing is allocated while a step runs. Used by the ops queued after it.
   void bind_workspace(std::byte* data, int64_t bytes) override;
-  int64_t op_workspace_bytes(const models::ModelSpec& spec) const override { return cuda_op_workspace_bytes(spec); }
   std::byte* workspace() const { return workspace_; }
   int64_t workspace_bytes() const { return workspace_bytes_; }
   void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
   void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) override;
   // Every op kind in fp32, bf16 and fp16 storage; int32 only for what an op reads (ids, targets, the mask).
-  bool supports_op(const models::OpSpec& op, std::span<const DType> storage) const override;
+  bool supports_op(std::span<const DType> storage, size_t inputs) const override;
   // Queues the op's kernels on the compute stream (scratch from the bound workspace). The loss: the forward
   // writes per-token losses and a one-block kernel their mean into a pinned mapped slot; host work queued
   // right behind it copies the slot into *loss, so *loss holds the mean once the compute stream has passed
-  // it (synchronize), and nothing waits inside the step. Bad operands throw std::invalid_argument here, at
-  // queueing time, naming the label.
-  void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
-              float* loss, std::string label) override;
+  // it (synchronize), and nothing waits inside the step. A dtype its kernels do not compute in throws
+  // std::invalid_argument here, at queueing time, naming the label.
+  void run_op(kernels::OpCall call, float* loss, std::string label) override;
   // Queued on the compute stream: each bucket's kernels::cuda::sum_squares into the workspace, one thread deciding the
   // step (launch_decide_step) into device memory, kernels::cuda::adamw_gated on every bucket reading that decision, and
   // host work that copies the decision (written to pinned mapped memory) into *decision: no stall inside the

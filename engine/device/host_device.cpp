@@ -9,11 +9,12 @@
 #include <stdexcept>
 #include <thread>
 
-#include "memory/convert.h"
 #include "cpu_optim/optimizer_step.h"
 #include "engine/device/stop.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/workspace.h"
+#include "memory/convert.h"
 
 namespace ferry::device {
 namespace {
@@ -165,18 +166,17 @@ void HostDevice::accumulate(Stream s, float* dst, const void* src, DType src_typ
   queue(s).run(std::move(label), [dst, src, src_type, n, overwrite] { memory::accumulate_widened(dst, src, src_type, n, overwrite); });
 }
 
-bool HostDevice::supports_op(const models::OpSpec& op, std::span<const DType> storage) const {
-  // Every floating-point storage (2-byte operands are widened to fp32 around the op: models/cpu_op.h); int32
-  // is read (token ids, targets, the attention mask) but never written.
-  for (size_t k = 0; k < storage.size(); ++k)
-    if (storage[k] == DType::I32 && k >= op.inputs.size()) return false;
+bool HostDevice::supports_op(std::span<const DType> storage, size_t inputs) const {
+  // Every floating-point storage (2-byte operands are widened to fp32 around the op: kernels::cpu::run_on_cpu);
+  // int32 is read (token ids, targets, the attention mask) but never written.
+  for (size_t k = inputs; k < storage.size(); ++k)
+    if (storage[k] == DType::I32) return false;
   return true;
 }
 
-void HostDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands,
-                        float loss_weight, float* loss, std::string label) {
-  queue(Stream::Compute).run(std::move(label), [&spec, &op, operands, loss_weight, loss] {
-    const float l = models::run_cpu_op(spec, op, operands, loss_weight);
+void HostDevice::run_op(kernels::OpCall call, float* loss, std::string label) {
+  queue(Stream::Compute).run(std::move(label), [call = std::move(call), loss] {
+    const float l = kernels::cpu::run_on_cpu(call);
     if (loss) *loss = l;
   });
 }

@@ -21,14 +21,4 @@ std::unique_ptr<Device> make_device(const DeviceChoice& choice) {
 #endif
 }
 
-int64_t op_workspace_bytes(DeviceChoice::Kind kind, const models::ModelSpec& spec) {
-  if (kind == DeviceChoice::Kind::Host) return 0;
-#ifdef FERRY_WITH_CUDA
-  return cuda_op_workspace_bytes(spec);
-#else
-  (void)spec;
-  throw std::runtime_error("device: cuda: this build has no CUDA (configure with -DFERRY_CUDA=ON where nvcc exists)");
-#endif
-}
-
 }  // namespace ferry::device

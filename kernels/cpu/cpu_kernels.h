@@ -1,11 +1,13 @@
-// CpuKernels: the CPU's OpKernels, the fp32 math of kernels/cpu/ops.h behind the dispatcher. Operands
-// stored in bf16/fp16 reach it widened to fp32 by run_cpu_op (models/cpu_op.h); it computes in fp32 only.
+// CpuKernels: the CPU's OpKernels, the fp32 math of kernels/cpu/ops.h; and run_on_cpu, which runs an op call
+// on them whatever its operands' storage (bf16/fp16 widened to fp32 around the op).
 #pragma once
 
+#include "kernels/op_call.h"
 #include "kernels/op_kernels.h"
 
 namespace ferry::kernels::cpu {
 
+// Computes in fp32 only: operands stored in bf16/fp16 reach it widened by run_on_cpu.
 class CpuKernels final : public OpKernels {
  public:
   bool computes_in(DType compute) const override { return compute == DType::F32; }
@@ -25,5 +27,11 @@ class CpuKernels final : public OpKernels {
   void cross_entropy_forward(const CrossEntropyForward& a) override;
   void cross_entropy_backward(const CrossEntropyBackward& a) override;
 };
+
+// Runs `call` on CpuKernels: operands stored in bf16/fp16 are widened to fp32 in this thread's Storage
+// workspace (workspace.h) around the op and its results rounded back to nearest even, so the math is the
+// fp32 math of ops.h; fp32 and int32 operands are used in place. Returns the batch's mean loss for the
+// loss's forward op, else 0.
+float run_on_cpu(const OpCall& call);
 
 }  // namespace ferry::kernels::cpu

@@ -40,6 +40,10 @@ std::string linear_shape(int64_t rows, int64_t in, int64_t out) { return fmt::fo
 
 }  // namespace
 
+AttentionShape attention_shape(const AttentionDims& d) {
+  return {d.batch, d.seq, d.channels, d.heads, d.row_stride, d.causal};
+}
+
 AttentionKernel choose_attention_kernel(const AttentionShape& s, DType dtype) {
   return cudnn_sdpa_available(s, dtype) ? AttentionKernel::CudnnSdpa : AttentionKernel::Flash;
 }

@@ -1,6 +1,6 @@
-// CudaKernels: the CUDA device's OpKernels (models/op_dispatch.h), every op on one stream in fp32, bf16 or
-// fp16 storage through the launch functions of kernels/cuda (ops.h, linear.h, attention.h); and the scratch
-// each op takes from the plan's workspace, as a pure function the planner sizes the workspace by.
+// CudaKernels: the CUDA device's OpKernels (kernels/op_kernels.h), every op on one stream in fp32, bf16 or
+// fp16 storage through the launch functions of kernels/cuda (ops.h, linear.h, attention.h), its scratch from
+// the plan's workspace (sized by engine/ops/op_workspace.h from the same scratch functions).
 // Built only with FERRY_WITH_CUDA.
 #pragma once
 
@@ -8,14 +8,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <tuple>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/linear.h"
-#include "models/model_spec.h"
 #include "kernels/op_kernels.h"
 
 namespace ferry::kernels::cuda {
@@ -28,15 +26,6 @@ constexpr int64_t kLtWorkspaceBytes = int64_t{32} << 20;
 AttentionShape attention_shape(const kernels::AttentionDims& d);
 // cuDNN's SDPA where it runs this shape and storage (cudnn_sdpa_available), else the flash kernel.
 AttentionKernel choose_attention_kernel(const AttentionShape& s, DType dtype);
-
-// Bytes of scratch the attention kernel of a pass takes (on a GPU: the chosen kernel's
-// attention_forward/backward_scratch_bytes).
-using AttentionScratch = std::function<int64_t(const AttentionShape&, DType, models::Pass)>;
-// Bytes of the bound workspace `op` uses while it runs on CudaKernels with `compute` storage: its kernels'
-// scratch (one after another on the stream, so the largest), cuBLASLt's workspace for a Linear.
-int64_t op_scratch_bytes(const models::OpSpec& op, DType compute, const AttentionScratch& attention);
-// The largest op_scratch_bytes over every op of `spec`, in the model's precision.
-int64_t ops_scratch_bytes(const models::ModelSpec& spec, const AttentionScratch& attention);
 
 class CudaKernels final : public kernels::OpKernels {
  public:

@@ -15,6 +15,7 @@
 
 #include "engine/device/cuda_devices.h"
 #include "engine/device/make_device.h"
+#include "engine/ops/op_dispatch.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 #include "memory/convert.h"
@@ -96,7 +97,7 @@ struct Mirror {
   // An op's operands in this device's arena.
   struct Operands {
     std::vector<kernels::Operand> lists[4];
-    models::OpOperands view() const { return {lists[0], lists[1], lists[2], lists[3]}; }
+    ops::OpOperands view() const { return {lists[0], lists[1], lists[2], lists[3]}; }
   };
   Operands operands(const ModelSpec& spec, const SpecLayout& l, const OpSpec& op) const {
     Operands o;
@@ -109,7 +110,7 @@ struct Mirror {
   float run(const ModelSpec& spec, const SpecLayout& l, const OpSpec& op, float loss_weight = 1.0f) {
     float loss = 0;
     const Operands o = operands(spec, l, op);
-    dev->run_op(spec, op, o.view(), loss_weight, &loss, op.name);
+    dev->run_op(ops::decode_op(spec, op, o.view(), loss_weight), &loss, op.name);
     dev->synchronize();
     return loss;
   }
@@ -207,8 +208,8 @@ std::set<std::pair<models::OpKind, models::Pass>> compare_every_op(const Shape& 
     const OpSpec& op = spec.ops[i];
     const std::string what = describe(s) + ", op " + op.name;
     const auto storage = storage_of(spec, op);
-    EXPECT_TRUE(cuda.dev->supports_op(op, storage)) << what << ": the CUDA device does not run it";
-    if (!cuda.dev->supports_op(op, storage)) continue;
+    EXPECT_TRUE(cuda.dev->supports_op(storage, op.inputs.size())) << what << ": the CUDA device does not run it";
+    if (!cuda.dev->supports_op(storage, op.inputs.size())) continue;
     fill_op_operands(image.data(), spec, layout, op, s.vocab, seed * 1000 + i);
     float losses[2];
     int d = 0;

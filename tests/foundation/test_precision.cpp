@@ -1,37 +1,44 @@
 // foundation/precision.h, the one rounding the CPU, the CUDA kernels and their host twins share, against
-// independent references computed in double: every bf16 and fp16 pattern read back, fp32 values around
-// every pattern (the ties and their neighbours), every fp32 below fp16's normal range and a dense stride
-// over all 2^32 patterns.
+// independent references (the nearer neighbour in double, the CPU's F16C conversions): every bf16 and fp16
+// pattern read back, fp32 values around every pattern (the ties and their neighbours), every fp32 below
+// fp16's normal range, a dense stride over all 2^32 patterns and random ones.
 #include <gtest/gtest.h>
+#include <immintrin.h>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
 
 #include "foundation/precision.h"
+#include "foundation/rng.h"
 
 namespace ferry {
 namespace {
 
-uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
+uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
 
-// Nearest even by comparing the distances to the two bf16 neighbours of |f| in double (exact there); past
-// the largest bf16 the upper neighbour is 2^128, which rounds to inf. NaN: a quiet NaN with f's sign.
-uint16_t bf16_reference(float f) {
-  const uint32_t x = bits(f), sign = x & 0x80000000u, ax = x & 0x7fffffffu;
-  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40);
-  if (std::isinf(f)) return static_cast<uint16_t>(x >> 16);
-  const uint32_t lo = ax & 0xffff0000u, hi = lo + 0x10000u;
-  const double value = std::fabs(static_cast<double>(f)), down = std::bit_cast<float>(lo);
-  const double up = hi == 0x7f800000u ? std::ldexp(1.0, 128) : static_cast<double>(std::bit_cast<float>(hi));
-  const bool round_up = value - down > up - value || (value - down == up - value && (lo & 0x10000u));
-  return static_cast<uint16_t>((sign | (round_up ? hi : lo)) >> 16);
+// Independent reference for bf16 rounding: the nearer of the two bf16 neighbours in double, ties to even.
+uint16_t bf16_reference(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x40);  // a quiet NaN, sign and payload's top kept
+  const auto lo = static_cast<uint16_t>(bits >> 16), hi = static_cast<uint16_t>(lo + 1);
+  auto value = [](uint16_t h) {  // the exponent-all-ones neighbour counts as 2^128 (where rounding overflows)
+    return (h & 0x7f80) == 0x7f80 ? std::copysign(std::ldexp(1.0, 128), double(bf16_to_float(h))) : double(bf16_to_float(h));
+  };
+  const double dl = std::abs(double(x) - value(lo)), dh = std::abs(double(x) - value(hi));
+  if (dl != dh) return dl < dh ? lo : hi;
+  return (lo & 1) ? hi : lo;
 }
+
+__attribute__((target("f16c"))) uint16_t f16_hardware(float x) {
+  return static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+}
+__attribute__((target("f16c"))) float f16_hardware_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 // fp16 as a count of ulps in double: the ulp of |f|'s binade (2^-24 below 2^-14), the quotient rounded to
 // nearest even by the FPU; (binade + 14) * 1024 + ulps is then the encoding, carries and subnormals included.
 uint16_t half_reference(float f) {
-  const auto sign = static_cast<uint16_t>((bits(f) >> 16) & 0x8000);
+  const auto sign = static_cast<uint16_t>((bits_of(f) >> 16) & 0x8000);
   if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7e00);
   const double value = std::fabs(static_cast<double>(f));
   if (value == 0) return sign;
@@ -53,7 +60,7 @@ double half_value_reference(uint16_t h) {
 
 TEST(Precision, Bf16RoundsToNearestEven) {
   for (uint32_t h = 0; h < 0x10000u; ++h) {
-    ASSERT_EQ(bits(bf16_to_float(static_cast<uint16_t>(h))), h << 16);
+    ASSERT_EQ(bits_of(bf16_to_float(static_cast<uint16_t>(h))), h << 16);
     for (uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
       const float f = std::bit_cast<float>((h << 16) | low);
       ASSERT_EQ(float_to_bf16(f), bf16_reference(f)) << std::hex << ((h << 16) | low);
@@ -90,7 +97,7 @@ TEST(Precision, Fp16RoundsToNearestEvenWithSubnormals) {
       continue;
     }
     ASSERT_EQ(static_cast<double>(f), half_value_reference(static_cast<uint16_t>(h))) << std::hex << h;
-    const uint32_t x = bits(f);
+    const uint32_t x = bits_of(f);
     for (uint32_t d : {0x0u, 0x1u, 0xfffu, 0x1000u, 0x1001u, 0x1fffu}) {  // below, at and above the midpoint
       const float g = std::bit_cast<float>(x + d);
       ASSERT_EQ(float_to_half(g), half_reference(g)) << std::hex << (x + d);
@@ -104,6 +111,38 @@ TEST(Precision, Fp16RoundsToNearestEvenWithSubnormals) {
   for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 997) {
     const float f = std::bit_cast<float>(static_cast<uint32_t>(u));
     ASSERT_EQ(float_to_half(f), half_reference(f)) << std::hex << u;
+  }
+}
+
+TEST(HalfConversions, RoundToNearestEvenAgainstIndependentReferences) {
+  Rng rng(12);
+  const bool f16c = __builtin_cpu_supports("f16c");
+  for (int i = 0; i < 2000000; ++i) {
+    const auto bits = static_cast<uint32_t>(rng.next_u64());
+    const float x = std::bit_cast<float>(bits);
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(x))));
+      EXPECT_TRUE(std::isnan(half_to_float(float_to_half(x))));
+      continue;
+    }
+    ASSERT_EQ(float_to_bf16(x), bf16_reference(x)) << x;
+    if (f16c) {
+      ASSERT_EQ(float_to_half(x), f16_hardware(x)) << x;
+    }
+    // fp16 values near its range: rescale the random bits into [2^-26, 2^17)
+    const float y = std::ldexp(1.0f + float(bits & 0xffff) / 65536.0f, int(bits >> 16) % 43 - 26) * ((bits >> 31) ? -1 : 1);
+    if (f16c) {
+      ASSERT_EQ(float_to_half(y), f16_hardware(y)) << y;
+    }
+  }
+  for (uint32_t h = 0; h < 0x10000; ++h) {  // every half converts exactly and back
+    const float f = half_to_float(static_cast<uint16_t>(h));
+    if (!std::isnan(f)) {
+      ASSERT_EQ(float_to_half(f), h) << h;
+    }
+    if (f16c && !std::isnan(f)) {
+      ASSERT_EQ(f, f16_hardware_to_float(static_cast<uint16_t>(h))) << h;
+    }
   }
 }
 

@@ -9,14 +9,17 @@
 #include <utility>
 #include <vector>
 
-#include "memory/convert.h"
-#include "models/cpu_op.h"
-#include "kernels/cpu/workspace.h"
-#include "models/registry.h"
+#include "engine/ops/op_dispatch.h"
 #include "foundation/rng.h"
+#include "kernels/cpu/workspace.h"
+#include "memory/convert.h"
+#include "models/registry.h"
 
-namespace ferry::models {
+namespace ferry::ops {
 namespace {
+
+using kernels::Operand;
+using namespace models;
 
 constexpr int kVocab = 96;
 
@@ -162,4 +165,4 @@ TEST(StoredOps, MixedStorageIsRefusedNamingTheOp) {
 }
 
 }  // namespace
-}  // namespace ferry::models
+}  // namespace ferry::ops

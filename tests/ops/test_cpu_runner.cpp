@@ -4,13 +4,15 @@
 #include <string>
 #include <vector>
 
+#include "engine/ops/cpu_runner.h"
 #include "memory/arena.h"
 #include "memory/device_allocations.h"
-#include "models/cpu_runner.h"
 #include "models/gpt2.h"
 
-namespace ferry::models {
+namespace ferry::ops {
 namespace {
+
+using namespace models;
 
 // Start-up is the construction (the one activation arena) and the first pass (the ops compile and size
 // their workspaces, both counted; in bf16/fp16 also the Storage workspace the operands are widened into);
@@ -37,4 +39,4 @@ INSTANTIATE_TEST_SUITE_P(Precisions, CpuRunnerIn, ::testing::Values(DType::F32, 
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 }  // namespace
-}  // namespace ferry::models
+}  // namespace ferry::ops

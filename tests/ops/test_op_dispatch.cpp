@@ -6,11 +6,14 @@
 #include <variant>
 #include <vector>
 
-#include "models/op_dispatch.h"
+#include "engine/ops/op_dispatch.h"
 #include "models/registry.h"
 
-namespace ferry::models {
+namespace ferry::ops {
 namespace {
+
+using namespace kernels;  // the argument structs a backend receives
+using namespace models;
 
 using Args = std::variant<std::monostate, EmbeddingForward, EmbeddingBackward, LayerNormForward, LayerNormBackward,
                           LinearForward, LinearBackward, AttentionForward, AttentionBackward, GeluForward, GeluBackward,
@@ -230,4 +233,4 @@ TEST_F(Dispatch, RefusesUnknownDtypeCombinationsNamingTheOp) {
 }
 
 }  // namespace
-}  // namespace ferry::models
+}  // namespace ferry::ops

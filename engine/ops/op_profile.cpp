@@ -1,6 +1,6 @@
 // profile_ops: one op's operands at a time in the arena, filled once by copies from host memory, then timed
 // passes over the op list between timed events on the compute stream.
-#include "engine/device/op_profile.h"
+#include "engine/ops/op_profile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,11 +9,17 @@
 #include <string>
 #include <tuple>
 
+#include "engine/ops/op_dispatch.h"
+#include "engine/ops/op_workspace.h"
 #include "memory/convert.h"
 #include "memory/host_buffer.h"
 
-namespace ferry::device {
+namespace ferry::ops {
 namespace {
+
+using device::Device;
+using device::EventPtr;
+using device::Stream;
 
 constexpr int64_t kAlign = 256;
 int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -126,7 +132,7 @@ int64_t profile_arena_bytes(const models::ModelSpec& spec, int64_t workspace_byt
 std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, std::span<const int32_t> tokens,
                                 std::span<const int32_t> targets, int min_reps, double min_seconds, int max_reps) {
   std::byte* base = device.arena().data();
-  const int64_t workspace = device.op_workspace_bytes(spec);
+  const int64_t workspace = op_workspace_bytes(device.kind(), spec);
   if (device.arena().size() < profile_arena_bytes(spec, workspace))
     throw std::invalid_argument("profile_ops: the device arena holds " + std::to_string(device.arena().size()) +
                                 " bytes, fewer than the largest op's operands and the device's workspace (" +
@@ -154,7 +160,7 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
     device.copy(Stream::H2D, base, host.data(), layouts.back().bytes, "profile: operands of " + op.name);
     device.wait(Stream::Compute, device.record(Stream::H2D), "profile: operands of " + op.name);
     const OpLayout& l = layouts.back();
-    device.run_op(spec, op, {l.inputs, l.outputs, l.values, l.grads}, 1.0f, nullptr, "profile (warm-up): " + op.name);
+    device.run_op(decode_op(spec, op, {l.inputs, l.outputs, l.values, l.grads}, 1.0f), nullptr, "profile (warm-up): " + op.name);
     device.synchronize();  // `host` goes out of scope
   }
   // Timed passes: the ops share the arena, so each op's token ids and targets are copied in again (other
@@ -174,7 +180,8 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
         device.wait(Stream::Compute, device.record(Stream::H2D), "profile: token ids");
       }
       EventPtr before = device.record_timed(Stream::Compute);
-      device.run_op(spec, spec.ops[i], {l.inputs, l.outputs, l.values, l.grads}, 1.0f, nullptr, "profile: " + spec.ops[i].name);
+      const models::OpSpec& op = spec.ops[i];
+      device.run_op(decode_op(spec, op, {l.inputs, l.outputs, l.values, l.grads}, 1.0f), nullptr, "profile: " + op.name);
       marks.emplace_back(i, std::move(before), device.record_timed(Stream::Compute));
     }
     for (const auto& [i, before, after] : marks) samples[i].push_back(device.elapsed_seconds(before, after));
@@ -186,4 +193,4 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
   return op_s;
 }
 
-}  // namespace ferry::device
+}  // namespace ferry::ops

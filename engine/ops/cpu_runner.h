@@ -10,18 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "kernels/op_kernels.h"
 #include "memory/arena.h"
 #include "memory/host_buffer.h"
 #include "memory/planner.h"
-#include "models/cpu_op.h"
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
 
-namespace ferry::models {
+namespace ferry::ops {
 
 class CpuRunner {
  public:
-  CpuRunner(const ModelSpec& spec, ParameterStore& params);
+  CpuRunner(const models::ModelSpec& spec, models::ParameterStore& params);
 
   // Copies a batch (B*T tokens and targets, and for BERT the attention mask: empty means no padding) into
   // the spec's input tensors.
@@ -33,7 +33,7 @@ class CpuRunner {
   float forward_backward(float loss_weight = 1.0f);
   // Runs one op. With a 2-byte precision it reads the working copy of the weights rounded by the last
   // forward(), forward_backward() or profile_ops(), and its parameter gradients stay in the working copy.
-  void run_op(const OpSpec& op);
+  void run_op(const models::OpSpec& op);
   // Each op's time (its fastest over forward+backward passes on the current batch: at least min_reps
   // passes and min_seconds in all, at most max_reps), indexed like spec.ops: the host device's measured
   // cost of every op, for the planner and the Simulator.
@@ -46,14 +46,14 @@ class CpuRunner {
   const memory::ArenaLayout& activation_plan() const { return plan_; }
 
  private:
-  const ModelSpec& spec_;
-  ParameterStore& params_;
+  const models::ModelSpec& spec_;
+  models::ParameterStore& params_;
   memory::ArenaLayout plan_;     // offset of every tensor in arena_
   memory::Arena arena_;   // the host device's arena: allocated once, here
   std::vector<std::byte*> tensor_ptr_;  // per tensor: its place in arena_
   // The weights and their gradients in the precision (empty for fp32, whose ops use params_ in place).
   memory::HostBuffer working_values_, working_grads_;
-  std::vector<Operand> value_, grad_;  // per parameter: what the ops read and accumulate into
+  std::vector<kernels::Operand> value_, grad_;  // per parameter: what the ops read and accumulate into
   float loss_weight_ = 1.0f;
   float last_loss_ = 0.0f;
 
@@ -62,4 +62,4 @@ class CpuRunner {
   void add_gradients();     // the working gradients, widened, into the store's fp32 gradients
 };
 
-}  // namespace ferry::models
+}  // namespace ferry::ops

@@ -1,5 +1,5 @@
 // measure_host_cost_model: short timings of the real kernels the host device runs.
-#include "engine/device/host_cost_model.h"
+#include "engine/ops/host_cost_model.h"
 
 #include <tbb/global_control.h>
 
@@ -18,7 +18,7 @@
 #include "memory/host_buffer.h"
 #include "kernels/cpu/matmul.h"
 
-namespace ferry::device {
+namespace ferry::ops {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -120,4 +120,4 @@ offload::CostModel host_cost_model(int threads, std::string* cache_path) {
   return c;
 }
 
-}  // namespace ferry::device
+}  // namespace ferry::ops

@@ -1,17 +1,24 @@
 // CpuRunner: the resident CPU path: one arena for the activations, the ParameterStore for parameters (through
 // a working copy in the precision when that is not fp32).
-#include "models/cpu_runner.h"
+#include "engine/ops/cpu_runner.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
 
+#include "engine/ops/op_dispatch.h"
 #include "memory/convert.h"
 
-namespace ferry::models {
+namespace ferry::ops {
 
-CpuRunner::CpuRunner(const ModelSpec& spec, ParameterStore& params)
+using models::numel;
+using models::OpKind;
+using models::OpSpec;
+using models::Pass;
+using models::TensorSpec;
+
+CpuRunner::CpuRunner(const models::ModelSpec& spec, models::ParameterStore& params)
     : spec_(spec), params_(params), plan_(memory::Planner::plan(spec.tensor_lifetimes())), arena_(memory::Arena::Backing::Host, plan_.peak) {
   for (size_t t = 0; t < spec.tensors.size(); ++t) tensor_ptr_.push_back(arena_.data() + plan_.offsets[t]);
   const auto bytes_of = [](std::span<float> s) { return reinterpret_cast<std::byte*>(s.data()); };
@@ -106,7 +113,7 @@ std::vector<float> CpuRunner::tensor(const std::string& name) const {
 }
 
 void CpuRunner::run_op(const OpSpec& op) {
-  std::vector<Operand> in, out, values, grads;
+  std::vector<kernels::Operand> in, out, values, grads;
   for (int t : op.inputs) in.push_back({tensor_ptr_[t], spec_.tensors[t].dtype});
   for (int t : op.outputs) out.push_back({tensor_ptr_[t], spec_.tensors[t].dtype});
   for (int p : op.params) values.push_back(value_[p]), grads.push_back(grad_[p]);
@@ -114,4 +121,4 @@ void CpuRunner::run_op(const OpSpec& op) {
   if (op.kind == OpKind::CrossEntropy && op.pass == Pass::Forward) last_loss_ = loss;
 }
 
-}  // namespace ferry::models
+}  // namespace ferry::ops

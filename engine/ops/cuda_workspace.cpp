@@ -1,15 +1,16 @@
 // op_scratch_bytes: what each op's CUDA kernels take from the plan's workspace, from the same scratch functions
-// CudaKernels sizes its requests by (so the planned workspace and the requests cannot disagree).
+// CudaKernels sizes its requests by (so the planned workspace and the requests cannot disagree). Built only
+// with CUDA.
 #include <algorithm>
 
+#include "engine/device/cuda_device.h"
+#include "engine/ops/op_workspace.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/ops.h"
 
-namespace ferry::kernels::cuda {
+namespace ferry::ops {
 
-AttentionShape attention_shape(const kernels::AttentionDims& d) {
-  return {d.batch, d.seq, d.channels, d.heads, d.row_stride, d.causal};
-}
+using namespace kernels::cuda;  // the kernels' scratch functions
 
 int64_t op_scratch_bytes(const models::OpSpec& op, DType compute, const AttentionScratch& attention) {
   const models::OpAttrs& a = op.attrs;
@@ -42,4 +43,18 @@ int64_t ops_scratch_bytes(const models::ModelSpec& spec, const AttentionScratch&
   return most;
 }
 
-}  // namespace ferry::kernels::cuda
+int64_t cuda_workspace_bytes(const models::ModelSpec& spec, const AttentionScratch& attention) {
+  const int64_t buckets = std::max<int64_t>(1, static_cast<int64_t>(spec.params.size()));
+  const int64_t most = std::max(ops_scratch_bytes(spec, attention), device::device_adamw_scratch_bytes(buckets));
+  return (most + 255) / 256 * 256;
+}
+
+int64_t cuda_op_workspace_bytes(const models::ModelSpec& spec) {
+  return cuda_workspace_bytes(spec, [](const AttentionShape& s, DType t, models::Pass pass) {
+    const AttentionKernel k = choose_attention_kernel(s, t);
+    return static_cast<int64_t>(pass == models::Pass::Forward ? attention_forward_scratch_bytes(k, s, t)
+                                                              : attention_backward_scratch_bytes(k, s, t));
+  });
+}
+
+}  // namespace ferry::ops

@@ -1,4 +1,5 @@
-// dispatch_op: each op's tensor and parameter slots, by kind and pass, into OpKernels' argument structs.
+// decode_op: each op's tensor and parameter slots, by kind and pass, into a kernel call: the argument struct
+// of its kind and pass (kernels/op_kernels.h), and each operand's size and use.
 // Slot conventions (inputs -> outputs) per kind, forward | backward. Backward slots follow one rule
 // (models/backward.cpp): [grad of out0 (not for the loss), forward inputs (not for Residual), saved outputs]
 // -> grads of the forward inputs that are not batch inputs.
@@ -13,26 +14,30 @@
 //   Residual     [a, b] -> [y]                        | [dy] -> [da, db]
 //   CrossEntropy [logits, targets] -> [losses]        | [logits, targets] -> [dlogits]
 //                (the loss is the mean over targets >= 0; BERT marks the others -100)
-#include "models/op_dispatch.h"
+#include "engine/ops/op_dispatch.h"
 
 #include <optional>
 #include <stdexcept>
 #include <string>
 
-namespace ferry::models {
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace ferry::ops {
 namespace {
 
-using namespace kernels;  // the argument structs
+using kernels::Operand;
+using kernels::OpKernels;
+using models::OpAttrs;
 
 // One op's operands by slot; absent parameters (and, in forward, their gradients) read as null operands.
 struct Slots {
-  const OpSpec& op;
-  const OpOperands& at;
-  bool fwd() const { return op.pass == Pass::Forward; }
-  Operand in(size_t k) const { return at.inputs[k]; }
-  Operand out(size_t k) const { return at.outputs[k]; }
-  Operand value(size_t k) const { return k < at.values.size() ? at.values[k] : Operand{}; }
-  Operand grad(size_t k) const { return k < at.grads.size() ? at.grads[k] : Operand{}; }
+  const models::OpSpec& op;
+  std::span<const Operand> inputs, outputs, values, grads;
+  bool fwd() const { return op.pass == models::Pass::Forward; }
+  Operand in(size_t k) const { return inputs[k]; }
+  Operand out(size_t k) const { return outputs[k]; }
+  Operand value(size_t k) const { return k < values.size() ? values[k] : Operand{}; }
+  Operand grad(size_t k) const { return k < grads.size() ? grads[k] : Operand{}; }
 };
 
 // A view `elements` into an operand: q, k and v inside GPT-2's packed rows.
@@ -64,7 +69,7 @@ void attention(const Slots& s, OpKernels& k) {
   const size_t forward_inputs = s.fwd() ? s.op.inputs.size() : s.op.inputs.size() - 3;
   const size_t first = s.fwd() ? 0 : 1;  // the first forward input's slot
   if (forward_inputs == 1) {  // GPT-2: [qkv] | [dy, qkv, probs, y] -> [dqkv]
-    const AttentionDims dims{a.batch, a.seq, C, a.heads, 3 * C, a.causal};
+    const kernels::AttentionDims dims{a.batch, a.seq, C, a.heads, 3 * C, a.causal};
     const Operand qkv = s.in(first);
     if (s.fwd()) return k.attention_forward({s.out(0), s.out(1), qkv, offset(qkv, C), offset(qkv, 2 * C), {}, dims});
     const Operand dqkv = s.out(0);
@@ -72,7 +77,7 @@ void attention(const Slots& s, OpKernels& k) {
                                  offset(qkv, 2 * C), {}, s.in(2), s.in(3), dims});
   }
   // BERT: [q, k, v, mask] | [dy, q, k, v, mask, probs, y] -> [dq, dk, dv]
-  const AttentionDims dims{a.batch, a.seq, C, a.heads, C, a.causal};
+  const kernels::AttentionDims dims{a.batch, a.seq, C, a.heads, C, a.causal};
   if (s.fwd()) return k.attention_forward({s.out(0), s.out(1), s.in(0), s.in(1), s.in(2), s.in(3), dims});
   k.attention_backward({s.out(0), s.out(1), s.out(2), s.in(0), s.in(1), s.in(2), s.in(3), s.in(4), s.in(5), s.in(6), dims});
 }
@@ -103,9 +108,9 @@ float cross_entropy(const Slots& s, float loss_weight, OpKernels& k) {
 // Checks operands against what the op's slots hold and agrees on the one floating dtype they share.
 class DtypeCheck {
  public:
-  explicit DtypeCheck(const OpSpec& op) : op_(op) {}
+  explicit DtypeCheck(const models::OpSpec& op) : op_(op) {}
 
-  void tensor(Operand o, const TensorSpec& t) {
+  void tensor(Operand o, const models::TensorSpec& t) {
     if (!o.data) fail("tensor " + t.name + " has no operand");
     if (t.fixed_dtype) {  // ids, statistics, losses: stored as the spec says whatever the precision
       if (o.dtype != t.dtype) fail("tensor " + t.name + " is " + to_string(o.dtype) + ", its slot takes " + to_string(t.dtype));
@@ -124,11 +129,11 @@ class DtypeCheck {
   [[noreturn]] void fail(const std::string& why) const { throw std::invalid_argument("op " + op_.name + ": " + why); }
 
  private:
-  const OpSpec& op_;
+  const models::OpSpec& op_;
   std::optional<DType> compute_;
 };
 
-void check_counts(const OpSpec& op, const OpOperands& at, DtypeCheck& check) {
+void check_counts(const models::OpSpec& op, const OpOperands& at, DtypeCheck& check) {
   const auto counted = [&](const char* what, size_t given, size_t slots) {
     if (given != slots)
       check.fail(std::string("given ") + std::to_string(given) + " " + what + " operands, its slots take " + std::to_string(slots));
@@ -136,12 +141,33 @@ void check_counts(const OpSpec& op, const OpOperands& at, DtypeCheck& check) {
   counted("input", at.inputs.size(), op.inputs.size());
   counted("output", at.outputs.size(), op.outputs.size());
   counted("parameter", at.values.size(), op.params.size());
-  if (op.pass == Pass::Backward) counted("gradient", at.grads.size(), op.params.size());
+  if (op.pass == models::Pass::Backward) counted("gradient", at.grads.size(), op.params.size());
+}
+
+// The op's kernel: the argument struct of its kind and pass, from its operands by slot.
+float launch(const Slots& s, float loss_weight, OpKernels& kernels) {
+  switch (s.op.kind) {
+    case models::OpKind::Embedding: embedding(s, kernels); return 0;
+    case models::OpKind::LayerNorm: layernorm(s, kernels); return 0;
+    case models::OpKind::Linear: linear(s, kernels); return 0;
+    case models::OpKind::Attention: attention(s, kernels); return 0;
+    case models::OpKind::Gelu: gelu(s, kernels); return 0;
+    case models::OpKind::Residual: residual(s, kernels); return 0;
+    case models::OpKind::CrossEntropy: return cross_entropy(s, loss_weight, kernels);
+  }
+  throw std::logic_error("decode_op: op " + s.op.name + " has an unknown kind");
+}
+
+bool creates_grad(const models::ModelSpec& spec, const models::OpSpec& op, int t) {
+  if (!spec.tensors[t].is_grad) return false;
+  for (int c : op.creates)
+    if (c == t) return true;
+  return false;
 }
 
 }  // namespace
 
-DType op_compute_dtype(const ModelSpec& spec, const OpSpec& op, const OpOperands& at) {
+DType op_compute_dtype(const models::ModelSpec& spec, const models::OpSpec& op, const OpOperands& at) {
   DtypeCheck check(op);
   check_counts(op, at, check);
   for (size_t k = 0; k < op.inputs.size(); ++k) check.tensor(at.inputs[k], spec.tensors[op.inputs[k]]);
@@ -149,32 +175,46 @@ DType op_compute_dtype(const ModelSpec& spec, const OpSpec& op, const OpOperands
   for (size_t k = 0; k < op.params.size(); ++k) {
     check.floating(at.values[k], "parameter " + spec.params[op.params[k]].name);
     // Forward never touches the gradients: they may be absent, or stored however the caller keeps them.
-    if (op.pass == Pass::Backward) check.floating(at.grads[k], "gradient of " + spec.params[op.params[k]].name);
+    if (op.pass == models::Pass::Backward) check.floating(at.grads[k], "gradient of " + spec.params[op.params[k]].name);
   }
   return check.compute();
 }
 
-float dispatch_op(const ModelSpec& spec, const OpSpec& op, const OpOperands& at, float loss_weight, OpKernels& kernels) {
-  const DType compute = op_compute_dtype(spec, op, at);
-  if (!kernels.computes_in(compute))
-    throw std::invalid_argument("op " + op.name + ": this device's kernels do not compute in " + to_string(compute));
-  // Gradient tensors begin life here at zero: backward ops accumulate into them.
-  for (int t : op.creates) {
-    if (!spec.tensors[t].is_grad) continue;
-    for (size_t k = 0; k < op.outputs.size(); ++k)
-      if (op.outputs[k] == t) kernels.zero(at.outputs[k], numel(spec.tensors[t].shape) * dtype_bytes(at.outputs[k].dtype));
+kernels::OpCall decode_op(const models::ModelSpec& spec, const models::OpSpec& op, const OpOperands& at, float loss_weight) {
+  kernels::OpCall call{op.name, op_compute_dtype(spec, op, at), {}, {}};
+  const bool fwd = op.pass == models::Pass::Forward;
+  const auto tensor = [&](Operand o, int t, bool read, bool written, bool zeroed) {
+    call.operands.push_back({o, models::numel(spec.tensors[t].shape), read, written, zeroed});
+  };
+  const auto param = [&](Operand o, int p, bool written) {
+    call.operands.push_back({o, models::numel(spec.params[p].shape), true, written, false});
+  };
+  for (size_t k = 0; k < at.inputs.size(); ++k) tensor(at.inputs[k], op.inputs[k], true, false, false);
+  // Forward overwrites its outputs; backward accumulates into them, but into a gradient it creates only
+  // after zeroing it.
+  for (size_t k = 0; k < at.outputs.size(); ++k) {
+    const bool created = creates_grad(spec, op, op.outputs[k]);
+    tensor(at.outputs[k], op.outputs[k], !fwd && !created, true, created);
   }
-  const Slots s{op, at};
-  switch (op.kind) {
-    case OpKind::Embedding: embedding(s, kernels); return 0;
-    case OpKind::LayerNorm: layernorm(s, kernels); return 0;
-    case OpKind::Linear: linear(s, kernels); return 0;
-    case OpKind::Attention: attention(s, kernels); return 0;
-    case OpKind::Gelu: gelu(s, kernels); return 0;
-    case OpKind::Residual: residual(s, kernels); return 0;
-    case OpKind::CrossEntropy: return cross_entropy(s, loss_weight, kernels);
-  }
-  throw std::logic_error("dispatch_op: op " + op.name + " has an unknown kind");
+  for (size_t k = 0; k < at.values.size(); ++k) param(at.values[k], op.params[k], false);
+  if (!fwd)  // forward leaves gradients alone
+    for (size_t k = 0; k < at.grads.size(); ++k) param(at.grads[k], op.params[k], true);
+  const size_t inputs = at.inputs.size(), outputs = at.outputs.size(), values = at.values.size();
+  call.launch = [&op, loss_weight, inputs, outputs, values](OpKernels& kernels, std::span<const Operand> o) {
+    const Slots s{op, o.first(inputs), o.subspan(inputs, outputs), o.subspan(inputs + outputs, values),
+                  o.subspan(inputs + outputs + values)};
+    return launch(s, loss_weight, kernels);
+  };
+  return call;
 }
 
-}  // namespace ferry::models
+float dispatch_op(const models::ModelSpec& spec, const models::OpSpec& op, const OpOperands& at, float loss_weight,
+                  OpKernels& kernels) {
+  return kernels::run_call(decode_op(spec, op, at, loss_weight), kernels);
+}
+
+float run_cpu_op(const models::ModelSpec& spec, const models::OpSpec& op, const OpOperands& at, float loss_weight) {
+  return kernels::cpu::run_on_cpu(decode_op(spec, op, at, loss_weight));
+}
+
+}  // namespace ferry::ops

@@ -7,7 +7,7 @@
 #include "memory/dtype.h"
 #include "offload/cost_model.h"
 
-namespace ferry::device {
+namespace ferry::ops {
 
 offload::CostModel measure_host_cost_model(int threads);
 
@@ -24,4 +24,4 @@ CpuOptimizerRates measure_cpu_optimizer_rates(int threads, DType grad_type, bool
 // `cache_path` receives the file used.
 offload::CostModel host_cost_model(int threads, std::string* cache_path = nullptr);
 
-}  // namespace ferry::device
+}  // namespace ferry::ops
