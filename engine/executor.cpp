@@ -65,16 +65,8 @@ struct StepState {
 };
 
 // The pipelined update of the last step (offload.overlap: pipelined), still running while the next step
-// starts: what that step's ops wait for, bucket by bucket. Cleared by every barrier, which finishes it.
-//
-// Why this is enough (exact: every buffer of a bucket's update is reused only after it): the next step
-// first touches a CPU-updated bucket b through a prefetch, which waits for b's update, or through the
-// first op using b (weights resident), which waits for b's upload, which waited for b's update. Every later
-// use of b comes after that one on its stream: the op reading b's window waits for the prefetch, and the
-// gradients of b land (overwriting the landing region b's update reads) only after the last op writing them,
-// which follows b's first use on the compute stream. The CPU's own buffers (fp32 sums, master, moments) are
-// touched only by tasks queued behind the update on the same worker. Device-tier AdamW runs on the compute
-// stream, before the next step's ops. Micro-batches after the first follow a barrier.
+// starts: what that step's ops wait for, bucket by bucket. Cleared by every barrier, which finishes it. Why
+// waiting bucket by bucket keeps the update exact: docs/design.md, "The pipelined update is exact".
 struct InFlightUpdate {
   std::vector<std::shared_ptr<device::HostEvent>> updated;  // per bucket: its update, until a prefetch or upload waited (null: none)
   std::vector<int> uploads;                                 // weights-resident buckets still to upload, in update order

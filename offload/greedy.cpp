@@ -275,32 +275,9 @@ void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed
 
 }  // namespace
 
-// Ferry's policy.
-// What it optimises: the Simulator's predicted step time, under the budget, over the three tiers.
-// The greedy criterion: every bucket starts offloaded and scheduled just in time (greedy_for). Buckets are
-// ranked once (rank_buckets); the resident set is then a prefix of that ranking; greedy builds the plan of
-// each prefix (at most kPrefixes of them, evenly spaced) for unlimited memory and for each budget of a
-// fixed ladder (the minimum the model needs times 1.25^j), and keeps the fastest plan whose layout fits
-// the budget. The resident, zero-offload and chunk-lru constructions are candidates too (relabelled
-// greedy, their construction kept), so greedy is never predicted slower than those where they fit; so is,
-// at every rung, the schedule with nothing resident and windows of consecutive uses only, which needs the
-// least memory (without it, greedy found no plan for small budgets that an exhaustive search could meet).
-// With mixed tiers, the device tiers of device_tier_path are candidates too (every other bucket streamed):
-// the CPU's AdamW over every parameter is what bounds an offloaded step, and each bucket updated on the
-// device takes its share off the CPU, the d2h link and the h2d link at once. So are the prefixes of
-// device_tier_order (consider_device_prefixes), built for unlimited memory: the paths are grown within a
-// rung, which can lie up to 1.25x below the budget, and a prefix can use the budget to the last bucket.
-// Every other candidate is built without looking at the budget (ladder budgets above it are simply not
-// built: their plans could not be used anyway), so a larger budget only adds candidates: more budget never
-// gives a slower plan.
-// All of that three times: prefetches unpaced, paced and at their latest start (PrefetchTiming::Issue);
-// the Simulator decides which serves a candidate best; with the pipelined update, also built
-// as for the update in the step (whose plans, pipelined, are never slower than in the step, so greedy
-// pipelined is never slower than greedy updating in the step).
-// Complexity: ((prefixes + 1) x ladder rungs up to the budget) simulations, each O(ops + actions) plus one
-// Planner run, at most 26 x log_1.25(budget / minimum) of them; with mixed tiers, per rung at most 2 x 36
-// more for the two paths and 3 for each device tier on them; and two estimates per prefix that could fit;
-// times the three timings (six with the pipelined update).
+// Ferry's policy: the candidates above and the baselines, for unlimited memory and a ladder of budgets, three
+// prefetch timings each; the fastest the Simulator predicts that fits. What it optimises, and why more budget
+// never gives a slower plan: docs/design.md, "What greedy optimises".
 PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
   Best best(p, red_zone_bytes, overlap);
   best.consider(resident(p));
