@@ -62,8 +62,8 @@ struct StepTimes {
 };
 
 // Runs `warmup` untimed then `steps` timed training steps (every op, then AdamW over all parameters).
-StepTimes time_steps(const models::ModelSpec& spec, models::ParameterStore& params, ops::CpuRunner& runner,
-                     int threads, int warmup, int steps) {
+StepTimes time_steps(const models::ModelSpec& spec, models::ParameterStore& params, ops::CpuRunner& runner, int threads,
+                     int warmup, int steps) {
   memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
   const cpu_optim::Bucket bucket{params.values(), m.as<float>(), v.as<float>(), params.grads().data(), DType::F32};
@@ -106,7 +106,9 @@ MatmulTiming time_largest_matmul(const models::ModelSpec& spec, Rng& rng) {
   std::vector<float> X(a.rows * a.in), W(a.in * a.out), Y(a.rows * a.out);
   for (auto& x : X) x = static_cast<float>(rng.normal());
   for (auto& w : W) w = static_cast<float>(rng.normal() * 0.02);
-  auto mm = [&] { kernels::cpu::matmul(Y.data(), X.data(), W.data(), nullptr, a.rows, a.out, a.in, false, a.weight_out_in, false); };
+  auto mm = [&] {
+    kernels::cpu::matmul(Y.data(), X.data(), W.data(), nullptr, a.rows, a.out, a.in, false, a.weight_out_in, false);
+  };
   mm();
   std::vector<double> times;
   const auto start = Clock::now();

@@ -68,8 +68,8 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
     throw std::runtime_error("offload.gpu_budget: missing; give --budget 8GiB or set offload.gpu_budget in the config");
   const offload::Policy chosen = offload::parse_policy(opt.policy.empty() ? cfg.offload.policy : opt.policy);
   std::string cache;
-  const offload::CostModel cost =
-      cfg.offload.cost_model.empty() ? ops::host_cost_model(cfg.threads(), &cache) : offload::CostModel::load(cfg.offload.cost_model);
+  const offload::CostModel cost = cfg.offload.cost_model.empty() ? ops::host_cost_model(cfg.threads(), &cache)
+                                                                 : offload::CostModel::load(cfg.offload.cost_model);
   const models::ModelSpec spec =
       engine::with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.optim.groups);
   const int64_t bucket_bytes = cfg.bucket_bytes();

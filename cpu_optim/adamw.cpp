@@ -101,7 +101,8 @@ void CpuAdamW::check(const Bucket& b) const {
     throw std::invalid_argument("adamw: stochastic rounding is implemented for bf16 uploads, not fp16");
 }
 
-kernels::AdamWCoefficients adamw_coefficients(const AdamWHyper& h, int64_t step, double lr, float grad_scale, uint64_t seed) {
+kernels::AdamWCoefficients adamw_coefficients(const AdamWHyper& h, int64_t step, double lr, float grad_scale,
+                                              uint64_t seed) {
   const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
   const uint32_t seed_key = random_bits(static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(seed));

@@ -74,7 +74,8 @@ struct Bucket {
 // One step's coefficients for the element update (kernels/adamw_math.h), computed in double and rounded to
 // fp32 once, as PyTorch does: what CpuAdamW::step hands its kernels for a range, and the device AdamW its
 // kernel. `seed`: of stochastic rounding.
-kernels::AdamWCoefficients adamw_coefficients(const AdamWHyper& hyper, int64_t step, double lr, float grad_scale, uint64_t seed);
+kernels::AdamWCoefficients adamw_coefficients(const AdamWHyper& hyper, int64_t step, double lr, float grad_scale,
+                                              uint64_t seed);
 
 class CpuAdamW {
  public:

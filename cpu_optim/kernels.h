@@ -9,8 +9,8 @@
 namespace ferry::cpu_optim::detail {
 
 // The element update every ISA path follows, the device AdamW's too.
-using kernels::AdamWCoefficients;
 using kernels::adamw_element;
+using kernels::AdamWCoefficients;
 
 struct KernelArgs {
   float* param;

@@ -26,12 +26,14 @@ constexpr std::string_view kProfiledNote = "; op times profiled on this model";
 offload::CostModel host_device_cost_model(const Config& cfg, const models::ModelSpec& spec, const dataset::Batch& sample,
                                           std::string* cache) {
   const bool measured = cfg.offload.cost_model.empty();
-  offload::CostModel cost = measured ? ops::host_cost_model(cfg.threads(), cache) : offload::CostModel::load(cfg.offload.cost_model);
+  offload::CostModel cost =
+      measured ? ops::host_cost_model(cfg.threads(), cache) : offload::CostModel::load(cfg.offload.cost_model);
   cost.fused_attention = false;  // the host device's attention keeps its probabilities
   if (measured) {
     // The profiling device goes before the run's is made.
-    const std::unique_ptr<device::Device> profiler = device::make_device(
-        {.kind = device::DeviceChoice::Kind::Host, .arena_bytes = ops::profile_arena_bytes(spec), .compute_threads = cfg.threads()});
+    const std::unique_ptr<device::Device> profiler = device::make_device({.kind = device::DeviceChoice::Kind::Host,
+                                                                          .arena_bytes = ops::profile_arena_bytes(spec),
+                                                                          .compute_threads = cfg.threads()});
     profile_on_device(*profiler, spec, sample, cost);
   }
   if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;
@@ -42,8 +44,8 @@ offload::CostModel cuda_device_cost_model(const Config& cfg, const models::Model
   offload::CostModel cost = offload::CostModel::load(cfg.offload.cost_model);
   const auto kind = device::DeviceChoice::Kind::Cuda;
   // The profiling device goes before the run's is made: two arenas never coexist on the GPU.
-  const std::unique_ptr<device::Device> profiler =
-      device::make_device({.kind = kind, .arena_bytes = ops::profile_arena_bytes(spec, ops::op_workspace_bytes(kind, spec))});
+  const std::unique_ptr<device::Device> profiler = device::make_device(
+      {.kind = kind, .arena_bytes = ops::profile_arena_bytes(spec, ops::op_workspace_bytes(kind, spec))});
   profile_on_device(*profiler, spec, sample, cost);
   measure_machine_rates(*profiler, cfg, spec, cost);
   return cost;
@@ -69,7 +71,8 @@ void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, 
     // What the libraries' scratch needed on the compute stream's thread (the host device: oneDNN's
     // scratchpads): the plan's workspace tensor holds it.
     int64_t scratch = 0;
-    profiler.run(device::Stream::Compute, "library scratch", [&scratch] { scratch = kernels::cpu::workspace_bytes(kernels::cpu::Scratch::Library); });
+    profiler.run(device::Stream::Compute, "library scratch",
+                 [&scratch] { scratch = kernels::cpu::workspace_bytes(kernels::cpu::Scratch::Library); });
     profiler.synchronize();
     cost.profiled_workspace_bytes = scratch;
   }

@@ -119,7 +119,7 @@ FERRY_HD inline uint16_t float_to_half(float f) {
   const uint32_t x = float_bits(f);
   const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
   const uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00);  // NaN
+  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00);   // NaN
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00);  // >= 65520 rounds to inf
   if (ax < 0x38800000u) {  // below 2^-14: value = mant * 2^(e-150) with the implicit bit; units of 2^-24
     const uint32_t e = ax >> 23;

@@ -7,8 +7,8 @@ namespace ferry::kernels {
 
 float run_call(const OpCall& call, std::span<const Operand> operands, DType compute, OpKernels& kernels) {
   if (operands.size() != call.operands.size())
-    throw std::logic_error("op " + call.name + ": run with " + std::to_string(operands.size()) + " operands, decoded with " +
-                           std::to_string(call.operands.size()));
+    throw std::logic_error("op " + call.name + ": run with " + std::to_string(operands.size()) +
+                           " operands, decoded with " + std::to_string(call.operands.size()));
   if (!kernels.computes_in(compute))
     throw std::invalid_argument("op " + call.name + ": this device's kernels do not compute in " + to_string(compute));
   // Gradient tensors begin life here at zero: backward ops accumulate into them.

@@ -13,8 +13,8 @@ namespace ferry::offload {
 struct BudgetShortfall {
   int64_t budget_bytes = 0;
   int64_t needed_bytes = 0;
-  std::string needed_by;  // "this model", "policy resident", "greedy's smallest plan"
-  std::string placement;  // "with every bucket offloaded"; may be empty
+  std::string needed_by;        // "this model", "policy resident", "greedy's smallest plan"
+  std::string placement;        // "with every bucket offloaded"; may be empty
   int64_t workspace_bytes = 0;  // of needed_bytes, the libraries' workspace (named in the message when > 0)
   int recomputed_blocks = 0, blocks = 0;
   bool suggest_greedy = false;         // an offloading policy could fit where this one cannot

@@ -16,7 +16,8 @@ std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& p, Schedule& s) {
   std::vector<int> offloaded;  // in the order their copies queue on the d2h stream: by the point they leave
   for (int b = 0; b < p.n_buckets; ++b)
     if (p.first_grad_op[b] >= 0 && !s.device_optimizer[b]) offloaded.push_back(b);
-  std::stable_sort(offloaded.begin(), offloaded.end(), [&](int a, int b) { return p.last_grad_op[a] < p.last_grad_op[b]; });
+  std::stable_sort(offloaded.begin(), offloaded.end(),
+                   [&](int a, int b) { return p.last_grad_op[a] < p.last_grad_op[b]; });
   double d2h_free = 0;  // on the ideal timeline: a copy waits behind the ones queued before it
   for (int b : offloaded) {
     const int out = p.last_grad_op[b] + 1;
@@ -35,21 +36,23 @@ std::vector<int64_t> add_cpu_optimizer(const OffloadProblem& p, Schedule& s) {
 
 Schedule with_delayed_update(const OffloadProblem& p, Schedule s) {
   if (s.all_device_optimizer())
-    throw std::invalid_argument("offload.overlap: delayed needs AdamW on the CPU for some bucket; " + s.label() + " runs it on the device for every one");
+    throw std::invalid_argument("offload.overlap: delayed needs AdamW on the CPU for some bucket; " + s.label() +
+                                " runs it on the device for every one");
   std::vector<int> last_use(p.n_buckets, -1);
   for (int i = 0; i < p.n_ops; ++i)
     for (int b : p.op_buckets[i]) last_use[b] = i;
-  for (auto& actions : s.before)
-    std::erase_if(actions, [](const Action& a) { return a.kind == Action::Kind::Upload; });
+  for (auto& actions : s.before) std::erase_if(actions, [](const Action& a) { return a.kind == Action::Kind::Upload; });
   for (int b = 0; b < p.n_buckets; ++b)
-    if (s.resident[b] && !s.device_optimizer[b] && p.first_grad_op[b] >= 0) s.before[last_use[b] + 1].push_back({Action::Kind::Upload, b});
+    if (s.resident[b] && !s.device_optimizer[b] && p.first_grad_op[b] >= 0)
+      s.before[last_use[b] + 1].push_back({Action::Kind::Upload, b});
   s.delayed_update = true;
   return s;
 }
 
 Schedule with_pipelined_update(Schedule s) {
   if (s.all_device_optimizer())
-    throw std::invalid_argument("offload.overlap: pipelined needs AdamW on the CPU for some bucket; " + s.label() + " runs it on the device for every one");
+    throw std::invalid_argument("offload.overlap: pipelined needs AdamW on the CPU for some bucket; " + s.label() +
+                                " runs it on the device for every one");
   s.pipelined_update = true;
   return s;
 }

@@ -35,10 +35,14 @@ std::vector<int> rank_buckets(const OffloadProblem& p) {
 }
 
 // Whether the delayed update, asked for, can apply to the candidate: some bucket's AdamW runs on the CPU.
-bool can_delay(const Schedule& s, Overlap overlap) { return overlap == Overlap::Delayed && !s.all_device_optimizer() && !s.delayed_update; }
+bool can_delay(const Schedule& s, Overlap overlap) {
+  return overlap == Overlap::Delayed && !s.all_device_optimizer() && !s.delayed_update;
+}
 // Likewise the pipelined update, which is never slower than the update in the step (the next step's work
 // only starts sooner), so greedy weighs candidates pipelined only.
-bool can_pipeline(const Schedule& s, Overlap overlap) { return overlap == Overlap::Pipelined && !s.all_device_optimizer() && !s.pipelined_update; }
+bool can_pipeline(const Schedule& s, Overlap overlap) {
+  return overlap == Overlap::Pipelined && !s.all_device_optimizer() && !s.pipelined_update;
+}
 
 // The schedule with every prefetch issued in the order of its window's first use, none earlier than
 // before (later where one needed sooner is issued after it), so windows only shrink. For the pipelined
@@ -53,13 +57,15 @@ Schedule prefetches_in_need_order(const OffloadProblem& p, Schedule s) {
   std::vector<int> open(p.n_buckets, -1);  // the bucket's prefetch whose wait is still to come
   for (int point = 0; point <= p.n_ops; ++point)
     for (const Action& a : s.before[point]) {
-      if (a.kind == Action::Kind::Prefetch) open[a.bucket] = static_cast<int>(issues.size()), issues.push_back({point, point, a.bucket});
+      if (a.kind == Action::Kind::Prefetch)
+        open[a.bucket] = static_cast<int>(issues.size()), issues.push_back({point, point, a.bucket});
       if (a.kind == Action::Kind::Wait && open[a.bucket] >= 0) issues[open[a.bucket]].need = point, open[a.bucket] = -1;
     }
   std::vector<int> by_need(issues.size());
   std::iota(by_need.begin(), by_need.end(), 0);
   std::stable_sort(by_need.begin(), by_need.end(), [&](int a, int b) { return issues[a].need < issues[b].need; });
-  for (auto& actions : s.before) std::erase_if(actions, [](const Action& a) { return a.kind == Action::Kind::Prefetch; });
+  for (auto& actions : s.before)
+    std::erase_if(actions, [](const Action& a) { return a.kind == Action::Kind::Prefetch; });
   int point = 0;  // the latest issue point so far: never above the current need, as needs are sorted
   for (int i : by_need) {
     point = std::max(point, issues[i].point);
@@ -87,7 +93,8 @@ Schedule as_run(const OffloadProblem& p, Schedule s, Overlap overlap) {
 
 // Greedy's candidates as they come: keeps the fastest that fits, and the smallest peak for the error.
 struct Best {
-  Best(const OffloadProblem& problem, int64_t red_zone, Overlap overlap_mode) : p(problem), red_zone_bytes(red_zone), overlap(overlap_mode) {}
+  Best(const OffloadProblem& problem, int64_t red_zone, Overlap overlap_mode)
+      : p(problem), red_zone_bytes(red_zone), overlap(overlap_mode) {}
   const OffloadProblem& p;
   int64_t red_zone_bytes;
   Overlap overlap;
@@ -137,7 +144,8 @@ enum class TierGain { Seconds, SecondsPerByte };
 // The step with `device` as the device tier (every other bucket streamed) built within `rung`, when its
 // estimate fits below the next rung (the budget may lie between two); NaN otherwise.
 double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64_t rung, PrefetchTiming timing) {
-  const SimResult r = estimate(p, as_run(p, greedy_for(p, device, device, rung, kWindowGap, timing), timing.overlap));  // the candidates themselves are laid out later
+  // An estimate: the candidates themselves are laid out later.
+  const SimResult r = estimate(p, as_run(p, greedy_for(p, device, device, rung, kWindowGap, timing), timing.overlap));
   return double(r.peak_device_bytes) > 1.25 * double(rung) ? NAN : r.step_s;
 }
 
@@ -146,7 +154,8 @@ double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64
 // each round moves into the device tier (every other bucket streamed) the run with the best gain among the
 // moves that fit, until no move shortens the step; then halves, quarters, ... of the runs left, while one
 // fits and shortens it. At most kGroups^2 / 2 + kGroups log2(buckets) estimates.
-std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGain rank, int64_t rung, PrefetchTiming timing) {
+std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGain rank, int64_t rung,
+                                                PrefetchTiming timing) {
   constexpr int kGroups = 8;
   const std::vector<int> order = device_tier_order(p);
   const int n = static_cast<int>(order.size()), groups = std::min(n, kGroups);
@@ -209,7 +218,8 @@ void consider_device_prefixes(const OffloadProblem& p, Best& best, PrefetchTimin
     std::vector<bool> device(p.n_buckets, false);
     int64_t kept = 0, grads = 0;  // the tier's weights and optimizer state; its gradients
     auto add = [&](int b) {
-      if (!device[b]) device[b] = true, kept += p.bucket_bytes[b] + device_state_bytes(p, b), grads += p.bucket_bytes[b];
+      if (!device[b])
+        device[b] = true, kept += p.bucket_bytes[b] + device_state_bytes(p, b), grads += p.bucket_bytes[b];
     };
     auto could_fit = [&] {
       return p.workspace_bytes + std::max(most_activations + kept, kept + grads) <= p.budget_bytes;
@@ -219,15 +229,16 @@ void consider_device_prefixes(const OffloadProblem& p, Best& best, PrefetchTimin
         if (p.first_grad_op[b] >= 0) add(b);
     for (size_t n = 0; n <= order.size() && could_fit(); ++n) {
       if (n > 0) add(order[n - 1]);
-      if (could_fit() && (n > 0 || with_first_op)) best.consider(greedy_for(p, device, device, kUnlimitedBytes, kWindowGap, build));
+      if (could_fit() && (n > 0 || with_first_op))
+        best.consider(greedy_for(p, device, device, kUnlimitedBytes, kWindowGap, build));
     }
   }
 }
 
 // The device tier and as much of the residency ranking as `budget` holds beside it, counting what stays
 // all step (weights, the tier's optimizer state and gradients), the largest activations and the workspace.
-std::vector<bool> resident_beside(const OffloadProblem& p, const std::vector<bool>& device, const std::vector<int>& ranking,
-                                  int64_t budget) {
+std::vector<bool> resident_beside(const OffloadProblem& p, const std::vector<bool>& device,
+                                  const std::vector<int>& ranking, int64_t budget) {
   int64_t held = p.workspace_bytes + *std::max_element(p.activation_live.begin(), p.activation_live.end());
   for (int b = 0; b < p.n_buckets; ++b)
     if (device[b]) held += 2 * p.bucket_bytes[b] + device_state_bytes(p, b);
@@ -259,7 +270,8 @@ void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed
     std::vector<bool> resident_set(p.n_buckets, false);
     int64_t resident_bytes = 0;
     for (int i = 0; i < size; ++i) resident_set[ranking[i]] = true, resident_bytes += p.bucket_bytes[ranking[i]];
-    if (p.workspace_bytes + resident_bytes + most_activations > p.budget_bytes) break;  // neither this prefix nor a larger one fits
+    if (p.workspace_bytes + resident_bytes + most_activations > p.budget_bytes)
+      break;  // neither this prefix nor a larger one fits
     for (int64_t rung : ladder) best.consider(greedy_for(p, resident_set, none, rung, kWindowGap, build));
   }
   // Each device tier of both paths at every rung: every other bucket streamed (both window gaps), and with
@@ -284,11 +296,13 @@ PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mix
   best.consider(zero_offload(p));
   // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
   // this candidate keeps the monotonicity.
-  for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)}) best.consider(chunk_lru(p, budget));
+  for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)})
+    best.consider(chunk_lru(p, budget));
   std::vector<Overlap> builds{overlap};
   if (overlap == Overlap::Pipelined) builds.push_back(Overlap::Backward);
   for (Overlap build : builds)
-    for (PrefetchTiming::Issue issue : {PrefetchTiming::Issue::JustInTime, PrefetchTiming::Issue::Paced, PrefetchTiming::Issue::LatestStart})
+    for (PrefetchTiming::Issue issue :
+         {PrefetchTiming::Issue::JustInTime, PrefetchTiming::Issue::Paced, PrefetchTiming::Issue::LatestStart})
       consider_prefetch_schedules(p, best, mixed_tiers, PrefetchTiming{build, issue});
   if (!best.fastest) throw BudgetError(shortfall(p, best.smallest_peak, "greedy's smallest plan", ""));
   return std::move(best.fastest->plan);

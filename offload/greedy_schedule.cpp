@@ -36,12 +36,14 @@ std::vector<double> pipelined_ready(const OffloadProblem& p, const std::vector<b
   std::vector<double> ready(p.n_buckets, -INFINITY);
   double device_adam = 0;  // the previous step's device AdamW runs first on the compute stream
   for (int b = 0; b < p.n_buckets; ++b)
-    if (device[b] && p.first_grad_op[b] >= 0) device_adam += double(p.bucket_params[b]) / p.cost.device_adam_params_per_s;
+    if (device[b] && p.first_grad_op[b] >= 0)
+      device_adam += double(p.bucket_params[b]) / p.cost.device_adam_params_per_s;
   std::vector<int> updated_on_cpu;
   for (int b = 0; b < p.n_buckets; ++b)
     if (!device[b] && p.first_grad_op[b] >= 0) updated_on_cpu.push_back(b);
   double updated = -device_adam;
-  for (int b : in_first_use_order(p, std::move(updated_on_cpu))) ready[b] = updated += double(p.bucket_params[b]) / p.cost.cpu_adam_params_per_s;
+  for (int b : in_first_use_order(p, std::move(updated_on_cpu)))
+    ready[b] = updated += double(p.bucket_params[b]) / p.cost.cpu_adam_params_per_s;
   return ready;
 }
 
@@ -60,7 +62,8 @@ class ExpectedLink {
     latest_start_.resize(windows.size());
     double next = INFINITY;
     for (size_t i = windows.size(); i-- > 0;)
-      next = latest_start_[i] = std::min(t_[windows[i].first], next) - p.cost.h2d.seconds(p.bucket_bytes[windows[i].bucket]);
+      next = latest_start_[i] =
+          std::min(t_[windows[i].first], next) - p.cost.h2d.seconds(p.bucket_bytes[windows[i].bucket]);
   }
 
   double at(int point) const { return t_[point] + shift_; }
@@ -105,8 +108,8 @@ class ExpectedLink {
 // Device bytes greedy_for's schedule holds at each op before any window: the workspace, activations and
 // gradient buffers (grads_live), the resident buckets with the device tier's optimizer state, and the device
 // tier's gradients, which stay until its AdamW.
-std::vector<int64_t> bytes_before_windows(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device,
-                                          const std::vector<int64_t>& grads_live) {
+std::vector<int64_t> bytes_before_windows(const OffloadProblem& p, const std::vector<bool>& resident,
+                                          const std::vector<bool>& device, const std::vector<int64_t>& grads_live) {
   int64_t resident_bytes = 0;
   for (int b = 0; b < p.n_buckets; ++b)
     if (resident[b]) resident_bytes += p.bucket_bytes[b] + (device[b] ? device_state_bytes(p, b) : 0);
@@ -128,20 +131,22 @@ void order_actions(Schedule& s) {
     });
 }
 
-Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device, int64_t budget,
-                    int gap, PrefetchTiming timing) {
+Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device,
+                    int64_t budget, int gap, PrefetchTiming timing) {
   const int kept = static_cast<int>(std::count(resident.begin(), resident.end(), true));
   const int updated_there = static_cast<int>(std::count(device.begin(), device.end(), true));
-  Schedule s = empty_schedule(p, Policy::Greedy, "prefetch schedule, " + std::to_string(kept) + " of " + std::to_string(p.n_buckets) +
-                                                     " buckets resident" +
-                                                     (updated_there > 0 ? ", " + std::to_string(updated_there) + " updated on the device" : "") +
-                                                     (gap == 1 ? ", windows of consecutive uses" : ""));
+  Schedule s = empty_schedule(
+      p, Policy::Greedy,
+      "prefetch schedule, " + std::to_string(kept) + " of " + std::to_string(p.n_buckets) + " buckets resident" +
+          (updated_there > 0 ? ", " + std::to_string(updated_there) + " updated on the device" : "") +
+          (gap == 1 ? ", windows of consecutive uses" : ""));
   s.resident = resident;
   s.device_optimizer = device;
   if (updated_there > 0) s.before[p.n_ops].push_back({Action::Kind::DeviceAdam, -1});
   std::vector<int64_t> used = bytes_before_windows(p, resident, device, add_cpu_optimizer(p, s));
   std::vector<int> released_at(p.n_buckets, 0);  // a bucket's next window may not start before this point
-  std::vector<double> ready = timing.overlap == Overlap::Pipelined ? pipelined_ready(p, device) : std::vector<double>(p.n_buckets, -INFINITY);
+  std::vector<double> ready =
+      timing.overlap == Overlap::Pipelined ? pipelined_ready(p, device) : std::vector<double>(p.n_buckets, -INFINITY);
   const std::vector<Window> windows = windows_of(p, resident, gap);
   ExpectedLink link(p, timing, windows);
   for (size_t wi = 0; wi < windows.size(); ++wi) {  // in order of first use

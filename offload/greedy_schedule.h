@@ -11,7 +11,9 @@ namespace ferry::offload::detail {
 
 // What the device tier keeps beside a bucket's weights: the fp32 master, m and v, and the fp32 gradient
 // sums when micro-batches accumulate (DeviceMemory's OptimizerState and GradSum).
-inline int64_t device_state_bytes(const OffloadProblem& p, int b) { return (p.grad_accum > 1 ? 16 : 12) * p.bucket_numel(b); }
+inline int64_t device_state_bytes(const OffloadProblem& p, int b) {
+  return (p.grad_accum > 1 ? 16 : 12) * p.bucket_numel(b);
+}
 
 // A travelling bucket's windows: its uses at most kWindowGap ops apart. Wider windows save trips over the
 // link; with gap 1 a bucket stays on the device only through runs of consecutive ops that use it.
@@ -48,7 +50,7 @@ struct PrefetchTiming {
 // in time on the ideal timeline (its copy, queued behind the ones before it, lands when the window's first
 // op would start; where it cannot, issued earlier as `timing` says), later if memory forbids that point,
 // and released right after the window's last use. `resident` includes `device`.
-Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device, int64_t budget,
-                    int gap = kWindowGap, PrefetchTiming timing = {});
+Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device,
+                    int64_t budget, int gap = kWindowGap, PrefetchTiming timing = {});
 
 }  // namespace ferry::offload::detail

@@ -68,8 +68,10 @@ PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t re
   if (const int64_t least = minimum_device_bytes(p); least > p.budget_bytes)
     throw BudgetError(detail::shortfall(p, least, "this model", "with every bucket offloaded"));
   switch (policy) {
-    case Policy::Resident: return detail::fixed(p, detail::resident(p), red_zone_bytes, "with every bucket and AdamW's state on the device");
-    case Policy::ZeroOffload: return detail::fixed(p, detail::zero_offload(p), red_zone_bytes, "with every bucket's weights on the device");
+    case Policy::Resident:
+      return detail::fixed(p, detail::resident(p), red_zone_bytes, "with every bucket and AdamW's state on the device");
+    case Policy::ZeroOffload:
+      return detail::fixed(p, detail::zero_offload(p), red_zone_bytes, "with every bucket's weights on the device");
     case Policy::ChunkLru: return detail::chunk_lru_fitting(p, red_zone_bytes);
     case Policy::Greedy: return detail::greedy(p, red_zone_bytes, mixed_tiers, overlap);
   }

@@ -80,7 +80,8 @@ inline std::vector<float> normal_floats(size_t n, uint32_t seed) {
 // Every element of `got` within 1e-4 relative (1e-4 absolute near zero) of `want`'s.
 inline void expect_near(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << what << " at " << i;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << what << " at " << i;
 }
 
 }  // namespace ferry::testing

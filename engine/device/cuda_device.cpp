@@ -304,7 +304,9 @@ constexpr int64_t kAlign = 256;
 int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 // The largest scratch kernels::cuda::sum_squares takes: its grid is clamped, so a huge n reaches it.
-int64_t max_sum_squares_scratch() { return static_cast<int64_t>(kernels::cuda::sum_squares_scratch_bytes(int64_t{1} << 40)); }
+int64_t max_sum_squares_scratch() {
+  return static_cast<int64_t>(kernels::cuda::sum_squares_scratch_bytes(int64_t{1} << 40));
+}
 
 // The device AdamW's workspace: [gate][statistics of each bucket][sum of squares' partials].
 struct AdamWScratch {
@@ -314,7 +316,8 @@ struct AdamWScratch {
 };
 
 AdamWScratch adamw_scratch(std::byte* workspace, int64_t buckets) {
-  return {reinterpret_cast<kernels::cuda::AdamWGate*>(workspace), reinterpret_cast<kernels::cuda::SquaresResult*>(workspace + kAlign),
+  return {reinterpret_cast<kernels::cuda::AdamWGate*>(workspace),
+          reinterpret_cast<kernels::cuda::SquaresResult*>(workspace + kAlign),
           workspace + kAlign + aligned(buckets * int64_t{sizeof(kernels::cuda::SquaresResult)})};
 }
 
@@ -329,8 +332,8 @@ void check_bucket(const Device::OptimizerBucket& b, size_t i) {
 
 // AdamW on one bucket under the gate (read when the kernels run), range by range with each parameter group's
 // lr multiplier and weight decay, as cpu_optim::CpuAdamW::step applies them (Bucket::ranges).
-void adamw_bucket(const Device::OptimizerBucket& k, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, const kernels::cuda::AdamWGate* gate,
-                  cudaStream_t s, const std::string& what) {
+void adamw_bucket(const Device::OptimizerBucket& k, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+                  const kernels::cuda::AdamWGate* gate, cudaStream_t s, const std::string& what) {
   const std::vector<cpu_optim::HyperRange> whole{{0, static_cast<size_t>(k.numel), 1.0, hyper.weight_decay}};
   const size_t grad_bytes = dtype_bytes(k.grad_type), working_bytes = k.working ? dtype_bytes(k.working_type) : 0;
   for (const cpu_optim::HyperRange& r : k.ranges.empty() ? whole : k.ranges) {
@@ -339,8 +342,9 @@ void adamw_bucket(const Device::OptimizerBucket& k, const cpu_optim::AdamWHyper&
     // grad_scale 1: the gate's replaces it when the kernel runs; seed 0, CpuAdamW's default.
     const kernels::AdamWCoefficients c = cpu_optim::adamw_coefficients(h, step, lr * r.lr_scale, 1.0f, 0);
     void* working = k.working ? static_cast<std::byte*>(k.working) + r.begin * working_bytes : nullptr;
-    check(kernels::cuda::adamw_gated(k.master + r.begin, k.m + r.begin, k.v + r.begin, static_cast<const std::byte*>(k.grad) + r.begin * grad_bytes,
-                            k.grad_type, working, k.working_type, false, static_cast<int64_t>(r.end - r.begin), c, gate, s),
+    check(kernels::cuda::adamw_gated(k.master + r.begin, k.m + r.begin, k.v + r.begin,
+                                     static_cast<const std::byte*>(k.grad) + r.begin * grad_bytes, k.grad_type, working,
+                                     k.working_type, false, static_cast<int64_t>(r.end - r.begin), c, gate, s),
           what);
   }
 }
@@ -368,14 +372,14 @@ void CudaDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::Ad
   const cudaStream_t s = current_stream();
   for (int64_t b = 0; b < n; ++b) {  // each bucket's statistics, then the decision from all of them
     const OptimizerBucket& k = buckets[static_cast<size_t>(b)];
-    check(kernels::cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s), fmt::format("{}: sum of squares of bucket {}", label, b));
+    check(kernels::cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s),
+          fmt::format("{}: sum of squares of bucket {}", label, b));
   }
-  check(launch_decide_step(ws.stats, n, max_norm, loss_scale, ws.gate, static_cast<kernels::StepDecision*>(slot.device), s),
-        label + ": the step decision");
+  auto* decided = static_cast<kernels::StepDecision*>(slot.device);
+  check(launch_decide_step(ws.stats, n, max_norm, loss_scale, ws.gate, decided, s), label + ": the step decision");
   for (int64_t b = 0; b < n; ++b) adamw_bucket(buckets[static_cast<size_t>(b)], hyper, step, lr, ws.gate, s, fmt::format("{}: adamw of bucket {}", label, b));
-  run(Stream::Compute, label + ": the step decision to the host", [decision, from = slot.host] {
-    std::memcpy(decision, from, sizeof(*decision));
-  });
+  run(Stream::Compute, label + ": the step decision to the host",
+      [decision, from = slot.host] { std::memcpy(decision, from, sizeof(*decision)); });
 }
 
 // The device tier's half of a step the host decides: each bucket's sum of squares and inf/nan count into
@@ -394,12 +398,14 @@ void CudaDevice::gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_o
   const cudaStream_t s = current_stream();
   for (int64_t b = 0; b < n; ++b) {
     const OptimizerBucket& k = buckets[static_cast<size_t>(b)];
-    check(kernels::cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s), fmt::format("{}: sum of squares of bucket {}", label, b));
+    check(kernels::cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s),
+          fmt::format("{}: sum of squares of bucket {}", label, b));
   }
   check(cudaMemcpyAsync(out.host, ws.stats, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, s), label + ": statistics to the host");
-  run(Stream::Compute, label + ": statistics to the host", [stats, from = static_cast<const kernels::cuda::SquaresResult*>(out.host), n] {
-    for (int64_t b = 0; b < n; ++b) stats[b] = cpu_optim::GradStats{from[b].sum, from[b].nonfinite == 0};
-  });
+  run(Stream::Compute, label + ": statistics to the host",
+      [stats, from = static_cast<const kernels::cuda::SquaresResult*>(out.host), n] {
+        for (int64_t b = 0; b < n; ++b) stats[b] = cpu_optim::GradStats{from[b].sum, from[b].nonfinite == 0};
+      });
 }
 
 // The device tier's AdamW under the host's decision: host work in stream order turns it into the gate the
@@ -418,7 +424,8 @@ void CudaDevice::adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_o
   const Launching on(stream(Stream::Compute));
   const cudaStream_t s = current_stream();
   for (size_t b = 0; b < buckets.size(); ++b)
-    adamw_bucket(buckets[b], hyper, step, lr, static_cast<const kernels::cuda::AdamWGate*>(gate.device), s, fmt::format("{}: adamw of bucket {}", label, b));
+    adamw_bucket(buckets[b], hyper, step, lr, static_cast<const kernels::cuda::AdamWGate*>(gate.device), s,
+                 fmt::format("{}: adamw of bucket {}", label, b));
 }
 
 }  // namespace ferry::device

@@ -29,8 +29,9 @@ cudaError_t launch_accumulate(float* dst, const void* src, DType src_type, int64
 // Launches one thread that sums stats[0..buckets) in order and writes the step decision (kernels::decide_step,
 // as the host decides) to *gate (device memory, read by kernels::cuda::adamw_gated) and *decision (pinned mapped host
 // memory).
-cudaError_t launch_decide_step(const kernels::cuda::SquaresResult* stats, int64_t buckets, float max_norm, float loss_scale,
-                               kernels::cuda::AdamWGate* gate, kernels::StepDecision* decision, cudaStream_t stream);
+cudaError_t launch_decide_step(const kernels::cuda::SquaresResult* stats, int64_t buckets, float max_norm,
+                               float loss_scale, kernels::cuda::AdamWGate* gate, kernels::StepDecision* decision,
+                               cudaStream_t stream);
 
 // The device AdamW's scratch for up to `buckets` buckets: the decision, each bucket's statistics, one sum of
 // squares' partials at a time.

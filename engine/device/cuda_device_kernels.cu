@@ -45,8 +45,8 @@ cudaError_t launch_accumulate_as(float* dst, const void* src, int64_t n, bool ov
 
 // One thread: the buckets' statistics summed in bucket order (as cpu_optim::OptimizerStep::decide sums them),
 // the decision for the AdamW kernels (gate) and for the host (decision).
-__global__ void decide_step_kernel(const kernels::cuda::SquaresResult* stats, int64_t buckets, float max_norm, float loss_scale,
-                                   kernels::cuda::AdamWGate* gate, kernels::StepDecision* decision) {
+__global__ void decide_step_kernel(const kernels::cuda::SquaresResult* stats, int64_t buckets, float max_norm,
+                                   float loss_scale, kernels::cuda::AdamWGate* gate, kernels::StepDecision* decision) {
   double sum = 0;
   uint32_t nonfinite = 0;
   for (int64_t b = 0; b < buckets; ++b) sum += stats[b].sum, nonfinite |= stats[b].nonfinite;
@@ -57,8 +57,9 @@ __global__ void decide_step_kernel(const kernels::cuda::SquaresResult* stats, in
 
 }  // namespace
 
-cudaError_t launch_decide_step(const kernels::cuda::SquaresResult* stats, int64_t buckets, float max_norm, float loss_scale,
-                               kernels::cuda::AdamWGate* gate, kernels::StepDecision* decision, cudaStream_t stream) {
+cudaError_t launch_decide_step(const kernels::cuda::SquaresResult* stats, int64_t buckets, float max_norm,
+                               float loss_scale, kernels::cuda::AdamWGate* gate, kernels::StepDecision* decision,
+                               cudaStream_t stream) {
   decide_step_kernel<<<1, 1, 0, stream>>>(stats, buckets, max_norm, loss_scale, gate, decision);
   return cudaGetLastError();
 }

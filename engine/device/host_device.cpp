@@ -155,7 +155,9 @@ double HostDevice::compute_stall_seconds() const { return queues_[0]->blocked_se
 void HostDevice::bind_workspace(std::byte* data, int64_t bytes) {
   // The binding is per thread (the ops' workspaces are): it must happen on the thread that runs the ops,
   // in stream order, so a task does it. The other streams run no ops.
-  queue(Stream::Compute).run("bind workspace", [data, bytes] { kernels::cpu::bind_workspace(kernels::cpu::Scratch::Library, data, bytes); });
+  queue(Stream::Compute).run("bind workspace", [data, bytes] {
+    kernels::cpu::bind_workspace(kernels::cpu::Scratch::Library, data, bytes);
+  });
 }
 
 void HostDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {

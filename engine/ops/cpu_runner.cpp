@@ -19,7 +19,8 @@ using models::Pass;
 using models::TensorSpec;
 
 CpuRunner::CpuRunner(const models::ModelSpec& spec, models::ParameterStore& params)
-    : spec_(spec), params_(params), plan_(memory::Planner::plan(spec.tensor_lifetimes())), arena_(memory::Arena::Backing::Host, plan_.peak) {
+    : spec_(spec), params_(params), plan_(memory::Planner::plan(spec.tensor_lifetimes())),
+      arena_(memory::Arena::Backing::Host, plan_.peak) {
   for (size_t t = 0; t < spec.tensors.size(); ++t) tensor_ptr_.push_back(arena_.data() + plan_.offsets[t]);
   const auto bytes_of = [](std::span<float> s) { return reinterpret_cast<std::byte*>(s.data()); };
   if (!working_copy()) {  // fp32: the ops read and accumulate into the store itself

@@ -180,7 +180,8 @@ DType op_compute_dtype(const models::ModelSpec& spec, const models::OpSpec& op, 
   return check.compute();
 }
 
-kernels::OpCall decode_op(const models::ModelSpec& spec, const models::OpSpec& op, const OpOperands& at, float loss_weight) {
+kernels::OpCall decode_op(const models::ModelSpec& spec, const models::OpSpec& op, const OpOperands& at,
+                          float loss_weight) {
   kernels::OpCall call{op.name, op_compute_dtype(spec, op, at), {}, {}};
   const bool fwd = op.pass == models::Pass::Forward;
   const auto tensor = [&](Operand o, int t, bool read, bool written, bool zeroed) {

@@ -160,7 +160,8 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
     device.copy(Stream::H2D, base, host.data(), layouts.back().bytes, "profile: operands of " + op.name);
     device.wait(Stream::Compute, device.record(Stream::H2D), "profile: operands of " + op.name);
     const OpLayout& l = layouts.back();
-    device.run_op(decode_op(spec, op, {l.inputs, l.outputs, l.values, l.grads}, 1.0f), nullptr, "profile (warm-up): " + op.name);
+    device.run_op(decode_op(spec, op, {l.inputs, l.outputs, l.values, l.grads}, 1.0f), nullptr,
+                  "profile (warm-up): " + op.name);
     device.synchronize();  // `host` goes out of scope
   }
   // Timed passes: the ops share the arena, so each op's token ids and targets are copied in again (other
@@ -181,7 +182,8 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
       }
       EventPtr before = device.record_timed(Stream::Compute);
       const models::OpSpec& op = spec.ops[i];
-      device.run_op(decode_op(spec, op, {l.inputs, l.outputs, l.values, l.grads}, 1.0f), nullptr, "profile: " + op.name);
+      device.run_op(decode_op(spec, op, {l.inputs, l.outputs, l.values, l.grads}, 1.0f), nullptr,
+                    "profile: " + op.name);
       marks.emplace_back(i, std::move(before), device.record_timed(Stream::Compute));
     }
     for (const auto& [i, before, after] : marks) samples[i].push_back(device.elapsed_seconds(before, after));

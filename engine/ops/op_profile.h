@@ -28,10 +28,10 @@ std::vector<int> ops_profiled_in_place_of(const models::ModelSpec& spec);
 
 // Each op's time on `device`, indexed like spec.ops (its arena holds profile_arena_bytes(spec,
 // op_workspace_bytes(device.kind(), spec)); the workspace after the operands is bound while the ops run, and
-// unbound after): the median of at least min_reps passes over every op and min_seconds in all, at most max_reps. The token
-// ids and targets (a batch of the run: B*T each) make the embedding and the loss read real ids; every
-// other operand holds small values. The first pass warms up (kernels compiled, workspaces sized). An op timed
-// in another's place (ops_profiled_in_place_of) gets that op's time.
+// unbound after): the median of at least min_reps passes over every op and min_seconds in all, at most max_reps. The
+// token ids and targets (a batch of the run: B*T each) make the embedding and the loss read real ids; every other
+// operand holds small values. The first pass warms up (kernels compiled, workspaces sized). An op timed in another's
+// place (ops_profiled_in_place_of) gets that op's time.
 std::vector<double> profile_ops(const models::ModelSpec& spec, device::Device& device, std::span<const int32_t> tokens,
                                 std::span<const int32_t> targets, int min_reps, double min_seconds, int max_reps);
 

@@ -29,7 +29,8 @@ void CpuKernels::embedding_forward(const EmbeddingForward& a) {
   cpu::embedding_forward(f32(a.out), i32(a.tokens), f32(a.wte), f32(a.wpe), a.batch, a.seq, a.channels, f32(a.type));
 }
 void CpuKernels::embedding_backward(const EmbeddingBackward& a) {
-  cpu::embedding_backward(f32(a.dwte), f32(a.dwpe), f32(a.dout), i32(a.tokens), a.batch, a.seq, a.channels, f32(a.dtype));
+  cpu::embedding_backward(f32(a.dwte), f32(a.dwpe), f32(a.dout), i32(a.tokens), a.batch, a.seq, a.channels,
+                          f32(a.dtype));
 }
 
 void CpuKernels::layernorm_forward(const LayerNormForward& a) {
@@ -58,10 +59,16 @@ void CpuKernels::attention_backward(const AttentionBackward& a) {
 }
 
 void CpuKernels::gelu_forward(const GeluForward& a) { cpu::gelu_forward(f32(a.out), f32(a.x), a.n, a.exact); }
-void CpuKernels::gelu_backward(const GeluBackward& a) { cpu::gelu_backward(f32(a.dx), f32(a.dout), f32(a.x), a.n, a.exact); }
+void CpuKernels::gelu_backward(const GeluBackward& a) {
+  cpu::gelu_backward(f32(a.dx), f32(a.dout), f32(a.x), a.n, a.exact);
+}
 
-void CpuKernels::residual_forward(const ResidualForward& a) { cpu::residual_forward(f32(a.out), f32(a.a), f32(a.b), a.n); }
-void CpuKernels::residual_backward(const ResidualBackward& a) { cpu::residual_backward(f32(a.da), f32(a.db), f32(a.dout), a.n); }
+void CpuKernels::residual_forward(const ResidualForward& a) {
+  cpu::residual_forward(f32(a.out), f32(a.a), f32(a.b), a.n);
+}
+void CpuKernels::residual_backward(const ResidualBackward& a) {
+  cpu::residual_backward(f32(a.da), f32(a.db), f32(a.dout), a.n);
+}
 
 // The mean is summed in double over the per-token losses, in row order, so it is reproducible.
 void CpuKernels::cross_entropy_forward(const CrossEntropyForward& a) {
@@ -75,8 +82,8 @@ void CpuKernels::cross_entropy_forward(const CrossEntropyForward& a) {
 void CpuKernels::cross_entropy_backward(const CrossEntropyBackward& a) {
   const int64_t counted = targets_counted(i32(a.targets), a.rows);
   if (counted)
-    cpu::cross_entropy_backward(f32(a.dlogits), f32(a.logits), i32(a.targets), a.loss_weight / static_cast<float>(counted),
-                                a.rows, a.vocab);
+    cpu::cross_entropy_backward(f32(a.dlogits), f32(a.logits), i32(a.targets),
+                                a.loss_weight / static_cast<float>(counted), a.rows, a.vocab);
 }
 
 }  // namespace ferry::kernels::cpu

@@ -14,7 +14,9 @@ namespace {
 bool two_byte(Operand o) { return o.data && dtype_bytes(o.dtype) == 2; }
 
 // Each copy starts on a cache line (the workspace itself is 64-byte aligned).
-int64_t fp32_bytes(int64_t n) { return static_cast<int64_t>(memory::align_up(static_cast<size_t>(n) * sizeof(float), 64)); }
+int64_t fp32_bytes(int64_t n) {
+  return static_cast<int64_t>(memory::align_up(static_cast<size_t>(n) * sizeof(float), 64));
+}
 
 // The call's operands as the fp32 kernels take them: each 2-byte one pointed at an fp32 copy carved from one
 // workspace. A copy starts from what the op reads (inputs, parameter values, what backward accumulates

@@ -6,7 +6,6 @@
 
 namespace ferry::kernels::cpu {
 
-
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
                        int64_t N, int64_t C, float eps) {
   parallel_chunks(N, 8, [&](int64_t r0, int64_t r1) {

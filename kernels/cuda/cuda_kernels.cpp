@@ -28,7 +28,9 @@ void check(cublasStatus_t s, const std::string& what) {
 
 void* ptr(kernels::Operand o) { return o.data; }
 template <class T>
-T* as(kernels::Operand o) { return reinterpret_cast<T*>(o.data); }
+T* as(kernels::Operand o) {
+  return reinterpret_cast<T*>(o.data);
+}
 const int32_t* ids(kernels::Operand o) { return as<const int32_t>(o); }
 
 std::string shape_of(const AttentionShape& s, DType dtype) {

@@ -71,10 +71,9 @@ __device__ void store_weight(void* w, DType type, bool stochastic, uint32_t key,
 }
 
 template <class G>
-__global__ void __launch_bounds__(kElementwiseBlock) adamw_kernel(ElementwiseMap m, float* master, float* mom,
-                                                                  float* var, const G* grad, void* weights,
-                                                                  DType weight_type, bool stochastic,
-                                                                  kernels::AdamWCoefficients c, const AdamWGate* gate) {
+__global__ void __launch_bounds__(kElementwiseBlock)
+    adamw_kernel(ElementwiseMap m, float* master, float* mom, float* var, const G* grad, void* weights,
+                 DType weight_type, bool stochastic, kernels::AdamWCoefficients c, const AdamWGate* gate) {
   if (gate) {  // the decision made on the device
     if (gate->skip) return;
     c.grad_scale = gate->grad_scale;

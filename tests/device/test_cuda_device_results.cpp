@@ -60,7 +60,8 @@ AdamWRun run_adamw(DeviceChoice::Kind kind, float max_norm, float loss_scale, bo
   std::vector<Device::OptimizerBucket> buckets;
   for (size_t b = 0; b < sizes.size(); ++b) {
     const int64_t n = sizes[b], base = static_cast<int64_t>(b) * region;
-    std::vector<float> master = testing::normal_floats(n, 11 + b), m = testing::normal_floats(n, 21 + b), v = testing::normal_floats(n, 31 + b);
+    std::vector<float> master = testing::normal_floats(n, 11 + b), m = testing::normal_floats(n, 21 + b),
+                       v = testing::normal_floats(n, 31 + b);
     std::vector<float> g = testing::normal_floats(n, 41 + b);
     for (float& x : v) x = std::fabs(x);
     for (float& x : g) x *= 300.0f;  // scaled by the loss scale, as fp16 training keeps them
@@ -70,7 +71,8 @@ AdamWRun run_adamw(DeviceChoice::Kind kind, float max_norm, float loss_scale, bo
     memory::narrow(st.host + base + 3 * n * 4, grad_types[b], g.data(), n);
     memory::narrow(st.host + base + 4 * n * 4, DType::BF16, master.data(), n);
     auto* state = reinterpret_cast<float*>(st.at(base));
-    buckets.push_back({state, state + n, state + 2 * n, st.at(base + 3 * n * 4), grad_types[b], st.at(base + 4 * n * 4), DType::BF16, n});
+    buckets.push_back({state, state + n, state + 2 * n, st.at(base + 3 * n * 4), grad_types[b], st.at(base + 4 * n * 4),
+                       DType::BF16, n});
   }
   dev->bind_workspace(dev->arena().data() + 3 * region, workspace);
   st.up();

@@ -134,15 +134,15 @@ TEST(HostDevice, BindWorkspaceRoutesTheComputeThreadsLibraryScratch) {
     compute_bytes = kernels::cpu::workspace_bytes(kernels::cpu::Scratch::Library);
   });
   std::byte* other = nullptr;
-  dev.run(Stream::D2H, "not the compute stream", [&] {
-    other = reinterpret_cast<std::byte*>(kernels::cpu::workspace(kernels::cpu::Scratch::Library, 1000));
-  });
+  dev.run(Stream::D2H, "not the compute stream",
+          [&] { other = reinterpret_cast<std::byte*>(kernels::cpu::workspace(kernels::cpu::Scratch::Library, 1000)); });
   dev.synchronize();
   EXPECT_EQ(compute, region);
   EXPECT_EQ(compute_bytes, 64 << 10);
   EXPECT_NE(other, region);
   EXPECT_EQ(memory::DeviceAllocations::count(), before + 1);  // the d2h thread's own buffer; the compute thread none
-  dev.run(Stream::Compute, "h.0.attn.c_attn.fwd", [] { kernels::cpu::workspace(kernels::cpu::Scratch::Library, (64 << 10) + 1); });
+  dev.run(Stream::Compute, "h.0.attn.c_attn.fwd",
+          [] { kernels::cpu::workspace(kernels::cpu::Scratch::Library, (64 << 10) + 1); });
   try {
     dev.synchronize();
     FAIL() << "an op's scratch outgrew the plan's workspace unnoticed";

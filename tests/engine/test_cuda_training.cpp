@@ -196,7 +196,8 @@ void expect_every_policy_within_its_budget(DeviceChoice::Kind kind, std::initial
         if (std::string(policy) == "chunk-lru" || std::string(policy) == "greedy") {
           // As tests/engine/test_executor.cpp's tight budgets: from what the model needs in fp32.
           const models::ModelSpec fp32 = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
-          const offload::OffloadProblem p(fp32, cost_model(), c.offload.bucket_bytes, 1, std::vector<bool>(c.model.n_layer, ckpt), 1,
+          const offload::OffloadProblem p(fp32, cost_model(), c.offload.bucket_bytes, 1,
+                                          std::vector<bool>(c.model.n_layer, ckpt), 1,
                                           ops::op_workspace_bytes(kind, fp32));
           budget = static_cast<int64_t>(offload::minimum_device_bytes(p) * (std::string(policy) == "chunk-lru" ? 2.0 : 1.5));
         }

@@ -47,7 +47,8 @@ TEST(AtomicFile, AFullDiskIsAnErrorNamingTheFileAndLeavesNoTemporary) {
   std::string error;
   {
     const testing::FileSizeLimit full(4096);
-    error = error_of([&] { write_file_atomically(target, std::string(16384, 'w'), "test"); });  // 16 KiB, past the limit
+    const std::string past_the_limit(16384, 'w');
+    error = error_of([&] { write_file_atomically(target, past_the_limit, "test"); });
   }
   EXPECT_TRUE(has(error, target.string()) && has(error, "File too large")) << error;
   EXPECT_EQ(file_text(target), "the previous file");

@@ -23,7 +23,8 @@ uint16_t bf16_reference(float x) {
   if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x40);  // a quiet NaN, sign and payload's top kept
   const auto lo = static_cast<uint16_t>(bits >> 16), hi = static_cast<uint16_t>(lo + 1);
   auto value = [](uint16_t h) {  // the exponent-all-ones neighbour counts as 2^128 (where rounding overflows)
-    return (h & 0x7f80) == 0x7f80 ? std::copysign(std::ldexp(1.0, 128), double(bf16_to_float(h))) : double(bf16_to_float(h));
+    return (h & 0x7f80) == 0x7f80 ? std::copysign(std::ldexp(1.0, 128), double(bf16_to_float(h)))
+                                  : double(bf16_to_float(h));
   };
   const double dl = std::abs(double(x) - value(lo)), dh = std::abs(double(x) - value(hi));
   if (dl != dh) return dl < dh ? lo : hi;
@@ -130,7 +131,8 @@ TEST(HalfConversions, RoundToNearestEvenAgainstIndependentReferences) {
       ASSERT_EQ(float_to_half(x), f16_hardware(x)) << x;
     }
     // fp16 values near its range: rescale the random bits into [2^-26, 2^17)
-    const float y = std::ldexp(1.0f + float(bits & 0xffff) / 65536.0f, int(bits >> 16) % 43 - 26) * ((bits >> 31) ? -1 : 1);
+    const float y =
+        std::ldexp(1.0f + float(bits & 0xffff) / 65536.0f, int(bits >> 16) % 43 - 26) * ((bits >> 31) ? -1 : 1);
     if (f16c) {
       ASSERT_EQ(float_to_half(y), f16_hardware(y)) << y;
     }

@@ -90,7 +90,7 @@ Reference cpu_reference(const Case& c, const Tensors& t) {
   kernels::cpu::attention_forward(r.out.data(), att.data(), in, in + t.k_off, in + t.v_off, s);
   float* g = r.grad.data();
   kernels::cpu::attention_backward(g, g + t.k_off, g + t.v_off, t.dout.data(), in, in + t.k_off, in + t.v_off,
-                                  att.data(), s);
+                                   att.data(), s);
   return r;
 }
 

@@ -236,7 +236,8 @@ TEST(CudaLaunchFunctions, RefuseBadArgumentsBeforeLaunching) {
             cudaErrorInvalidValue);
   EXPECT_EQ(sum_squares(nullptr, none, 10, none, DType::I32, nullptr), cudaErrorInvalidValue);
   float never_read = 0;  // a working copy in int32 is refused, so it is not touched
-  EXPECT_EQ(adamw(none, none, none, none, DType::F32, &never_read, DType::I32, false, 10, kernels::AdamWCoefficients{}, nullptr),
+  EXPECT_EQ(adamw(none, none, none, none, DType::F32, &never_read, DType::I32, false, 10, kernels::AdamWCoefficients{},
+                  nullptr),
             cudaErrorInvalidValue);
 }
 

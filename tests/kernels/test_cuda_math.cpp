@@ -21,7 +21,8 @@ double ulps(float got, double want) {
 }
 
 TEST(CudaMath, ExpAndLogWithinTwoUlp) {
-  for (float x = -87.0f; x < 88.7f; x += 0.001377f) ASSERT_LE(ulps(exp_f(x), std::exp(static_cast<double>(x))), 2.0) << x;
+  for (float x = -87.0f; x < 88.7f; x += 0.001377f)
+    ASSERT_LE(ulps(exp_f(x), std::exp(static_cast<double>(x))), 2.0) << x;
   EXPECT_EQ(exp_f(0.0f), 1.0f);
   EXPECT_EQ(exp_f(-std::numeric_limits<float>::infinity()), 0.0f);
   EXPECT_TRUE(std::isinf(exp_f(89.0f)));

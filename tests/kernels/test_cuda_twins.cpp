@@ -58,7 +58,7 @@ TEST(CudaTwins, LayerNormBackwardMatchesCpuOp) {
     auto dx = random_vector(N * C, 8), dw = random_vector(C, 9), db = random_vector(C, 10);
     auto dx2 = dx, dw2 = dw, db2 = db;
     kernels::cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
-                                    rstd.data(), N, C);
+                                     rstd.data(), N, C);
     twin::layernorm_backward(dx2.data(), dw2.data(), db2.data(), dout.data(), x.data(), w.data(), mean.data(),
                              rstd.data(), N, C);
     expect_near(dx2, dx, 1e-5f, 2e-5f, "dx");
@@ -75,7 +75,7 @@ TEST(CudaTwins, LayerNormBackwardColumnChunks) {
   kernels::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
   std::vector<float> dx(N * C), dw(C), db(C), dx2(N * C), dw2(C), db2(C);
   kernels::cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
-                                  rstd.data(), N, C);
+                                   rstd.data(), N, C);
   twin::layernorm_backward(dx2.data(), dw2.data(), db2.data(), dout.data(), x.data(), w.data(), mean.data(),
                            rstd.data(), N, C);
   expect_near(dw2, dw, 1e-5f, 5e-5f, "dw");

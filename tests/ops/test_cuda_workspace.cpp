@@ -29,13 +29,17 @@ class Recorder final : public kernels::OpKernels {
   bool computes_in(DType) const override { return true; }
   void zero(kernels::Operand, int64_t) override {}
   void embedding_forward(const kernels::EmbeddingForward&) override {}
-  void embedding_backward(const kernels::EmbeddingBackward& a) override { embed_b = a.batch, embed_t = a.seq, embed_c = a.channels; }
+  void embedding_backward(const kernels::EmbeddingBackward& a) override {
+    embed_b = a.batch, embed_t = a.seq, embed_c = a.channels;
+  }
   void layernorm_forward(const kernels::LayerNormForward&) override {}
   void layernorm_backward(const kernels::LayerNormBackward& a) override { ln_rows = a.rows, ln_channels = a.channels; }
   void linear_forward(const kernels::LinearForward&) override {}
   void linear_backward(const kernels::LinearBackward& a) override { linear_rows = a.rows, linear_out = a.out_features; }
   void attention_forward(const kernels::AttentionForward& a) override { attention.push_back(attention_shape(a.dims)); }
-  void attention_backward(const kernels::AttentionBackward& a) override { attention.push_back(attention_shape(a.dims)); }
+  void attention_backward(const kernels::AttentionBackward& a) override {
+    attention.push_back(attention_shape(a.dims));
+  }
   void gelu_forward(const kernels::GeluForward&) override {}
   void gelu_backward(const kernels::GeluBackward&) override {}
   void residual_forward(const kernels::ResidualForward&) override {}
@@ -52,7 +56,8 @@ struct FakeOperands {
     const auto fake = [&](DType dtype) { return kernels::Operand{memory.data() + (next += 1024), dtype}; };
     for (int t : op.inputs) in.push_back(fake(spec.tensors[t].dtype));
     for (int t : op.outputs) out.push_back(fake(spec.tensors[t].dtype));
-    for (size_t p = 0; p < op.params.size(); ++p) values.push_back(fake(spec.precision)), grads.push_back(fake(spec.precision));
+    for (size_t p = 0; p < op.params.size(); ++p)
+      values.push_back(fake(spec.precision)), grads.push_back(fake(spec.precision));
   }
   OpOperands operands() const { return {in, out, values, grads}; }
 };
@@ -73,10 +78,11 @@ TEST(CudaWorkspace, EachOpsScratchIsWhatItsKernelsAskFor) {
         dispatch_op(spec, op, f.operands(), 1.0f, r);
         AttentionShape asked{};
         DType asked_dtype = DType::I32;
-        const int64_t planned = op_scratch_bytes(op, spec.precision, [&](const AttentionShape& s, DType t, models::Pass) {
-          asked = s, asked_dtype = t;
-          return int64_t{12345};
-        });
+        const int64_t planned =
+            op_scratch_bytes(op, spec.precision, [&](const AttentionShape& s, DType t, models::Pass) {
+              asked = s, asked_dtype = t;
+              return int64_t{12345};
+            });
         const bool bwd = op.pass == models::Pass::Backward;
         switch (op.kind) {
           case models::OpKind::Attention:
@@ -87,14 +93,18 @@ TEST(CudaWorkspace, EachOpsScratchIsWhatItsKernelsAskFor) {
             EXPECT_EQ(planned, 12345);
             break;
           case models::OpKind::Linear:
-            EXPECT_EQ(planned, bwd ? std::max<int64_t>(kLtWorkspaceBytes, column_sums_scratch_bytes(r.linear_rows, r.linear_out))
-                                   : kLtWorkspaceBytes) << op.name;
+            EXPECT_EQ(planned,
+                      bwd ? std::max<int64_t>(kLtWorkspaceBytes, column_sums_scratch_bytes(r.linear_rows, r.linear_out))
+                          : kLtWorkspaceBytes)
+                << op.name;
             break;
           case models::OpKind::LayerNorm:
             EXPECT_EQ(planned, bwd ? layernorm_backward_scratch_floats(r.ln_rows, r.ln_channels) * 4 : 0) << op.name;
             break;
           case models::OpKind::Embedding:
-            EXPECT_EQ(planned, bwd ? static_cast<int64_t>(embedding_backward_scratch_bytes(r.embed_b, r.embed_t, r.embed_c)) : 0) << op.name;
+            EXPECT_EQ(planned,
+                      bwd ? static_cast<int64_t>(embedding_backward_scratch_bytes(r.embed_b, r.embed_t, r.embed_c)) : 0)
+                << op.name;
             if (bwd) {
               EXPECT_GT(planned, 0);
             }

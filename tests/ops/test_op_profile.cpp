@@ -43,7 +43,8 @@ TEST(OpProfile, AnOpIsTimedInPlaceOfOnlyAnOpOfTheSameShapes) {
       EXPECT_EQ(spec.params[by.params[k]].shape, spec.params[op.params[k]].shape) << op.name;
     EXPECT_EQ(by.attrs.in, op.attrs.in) << op.name;
     EXPECT_EQ(by.attrs.out, op.attrs.out) << op.name;
-    if (op.kind == models::OpKind::Linear && op.layer < 0) EXPECT_EQ(rep[i], static_cast<int>(i)) << op.name << ": the head is its own";
+    if (op.kind == models::OpKind::Linear && op.layer < 0)
+      EXPECT_EQ(rep[i], static_cast<int>(i)) << op.name << ": the head is its own";
   }
   EXPECT_LT(timed * 2, static_cast<int>(spec.ops.size())) << "three blocks profile about one block's ops";
 }
@@ -59,7 +60,8 @@ TEST(OpProfile, EveryOpIsTimedOnTheDeviceInOneOpsMemory) {
     EXPECT_LT(arena, memory::Planner::plan(spec.tensor_lifetimes()).peak / 2);  // no whole step of activations
     HostDevice dev({arena, 0, 0, nullptr});
     std::vector<int32_t> tokens(4 * 32), targets(4 * 32);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 512), targets[i] = static_cast<int32_t>((i * 7) % 512);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = static_cast<int32_t>(i % 512), targets[i] = static_cast<int32_t>((i * 7) % 512);
     const std::vector<double> op_s = profile_ops(spec, dev, tokens, targets, 2, 0.0, 2);
     ASSERT_EQ(op_s.size(), spec.ops.size());
     for (size_t i = 0; i < op_s.size(); ++i) {
@@ -67,14 +69,17 @@ TEST(OpProfile, EveryOpIsTimedOnTheDeviceInOneOpsMemory) {
       EXPECT_LT(op_s[i], 1.0) << spec.ops[i].name;
     }
     auto time_of = [&](const std::string& name) {
-      const auto op = std::find_if(spec.ops.begin(), spec.ops.end(), [&](const models::OpSpec& o) { return o.name == name; });
+      const auto op =
+          std::find_if(spec.ops.begin(), spec.ops.end(), [&](const models::OpSpec& o) { return o.name == name; });
       EXPECT_NE(op, spec.ops.end()) << name;
       return op_s[static_cast<size_t>(op - spec.ops.begin())];
     };
     EXPECT_GT(time_of("lm_head.bwd"), time_of("h.0.res_1.fwd")) << to_string(precision);
-    EXPECT_EQ(time_of("h.1.attn.c_attn.bwd"), time_of("h.0.attn.c_attn.bwd")) << "a later block's op takes the first block's time";
+    EXPECT_EQ(time_of("h.1.attn.c_attn.bwd"), time_of("h.0.attn.c_attn.bwd"))
+        << "a later block's op takes the first block's time";
     // A sample batch that is not the step's size is refused, naming both.
-    EXPECT_THROW(profile_ops(spec, dev, std::vector<int32_t>(5, 0), std::vector<int32_t>(5, 0), 1, 0.0, 1), std::invalid_argument);
+    EXPECT_THROW(profile_ops(spec, dev, std::vector<int32_t>(5, 0), std::vector<int32_t>(5, 0), 1, 0.0, 1),
+                 std::invalid_argument);
     dev.synchronize();
   }
 }
