@@ -21,5 +21,6 @@ Command add_sample(CLI::App& app);    // cli/sample.cpp
 Command add_export(CLI::App& app);    // cli/export.cpp
 Command add_tokenize(CLI::App& app);  // cli/tokenize.cpp
 Command add_eval(CLI::App& app);      // cli/eval.cpp
+Command add_config(CLI::App& app);    // cli/config.cpp
 
 }  // namespace ferry::cli

@@ -1,43 +1,104 @@
-// `ferry export`: a checkpoint's weights as a Hugging Face model folder, with the source model's untrained
-// tensors, settings and tokenizer files when the run started from model.init_from.
+// `ferry export`: a checkpoint's weights, or those a run of a config starts from, as a Hugging Face model
+// folder, with the source model's untrained tensors, settings and other files when it came from model.init_from.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "engine/config.h"
+#include "engine/trainer.h"
 #include "formats/export.h"
 
 namespace ferry::cli {
+namespace {
+
+constexpr const char* kExportFooter =
+    "Examples:\n"
+    "  ferry export --checkpoint checkpoints/bert-tiny --out exports/bert-tiny\n"
+    "  ferry export --config configs/my-finetune.yaml --out exports/start   (no step trained: model.init_from's\n"
+    "      weights byte for byte, or the initialisation of train.seed)\n"
+    "A model from model.init_from takes along its tensors Ferry does not train (BERT's pooler, ...), its\n"
+    "config.json settings and its folder's other files (tokenizer, sentence-transformers' modules.json,\n"
+    "1_Pooling/, README.md, ...); its weights in other formats (pytorch_model.bin, onnx/, ...) are left out.\n"
+    "The export never deletes a file: into a folder that holds files already only with --overwrite, which\n"
+    "replaces the files the export writes and keeps every other.";
+
+struct ExportArgs {
+  std::string checkpoint, config_path, out, source;
+  std::vector<std::string> overrides;
+  bool overwrite = false;
+};
+
+void print_report(const formats::ExportReport& r, const ExportArgs& args) {
+  if (!r.folder.empty())
+    fmt::print("exported {} (step {}{}) into {}\n", r.folder.string(), r.step,
+               r.verified ? ", checksums verified" : ", written before checksums: not verified", args.out);
+  else
+    fmt::print("exported the weights a run of {} starts from (no step trained: {}) into {}\n", args.config_path,
+               r.source.empty() ? "the initialisation of train.seed" : "model.init_from's, byte for byte", args.out);
+  if (!r.initialised.empty())
+    fmt::print("initialised from train.seed (model.init_from lacks them; model.init_missing): {}\n", fmt::join(r.initialised, ", "));
+  fmt::print("wrote: {}\n", fmt::join(r.files, ", "));
+  if (!r.replaced.empty()) fmt::print("replaced (--overwrite): {}\n", fmt::join(r.replaced, ", "));
+  if (!r.kept.empty()) fmt::print("kept, not written by this export: {}\n", fmt::join(r.kept, ", "));
+  if (!r.source.empty()) {
+    const std::string tensors = r.carried.empty() ? "" : fmt::format(" and {} tensor(s) Ferry does not train: {}", r.carried.size(),
+                                                                       fmt::join(r.carried, ", "));
+    fmt::print("from the source '{}': config.json's settings{}\n", r.source.string(), tensors);
+    if (!r.carried_files.empty()) fmt::print("copied from the source: {}\n", fmt::join(r.carried_files, ", "));
+    if (!r.left_out.empty()) fmt::print("not copied from the source: {}\n", fmt::join(r.left_out, ", "));
+  }
+  if (!r.note.empty()) fmt::print("note: {}\n", r.note);
+}
+
+int run_export(const ExportArgs& args) {
+  formats::ExportOptions options;
+  options.overwrite = args.overwrite;
+  if (!args.config_path.empty()) {
+    const engine::Config cfg = engine::load_config(args.config_path, args.overrides);
+    print_report(formats::export_starting_point(engine::starting_point(cfg), args.out, options), args);
+    return 0;
+  }
+  if (args.source == "none") options.source = std::filesystem::path();
+  else if (!args.source.empty()) options.source = args.source;
+  print_report(formats::export_checkpoint(args.checkpoint, args.out, options), args);
+  return 0;
+}
+
+}  // namespace
 
 Command add_export(CLI::App& app) {
-  struct ExportArgs {
-    std::string checkpoint, out, source;
-  };
   auto args = std::make_shared<ExportArgs>();
-  auto* exporter = app.add_subcommand("export", "Write a checkpoint's weights as a Hugging Face model folder (model.safetensors, "
-                                                "config.json and tokenizer files, for GPT2LMHeadModel or BertForMaskedLM)");
-  exporter->add_option("--checkpoint", args->checkpoint, "A checkpoint folder, or a train.checkpoint_dir (the newest)")
-      ->required();
-  exporter->add_option("--out", args->out, "Folder to write")->required();
-  exporter->add_option("--source", args->source, "The Hugging Face model the run started from, whose untrained tensors (BERT's "
-                                                 "pooler, ...), config.json and tokenizer files the export carries; default: the "
-                                                 "run's model.init_from; none: without them");
+  auto* exporter = app.add_subcommand("export", "Write a model as a Hugging Face folder (model.safetensors, config.json and tokenizer "
+                                                "files, for GPT2LMHeadModel or BertForMaskedLM): a checkpoint's weights, or with "
+                                                "--config those a run starts from");
+  auto* checkpoint = exporter->add_option("--checkpoint", args->checkpoint, "A checkpoint folder, or a train.checkpoint_dir (the newest)");
+  auto* config = exporter->add_option("-c,--config", args->config_path, "Instead of --checkpoint: an experiment file (YAML) whose "
+                                                                        "starting weights to export, with no step trained "
+                                                                        "(model.init_from's, else the initialisation of train.seed)")
+                     ->check(CLI::ExistingFile)
+                     ->excludes(checkpoint);
+  exporter->add_option("--set", args->overrides, "With --config: override any config key, e.g. --set train.seed=7 (repeatable)")
+      ->needs(config);
+  exporter->add_option("--out", args->out, "Folder to write (new or empty, unless --overwrite)")->required();
+  exporter->add_flag("--overwrite", args->overwrite, "Write into a folder that holds files already: the export's own files there "
+                                                     "are replaced, every other is kept (nothing is deleted)");
+  exporter->add_option("--source", args->source, "With --checkpoint: the Hugging Face model the run started from, whose untrained "
+                                                 "tensors (BERT's pooler, ...), config.json and other files the export carries; "
+                                                 "default: the run's model.init_from; none: without them")
+      ->excludes(config);
+  exporter->footer(kExportFooter);
   return {exporter, [args] {
-            formats::ExportOptions options;
-            if (args->source == "none") options.source = std::filesystem::path();
-            else if (!args->source.empty()) options.source = args->source;
-            const auto exported = formats::export_checkpoint(args->checkpoint, args->out, options);
-            fmt::print("exported {} (step {}{}): wrote {} in {}\n", exported.folder.string(), exported.step,
-                       exported.verified ? ", checksums verified" : ", written before checksums: not verified",
-                       fmt::join(exported.files, ", "), args->out);
-            if (!exported.source.empty())
-              fmt::print("from the source '{}': config.json's settings and {} tensor(s) Ferry does not train{}{}\n", exported.source.string(),
-                         exported.carried.size(), exported.carried.empty() ? "" : ": ", fmt::join(exported.carried, ", "));
-            if (!exported.note.empty()) fmt::print("note: {}\n", exported.note);
-            return 0;
+            if (args->checkpoint.empty() && args->config_path.empty()) {
+              fmt::print(stderr, "--checkpoint or --config is required: the checkpoint to export, or the experiment whose starting "
+                                 "weights to export\nRun with --help for more information.\n");
+              return 2;
+            }
+            return run_export(*args);
           }};
 }
 

@@ -14,7 +14,7 @@ namespace {
 
 constexpr const char* kDescription =
     "Ferry trains GPT-2 and BERT models on one device, keeping model state in host memory.\n"
-    "Experiments are YAML files (see configs/); every key is documented in README.md.";
+    "Experiments are YAML files (see configs/); `ferry config` lists every key (docs/config.md).";
 
 // A command line that does not parse (an unknown command or option, a value out of range) is a usage error:
 // exit status 2, whatever CLI11's own code for it, so that scripts can tell it from bad input found while
@@ -28,11 +28,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<ferry::cli::Command> commands{ferry::cli::add_train(app), ferry::cli::add_plan(app),
                                                   ferry::cli::add_sample(app), ferry::cli::add_export(app),
-                                                  ferry::cli::add_tokenize(app), ferry::cli::add_eval(app)};
+                                                  ferry::cli::add_tokenize(app), ferry::cli::add_eval(app),
+                                                  ferry::cli::add_config(app)};
   // CLI11 takes an unknown first word for a stray argument and says only that a subcommand is required.
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(commands.begin(), commands.end(), [&](const auto& c) { return c.app->check_name(argv[1]); }))
-    return usage_exit(app, CLI::ExtrasError(fmt::format("unknown command '{}'; expected one of train, eval, plan, sample, export, tokenize",
+    return usage_exit(app, CLI::ExtrasError(fmt::format("unknown command '{}'; expected one of train, eval, plan, sample, export, tokenize, config",
                                                          argv[1]),
                                              CLI::ExitCodes::ExtrasError));
   try {

@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "cli/commands.h"
 #include "engine/ops/host_cost_model.h"
+#include "engine/device/make_device.h"
 #include "engine/host_memory.h"
 #include "engine/group_settings.h"
 #include "engine/step_planning.h"
@@ -22,12 +24,51 @@
 #include "offload/policies.h"
 
 namespace ferry::cli {
+namespace {
 
-// The chosen policy's plan in words, and the host memory the run will need beside what the machine has.
-// Returns the exit status: 0, or 3 when the machine cannot hold the run.
-int print_chosen(const engine::Config& cfg, const models::ModelSpec& spec, const offload::StepPlan& plan, const offload::SimResult& r,
-                 double bound, const offload::PlanRequest& request, int64_t budget, nlohmann::json& j) {
-  fmt::print("fits: yes, peak device memory {} of {}\n", memory::format_bytes(r.peak_device_bytes), memory::format_bytes(budget));
+// What the plan is for: the device `ferry train` takes here (device::resolve_device), except that on a machine
+// without a GPU a cost model file stands for the GPU it describes, unless the config asks for device: cpu
+// (configs/cost_models/h100-assumed.json plans an H100 run anywhere).
+struct PlanTarget {
+  device::ResolvedDevice device;  // what the budget and the cost model are taken from
+  bool host_device = true;        // the plan is the host device's: its arena is host memory too
+  std::string says;               // in words, for the plan's device line
+};
+
+PlanTarget plan_target(const engine::Config& cfg) {
+  const device::VisibleDevices seen = device::visible_devices();
+  if (cfg.device != "cpu" && !cfg.offload.cost_model.empty() && (!seen.cuda_built || seen.cuda_devices == 0)) {
+    const device::ResolvedDevice here = device::resolve_device("auto", seen);
+    return {here, false, "the GPU offload.cost_model describes (here: " + here.note + ")"};
+  }
+  const device::ResolvedDevice d = device::resolve_device(cfg.device, seen);
+  return {d, d.kind == device::DeviceChoice::Kind::Host, d.note};
+}
+
+// A batch for profiling without reading the data: the time of an op does not depend on which ids it reads.
+dataset::Batch synthetic_batch(const engine::Config& cfg) {
+  const size_t n = static_cast<size_t>(cfg.train.batch_size) * static_cast<size_t>(cfg.sequence());
+  dataset::Batch b;
+  for (size_t i = 0; i < n; ++i) {
+    b.tokens.push_back(static_cast<int32_t>(i % static_cast<size_t>(cfg.model.vocab_size)));
+    b.targets.push_back(static_cast<int32_t>((i + 1) % static_cast<size_t>(cfg.model.vocab_size)));
+  }
+  return b;
+}
+
+// The cost model `ferry train` would plan with: on a GPU, the CUDA device measured and profiled (seconds); else
+// the file offload.cost_model names, or the host device's measured rates (`cache`: where they are kept).
+offload::CostModel plan_cost_model(const engine::Config& cfg, const models::ModelSpec& spec, const PlanTarget& target, std::string* cache) {
+  if (target.device.kind == device::DeviceChoice::Kind::Cuda) return engine::cuda_device_cost_model(cfg, spec, synthetic_batch(cfg));
+  if (!cfg.offload.cost_model.empty()) return offload::CostModel::load(cfg.offload.cost_model);
+  return ops::host_cost_model(cfg.threads(), cache);
+}
+
+// The chosen policy's plan in words. Returns the host memory the run will need.
+engine::HostMemoryEstimate print_chosen(const engine::Config& cfg, const models::ModelSpec& spec, const offload::StepPlan& plan,
+                                        const offload::SimResult& r, double bound, const offload::PlanRequest& request,
+                                        const PlanTarget& target, nlohmann::json& j) {
+  fmt::print("device memory: peak {} of the {} budget\n", memory::format_bytes(r.peak_device_bytes), memory::format_bytes(request.budget_bytes));
   fmt::print("plan: {}; overlap {}\n", plan.schedule.label(),
              plan.overlap_note.empty() ? offload::to_string(request.overlap) : plan.overlap_note);
   fmt::print("activation checkpointing ({}): {} of {} blocks\n", cfg.train.activation_checkpointing, plan.problem.checkpointed_layers,
@@ -50,34 +91,50 @@ int print_chosen(const engine::Config& cfg, const models::ModelSpec& spec, const
   for (int k = 0; k < 5 && k < plan.problem.n_ops && r.stall_before_op[ops[k]] > 0; ++k)
     fmt::print("  stall {:.2f} ms before {}{}\n", r.stall_before_op[ops[k]] * 1e3, spec.ops[plan.problem.op_source[ops[k]]].name,
                plan.problem.op_recompute[ops[k]] ? " (recompute)" : "");
-  // Without a cost model file the plan is the host device's, whose arena is host memory too.
-  const engine::HostMemoryEstimate host = engine::estimate_host_memory(spec, plan, cfg.offload.cost_model.empty());
-  const int64_t available = engine::available_host_memory();
-  fmt::print("host memory: {}; {} available\n", host.describe(), available < 0 ? "unknown" : memory::format_bytes(available));
-  j.update({{"host_memory_bytes", host.total()}, {"host_memory_available_bytes", available}});
-  const std::string shortfall = engine::host_memory_shortfall(host, host.total(), available);
-  if (shortfall.empty()) return 0;
-  fmt::print("fits: no: {}\n", shortfall);
-  j.update({{"fits", false}, {"error", shortfall}});
+  return engine::estimate_host_memory(spec, plan, target.host_device);
+}
+
+// The one verdict, last: the device budget, then the host memory. `host`: the chosen plan's estimate, null when
+// the plan does not fit the budget (`device_error` says why). Returns the exit status: 0, or 3 when it does not fit.
+int print_verdict(const std::string& device_error, const engine::HostMemoryEstimate* host, int64_t peak, int64_t budget, nlohmann::json& j) {
+  std::string why = "device memory: " + device_error;
+  int64_t available = -1;
+  if (host) {
+    available = engine::available_host_memory();
+    fmt::print("host memory: {}; {} available\n", host->describe(), available < 0 ? "unknown" : memory::format_bytes(available));
+    j.update({{"host_memory_bytes", host->total()}, {"host_memory_available_bytes", available}});
+    why = engine::host_memory_shortfall(*host, host->total(), available);
+  }
+  if (why.empty()) {
+    fmt::print("fits: yes (device memory: peak {} of the {} budget; host memory: {} of {} available)\n", memory::format_bytes(peak),
+               memory::format_bytes(budget), memory::format_bytes(host->total()), available < 0 ? "unknown" : memory::format_bytes(available));
+    return 0;
+  }
+  fmt::print("fits: no: {}\n", why);
+  j.update({{"fits", false}, {"error", why}});
   return 3;
 }
 
+}  // namespace
+
 int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
-  const int64_t budget = opt.budget > 0 ? opt.budget : cfg.offload.gpu_budget;
-  if (budget <= 0)
-    throw std::runtime_error("offload.gpu_budget: missing; give --budget 8GiB or set offload.gpu_budget in the config");
+  const PlanTarget target = plan_target(cfg);
   const offload::Policy chosen = offload::parse_policy(opt.policy.empty() ? cfg.offload.policy : opt.policy);
-  std::string cache;
-  const offload::CostModel cost = cfg.offload.cost_model.empty() ? ops::host_cost_model(cfg.threads(), &cache)
-                                                                 : offload::CostModel::load(cfg.offload.cost_model);
   const models::ModelSpec spec =
       engine::with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.optim.groups);
-  const int64_t bucket_bytes = cfg.bucket_bytes();
+  std::string cache;
+  const offload::CostModel cost = plan_cost_model(cfg, spec, target, &cache);
+  // As `ferry train` decides it: given, else on a GPU its free memory once the profiling is done, else what resident needs.
+  const engine::DeviceBudget given = engine::gpu_budget(opt.budget > 0 ? opt.budget : cfg.offload.gpu_budget, target.device.kind);
+  offload::PlanRequest request = engine::plan_request(cfg, cost);
+  request.budget_bytes = given.bytes > 0 ? given.bytes : engine::resident_peak_bytes(spec, cost, request);
+  const int64_t budget = request.budget_bytes, bucket_bytes = cfg.bucket_bytes();
   const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
 
-  fmt::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}\n",
+  fmt::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}{}\n",
              spec.kind, cfg.model.n_layer, cfg.model.n_embd, spec.param_count() / 1e6, cfg.train.batch_size, cfg.sequence(),
-             offload::to_string(chosen), memory::format_bytes(budget));
+             offload::to_string(chosen), memory::format_bytes(budget), given.note.empty() ? "" : " (" + given.note + ")");
+  fmt::print("device: {}\n", target.says);
   fmt::print("cost model: {}{}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "",
              cache.empty() ? "" : ", cached in " + cache);
   fmt::print("parameters: {} bucket(s) of up to {}, {} of working copies{}\n", problem.n_buckets,
@@ -88,13 +145,12 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   fmt::print("activations: {} alive at the busiest op without checkpointing\n",
              memory::format_bytes(*std::max_element(problem.activation_live.begin(), problem.activation_live.end())));
 
-  offload::PlanRequest request = engine::plan_request(cfg);
-  request.budget_bytes = budget;
   const double bound = offload::lower_bound_step_s(spec, cost, request);  // over the checkpointing it allows
   nlohmann::json all = nlohmann::json::array();
   nlohmann::json main;
-  std::string line = "policies:";
-  int status = 3;
+  std::string line = "policies:", device_error;
+  std::optional<engine::HostMemoryEstimate> host;
+  int64_t peak = 0;
   for (offload::Policy policy : offload::all_policies()) {
     nlohmann::json j{{"policy", offload::to_string(policy)}, {"budget_bytes", budget}, {"lower_bound_step_s", bound}};
     if (policy != chosen && !offload::overlap_allowed(policy, request.overlap)) {  // the chosen one: plan_step says why
@@ -113,19 +169,20 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
                 {"h2d_bytes", r.h2d_bytes}, {"d2h_bytes", r.d2h_bytes}, {"resident_bytes", r.resident_bytes},
                 {"offloaded_bytes", r.offloaded_bytes}, {"stall_s", r.stall_s}});
       line += fmt::format(" {} {:.4f} s |", offload::to_string(policy), r.step_s);
-      if (policy == chosen) status = print_chosen(cfg, spec, plan, r, bound, request, budget, j);
+      if (policy == chosen) host = print_chosen(cfg, spec, plan, r, bound, request, target, j), peak = r.peak_device_bytes;
     } catch (const offload::BudgetError& e) {
       j.update({{"fits", false}, {"error", e.what()}, {"peak_device_bytes", nullptr}, {"predicted_step_s", nullptr},
                 {"h2d_bytes", nullptr}, {"d2h_bytes", nullptr}, {"resident_bytes", nullptr},
                 {"offloaded_bytes", nullptr}, {"minimum_device_bytes", offload::minimum_device_bytes(problem)}});
       line += fmt::format(" {} does not fit |", offload::to_string(policy));
-      if (policy == chosen) fmt::print("fits: no: {}\n", e.what());
+      if (policy == chosen) device_error = e.what();
     }
     if (policy == chosen) main = j;
     all.push_back(j);
   }
   line.resize(line.size() - 2);  // the last " |"
   fmt::print("{}\n", line);
+  const int status = print_verdict(device_error, host ? &*host : nullptr, peak, budget, main);
   if (!opt.json.empty()) {
     main["policies"] = all;
     main["cost_model"] = cost.to_json();
@@ -147,15 +204,19 @@ Command add_plan(CLI::App& app) {
   auto* plan = app.add_subcommand("plan", "Plan the offload of an experiment without training: fit, placement, "
                                           "predicted step time, all policies side by side");
   plan->add_option("-c,--config", args->config, "Experiment file (YAML)")->required()->check(CLI::ExistingFile);
-  plan->add_option("--budget", args->budget, "Device memory budget, e.g. 8GiB or 512MiB (default: offload.gpu_budget)");
+  plan->add_option("--budget", args->budget, "Device memory budget, e.g. 8GiB or 512MiB (default: offload.gpu_budget, else as "
+                                             "ferry train takes it: a GPU's free memory less max(1 GiB, 5%), or on the host "
+                                             "device what resident needs)");
   plan->add_option("--policy", args->policy, "resident | zero-offload | chunk-lru | greedy (default: offload.policy)");
   plan->add_option("--json", args->json, "Also write the plan as JSON (policy, fits, budget_bytes, peak_device_bytes, "
                                          "predicted_step_s, lower_bound_step_s, h2d_bytes, d2h_bytes, resident_bytes, "
                                          "offloaded_bytes, and every policy under policies)");
   plan->add_option("--set", args->overrides, "Override any config key, e.g. --set offload.bucket_mb=64 (repeatable)");
-  plan->footer("Exit status: 0 when the plan fits the budget, 3 when it does not.\n"
-               "offload.cost_model: a JSON cost model (configs/cost_models/h100-assumed.json plans for an H100 on\n"
-               "any machine); without one, the host device is measured at start-up (about a second).");
+  plan->footer("Exit status: 0 when the plan fits (the device budget and the host memory), 3 when it does not; the\n"
+               "last line says which: 'fits: yes: ...' or 'fits: no: device memory: ...' / 'fits: no: host memory: ...'.\n"
+               "The device is the one ferry train takes here (device: auto: a visible GPU, measured at start-up in\n"
+               "seconds; else the host device, its rates measured once and cached). offload.cost_model: a JSON cost\n"
+               "model (configs/cost_models/h100-assumed.json plans for an H100 on any machine without a GPU).");
   return {plan, [args] {
             PlanOptions opt;
             opt.policy = args->policy;
@@ -165,7 +226,9 @@ Command add_plan(CLI::App& app) {
             } catch (const std::invalid_argument& e) {
               throw std::runtime_error(std::string("--budget: ") + e.what());
             }
-            return print_plan(engine::load_config(args->config, args->overrides), opt);
+            const engine::Config cfg = engine::load_config(args->config, args->overrides);
+            for (const std::string& warning : engine::config_warnings(cfg)) fmt::print(stderr, "ferry: warning: {}\n", warning);
+            return print_plan(cfg, opt);
           }};
 }
 

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/option_checks.h"
 #include "engine/config.h"
+#include "engine/config_schema.h"
 #include "engine/device/stop.h"
 #include "engine/progress.h"
 #include "engine/trainer.h"
@@ -23,41 +24,12 @@
 namespace ferry::cli {
 namespace {
 
-constexpr const char* kTrainFooter =
-    "Sections and keys of the config file:\n"
-    "  model:  kind (gpt2 | bert), n_layer, n_head, n_embd, vocab_size, seq_len (position table rows),\n"
-    "          intermediate_size (default 4 * n_embd), layer_norm_eps (GPT-2 1e-5, BERT 1e-12),\n"
-    "          activation (gelu: exact | gelu_tanh; GPT-2 gelu_tanh, BERT gelu), type_vocab_size (BERT, 2),\n"
-    "          init_from (HF safetensors file, folder or sharded index; its config.json fills every key above\n"
-    "          that the file does not state, and a stated key that differs is an error),\n"
-    "          init_missing ([head]: parts init_from may lack, e.g. BERT's masked-LM head, initialised)\n"
-    "  data:   path (relative to the config file), format (auto: *.bin is a token shard | text | shard),\n"
-    "          tokenizer (byte | gpt2 | wordpiece: raw text is tokenised once and cached in cache_dir,\n"
-    "          default .ferry-cache beside the data), vocab (vocab.txt | vocab.json), merges (gpt2),\n"
-    "          lowercase (auto | true | false; wordpiece), val_fraction (vocab and merges default to\n"
-    "          model.init_from's folder's), mask_token_id (BERT's [MASK]; default the vocabulary's\n"
-    "          [MASK], the last id for the byte tokenizer)\n"
-    "  optim:  lr, betas [b1, b2], eps, weight_decay, grad_clip (0: off), warmup_steps,\n"
-    "          schedule (cosine | constant), min_lr (cosine floor, default lr/10),\n"
-    "          cpu_threads (AdamW threads, 0: all cores), isa (auto | avx512 | avx2 | scalar;\n"
-    "          the environment variable FERRY_CPU_ISA overrides it)\n"
-    "  train:  batch_size, grad_accum, seq_len (0: model.seq_len), steps, seed, log_every,\n"
-    "          eval_every (0: start and end),\n"
-    "          checkpoint_dir, checkpoint_every (0: at the end and when interrupted), keep_checkpoints,\n"
-    "          eval_batches, threads (the model's ops, 0: all cores),\n"
-    "          activation_checkpointing (auto | true | false), precision (bf16 | fp32 | fp16: dynamic loss\n"
-    "          scaling from loss_scale_init, doubling after loss_scale_growth_interval good steps)\n"
-    "  offload: policy (resident | zero-offload | chunk-lru | greedy), gpu_budget (e.g. 6GiB, 48MiB;\n"
-    "          unset: what resident needs), bucket_mb (auto | MiB per parameter bucket),\n"
-    "          overlap (backward | delayed: AdamW one step behind, as ZeRO-Offload's DPU |\n"
-    "          pipelined: the CPU's AdamW runs on into the next step's forward, which waits per bucket\n"
-    "          for its new weights; exact),\n"
-    "          sync_steps (delayed: the first steps update synchronously), cost_model (JSON file;\n"
-    "          unset: the host device is measured once and cached)\n"
-    "  device: auto | cpu | cuda, or {kind: cpu, host: {link_gbps: 16}} (the host device's copies\n"
-    "          throttled like a PCIe link)\n"
-    "Example: ferry train --config configs/gpt-tiny.yaml --steps 50 --set offload.policy=greedy \\\n"
-    "           --set offload.gpu_budget=48MiB --set device.host.link_gbps=8 --trace trace.json";
+// After the options: every key of the config file, from the one table (engine/config_schema.h).
+std::string train_footer() {
+  return engine::config_keys_text() +
+         "\nExample: ferry train --config configs/gpt-tiny.yaml --steps 50 --set offload.policy=greedy \\\n"
+         "           --set offload.gpu_budget=48MiB --set device.host.link_gbps=8 --trace trace.json";
+}
 
 constexpr int kInterruptedStatus = 130;  // the shell's 128 + SIGINT
 
@@ -112,6 +84,7 @@ int run_train(TrainArgs args) {
   if (args.steps > 0) args.overrides.push_back("train.steps=" + std::to_string(args.steps));
   if (!args.seed.empty()) args.overrides.push_back("train.seed=" + args.seed);
   const engine::Config cfg = engine::load_config(args.config_path, args.overrides);
+  for (const std::string& warning : engine::config_warnings(cfg)) fmt::print(stderr, "ferry: warning: {}\n", warning);
   engine::TrainOptions opt;
   opt.metrics = args.metrics_path;
   opt.save_cost_model = args.cost_model_path;
@@ -169,7 +142,7 @@ Command add_train(CLI::App& app) {
   train->add_flag("--overwrite-checkpoints", args->overwrite_checkpoints,
                   "Let a new run replace another run's checkpoints in train.checkpoint_dir (deleted when it writes its first; "
                   "folders no ferry-run.json lists are never deleted)");
-  train->footer(kTrainFooter);
+  train->footer(train_footer());
   return {train, [args, resume] {
             args->resume_given = resume->count() > 0;
             return run_train(*args);

@@ -1,4 +1,5 @@
-// engine::Config: a YAML experiment file, validated. Every error names the key, the value and what is allowed.
+// engine::Config: a YAML experiment file, validated. Its keys, their ranges and defaults in words are one table,
+// engine/config_schema.h; every error names the key, the value and what is allowed.
 #pragma once
 
 #include <cstdint>
@@ -62,8 +63,8 @@ struct TrainConfig {
 struct OffloadConfig {
   int64_t bucket_bytes = 0;          // offload.bucket_mb; 0: auto (the default until the cost model measures the link)
   std::string policy = "greedy";     // resident | zero-offload | chunk-lru | greedy
-  int64_t gpu_budget = 0;            // bytes; 0: not given
-  std::filesystem::path cost_model;  // empty: measure the host device at start-up
+  int64_t gpu_budget = 0;            // bytes; 0: not given (offload.gpu_budget: auto)
+  std::filesystem::path cost_model;  // empty: measure the device (host or CUDA) at start-up
   std::string overlap = "backward";  // backward | delayed (ZeRO-Offload's delayed parameter update) | pipelined
   int sync_steps = 40;               // delayed: the first steps still update synchronously
 };
@@ -83,7 +84,7 @@ struct Config {
   OptimConfig optim;
   TrainConfig train;
   OffloadConfig offload;
-  std::string device = "auto";  // auto | cpu | cuda: `device: cpu`, or `device: {kind: cpu, host: {...}}`
+  std::string device = "auto";  // auto (the GPU when one is visible) | cpu | cuda: `device: cpu`, or `device: {kind: cpu, host: {...}}`
   HostDeviceConfig host_device;  // device.host
 
   // Defaults that `ferry plan` and the trainer both need, resolved in one place so that they cannot disagree.
@@ -102,6 +103,10 @@ struct Config {
 std::vector<std::pair<std::string, std::string>> config_identity(const Config& config);
 // The same as a stable hash.
 std::string config_hash(const Config& config);
+
+// Settings that are valid but likely not what was meant (optim.warmup_steps beyond train.steps), one line
+// each, for `ferry train` and `ferry plan` to print as warnings.
+std::vector<std::string> config_warnings(const Config& config);
 
 // Loads `path`, applies `key=value` overrides (dotted keys, YAML values: "train.steps=10"), validates.
 Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});

@@ -21,7 +21,6 @@
 #include "cpu_optim/adamw.h"
 #include "cpu_optim/lr_schedule.h"
 #include "dataset/data_source.h"
-#include "engine/device/cuda_devices.h"
 #include "engine/device/make_device.h"
 #include "engine/host_memory.h"
 #include "engine/device/stop.h"
@@ -34,6 +33,7 @@
 #include "foundation/atomic_file.h"
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_dir.h"
+#include "formats/export.h"
 #include "formats/weights.h"
 #include "memory/convert.h"
 #include "memory/device_allocations.h"
@@ -92,20 +92,12 @@ formats::ParameterViews<T> bucket_state(const memory::HostBuckets& host, int par
   return views;
 }
 
-// Which device the config asks for. `device: cuda` trains on the first GPU (its ops are checked at start-up:
-// an op the CUDA device cannot run yet is refused, naming it); `auto` stays on the host device (the GPU needs a
-// GPU cost model, offload.cost_model, which auto does not choose yet) and says what it saw.
-std::string device_note(const Config& cfg) {
-  const int gpus = device::cuda_device_count();
-  if (cfg.device == "cuda") {
-    if (gpus == 0) throw std::runtime_error("device: cuda: no CUDA device visible (a build without CUDA, no driver or no GPU); use device: cpu or auto");
-    if (cfg.offload.cost_model.empty())
-      throw std::runtime_error("device: cuda needs offload.cost_model (e.g. cost_models/h100-assumed.json): the host device's measured "
-                               "rates say nothing of a GPU");
-    return "cuda";
-  }
-  if (cfg.device == "cpu") return "cpu";
-  return gpus > 0 ? fmt::format("auto -> cpu ({} CUDA device(s) found; device: cuda with offload.cost_model trains on one)", gpus) : "auto -> cpu (no CUDA device)";
+// Which device the run trains on (device::resolve_device: `auto` takes a visible GPU), said at once: measuring it
+// comes next and takes seconds. Refuses device: cuda without a GPU before anything is measured.
+device::ResolvedDevice chosen_device(const Config& cfg, Progress& progress) {
+  device::ResolvedDevice chosen = device::resolve_device(cfg.device);
+  progress.message("device: " + chosen.note);
+  return chosen;
 }
 
 // data.path and its tokenizer as the data section gives them.
@@ -114,8 +106,6 @@ dataset::DataRequest data_request(const Config& cfg) {
   return {d.path, dataset::parse_data_format(d.format), {d.tokenizer, d.vocab, d.merges, d.lowercase != "false"}, d.tokenizer_given,
           d.cache_dir};
 }
-
-bool on_cuda(const Config& cfg) { return cfg.device == "cuda"; }
 
 // The training and validation batches of a run, as the model takes them (masked-LM batches for BERT).
 class Batches {
@@ -227,6 +217,7 @@ class Run {
   std::vector<memory::TensorView> pending_gradients() const;
   std::vector<std::string> updated_in_step() const;
   int param_count() const { return static_cast<int>(spec_.params.size()); }
+  bool on_cuda() const { return device_choice_.kind == device::DeviceChoice::Kind::Cuda; }
   float evaluate();
   void evaluate_start();
   device::Interrupted cut_short(int step, const std::exception& e) const;
@@ -252,8 +243,10 @@ class Run {
   const std::vector<ParamSettings> param_settings_;  // per parameter, its group's settings; empty without optim.groups
   const cpu_optim::CpuAdamW adamw_;
   const Batches batches_;
-  std::string device_note_, cost_cache_;
+  const device::ResolvedDevice device_choice_;
+  std::string cost_cache_;
   offload::CostModel cost_;
+  const DeviceBudget budget_;  // read after the cost model's profiling: its device is gone by then
   offload::StepPlan plan_;
   offload::SimResult predicted_;
   const HostMemoryEstimate host_memory_;  // on the host device: its arena is host memory too
@@ -312,15 +305,16 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
                                                : resolve_param_groups(cfg.optim.groups, spec_, cfg.optim.weight_decay)),
       adamw_(adamw_options(cfg)),
       batches_(cfg, progress_),
-      device_note_(device_note(cfg)),  // refuses device: cuda without a GPU before anything is measured
-      cost_(during(progress_, on_cuda(cfg) ? "profiling the model's ops on the CUDA device" : "measuring the host device",
+      device_choice_(chosen_device(cfg, progress_)),
+      cost_(during(progress_, on_cuda() ? "measuring the CUDA device (op times, links, AdamW)" : "measuring the host device",
                    [this] { return measure_cost(); })),
+      budget_(gpu_budget(cfg.offload.gpu_budget, device_choice_.kind)),
       plan_(during(progress_, "planning (offload.policy: " + cfg.offload.policy + ")",
-                   [&] { return plan_for_config(cfg, spec_, cost_, 0, "", opt.red_zone_bytes); })),
+                   [&] { return plan_for_config(cfg, spec_, cost_, budget_.bytes, "", opt.red_zone_bytes); })),
       predicted_(offload::simulate(plan_.problem, plan_.schedule, plan_.memory)),
-      host_memory_(checked_host_memory(estimate_host_memory(spec_, plan_, !on_cuda(cfg)))),
+      host_memory_(checked_host_memory(estimate_host_memory(spec_, plan_, !on_cuda()))),
       trace_(opt.trace.empty() ? nullptr : std::make_unique<device::Trace>()),
-      device_(device::make_device({.kind = on_cuda(cfg) ? device::DeviceChoice::Kind::Cuda : device::DeviceChoice::Kind::Host,
+      device_(device::make_device({.kind = device_choice_.kind,
                                    .arena_bytes = plan_.memory.layout.peak,
                                    .trace = trace_.get(),
                                    .compute_threads = threads_,
@@ -350,10 +344,11 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
   }
 }
 
-// The cost model: a file's, or the host device's rates with this model's ops profiled on a device of its own.
+// The cost model: this model's ops profiled on a device of its own, with the rates of a file, or measured (the host
+// device's, cached; a GPU's links and AdamW, at every start-up).
 offload::CostModel Run::measure_cost() {
   kernels::cpu::set_matmul_threads(threads_);
-  if (on_cuda(cfg_)) return cuda_device_cost_model(cfg_, spec_, batches_.train(0));
+  if (on_cuda()) return cuda_device_cost_model(cfg_, spec_, batches_.train(0));
   return host_device_cost_model(cfg_, spec_, batches_.train(0), &cost_cache_);
 }
 
@@ -364,7 +359,7 @@ void Run::announce() {
   progress_.message(fmt::format(
       "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "
       "{} train / {} val tokens, AdamW on the CPU: {} x{}",
-      spec_.kind, m.n_layer, m.n_head, m.n_embd, spec_.param_count() / 1e6, device_note_, threads_, cfg_.train.batch_size, cfg_.sequence(),
+      spec_.kind, m.n_layer, m.n_head, m.n_embd, spec_.param_count() / 1e6, on_cuda() ? "cuda" : "cpu", threads_, cfg_.train.batch_size, cfg_.sequence(),
       cfg_.train.grad_accum, batches_.data().train_tokens(), batches_.data().val_tokens(), cpu_optim::to_string(adamw_.isa()),
       adamw_.threads()));
   const bool delayed = plan_.schedule.delayed_update;
@@ -372,7 +367,7 @@ void Run::announce() {
   progress_.message(fmt::format(
       "offload: policy {}, {}; budget {}{}, device arena {} (planned; lower bound {}); {} bucket(s) of up to {:.1f} MiB, "
       "{} resident / {} travelling; {} of {} block(s) checkpointed; overlap {}{}; predicted step {:.3f} s (cost model: {}{})",
-      plan_.schedule.label(), device_->name(), memory::format_bytes(budget), cfg_.offload.gpu_budget > 0 ? "" : " (unset: what resident needs)",
+      plan_.schedule.label(), device_->name(), memory::format_bytes(budget), budget_.note.empty() ? "" : " (" + budget_.note + ")",
       memory::format_bytes(plan_.memory.layout.peak), memory::format_bytes(plan_.memory.layout.lower_bound), p.n_buckets,
       p.layout.target_bytes() / double(1 << 20), memory::format_bytes(predicted_.resident_bytes),
       memory::format_bytes(predicted_.offloaded_bytes), p.checkpointed_layers, m.n_layer, overlap,
@@ -708,6 +703,14 @@ EvalSummary evaluate(const Config& config, const EvalOptions& options) {
   quiet.progress = options.progress;
   Run run(config, quiet, &options);
   return run.evaluate_only();
+}
+
+formats::StartingPoint starting_point(const Config& config) {
+  const dataset::DataRequest request = data_request(config);
+  dataset::DataSource data;
+  if (dataset::reads_as_token_shard(request.path, request.format)) data = dataset::open_data_source(request);
+  else data.known = true, data.info.tokenizer = request.tokenizer;  // what the run's tokenisation records
+  return {config.model, config.train.seed, data.tokenizer_name(), origin_of_run(config, data)};
 }
 
 }  // namespace ferry::engine

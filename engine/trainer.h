@@ -10,6 +10,10 @@
 
 #include "engine/config.h"
 
+namespace ferry::formats {
+struct StartingPoint;  // formats/export.h
+}
+
 namespace ferry::engine {
 
 struct TrainOptions {
@@ -79,5 +83,9 @@ struct EvalSummary {
 };
 
 EvalSummary evaluate(const Config& config, const EvalOptions& options);
+
+// What a run of `config` starts from, for `ferry export --config`: its model, the seed of its initialisation,
+// and its tokenizer as its checkpoints record it (a shard's sidecar is read; a text's tokens are not made).
+formats::StartingPoint starting_point(const Config& config);
 
 }  // namespace ferry::engine

@@ -1,27 +1,31 @@
-// export_checkpoint: check the weights against their checksum and the model shape, copy them with the
-// source's untrained tensors, write config.json and the tokenizer files; a failed export leaves no partial
-// file, no temporary, and an earlier export in the folder as it was.
+// export_checkpoint and export_starting_point: the weights (a checkpoint's, checked against their checksum,
+// or those a run starts from) with the source's untrained tensors, config.json, the tokenizer files and the
+// source folder's other files; a failed export leaves no partial file, no temporary, and the folder as it was.
 #include "formats/export.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <span>
 #include <stdexcept>
 
 #include "foundation/atomic_file.h"
-#include "formats/checkpoint.h"
 #include "formats/hf_config.h"
 #include "formats/hf_source.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
-#include "models/registry.h"
 
 namespace ferry::formats {
 namespace {
 
+namespace fs = std::filesystem;
 // Hugging Face's config.json for the model: GPT2Config or BertConfig.
 nlohmann::json hf_config(const models::ModelConfig& m) {
   return m.kind == "bert" ? nlohmann::json{{"architectures", {"BertForMaskedLM"}},
@@ -60,27 +64,7 @@ nlohmann::json hf_config(const models::ModelConfig& m) {
                                           {"torch_dtype", "float32"}};
 }
 
-// Every file under a temporary name, on disk, before any replaces an earlier export's: a failure leaves the
-// folder as it was. Tokenizer files of an earlier export that this one does not write are removed after.
-void write_export(const std::filesystem::path& out, const std::vector<SafetensorsTensorRef>& weights, const std::vector<ExportFile>& files) {
-  AtomicFile weights_file(out / "model.safetensors", "export");
-  std::vector<std::unique_ptr<AtomicFile>> others;
-  write_safetensors(weights_file, weights, {{"format", "pt"}});
-  for (const ExportFile& f : files) {
-    others.push_back(std::make_unique<AtomicFile>(out / f.name, "export"));
-    others.back()->write(f.bytes);
-  }
-  weights_file.finish();
-  for (auto& f : others) f->finish();
-  weights_file.commit();
-  for (auto& f : others) f->commit();
-  for (const std::string& name : tokenizer_file_names()) {
-    std::error_code ec;
-    if (std::none_of(files.begin(), files.end(), [&](const ExportFile& f) { return f.name == name; })) std::filesystem::remove(out / name, ec);
-  }
-}
-
-nlohmann::json read_json_object(const std::filesystem::path& path) {
+nlohmann::json read_json_object(const fs::path& path) {
   std::ifstream in(path);
   if (!in) return nullptr;
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
@@ -88,10 +72,10 @@ nlohmann::json read_json_object(const std::filesystem::path& path) {
   return j;
 }
 
-// The source model of the export: --source, else the run's model.init_from; it must still be there.
-std::filesystem::path export_source(const TrainState& state, const ExportOptions& options) {
-  const std::filesystem::path source = options.source ? *options.source : state.origin.init_from;
-  if (!source.empty() && !std::filesystem::exists(source))
+// The source model of a checkpoint's export: --source, else the run's model.init_from; it must still be there.
+fs::path export_source(const TrainState& state, const ExportOptions& options) {
+  const fs::path source = options.source ? *options.source : state.origin.init_from;
+  if (!source.empty() && !fs::exists(source))
     throw std::runtime_error(fmt::format("export: the run started from '{}' (model.init_from), which is gone; the export carries its "
                                          "untrained tensors (BERT's pooler, ...), config.json and tokenizer files: restore it, name "
                                          "its copy with --source, or export without it with --source none",
@@ -99,56 +83,205 @@ std::filesystem::path export_source(const TrainState& state, const ExportOptions
   return source;
 }
 
+// A tensor of a weights file as the export writes it: F32, BF16 or F16 (nullopt for another dtype).
+std::optional<DType> float_dtype(const std::string& dtype) {
+  if (dtype == "F32") return DType::F32;
+  if (dtype == "BF16") return DType::BF16;
+  if (dtype == "F16") return DType::F16;
+  return std::nullopt;
+}
+
+// `names` for a message: the first `most`, then how many more.
+std::string listed(const std::vector<std::string>& names, size_t most = 8) {
+  if (names.size() <= most) return fmt::format("{}", fmt::join(names, ", "));
+  return fmt::format("{} and {} more", fmt::join(names.begin(), names.begin() + most, ", "), names.size() - most);
+}
+
+// What the folder holds at its top, a folder's name with a trailing '/', sorted.
+std::vector<std::string> entries_of(const fs::path& folder) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(folder, ec)) names.push_back(e.path().filename().string() + (e.is_directory() ? "/" : ""));
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The folder the export writes: never one it reads from (it would replace the weights it copies); one that
+// holds files already only with options.overwrite, and then what it replaces and keeps is reported.
+void check_out(const fs::path& out, const std::vector<fs::path>& read_from, const ExportOptions& options, ExportReport& report) {
+  std::error_code ec;
+  for (const fs::path& folder : read_from)
+    if (!folder.empty() && fs::equivalent(out, folder, ec))
+      throw std::runtime_error(fmt::format("export: --out '{}' is the folder of the model it exports ('{}'), whose files the export would "
+                                           "replace; export into another folder",
+                                           out.string(), folder.string()));
+  const std::vector<std::string> held = entries_of(out);
+  if (held.empty()) return;
+  if (!options.overwrite)
+    throw std::runtime_error(fmt::format("export: --out '{}' holds files already ({}); export into a new or empty folder, or add "
+                                         "--overwrite to replace the export's own files there ({}) and keep the others",
+                                         out.string(), listed(held), listed(report.files)));
+  for (const std::string& file : report.files)
+    if (fs::exists(out / file)) report.replaced.push_back(file);
+  for (const std::string& name : held) {
+    const std::string top = name.ends_with('/') ? name.substr(0, name.size() - 1) : name;
+    const bool written = std::any_of(report.files.begin(), report.files.end(), [&](const std::string& f) {
+      return f == top || f.starts_with(top + "/");
+    });
+    if (written) continue;
+    report.kept.push_back(name);
+    // An earlier export's tokenizer file that this one does not write would be read with these weights.
+    const auto& tokenizer = tokenizer_file_names();
+    if (std::find(tokenizer.begin(), tokenizer.end(), top) != tokenizer.end())
+      report.note += fmt::format("{}kept {}, which this export does not write: AutoTokenizer reads it with these weights; remove it "
+                                 "unless it is this model's",
+                                 report.note.empty() ? "" : "; ", top);
+  }
+}
+
+// The folders the export's files need that do not exist yet: `out` (and the folders above it) and the source's
+// subfolders (1_Pooling/), parents first.
+std::vector<fs::path> folders_to_make(const fs::path& out, const std::vector<ExportFile>& files) {
+  std::set<fs::path> needed;
+  for (fs::path dir = out; !dir.empty() && !fs::exists(dir); dir = dir.parent_path()) needed.insert(dir);
+  for (const ExportFile& f : files)
+    for (fs::path dir = fs::path(f.name).parent_path(); !dir.empty(); dir = dir.parent_path()) needed.insert(out / dir);
+  std::vector<fs::path> missing;
+  for (const fs::path& dir : needed)
+    if (!fs::exists(dir)) missing.push_back(dir);
+  return missing;  // std::set's order puts a folder before the folders inside it
+}
+
+// Every file under a temporary name, on disk, before any replaces the folder's own: a failure leaves the
+// folder as it was, and removes the folders this export made.
+void write_export(const fs::path& out, const std::vector<SafetensorsTensorRef>& weights, const std::vector<ExportFile>& files) {
+  std::vector<fs::path> made;
+  try {
+    for (const fs::path& dir : folders_to_make(out, files)) {
+      std::error_code ec;
+      fs::create_directory(dir, ec);
+      if (ec) throw std::runtime_error("export: cannot create the folder '" + dir.string() + "': " + ec.message());
+      made.push_back(dir);
+    }
+    AtomicFile weights_file(out / "model.safetensors", "export");
+    std::vector<std::unique_ptr<AtomicFile>> others;
+    write_safetensors(weights_file, weights, {{"format", "pt"}});
+    for (const ExportFile& f : files) {
+      others.push_back(std::make_unique<AtomicFile>(out / f.name, "export"));
+      others.back()->write(f.bytes);
+    }
+    weights_file.finish();
+    for (auto& f : others) f->finish();
+    weights_file.commit();
+    for (auto& f : others) f->commit();
+  } catch (const std::exception&) {
+    std::error_code ec;
+    for (auto dir = made.rbegin(); dir != made.rend(); ++dir) fs::remove(*dir, ec);  // empty again: the temporaries are gone
+    throw;
+  }
+}
+
+// The export of the model `m`, whose parameters' tensors are `tensors`: with what `source` (an opened Hugging
+// Face model; null: none) carries over, written into `out`. `read_from`: the folders the export reads.
+void export_model(const models::ModelConfig& m, const models::ModelSpec& spec, std::vector<SafetensorsTensorRef> tensors,
+                  const HfWeights* source, TokenizerOrigin tokens, const fs::path& out, std::vector<fs::path> read_from,
+                  const ExportOptions& options, ExportReport& report) {
+  nlohmann::json source_config;
+  std::vector<ExportFile> carried;
+  if (source) {
+    std::vector<SafetensorsTensorRef> untrained = carried_tensors(*source, spec, tensors);
+    for (const auto& t : untrained) report.carried.push_back(t.name);
+    tensors.insert(tensors.end(), untrained.begin(), untrained.end());
+    if (!source->folder.empty()) {
+      source_config = read_json_object(source->folder / "config.json");
+      carried = carried_files(source->folder, out, &report.left_out);
+      read_from.push_back(source->folder);
+    }
+    tokens.source_folder = source->folder;
+  }
+  std::vector<ExportFile> files{{"config.json", round_trip_config(source_config, hf_config(m)).dump(2) + "\n"}};
+  for (ExportFile& f : tokenizer_files(tokens, m, &report.note)) files.push_back(std::move(f));
+  for (ExportFile& f : carried) {
+    report.carried_files.push_back(f.name);
+    files.push_back(std::move(f));
+  }
+  report.files.push_back("model.safetensors");
+  for (const ExportFile& f : files) report.files.push_back(f.name);
+  check_out(out, read_from, options, report);
+  write_export(out, tensors, files);
+}
+
+void check_exportable(const models::ModelConfig& m, const std::string& what) {
+  if ((m.kind != "gpt2" && m.kind != "bert") || m.n_layer <= 0)
+    throw std::runtime_error(what + ": export needs a GPT-2 or BERT model");
+}
+
 }  // namespace
 
-ExportedCheckpoint export_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& out, const ExportOptions& options) {
+ExportReport export_checkpoint(const fs::path& checkpoint, const fs::path& out, const ExportOptions& options) {
   const auto [state, dir] = read_checkpoint_state(checkpoint);
   const models::ModelConfig& m = state.model;
-  if ((m.kind != "gpt2" && m.kind != "bert") || m.n_layer <= 0)
-    throw std::runtime_error("'" + dir.string() + "': export needs a GPT-2 or BERT checkpoint written by `ferry train`");
+  check_exportable(m, fmt::format("'{}' (a checkpoint written by `ferry train`)", dir.string()));
   const models::ModelSpec spec = build_model(m, 1, 1);
-  ExportedCheckpoint exported;
-  exported.folder = dir, exported.step = state.step;
+  ExportReport report;
+  report.folder = dir, report.step = state.step;
   // Checked against its checksum; every tensor present, with its shape, and written from the file's own
   // bytes: no second copy of the weights.
-  const SafetensorsFile weights = open_checkpoint_weights(dir, state, spec, &exported.verified);
+  const SafetensorsFile weights = open_checkpoint_weights(dir, state, spec, &report.verified);
   std::vector<SafetensorsTensorRef> refs;
   for (const models::ParamSpec& p : spec.params) {
     const SafetensorsEntry* e = weights.find(p.name);
-    const DType type = !e ? DType::I32 : e->dtype == "F32" ? DType::F32 : e->dtype == "BF16" ? DType::BF16 : e->dtype == "F16" ? DType::F16 : DType::I32;
-    if (!e || e->shape != p.shape || type == DType::I32)
-      throw std::runtime_error("'" + (dir / "model.safetensors").string() + "' lacks " + p.name +
-                               " as a floating-point tensor of its shape; the checkpoint is damaged");
-    refs.push_back({p.name, p.shape, weights.data(*e), type});
+    const std::optional<DType> type = e ? float_dtype(e->dtype) : std::nullopt;
+    if (!e || e->shape != p.shape || !type)
+      throw std::runtime_error(fmt::format("'{}' lacks {} as a floating-point tensor of its shape; the checkpoint is damaged",
+                                           (dir / "model.safetensors").string(), p.name));
+    refs.push_back({p.name, p.shape, weights.data(*e), *type});
   }
-  const std::filesystem::path source = export_source(state, options);
-  std::vector<ExportFile> files;
-  nlohmann::json source_config;
-  TokenizerOrigin tokens{state.tokenizer, {}, state.origin.vocab, state.origin.merges, state.origin.lowercase};
-  std::optional<HfWeights> source_weights;  // its bytes stay mapped until the export is written
-  if (!source.empty()) {
-    source_weights = open_hf_weights(source);
-    std::vector<SafetensorsTensorRef> carried = carried_tensors(*source_weights, spec, refs);
-    for (const auto& t : carried) exported.carried.push_back(t.name);
-    refs.insert(refs.end(), carried.begin(), carried.end());
-    if (!source_weights->folder.empty()) source_config = read_json_object(source_weights->folder / "config.json");
-    tokens.source_folder = source_weights->folder;
-    exported.source = source;
+  const fs::path source = export_source(state, options);
+  std::optional<HfWeights> source_weights;  // its bytes stay in memory until the export is written
+  if (!source.empty()) source_weights = open_hf_weights(source), report.source = source;
+  const TokenizerOrigin tokens{state.tokenizer, {}, state.origin.vocab, state.origin.merges, state.origin.lowercase};
+  export_model(m, spec, std::move(refs), source_weights ? &*source_weights : nullptr, tokens, out, {dir}, options, report);
+  return report;
+}
+
+ExportReport export_starting_point(const StartingPoint& start, const fs::path& out, const ExportOptions& options) {
+  const models::ModelConfig& m = start.model;
+  check_exportable(m, "model.kind");
+  const models::ModelSpec spec = build_model(m, 1, 1);
+  // What the run's masters start as: the seed's initialisation, then init_from's tensors over it (checked:
+  // every one present with its shape, unless model.init_missing allows it).
+  int64_t total = 0;
+  for (const models::ParamSpec& p : spec.params) total += models::numel(p.shape);
+  std::vector<float> initial(total);
+  std::vector<std::span<float>> views;
+  for (int64_t at = 0; const models::ParamSpec& p : spec.params) {
+    views.push_back(std::span<float>(initial).subspan(at, models::numel(p.shape)));
+    at += models::numel(p.shape);
   }
-  files.push_back({"config.json", round_trip_config(source_config, hf_config(m)).dump(2) + "\n"});
-  for (ExportFile& f : tokenizer_files(tokens, m, &exported.note)) files.push_back(std::move(f));
-  exported.files.push_back("model.safetensors");
-  for (const ExportFile& f : files) exported.files.push_back(f.name);
-  std::error_code ec;
-  const bool created = std::filesystem::create_directories(out, ec);
-  if (ec) throw std::runtime_error("export: cannot create the folder '" + out.string() + "': " + ec.message());
-  try {
-    write_export(out, refs, files);
-  } catch (const std::exception&) {
-    if (created) std::filesystem::remove(out, ec);  // the folder this export made, empty again
-    throw;
+  models::init_model(m, spec, views, start.seed);
+  ExportReport report;
+  std::optional<HfWeights> source;
+  std::map<std::string, std::pair<const SafetensorsFile*, const SafetensorsEntry*>> from_source;
+  if (!m.init_from.empty()) {
+    report.initialised = load_weights(m.init_from, spec, views, {m.init_missing});
+    source = open_hf_weights(m.init_from), report.source = m.init_from;
+    for (const SafetensorsFile& file : source->files)
+      for (const SafetensorsEntry& e : file.entries())
+        if (const std::string p = parameter_of(e.name, spec); !p.empty()) from_source[p] = {&file, &e};
   }
-  return exported;
+  // The source's own bytes where it has the tensor (in its dtype: bitwise), the initialisation elsewhere.
+  std::vector<SafetensorsTensorRef> refs;
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    const models::ParamSpec& p = spec.params[i];
+    const auto it = from_source.find(p.name);
+    const std::optional<DType> type = it == from_source.end() ? std::nullopt : float_dtype(it->second.second->dtype);
+    if (type) refs.push_back({p.name, p.shape, it->second.first->data(*it->second.second), *type});
+    else refs.push_back({p.name, p.shape, views[i].data(), DType::F32});
+  }
+  const TokenizerOrigin tokens{start.tokenizer, {}, start.origin.vocab, start.origin.merges, start.origin.lowercase};
+  export_model(m, spec, std::move(refs), source ? &*source : nullptr, tokens, out, {}, options, report);
+  return report;
 }
 
 }  // namespace ferry::formats

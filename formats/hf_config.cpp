@@ -51,13 +51,24 @@ class Reader {
   [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
     throw std::runtime_error(where(key) + " is " + at(key.c_str()).dump() + problem);
   }
-  // A YAML value that disagrees with config.json's: the weights were trained with config.json's.
-  [[noreturn]] void conflict(const std::string& key, const std::string& yaml_key, const std::string& yaml_value,
-                             const std::string& json_value) const {
+  // A YAML value that disagrees with config.json's: the weights were trained with config.json's. Collected,
+  // so that one error names them all (finish()).
+  void conflict(const std::string& key, const std::string& yaml_key, const std::string& yaml_value, const std::string& json_value) {
     const std::string shorter = yaml_key == "seq_len" ? " (train.seq_len trains on shorter sequences)" : "";
-    throw std::runtime_error(fmt::format("{} is {}, and model.{} is {}: the weights were made with config.json's; remove model.{} "
-                                         "(config.json then sets it) or set it to {}{}",
-                                         where(key), at(key.c_str()).dump(), yaml_key, yaml_value, yaml_key, json_value, shorter));
+    conflicts_.push_back({fmt::format("{} is {}, and model.{} is {}", key, at(key.c_str()).dump(), yaml_key, yaml_value),
+                          fmt::format("remove model.{} (config.json then sets it) or set it to {}{}", yaml_key, json_value, shorter)});
+  }
+
+  // Every conflict in one error: one run clears them all.
+  void finish() const {
+    if (conflicts_.empty()) return;
+    if (conflicts_.size() == 1)
+      throw std::runtime_error(fmt::format("{}: {}: the weights were made with config.json's; {}", file_.string(), conflicts_[0].what,
+                                           conflicts_[0].fix));
+    std::string lines;
+    for (const Conflict& c : conflicts_) lines += fmt::format("\n  {}: {}", c.what, c.fix);
+    throw std::runtime_error(fmt::format("{}: {} keys differ from the model section, and the weights were made with config.json's:{}",
+                                         file_.string(), conflicts_.size(), lines));
   }
 
   void kind() {
@@ -80,13 +91,14 @@ class Reader {
     else if (m_.*k.field != value) conflict(k.json_key, k.yaml_key, std::to_string(m_.*k.field), std::to_string(value));
   }
 
-  // GPT-2's n_inner may be null: 4 * hidden, as an unset model.intermediate_size means.
-  void intermediate(const char* key) {
+  // GPT-2's n_inner may be null: 4 * hidden (config.json's, the weights'), as an unset model.intermediate_size means.
+  void intermediate(const char* key, const char* hidden_key) {
     if (!has(key)) return;
     const json& v = at(key);
     if (!v.is_null() && (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 20)))
       fail(key, ", not an integer in [1, 1048576]" + std::string(m_.kind == "gpt2" ? " or null (4 * n_embd)" : ""));
-    const int width = v.is_null() ? 4 * m_.n_embd : v.get<int>();
+    const int hidden = has(hidden_key) ? at(hidden_key).get<int>() : m_.n_embd;  // checked by integer() before
+    const int width = v.is_null() ? 4 * hidden : v.get<int>();
     if (!stated("intermediate_size")) m_.intermediate_size = v.is_null() ? 0 : width;
     else if (m_.mlp_width() != width) conflict(key, "intermediate_size", std::to_string(m_.mlp_width()), std::to_string(width));
   }
@@ -121,10 +133,14 @@ class Reader {
   }
 
  private:
+  struct Conflict {
+    std::string what, fix;
+  };
   std::filesystem::path file_;
   json cfg_;
   models::ModelConfig& m_;
   const std::vector<std::string>& stated_;
+  std::vector<Conflict> conflicts_;
 };
 
 void read_gpt2(Reader& r) {
@@ -133,7 +149,7 @@ void read_gpt2(Reader& r) {
                           IntKey{"n_embd", "n_embd", &M::n_embd, 1, 65536}, IntKey{"vocab_size", "vocab_size", &M::vocab_size, 1, 1 << 22},
                           IntKey{"n_positions", "seq_len", &M::seq_len, 1, 1 << 20}})
     r.integer(k);
-  r.intermediate("n_inner");
+  r.intermediate("n_inner", "n_embd");
   r.eps("layer_norm_epsilon");
   r.activation("activation_function");
   for (const FixedKey& k : {FixedKey{"tie_word_embeddings", true, "the LM head is the token embedding"},
@@ -152,7 +168,7 @@ void read_bert(Reader& r) {
                           IntKey{"max_position_embeddings", "seq_len", &M::seq_len, 1, 1 << 20},
                           IntKey{"type_vocab_size", "type_vocab_size", &M::type_vocab_size, 1, 1024}})
     r.integer(k);
-  r.intermediate("intermediate_size");
+  r.intermediate("intermediate_size", "hidden_size");
   r.eps("layer_norm_eps");
   r.activation("hidden_act");
   for (const FixedKey& k : {FixedKey{"tie_word_embeddings", true, "the masked-LM decoder is the word embedding"},
@@ -183,6 +199,7 @@ void apply_hf_config(models::ModelConfig& m, const std::vector<std::string>& sta
   r.kind();
   if (m.kind == "bert") read_bert(r);
   else read_gpt2(r);
+  r.finish();
 }
 
 std::string hf_activation_name(const std::string& activation) { return activation == "gelu_tanh" ? "gelu_new" : activation; }

@@ -18,8 +18,9 @@ std::filesystem::path hf_config_path(const std::filesystem::path& init_from);
 // Fills `model` from its init_from's config.json, if there is one (GPT2Config or BertConfig keys: layers,
 // heads, hidden, intermediate size, LayerNorm epsilon, activation, positions, vocabulary, token types;
 // model_type sets the kind). `stated` lists the model-section keys the YAML gives ("n_layer", "seq_len",
-// ...): those keep their value, and one that differs from config.json's is an error naming the config.json
-// key and value and the YAML key and value. Keys config.json lacks keep the model section's value.
+// ...): those keep their value, and those that differ from config.json's are one error naming, for each, the
+// config.json key and value, the YAML key and value, and the fix. Keys config.json lacks keep the model
+// section's value.
 // Throws std::runtime_error for a file that is not a JSON object, a value of the wrong type or out of
 // range, another model_type, and what Ferry's models cannot compute (an activation other than GELU's two
 // forms, position_embedding_type other than absolute, a decoder or cross-attention, an untied LM head,

@@ -1,5 +1,5 @@
 // The export's round trip: the source's untrained tensors passed through byte for byte, tokenizer files
-// copied (or written for the run's vocabulary), config.json merged.
+// copied (or written for the run's vocabulary), config.json merged, the folder's other files copied.
 #include "formats/hf_source.h"
 
 #include <fmt/format.h>
@@ -53,6 +53,48 @@ bool uses_source_vocabulary(const TokenizerOrigin& o) {
   if (o.vocab.empty()) return o.kind != "byte";
   const std::filesystem::path own = o.source_folder / o.vocab.filename();
   return std::filesystem::exists(own) && std::filesystem::exists(o.vocab) && read_bytes(own) == read_bytes(o.vocab);
+}
+
+namespace fs = std::filesystem;
+
+// Whether the canonical `path` lies inside the canonical `folder`.
+bool inside(const fs::path& path, const fs::path& folder) {
+  const fs::path relative = path.lexically_relative(folder);
+  return !relative.empty() && *relative.begin() != "..";
+}
+
+// Where a link in the source may lead: into the source itself and, for a snapshot of the Hugging Face cache
+// (models--org--name/snapshots/REVISION), into that model's blobs/, which hold its snapshots' files.
+std::vector<fs::path> link_targets(const fs::path& root) {
+  std::vector<fs::path> allowed{root};
+  std::error_code ec;
+  if (root.parent_path().filename() == "snapshots")
+    if (const fs::path blobs = fs::canonical(root.parent_path().parent_path() / "blobs", ec); !ec) allowed.push_back(blobs);
+  return allowed;
+}
+
+constexpr const char* kFerrysOwn = "-";  // an entry the export writes itself (or reads as the weights): not mentioned
+
+// Why an entry at the source's top is not carried; "" when it is.
+std::string not_carried_at_top(const std::string& name, bool folder) {
+  if (folder) return name == "onnx" || name == "openvino" ? "its weights in another format" : "";
+  const auto& tokenizer = tokenizer_file_names();
+  if (name == "config.json" || std::find(tokenizer.begin(), tokenizer.end(), name) != tokenizer.end()) return kFerrysOwn;
+  if (name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json")) return kFerrysOwn;  // model.safetensors holds them
+  for (const char* weights : {".bin", ".bin.index.json", ".h5", ".msgpack", ".msgpack.index.json", ".ot", ".onnx", ".pt", ".pth", ".ckpt", ".gguf"})
+    if (name.ends_with(weights)) return "its weights in another format";
+  return "";
+}
+
+// Why an entry of the source is not carried; "" when it is. A module's folder (2_Dense/) is carried whole,
+// its own weights included: Ferry does not train them.
+std::string not_carried(const fs::directory_entry& e, const std::string& name, const fs::path& skip) {
+  std::error_code ec;
+  const bool folder = !e.is_symlink() && e.is_directory();
+  if (e.path().filename().string().starts_with(".")) return "hidden";
+  if (folder && !skip.empty() && fs::equivalent(e.path(), skip, ec)) return kFerrysOwn;
+  if (folder && (fs::exists(e.path() / "state.json") || fs::exists(e.path() / "ferry-run.json"))) return "Ferry's checkpoints";
+  return name.find('/') == std::string::npos ? not_carried_at_top(name, folder) : "";
 }
 
 }  // namespace
@@ -138,6 +180,38 @@ std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& o, const models::
     if (kind.kind != "wordpiece" && kind.kind != "gpt2") kind.kind = has("vocab.txt") ? "wordpiece" : "gpt2";
     files.push_back({"tokenizer_config.json", minimal_tokenizer_config(kind, m).dump(2) + "\n"});
   }
+  return files;
+}
+
+std::vector<ExportFile> carried_files(const fs::path& folder, const fs::path& skip, std::vector<std::string>* left_out) {
+  const fs::path root = fs::canonical(folder);
+  const std::vector<fs::path> allowed = link_targets(root);
+  std::vector<ExportFile> files;
+  const auto leave = [&](const std::string& name, const std::string& why) { left_out->push_back(name + " (" + why + ")"); };
+  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
+    const fs::directory_entry& e = *it;
+    const std::string name = e.path().lexically_relative(root).generic_string();
+    const bool link = e.is_symlink(), folder_entry = !link && e.is_directory();
+    if (const std::string why = not_carried(e, name, skip); !why.empty()) {
+      if (folder_entry) it.disable_recursion_pending();
+      if (why != kFerrysOwn) leave(name + (folder_entry ? "/" : ""), why);
+      continue;
+    }
+    if (folder_entry) continue;
+    std::error_code ec;
+    const fs::path target = link ? fs::canonical(e.path(), ec) : e.path();
+    if (link && (ec || !fs::is_regular_file(target))) {
+      leave(name, "a link to no regular file");
+    } else if (link && std::none_of(allowed.begin(), allowed.end(), [&](const fs::path& a) { return inside(target, a); })) {
+      leave(name, "a link out of the folder");
+    } else if (!fs::is_regular_file(target)) {
+      leave(name, "not a regular file");
+    } else {
+      files.push_back({name, read_bytes(target)});
+    }
+  }
+  std::sort(files.begin(), files.end(), [](const ExportFile& a, const ExportFile& b) { return a.name < b.name; });
+  std::sort(left_out->begin(), left_out->end());
   return files;
 }
 

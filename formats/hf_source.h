@@ -1,6 +1,7 @@
 // What `ferry export` carries over from the Hugging Face folder a run started from (model.init_from), so the
 // export round-trips: the tensors Ferry does not train (BERT's pooler, the next-sentence head, buffers), the
-// tokenizer files, and config.json with every setting Ferry does not change (dropout among them).
+// tokenizer files, config.json with every setting Ferry does not change (dropout among them), and the
+// folder's other files (sentence-transformers' modules, a model card).
 #pragma once
 
 #include <filesystem>
@@ -44,8 +45,18 @@ struct TokenizerOrigin {
   bool lowercase = true;
 };
 std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& origin, const models::ModelConfig& model, std::string* note);
-// Every file name tokenizer_files may write: an earlier export's that this one does not write are removed.
+// Every file name tokenizer_files may write (carried_files leaves them to it).
 const std::vector<std::string>& tokenizer_file_names();
+
+// The source folder's files that Ferry does not write, by their paths in it (sentence-transformers'
+// modules.json, sentence_bert_config.json, config_sentence_transformers.json, 1_Pooling/config.json, a
+// README.md, ...), read to be copied as they are. Not carried, each in `left_out` as "name (why)": the model's
+// weights in other formats (pytorch_model.bin, tf_model.h5, onnx/, openvino/: model.safetensors replaces them),
+// Ferry's checkpoints, hidden entries (.git), links out of the folder or to no regular file (a snapshot of
+// the Hugging Face cache may link into the model's blobs/), and whatever is not a regular file. `skip`: a
+// folder inside the source not to read (the export's own).
+std::vector<ExportFile> carried_files(const std::filesystem::path& folder, const std::filesystem::path& skip,
+                                      std::vector<std::string>* left_out);
 
 // config.json: the source's (`source` an object; null: none) with Ferry's model keys (`ferry`: the shape,
 // architectures, dtype) written over it, and the source's dropout and special token ids kept. Without a

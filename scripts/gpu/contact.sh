@@ -51,6 +51,12 @@ fi
 step "ferry --help" 10 "$BIN/ferry" --help
 step "ferry train on device: cuda (gpt-tiny, 2 steps)" 60 "$BIN/ferry" train --config configs/gpt-tiny.yaml --steps 2 \
   --set device=cuda --set offload.cost_model=cost_models/h100-assumed.json --set train.checkpoint_dir=/tmp/ferry-contact-ckpt --overwrite-checkpoints
+# The default path (issue 29): no flag but the steps, so device: auto must take the GPU, measure its links, the
+# CPU and device AdamW and the op times at start-up, and budget its free memory; from a fresh folder (no earlier run's
+# checkpoints in the way). Fails unless the run says "device: cuda (...)" and finishes.
+step "ferry train with no other flag: device auto takes the GPU (gpt2-124m, 3 steps)" 150 bash -c \
+  'cd "$(mktemp -d)" && out=$("$0" train --config "$1/configs/gpt2-124m.yaml" --steps 3 2>&1); rc=$?; printf "%s\n" "$out";
+   ((rc == 0)) && grep -q "^device: cuda (" <<<"$out" && grep -q "done: 3 steps" <<<"$out"' "$BIN/ferry" "$ROOT"
 
 # 4. The GPU tests (they skip, with the reason, where no GPU is visible: the dry run shows them skip).
 gtest() {  # gtest NAME BINARY FILTER SECONDS

@@ -23,9 +23,10 @@ small=(--set model.n_layer=1 --set train.eval_batches=1 --set train.checkpoint_d
 case $mode in
 export)
   "$ferry" train --config "$config" --steps 1 "${small[@]}" > /dev/null 2>&1 || { echo "training failed"; exit 1; }
-  # config.json on a full disk: the first error the old code swallowed (it checked before the flush)
+  # config.json on a full disk: the first error the old code swallowed (it checked before the flush); the
+  # folder holds a file already, so --overwrite
   mkdir "$work/hf" && ln -s /dev/full "$work/hf/config.json"
-  limited unlimited "$ferry" export --checkpoint "$work/ck" --out "$work/hf"
+  limited unlimited "$ferry" export --checkpoint "$work/ck" --out "$work/hf" --overwrite
   check "config.json to /dev/full exits 1" [ $? -eq 1 ]
   check "and names it" grep -qF -- "export: cannot write '$work/hf/config.json' (a link to '/dev/full'): writing failed: No space left on device" "$work/out.log"
   check "and writes no model.safetensors beside it" [ ! -e "$work/hf/model.safetensors" ]

@@ -1,6 +1,6 @@
 // The host device: streams ordered only by events, throttled copies that take the link's time, a failed
-// task that fails every later event with its label, the plan's workspace as the ops' library scratch, and
-// timed events.
+// task that fails every later event with its label, the plan's workspace as the ops' library scratch, timed
+// events, and its link and AdamW rates timed through it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "engine/device/host_device.h"
 #include "engine/device/link_rate.h"
 #include "engine/device/make_device.h"
+#include "engine/ops/host_cost_model.h"
 #include "kernels/cpu/workspace.h"
 #include "memory/device_allocations.h"
 
@@ -101,6 +102,21 @@ TEST(LinkRate, MeasuredThroughTheDevicesTimedCopiesIsItsLinksRate) {
   EXPECT_GT(measure_link_gbps(*fast, Stream::H2D, 4 << 20, 3), 2.0);
   EXPECT_THROW(measure_link_gbps(*fast, Stream::H2D, 16 << 20, 3), std::invalid_argument);  // more than the arena
   EXPECT_THROW(measure_link_gbps(*fast, Stream::Compute, 1 << 20, 3), std::invalid_argument);
+}
+
+// The device AdamW's rate timed through Device::adamw is its optimizer's: on the host device the CPU AdamW, within
+// a small factor of the same kernels timed directly on as many parameters (a timing that missed the update would be
+// orders faster).
+TEST(LinkRate, TheDeviceAdamWRateIsItsOptimizersRate) {
+  const int64_t params = 4 << 20;  // as measure_cpu_optimizer_rates: beyond the caches
+  const auto dev = make_device({.kind = DeviceChoice::Kind::Host, .arena_bytes = device_adamw_arena_bytes(params, DType::BF16, 4096),
+                                .compute_threads = 1});
+  const double through_device = measure_device_adamw_params_per_s(*dev, params, DType::BF16, 4096, 3);
+  const double direct = ops::measure_cpu_optimizer_rates(1, DType::BF16, true).adam_params_per_s;
+  EXPECT_GT(through_device, direct / 4) << through_device << " vs " << direct;
+  EXPECT_LT(through_device, direct * 4) << through_device << " vs " << direct;
+  EXPECT_THROW(measure_device_adamw_params_per_s(*dev, 2 * params, DType::BF16, 4096, 3), std::invalid_argument);  // more than the arena
+  EXPECT_THROW(measure_device_adamw_params_per_s(*dev, params, DType::BF16, 4096, 0), std::invalid_argument);
 }
 
 TEST(HostDevice, AFailedTaskFailsLaterEventsWithItsLabel) {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "engine/config.h"
+#include "engine/config_schema.h"
 #include "memory/bucket_layout.h"
 #include "test_helpers.h"
 
@@ -194,7 +195,7 @@ TEST(Config, EveryNumberRefusesNanAndInfinities) {
 TEST(Config, IntegersTooLargeAreOutOfRangeWithTheirBound) {
   EXPECT_NE(error_of(kMinimal, {"train.steps=3000000000"}).find("train.steps: 3000000000 is out of range; expected an integer >= 1 (at most 2147483647)"),
             std::string::npos);
-  EXPECT_NE(error_of(kMinimal, {"train.batch_size=2000000"}).find("train.batch_size: 2000000 is out of range; expected an integer >= 1 (at most 1048576)"),
+  EXPECT_NE(error_of(kMinimal, {"train.batch_size=2000000"}).find("train.batch_size: 2000000 is out of range; expected an integer in [1, 1048576]"),
             std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"model.n_layer=99999999999999999999"}).find("model.n_layer: 99999999999999999999 is out of range; expected an integer in [1, 1024]"),
             std::string::npos);
@@ -226,6 +227,31 @@ TEST(Config, BudgetsAreValidated) {
   EXPECT_EQ(parse(kMinimal, {"offload.gpu_budget=1.5 GiB"}).offload.gpu_budget, int64_t(3) << 29);
   EXPECT_EQ(parse(kMinimal).offload.gpu_budget, 0);  // absent: unset
   EXPECT_THROW(parse_bytes("0"), std::invalid_argument);
+  // auto is "not given" (0), which the run resolves; a size that does not parse says auto is allowed too.
+  EXPECT_EQ(parse(kMinimal, {"offload.gpu_budget=6GiB", "offload.gpu_budget=auto"}).offload.gpu_budget, 0);
+  EXPECT_NE(error_of(kMinimal, {"offload.gpu_budget=lots"}).find("offload.gpu_budget: 'lots' is not a size; expected e.g. 8GiB, 512MiB or 1.5GB; or auto"),
+            std::string::npos) << error_of(kMinimal, {"offload.gpu_budget=lots"});
+}
+
+// optim.eps divides: 0 is refused, any positive number allowed.
+TEST(Config, EpsMustBePositive) {
+  EXPECT_TRUE(error_of(kMinimal, {"optim.eps=0"}).ends_with("optim.eps: 0 is out of range; expected a number > 0"))
+      << error_of(kMinimal, {"optim.eps=0"});
+  EXPECT_NE(error_of(kMinimal, {"optim.eps=-1e-8"}).find("optim.eps: -1e-8 is out of range"), std::string::npos);
+  EXPECT_DOUBLE_EQ(parse(kMinimal, {"optim.eps=1e-30"}).optim.eps, 1e-30);
+  EXPECT_DOUBLE_EQ(parse(kMinimal, {"optim.eps=2"}).optim.eps, 2);
+}
+
+// A warmup longer than the run is allowed (a short trial of a long run's settings) but warned of: the
+// learning rate never reaches optim.lr.
+TEST(Config, WarmupBeyondTheStepsIsWarnedOf) {
+  const std::vector<std::string> warnings = config_warnings(parse(kMinimal, {"optim.warmup_steps=400", "train.steps=100", "optim.lr=0.001"}));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "optim.warmup_steps: 400 is more than train.steps (100): the run ends inside the warmup, and the learning "
+                         "rate never reaches optim.lr (0.001), only 0.00025 (25% of it) at the last step; lower optim.warmup_steps "
+                         "to at most 100 or raise train.steps");
+  EXPECT_TRUE(config_warnings(parse(kMinimal, {"optim.warmup_steps=100", "train.steps=100"})).empty());  // lr at the last step
+  EXPECT_TRUE(config_warnings(parse(kMinimal)).empty());
 }
 
 TEST(Config, MaskTokenIdAppliesToBertOnly) {
@@ -356,6 +382,44 @@ TEST(Config, ShippedConfigsKeepTheirModelAndTheirHash) {
     EXPECT_NE(config_hash(parse(kMinimal, {set})), config_hash(plain)) << set;
   EXPECT_EQ(config_hash(parse(kMinimal, {"model.intermediate_size=256", "model.layer_norm_eps=1e-5", "model.activation=gelu_tanh"})),
             config_hash(plain));
+}
+
+// The table is the only list of keys: every key it documents is read (a value of the wrong shape is an error
+// naming that key), and the help text and docs/config.md show every one.
+TEST(ConfigSchema, EveryKeyInTheTableIsReadCheckedAndDocumented) {
+  const std::string text = config_keys_text(), markdown = config_markdown();
+  int read = 0;
+  for (const ConfigKey& key : config_keys()) {
+    SCOPED_TRACE(key.name);
+    EXPECT_FALSE(key.type.empty() || key.allowed.empty() || key.default_value.empty() || key.meaning.empty());
+    EXPECT_NE(markdown.find("| `" + key.name + "` | " + key.type + " | "), std::string::npos);
+    const std::string section = key.name.substr(0, key.name.find('.'));
+    EXPECT_NE(text.find("  " + (key.name == section ? key.name : key.name.substr(section.size() + 1)) + " ("), std::string::npos);
+    if (key.name.starts_with("optim.groups[]")) continue;  // an entry's keys: below
+    const std::string err = error_of(kMinimal, {key.name + "=[[1]]"});
+    EXPECT_EQ(err.rfind("test.yaml: " + key.name, 0), 0u) << err;
+    ++read;
+  }
+  EXPECT_GT(read, 50);
+  for (const char* entry : {"params: [1]", "frozen: [1]", "lr_scale: [1]", "weight_decay: [1]"}) {
+    const std::string err = error_of(kMinimal + "optim: {groups: [{params: \"cls.*\", " + entry + "}]}\n");
+    EXPECT_EQ(err.rfind("test.yaml: optim.groups[0]." + std::string(entry).substr(0, std::string(entry).find(':')) + ": ", 0), 0u) << err;
+  }
+}
+
+TEST(ConfigSchema, DefaultsComeFromTheConfigStructs) {
+  const auto default_of = [](const std::string& name) {
+    for (const ConfigKey& key : config_keys())
+      if (key.name == name) return key.default_value;
+    return std::string("(no such key)");
+  };
+  EXPECT_EQ(default_of("optim.lr"), "0.0003");
+  EXPECT_EQ(default_of("optim.eps"), "1e-8");
+  EXPECT_EQ(default_of("optim.betas"), "[0.9, 0.95]");
+  EXPECT_EQ(default_of("train.seed"), "1337");
+  EXPECT_EQ(default_of("model.layer_norm_eps"), "gpt2 1e-5, bert 1e-12");
+  EXPECT_EQ(default_of("offload.gpu_budget"), "auto");
+  EXPECT_EQ(default_of("device"), "auto");
 }
 
 }  // namespace

@@ -1,14 +1,18 @@
 // `ferry export` round trips: a checkpoint of a run that started from a Hugging Face folder exports every
 // tensor of the source bit for bit at step zero (the pooler and the next-sentence head included), the
-// source's config.json settings (dropout) and its tokenizer files. The folders come from
-// tests/data/make_hf_roundtrip_reference.py.
+// source's config.json settings (dropout), its tokenizer files and its other files (sentence-transformers');
+// the weights a run starts from export without a step; a folder holding files is written only when asked,
+// and nothing in it is deleted. The folders come from tests/data/make_hf_roundtrip_reference.py and
+// make_sentence_transformer_fixture.py.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "formats/checkpoint.h"
 #include "formats/export.h"
+#include "formats/hf_config.h"
 #include "formats/hf_source.h"
 #include "formats/weights.h"
 #include "test_helpers.h"
@@ -28,15 +32,16 @@ struct Scratch {
 
 // A step-zero checkpoint of a run that started from `source` (init_missing: [head] where it has none).
 std::filesystem::path checkpoint_from(const std::filesystem::path& source, const std::filesystem::path& root,
-                                      const std::string& tokenizer = "wordpiece", const std::filesystem::path& vocab = {}) {
-  const models::ModelSpec spec = models::build_model(kTinyBert, 1, 4);
+                                      const std::string& tokenizer = "wordpiece", const std::filesystem::path& vocab = {},
+                                      const models::ModelConfig& model = kTinyBert) {
+  const models::ModelSpec spec = models::build_model(model, 1, 4);
   models::ParameterStore params{spec.params};
-  models::init_model(kTinyBert, spec, params, 1);
+  models::init_model(model, spec, params, 1);
   load_weights(source, spec, params, {{"head"}});
   std::vector<float> m(params.values().size(), 0.f), v(params.values().size(), 0.f);
   TrainState state;
   state.config_hash = "0123456789abcdef";
-  state.model = kTinyBert;
+  state.model = model;
   state.model.init_from = source;
   state.tokenizer = tokenizer;
   state.origin.init_from = source;
@@ -68,7 +73,7 @@ TEST(Export, ABertForPreTrainingSourceRoundTripsBitwiseWithItsSettingsAndTokeniz
   const auto source = testing::data_path("hf_roundtrip/bert_pretraining");
   Scratch s("export_pretraining");
   const auto ckpt = checkpoint_from(source, s.dir / "ckpt", "wordpiece", source / "vocab.txt");
-  const ExportedCheckpoint e = export_checkpoint(ckpt, s.dir / "out");
+  const ExportReport e = export_checkpoint(ckpt, s.dir / "out");
   EXPECT_EQ(e.source, source);
   expect_every_source_tensor_bitwise(source, s.dir / "out", "bert.");
   EXPECT_NE(std::find(e.carried.begin(), e.carried.end(), "bert.pooler.dense.weight"), e.carried.end());
@@ -89,7 +94,7 @@ TEST(Export, ABertModelSourceGetsItsPrefixAndATokenizerConfigWritten) {
   const auto source = testing::data_path("hf_roundtrip/bert_model");
   Scratch s("export_base_model");
   const auto ckpt = checkpoint_from(source, s.dir / "ckpt", "wordpiece", source / "vocab.txt");
-  const ExportedCheckpoint e = export_checkpoint(ckpt, s.dir / "out");
+  const ExportReport e = export_checkpoint(ckpt, s.dir / "out");
   expect_every_source_tensor_bitwise(source, s.dir / "out", "bert.");
   const SafetensorsFile out = SafetensorsFile::open(s.dir / "out" / "model.safetensors");
   EXPECT_NE(out.find("cls.predictions.bias"), nullptr);  // the head it started (init_missing)
@@ -103,22 +108,24 @@ TEST(Export, ABertModelSourceGetsItsPrefixAndATokenizerConfigWritten) {
   EXPECT_EQ(json_of(s.dir / "out" / "config.json")["hidden_dropout_prob"], 0.13);
 }
 
-TEST(Export, WithoutASourceDropoutIsHuggingFacesDefaultAndStaleTokenizerFilesGo) {
+TEST(Export, WithoutASourceDropoutIsHuggingFacesDefaultAndAnEarlierTokenizerIsKeptAndNoted) {
   const auto source = testing::data_path("hf_roundtrip/bert_pretraining");
   Scratch s("export_no_source");
   const auto ckpt = checkpoint_from(source, s.dir / "ckpt", "byte");
   export_checkpoint(ckpt, s.dir / "out");  // with the source's tokenizer files? no: the run's tokens were bytes
   EXPECT_FALSE(std::filesystem::exists(s.dir / "out" / "tokenizer.json"));
   const auto with_wp = checkpoint_from(source, s.dir / "ckpt2", "wordpiece", source / "vocab.txt");
-  export_checkpoint(with_wp, s.dir / "out");
+  export_checkpoint(with_wp, s.dir / "out", {std::nullopt, true});
   ASSERT_TRUE(std::filesystem::exists(s.dir / "out" / "tokenizer.json"));
 
-  const ExportedCheckpoint e = export_checkpoint(ckpt, s.dir / "out", {std::filesystem::path()});
+  const ExportReport e = export_checkpoint(ckpt, s.dir / "out", {std::filesystem::path(), true});
   EXPECT_TRUE(e.source.empty());
   EXPECT_TRUE(e.carried.empty());
   EXPECT_NE(e.note.find("the byte tokenizer has no Hugging Face equivalent"), std::string::npos) << e.note;
-  EXPECT_FALSE(std::filesystem::exists(s.dir / "out" / "tokenizer.json")) << "an earlier export's tokenizer would be read";
-  EXPECT_FALSE(std::filesystem::exists(s.dir / "out" / "vocab.txt"));
+  // Nothing it did not write is deleted: the earlier export's tokenizer stays, and the report says it would be read.
+  EXPECT_EQ(testing::file_text(s.dir / "out" / "tokenizer.json"), testing::file_text(source / "tokenizer.json"));
+  EXPECT_NE(e.note.find("kept tokenizer.json, which this export does not write: AutoTokenizer reads it"), std::string::npos) << e.note;
+  EXPECT_NE(std::find(e.kept.begin(), e.kept.end(), "vocab.txt"), e.kept.end());
   const auto config = json_of(s.dir / "out" / "config.json");
   EXPECT_EQ(config["hidden_dropout_prob"], 0.1);
   EXPECT_EQ(config["attention_probs_dropout_prob"], 0.1);
@@ -161,6 +168,202 @@ TEST(Export, StateJsonRecordsTheOriginAndTheTokenizer) {
   EXPECT_EQ(state.origin.init_from, source);
   EXPECT_EQ(state.origin.vocab, source / "vocab.txt");
   EXPECT_TRUE(state.origin.lowercase);
+}
+
+namespace fs = std::filesystem;
+
+// sentence-transformers' files beside the encoder in tests/data/hf_sentence_transformer, copied as they are.
+const std::vector<std::string> kSentenceTransformerFiles{"1_Pooling/config.json", "README.md", "config_sentence_transformers.json",
+                                                         "modules.json", "sentence_bert_config.json"};
+
+void write_text(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << text;
+}
+
+// The model section of a run from `init_from` that states only the kind: config.json gives the shape.
+models::ModelConfig model_of(const fs::path& init_from) {
+  models::ModelConfig m;
+  m.kind = "bert", m.init_from = init_from, m.init_missing = {"head"};
+  apply_hf_config(m, {"kind", "init_from", "init_missing"});
+  return m;
+}
+
+// What a run from `init_from` starts from, tokenising with its vocab.txt.
+StartingPoint starting_from(const fs::path& init_from, const std::string& tokenizer = "wordpiece") {
+  StartingPoint start{model_of(init_from), 7, tokenizer, {}};
+  start.origin.init_from = init_from;
+  if (tokenizer == "wordpiece") start.origin.vocab = init_from / "vocab.txt";
+  return start;
+}
+
+void expect_files_copied(const fs::path& from, const fs::path& to, const std::vector<std::string>& files) {
+  for (const std::string& f : files) {
+    EXPECT_FALSE(fs::is_symlink(to / f)) << f;
+    EXPECT_EQ(testing::file_text(to / f), testing::file_text(from / f)) << f;
+  }
+}
+
+TEST(Export, TheWeightsARunStartsFromExportWithoutAStepBitwiseWithTheSourcesFiles) {
+  const auto source = testing::data_path("hf_sentence_transformer");
+  Scratch s("export_start_hf");
+  const StartingPoint start = starting_from(source);
+  const ExportReport e = export_starting_point(start, s.dir / "out");
+  EXPECT_TRUE(e.folder.empty());
+  EXPECT_EQ(e.source, source);
+  expect_every_source_tensor_bitwise(source, s.dir / "out", "bert.");
+  // The masked-LM head the BertModel lacks (model.init_missing) is the seed's initialisation, as training starts it.
+  EXPECT_EQ(e.initialised.size(), 5u);
+  const models::ModelSpec spec = models::build_model(start.model, 1, 1);
+  models::ParameterStore initial{spec.params};
+  models::init_model(start.model, spec, initial, start.seed);
+  const SafetensorsFile out = SafetensorsFile::open(s.dir / "out" / "model.safetensors");
+  for (int i = 0; i < initial.count(); ++i)
+    if (spec.params[i].name.starts_with("cls.")) {
+      const std::vector<float> got = out.read_f32(spec.params[i].name);
+      testing::expect_bitwise(got, std::vector<float>(initial.value(i).begin(), initial.value(i).end()), spec.params[i].name.c_str());
+    }
+  EXPECT_EQ(e.carried_files, kSentenceTransformerFiles);
+  expect_files_copied(source, s.dir / "out", kSentenceTransformerFiles);
+  expect_files_copied(source, s.dir / "out", {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"});
+  EXPECT_TRUE(e.left_out.empty()) << e.left_out.front();
+  for (const std::string& f : e.files) EXPECT_TRUE(fs::is_regular_file(s.dir / "out" / f)) << f;
+  EXPECT_EQ(json_of(s.dir / "out" / "config.json")["hidden_size"], 32);
+}
+
+TEST(Export, AStartingPointKeepsTheSourcesDtype) {
+  Scratch s("export_start_bf16");
+  const auto variant = testing::data_path("hf_bert_variant");
+  fs::create_directories(s.dir / "bf16");
+  fs::copy_file(variant / "config.json", s.dir / "bf16" / "config.json");
+  // The fp32 weights cut to bf16 (the upper half of each float), the other tensors as they are.
+  const SafetensorsFile f32 = SafetensorsFile::open(variant / "model.safetensors");
+  std::vector<std::vector<uint16_t>> halves;
+  std::vector<SafetensorsTensorRef> refs;
+  for (const SafetensorsEntry& e : f32.entries()) {
+    if (e.dtype != "F32") {
+      refs.push_back({e.name, e.shape, f32.data(e), DType::F32, e.dtype, e.end - e.begin});
+      continue;
+    }
+    const std::vector<float> values = f32.read_f32(e.name);
+    auto& half = halves.emplace_back(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[i], 4);
+      half[i] = static_cast<uint16_t>(bits >> 16);
+    }
+    refs.push_back({e.name, e.shape, half.data(), DType::BF16});
+  }
+  write_safetensors(s.dir / "bf16" / "model.safetensors", refs);
+  export_starting_point(starting_from(s.dir / "bf16", "byte"), s.dir / "out");
+  expect_every_source_tensor_bitwise(s.dir / "bf16", s.dir / "out", "bert.");  // BF16 in, BF16 out
+}
+
+TEST(Export, WithoutInitFromAStartingPointIsTheSeedsInitialisation) {
+  Scratch s("export_start_seed");
+  const models::ModelSpec spec = models::build_model(kTinyBert, 1, 1);
+  models::ParameterStore initial{spec.params};
+  models::init_model(kTinyBert, spec, initial, 42);
+  const ExportReport e = export_starting_point({kTinyBert, 42, "byte", {}}, s.dir / "out");
+  EXPECT_TRUE(e.source.empty());
+  const SafetensorsFile out = SafetensorsFile::open(s.dir / "out" / "model.safetensors");
+  for (int i = 0; i < initial.count(); ++i)
+    testing::expect_bitwise(out.read_f32(spec.params[i].name), std::vector<float>(initial.value(i).begin(), initial.value(i).end()),
+                            spec.params[i].name.c_str());
+  export_starting_point({kTinyBert, 43, "byte", {}}, s.dir / "other");
+  EXPECT_NE(testing::file_text(s.dir / "other" / "model.safetensors"), testing::file_text(s.dir / "out" / "model.safetensors"));
+}
+
+TEST(Export, ACheckpointOfARunFromASentenceTransformerCarriesItsFiles) {
+  const auto source = testing::data_path("hf_sentence_transformer");
+  Scratch s("export_st_checkpoint");
+  const auto ckpt = checkpoint_from(source, s.dir / "ckpt", "wordpiece", source / "vocab.txt", model_of(source));
+  const ExportReport e = export_checkpoint(ckpt, s.dir / "out");
+  EXPECT_EQ(e.carried_files, kSentenceTransformerFiles);
+  expect_files_copied(source, s.dir / "out", kSentenceTransformerFiles);
+  for (const std::string& f : kSentenceTransformerFiles) EXPECT_NE(std::find(e.files.begin(), e.files.end(), f), e.files.end()) << f;
+}
+
+TEST(Export, OnlyTheSourcesOwnFilesAreCopiedAndWhatIsLeftOutIsNamed) {
+  Scratch s("export_carry_rules");
+  const fs::path src = s.dir / "src";
+  fs::create_directories(s.dir);
+  fs::copy(testing::data_path("hf_sentence_transformer"), src, fs::copy_options::recursive);  // its links become files
+  write_text(s.dir / "secret.txt", "not the model's");
+  fs::create_symlink(s.dir / "secret.txt", src / "notes.txt");  // out of the folder
+  fs::create_symlink("README.md", src / "MODEL_CARD.md");        // inside it: copied as a file
+  fs::create_directory_symlink(s.dir, src / "up");
+  for (const char* f : {"pytorch_model.bin", "tf_model.h5", "onnx/model.onnx", ".git/HEAD", "ckpt/ferry-run.json"}) write_text(src / f, "x");
+  write_text(src / "2_Dense" / "model.safetensors", "a module's own weights");
+  const ExportReport e = export_starting_point(starting_from(src), src / "export");  // the export inside its source
+  const std::vector<std::string> carried{"1_Pooling/config.json", "2_Dense/model.safetensors", "MODEL_CARD.md", "README.md",
+                                         "config_sentence_transformers.json", "modules.json", "sentence_bert_config.json"};
+  EXPECT_EQ(e.carried_files, carried);
+  expect_files_copied(src, src / "export", carried);
+  EXPECT_FALSE(fs::exists(src / "export" / "notes.txt"));
+  EXPECT_EQ(e.left_out, (std::vector<std::string>{".git/ (hidden)", "ckpt/ (Ferry's checkpoints)", "notes.txt (a link out of the folder)",
+                                                  "onnx/ (its weights in another format)", "pytorch_model.bin (its weights in another format)",
+                                                  "tf_model.h5 (its weights in another format)", "up (a link to no regular file)"}));
+  const ExportReport again = export_starting_point(starting_from(src), src / "export", {std::nullopt, true});
+  EXPECT_EQ(again.carried_files, carried) << "the earlier export inside the source is not carried into itself";
+}
+
+TEST(Export, ASnapshotOfTheHuggingFaceCacheIsReadThroughItsLinksIntoBlobs) {
+  const auto fixture = testing::data_path("hf_sentence_transformer");
+  Scratch s("export_hf_cache");
+  // huggingface_hub's layout: snapshots/REVISION/<file> -> ../../blobs/<hash>, relative links.
+  const fs::path repo = s.dir / "models--org--tiny", snapshot = repo / "snapshots" / "0123abc";
+  int blob = 0;
+  for (const auto& e : fs::recursive_directory_iterator(fixture)) {
+    if (fs::is_directory(e.path())) continue;
+    const fs::path rel = e.path().lexically_relative(fixture);
+    const std::string hash = "blob" + std::to_string(blob++);
+    fs::create_directories(repo / "blobs");
+    fs::copy_file(e.path(), repo / "blobs" / hash);
+    fs::create_directories((snapshot / rel).parent_path());
+    fs::create_symlink(fs::path("../..") / (rel.has_parent_path() ? ".." : "") / "blobs" / hash, snapshot / rel);
+  }
+  const ExportReport e = export_starting_point(starting_from(snapshot), s.dir / "out");
+  EXPECT_EQ(e.carried_files, kSentenceTransformerFiles);
+  EXPECT_TRUE(e.left_out.empty()) << e.left_out.front();
+  expect_files_copied(fixture, s.dir / "out", kSentenceTransformerFiles);
+  expect_every_source_tensor_bitwise(fixture, s.dir / "out", "bert.");
+}
+
+TEST(Export, AFolderHoldingFilesIsRefusedAndOverwriteReplacesOnlyTheExportsOwn) {
+  const auto source = testing::data_path("hf_sentence_transformer");
+  Scratch s("export_overwrite");
+  const fs::path out = s.dir / "out";
+  write_text(out / "my_notes.txt", "mine");
+  write_text(out / "config.json", "{\"mine\": true}");
+  const std::string err = error_of([&] { export_starting_point(starting_from(source), out); });
+  EXPECT_NE(err.find("export: --out '" + out.string() + "' holds files already (config.json, my_notes.txt); export into a new or empty "
+                     "folder, or add --overwrite to replace the export's own files there (model.safetensors, config.json, "),
+            std::string::npos) << err;
+  EXPECT_EQ(testing::file_text(out / "config.json"), "{\"mine\": true}");
+  EXPECT_FALSE(fs::exists(out / "model.safetensors"));
+
+  const ExportReport e = export_starting_point(starting_from(source), out, {std::nullopt, true});
+  EXPECT_EQ(testing::file_text(out / "my_notes.txt"), "mine");
+  EXPECT_EQ(e.replaced, std::vector<std::string>{"config.json"});
+  EXPECT_EQ(e.kept, std::vector<std::string>{"my_notes.txt"});
+  EXPECT_EQ(json_of(out / "config.json")["hidden_size"], 32);
+  size_t regular_files = 0;
+  for (const auto& f : fs::recursive_directory_iterator(out)) regular_files += f.is_regular_file();
+  EXPECT_EQ(regular_files, e.files.size() + 1) << "each file written is listed, and nothing else is there but the user's";
+}
+
+TEST(Export, NeverIntoTheFolderItReadsFrom) {
+  Scratch s("export_into_its_source");
+  fs::create_directories(s.dir);
+  fs::copy(testing::data_path("hf_sentence_transformer"), s.dir / "src", fs::copy_options::recursive);
+  const std::string from_source = error_of([&] { export_starting_point(starting_from(s.dir / "src"), s.dir / "src", {std::nullopt, true}); });
+  EXPECT_NE(from_source.find("is the folder of the model it exports"), std::string::npos) << from_source;
+  const auto ckpt = checkpoint_from(testing::data_path("hf_roundtrip/bert_model"), s.dir / "ckpt");
+  const std::string before = testing::file_text(ckpt / "model.safetensors");
+  const std::string into_checkpoint = error_of([&] { export_checkpoint(ckpt, ckpt, {std::nullopt, true}); });
+  EXPECT_NE(into_checkpoint.find("is the folder of the model it exports"), std::string::npos) << into_checkpoint;
+  EXPECT_EQ(testing::file_text(ckpt / "model.safetensors"), before);
 }
 
 }  // namespace

@@ -143,6 +143,28 @@ TEST(HfConfig, AStatedValueThatAgreesPassesAndOneThatDiffersNamesBoth) {
   }
 }
 
+TEST(HfConfig, EveryKeyThatDiffersIsNamedInOneError) {
+  Folder f("bert", json::object());
+  f.model.n_layer = 12, f.model.n_embd = 768, f.model.seq_len = 512, f.model.intermediate_size = 128;
+  const std::string err = f.error({"kind", "init_from", "n_layer", "n_embd", "seq_len", "intermediate_size"});
+  EXPECT_NE(err.find("config.json: 4 keys differ from the model section, and the weights were made with config.json's:\n"),
+            std::string::npos) << err;
+  for (const char* line : {"\n  num_hidden_layers is 3, and model.n_layer is 12: remove model.n_layer (config.json then sets it) or set it to 3",
+                           "\n  hidden_size is 32, and model.n_embd is 768: remove model.n_embd (config.json then sets it) or set it to 32",
+                           "\n  max_position_embeddings is 40, and model.seq_len is 512: remove model.seq_len (config.json then sets it) or "
+                           "set it to 40 (train.seq_len trains on shorter sequences)",
+                           "\n  intermediate_size is 96, and model.intermediate_size is 128: remove model.intermediate_size (config.json then "
+                           "sets it) or set it to 96"})
+    EXPECT_NE(err.find(line), std::string::npos) << err;
+  // GPT-2's n_inner: null is 4 * config.json's n_embd (the weights'), so a YAML width that matches it is no conflict.
+  Folder gpt("gpt2", json::object());
+  gpt.model.n_embd = 64, gpt.model.intermediate_size = 4 * 32;
+  const std::string one = gpt.error({"kind", "init_from", "n_embd", "intermediate_size"});
+  EXPECT_NE(one.find("config.json: n_embd is 32, and model.n_embd is 64: the weights were made with config.json's; remove model.n_embd"),
+            std::string::npos) << one;
+  EXPECT_EQ(one.find("n_inner"), std::string::npos) << one;
+}
+
 TEST(HfConfig, WhatFerryCannotComputeIsRefusedByName) {
   struct Case {
     std::string kind;
