@@ -6,18 +6,20 @@
 #include <algorithm>
 #include <map>
 
-#include "engine/device/op_profile.h"
+#include "engine/ops/op_profile.h"
+#include "engine/ops/op_workspace.h"
 
 namespace ferry::bench {
 
 std::vector<OpKindTime> op_breakdown(const models::ModelSpec& spec, int64_t vocab, device::DeviceChoice::Kind kind, int threads) {
-  const auto dev = device::make_device({.kind = kind,
-                                        .arena_bytes = device::profile_arena_bytes(spec, device::op_workspace_bytes(kind, spec)),
-                                        .compute_threads = threads});
+  const auto dev =
+      device::make_device({.kind = kind,
+                           .arena_bytes = ops::profile_arena_bytes(spec, ops::op_workspace_bytes(kind, spec)),
+                           .compute_threads = threads});
   const int64_t tokens = spec.tensors[spec.tensor_index("tokens")].bytes() / 4;
   std::vector<int32_t> ids(static_cast<size_t>(tokens));  // token ids spread over the vocabulary
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919) % static_cast<size_t>(vocab));
-  const std::vector<double> op_s = device::profile_ops(spec, *dev, ids, ids, {.min = 3, .min_seconds = 0.5});
+  const std::vector<double> op_s = ops::profile_ops(spec, *dev, ids, ids, {.min = 3, .min_seconds = 0.5});
   std::map<std::pair<std::string, std::string>, OpKindTime> by;
   for (size_t i = 0; i < spec.ops.size(); ++i) {
     const models::OpSpec& op = spec.ops[i];
@@ -36,8 +38,8 @@ std::string op_breakdown_markdown(const std::vector<OpKindTime>& rows, double st
   double total = 0;
   for (const OpKindTime& r : rows) total += r.seconds;
   std::string out = fmt::format(
-      "Where the time goes: every op profiled alone on the device (`device::profile_ops`, median of its passes), summed by kind: "
-      "{:.1f} ms of ops against the {:.1f} ms step (the rest: launch gaps, waits, copies).\n\n"
+      "Where the time goes: every op profiled alone on the device (`ops::profile_ops`, median of its passes), "
+      "summed by kind: {:.1f} ms of ops against the {:.1f} ms step (the rest: launch gaps, waits, copies).\n\n"
       "| op kind | pass | ops | ms per step | share of the ops | TFLOP/s |\n|---|---|---|---|---|---|\n",
       total * 1e3, step_s * 1e3);
   for (const OpKindTime& r : rows)

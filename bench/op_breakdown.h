@@ -1,5 +1,5 @@
 // op_breakdown: where a step's time goes on a device, by op kind and pass: every op of the step profiled on a
-// device of its own (device::profile_ops), summed, with each kind's achieved FLOP rate.
+// device of its own (ops::profile_ops), summed, with each kind's achieved FLOP rate.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -11,7 +11,7 @@
 #include "bench/bench_common.h"
 #include "memory/planner.h"
 #include "models/gpt2.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 
 namespace ferry::bench {
 namespace {
@@ -89,7 +89,7 @@ std::vector<TensorLifetime> gpt2_step(const models::GptConfig& cfg, int64_t B, i
 }
 
 std::vector<TensorLifetime> random_tensors(int n, uint64_t seed) {
-  models::Rng rng(seed);
+  Rng rng(seed);
   const int ops = n / 4;
   std::vector<TensorLifetime> t(n);
   for (auto& x : t) {

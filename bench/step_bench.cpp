@@ -23,10 +23,11 @@
 #include "memory/host_buckets.h"
 #include "models/registry.h"
 #include "memory/host_buffer.h"
-#include "models/cpu_runner.h"
+#include "engine/ops/cpu_runner.h"
+#include "engine/ops/op_workspace.h"
 #include "models/gpt2.h"
-#include "models/ops/matmul.h"
-#include "models/rng.h"
+#include "kernels/cpu/matmul.h"
+#include "foundation/rng.h"
 
 #ifdef FERRY_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -61,8 +62,8 @@ struct StepTimes {
 };
 
 // Runs `warmup` untimed then `steps` timed training steps (every op, then AdamW over all parameters).
-StepTimes time_steps(const models::ModelSpec& spec, models::ParameterStore& params, models::CpuRunner& runner,
-                     int threads, int warmup, int steps) {
+StepTimes time_steps(const models::ModelSpec& spec, models::ParameterStore& params, ops::CpuRunner& runner, int threads,
+                     int warmup, int steps) {
   memory::HostBuffer m(params.values().size_bytes()), v(params.values().size_bytes());
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
   const cpu_optim::Bucket bucket{params.values(), m.as<float>(), v.as<float>(), params.grads().data(), DType::F32};
@@ -95,7 +96,7 @@ struct MatmulTiming {
 };
 
 // The largest matmul of the step, by FLOPs, in its forward shape alone: at least 5 runs and 2 seconds.
-MatmulTiming time_largest_matmul(const models::ModelSpec& spec, models::Rng& rng) {
+MatmulTiming time_largest_matmul(const models::ModelSpec& spec, Rng& rng) {
   const models::OpSpec* biggest = nullptr;
   for (const auto& op : spec.ops)
     if (op.kind == models::OpKind::Linear && op.pass == models::Pass::Forward &&
@@ -105,7 +106,9 @@ MatmulTiming time_largest_matmul(const models::ModelSpec& spec, models::Rng& rng
   std::vector<float> X(a.rows * a.in), W(a.in * a.out), Y(a.rows * a.out);
   for (auto& x : X) x = static_cast<float>(rng.normal());
   for (auto& w : W) w = static_cast<float>(rng.normal() * 0.02);
-  auto mm = [&] { models::ops::matmul(Y.data(), X.data(), W.data(), nullptr, a.rows, a.out, a.in, false, a.weight_out_in, false); };
+  auto mm = [&] {
+    kernels::cpu::matmul(Y.data(), X.data(), W.data(), nullptr, a.rows, a.out, a.in, false, a.weight_out_in, false);
+  };
   mm();
   std::vector<double> times;
   const auto start = Clock::now();
@@ -194,15 +197,15 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
   if (T <= 0) T = cfg.model.seq_len;
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
   tbb::global_control tbb_threads(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
-  models::ops::set_matmul_threads(threads);
+  kernels::cpu::set_matmul_threads(threads);
 
   const models::GptConfig gpt{cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
                               cfg.model.seq_len};
   const models::ModelSpec spec = models::build_gpt2(gpt, B, T);
   models::ParameterStore params(spec.params);
   models::init_gpt2(spec, gpt, params, 1);
-  models::CpuRunner runner(spec, params);
-  models::Rng rng(7);
+  ops::CpuRunner runner(spec, params);
+  Rng rng(7);
   std::vector<int32_t> tokens(B * T), targets(B * T);
   for (auto& t : tokens) t = static_cast<int32_t>(rng.below(gpt.vocab_size));
   for (auto& t : targets) t = static_cast<int32_t>(rng.below(gpt.vocab_size));
@@ -241,7 +244,7 @@ DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Ki
   offload::CostModel cost = cfg.offload.cost_model.empty() ? offload::CostModel{} : offload::CostModel::load(cfg.offload.cost_model);
   if (kind == device::DeviceChoice::Kind::Host) cost.fused_attention = false;  // the host's attention keeps its probabilities
   // A cost model from a file was not profiled here: the plan reserves the workspace the device's ops declare.
-  cost.profiled_workspace_bytes = std::max(cost.profiled_workspace_bytes, device::op_workspace_bytes(kind, spec));
+  cost.profiled_workspace_bytes = std::max(cost.profiled_workspace_bytes, ops::op_workspace_bytes(kind, spec));
   const offload::StepPlan plan = engine::plan_for_config(cfg, spec, cost);
   auto dev = device::make_device({.kind = kind, .arena_bytes = plan.memory.layout.peak, .compute_threads = cfg.threads()});
   const DType precision = plan.problem.precision;
@@ -263,7 +266,7 @@ DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Ki
   options.grad_clip = static_cast<float>(cfg.optim.grad_clip);
   engine::Executor executor(spec, plan, host, *pool, *dev, adamw, options, nullptr);
   executor.upload_state();
-  models::Rng rng(7);
+  Rng rng(7);
   std::vector<dataset::Batch> batch(static_cast<size_t>(cfg.train.grad_accum));
   for (dataset::Batch& b : batch) {
     b.tokens.resize(static_cast<size_t>(cfg.train.batch_size * cfg.sequence()));

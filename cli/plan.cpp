@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "engine/device/host_cost_model.h"
+#include "engine/ops/host_cost_model.h"
 #include "engine/device/make_device.h"
-#include "engine/device/op_profile.h"
+#include "engine/ops/op_profile.h"
 #include "engine/host_memory.h"
 #include "engine/group_settings.h"
 #include "engine/step_planning.h"
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 #include "models/registry.h"
 #include "memory/host_buffer.h"
 #include "offload/policies.h"
@@ -58,7 +58,7 @@ dataset::Batch synthetic_batch(const engine::Config& cfg, const models::ModelSpe
   return b;
 }
 
-// The longest pass over a model's ops (by the roofline: device::ops_profiled_in_place_of's, one block's and the
+// The longest pass over a model's ops (by the roofline: ops::ops_profiled_in_place_of's, one block's and the
 // ends') that `ferry plan` profiles as `ferry train` does, in a warm-up pass and six passes or a second at least.
 constexpr double kQuickToProfile_s = 1.0;
 
@@ -66,8 +66,8 @@ constexpr double kQuickToProfile_s = 1.0;
 // so that it predicts the step `ferry train` predicts (within the spread of two profiles); else the roofline of
 // the machine's measured rates, said so.
 offload::CostModel host_cost_model_for(const engine::Config& cfg, const models::ModelSpec& spec, std::string* cache) {
-  offload::CostModel roofline = device::host_cost_model(cfg.threads(), cache);
-  const std::vector<int> profiled_in_place_of = device::ops_profiled_in_place_of(spec);
+  offload::CostModel roofline = ops::host_cost_model(cfg.threads(), cache);
+  const std::vector<int> profiled_in_place_of = ops::ops_profiled_in_place_of(spec);
   double pass_s = 0;
   for (size_t i = 0; i < spec.ops.size(); ++i)
     if (profiled_in_place_of[i] == static_cast<int>(i)) pass_s += roofline.op_seconds(spec, spec.ops[i]);
@@ -213,7 +213,7 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
     main["model"] = cfg.model.kind;
     main["params"] = spec.param_count();
     main["bucket_bytes"] = bucket_bytes;
-    formats::write_file_atomically(opt.json, main.dump(2) + "\n", "--json");
+    write_file_atomically(opt.json, main.dump(2) + "\n", "--json");
   }
   return status;
 }

@@ -18,9 +18,9 @@
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
-#include "models/cpu_runner.h"
+#include "engine/ops/cpu_runner.h"
 #include "models/registry.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 
 namespace ferry::cli {
 
@@ -65,13 +65,13 @@ std::string sample(const SampleOptions& o, const std::function<void(std::string_
   if (!verified)
     fmt::print(stderr, "note: '{}' was written before checkpoints recorded checksums; its weights are not verified\n", dir.string());
   warn_if_not_finite(spec, params, dir / "model.safetensors");
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
 
   std::vector<int32_t> text;
   for (unsigned char ch : o.prompt) text.push_back(ch);
   if (text.empty()) text.push_back('\n');  // something to condition on
   if (on_text && !o.prompt.empty()) on_text(o.prompt);
-  models::Rng rng(o.seed);
+  Rng rng(o.seed);
   std::vector<int32_t> window(T), targets(T, 0);
   std::vector<double> probs(V);
   for (int n = 0; n < o.tokens; ++n) {

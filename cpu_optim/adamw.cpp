@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu_optim/half.h"
+#include "foundation/precision.h"
 #include "cpu_optim/kernels.h"
 
 namespace ferry::cpu_optim {
@@ -101,23 +101,34 @@ void CpuAdamW::check(const Bucket& b) const {
     throw std::invalid_argument("adamw: stochastic rounding is implemented for bf16 uploads, not fp16");
 }
 
+kernels::AdamWCoefficients adamw_coefficients(const AdamWHyper& h, int64_t step, double lr, float grad_scale,
+                                              uint64_t seed) {
+  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
+  const uint32_t seed_key = random_bits(static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(seed));
+  return {static_cast<float>(h.beta1),
+          static_cast<float>(1.0 - h.beta1),
+          static_cast<float>(h.beta2),
+          static_cast<float>(1.0 - h.beta2),
+          static_cast<float>(1.0 - lr * h.weight_decay),
+          static_cast<float>(lr / bc1),
+          static_cast<float>(1.0 / std::sqrt(bc2)),
+          static_cast<float>(h.eps),
+          grad_scale,
+          random_bits(seed_key, static_cast<uint32_t>(step))};
+}
+
 void CpuAdamW::step(const Bucket& b, int64_t step, double lr, float grad_scale) const {
   check(b);
   if (step < 1) throw std::invalid_argument("adamw: step counts from 1");
-  const AdamWHyper& h = options_.hyper;
-  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
-  const uint32_t seed_key = random_bits(static_cast<uint32_t>(options_.seed >> 32), static_cast<uint32_t>(options_.seed));
   detail::KernelArgs a{b.param.data(), b.m.data(), b.v.data(), b.grad, b.grad_type, b.upload, b.upload_type, options_.rounding, {}};
   // One pass per range, with its lr and weight decay in the two coefficients they enter; element indices
   // stay the bucket's (stochastic rounding hashes them).
-  const HyperRange whole{0, b.param.size(), 1.0, h.weight_decay};
+  const HyperRange whole{0, b.param.size(), 1.0, options_.hyper.weight_decay};
   for (const HyperRange& r : b.ranges.empty() ? std::span<const HyperRange>(&whole, 1) : b.ranges) {
-    const double range_lr = lr * r.lr_scale;
-    a.c = {static_cast<float>(h.beta1), static_cast<float>(1.0 - h.beta1), static_cast<float>(h.beta2),
-           static_cast<float>(1.0 - h.beta2), static_cast<float>(1.0 - range_lr * r.weight_decay),
-           static_cast<float>(range_lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)), static_cast<float>(h.eps),
-           grad_scale, random_bits(seed_key, static_cast<uint32_t>(step))};
+    AdamWHyper range_hyper = options_.hyper;
+    range_hyper.weight_decay = r.weight_decay;
+    a.c = adamw_coefficients(range_hyper, step, lr * r.lr_scale, grad_scale, options_.seed);
     for_tiles(*arena_, r.end - r.begin, [&](size_t, size_t i0, size_t i1) {
       switch (isa_) {
         case Isa::Avx512: detail::adamw_avx512(a, r.begin + i0, r.begin + i1); break;

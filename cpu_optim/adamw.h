@@ -15,10 +15,18 @@
 #include <string>
 
 #include "cpu_optim/isa.h"
-#include "cpu_optim/step_decision.h"
+#include "kernels/adamw_math.h"
+#include "kernels/step_decision.h"
 #include "memory/dtype.h"
 
 namespace ferry::cpu_optim {
+
+// The step decision is a rule the device AdamW shares (kernels/step_decision.h); cpu_optim's API speaks it.
+using kernels::clip_scale;
+using kernels::decide_step;
+using kernels::GradStats;
+using kernels::StepDecision;
+using kernels::StepReport;
 
 enum class Rounding { NearestEven, Stochastic };  // of the half-precision copy-out
 
@@ -62,6 +70,12 @@ struct Bucket {
   // is bitwise the unsplit update.
   std::span<const HyperRange> ranges = {};
 };
+
+// One step's coefficients for the element update (kernels/adamw_math.h), computed in double and rounded to
+// fp32 once, as PyTorch does: what CpuAdamW::step hands its kernels for a range, and the device AdamW its
+// kernel. `seed`: of stochastic rounding.
+kernels::AdamWCoefficients adamw_coefficients(const AdamWHyper& hyper, int64_t step, double lr, float grad_scale,
+                                              uint64_t seed);
 
 class CpuAdamW {
  public:

@@ -25,7 +25,7 @@ __m512 load_grad16(const void* grad, DType type, size_t i, __mmask16 k) {
   return _mm512_setzero_ps();
 }
 
-// lowbias32 of (index ^ key) for the 16 lanes i .. i+15 (see random_bits in half.h).
+// lowbias32 of (index ^ key) for the 16 lanes i .. i+15 (see random_bits in foundation/precision.h).
 __m512i random16(uint32_t key, size_t i) {
   __m512i x = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(i))),
                                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
@@ -37,7 +37,7 @@ __m512i random16(uint32_t key, size_t i) {
   return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
 }
 
-// bf16 by integer rounding (nearest-even or stochastic), NaN kept quiet: the rules of half.h.
+// bf16 by integer rounding (nearest-even or stochastic), NaN kept quiet: the rules of foundation/precision.h.
 __m256i to_bf16(__m512 p, const KernelArgs& a, size_t i) {
   const __m512i bits = _mm512_castps_si512(p);
   const __m512i hi = _mm512_srli_epi32(bits, 16);

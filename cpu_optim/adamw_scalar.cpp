@@ -1,8 +1,8 @@
-// The portable path: one element at a time, by the rules of adamw_math.h and half.h. Also the tail of
-// the AVX2 path, and the reference the wide paths are tested against.
+// The portable path: one element at a time, by the rules of kernels/adamw_math.h and foundation/precision.h.
+// Also the tail of the AVX2 path, and the reference the wide paths are tested against.
 #include <cstring>
 
-#include "cpu_optim/half.h"
+#include "foundation/precision.h"
 #include "cpu_optim/kernels.h"
 
 namespace ferry::cpu_optim::detail {

@@ -4,9 +4,13 @@
 #include <cstddef>
 
 #include "cpu_optim/adamw.h"
-#include "cpu_optim/adamw_math.h"
+#include "kernels/adamw_math.h"
 
 namespace ferry::cpu_optim::detail {
+
+// The element update every ISA path follows, the device AdamW's too.
+using kernels::adamw_element;
+using kernels::AdamWCoefficients;
 
 struct KernelArgs {
   float* param;
@@ -31,7 +35,7 @@ double sum_squares_avx512(const void* grad, DType type, size_t begin, size_t end
 
 // One gradient element as fp32 (exact for every type).
 float load_grad(const void* grad, DType type, size_t i);
-// The copy-out of one element, by the scalar rules of half.h.
+// The copy-out of one element, by the scalar rules of foundation/precision.h.
 void store_upload(const KernelArgs& a, size_t i, float p);
 
 }  // namespace ferry::cpu_optim::detail

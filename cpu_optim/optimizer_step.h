@@ -9,7 +9,6 @@
 #include <span>
 
 #include "cpu_optim/adamw.h"
-#include "cpu_optim/step_decision.h"
 #include "memory/dtype.h"
 
 namespace ferry::cpu_optim {

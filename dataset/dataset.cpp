@@ -10,7 +10,7 @@
 #include <string>
 
 #include "dataset/token_shard.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 
 namespace ferry::dataset {
 namespace {
@@ -62,7 +62,7 @@ TextDataset::TextDataset(const std::filesystem::path& path, double val_fraction,
 }
 
 Batch TextDataset::train_batch(uint64_t seed, int64_t index, int64_t B) const {
-  models::Rng rng(seed ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(index + 1)));
+  Rng rng(seed ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(index + 1)));
   Batch b;
   const auto windows = static_cast<uint64_t>(train_tokens() - T_);
   for (int64_t i = 0; i < B; ++i) copy_window(train_, static_cast<int64_t>(rng.below(windows)), T_, b);
@@ -82,7 +82,7 @@ Batch TextDataset::val_batch(int64_t index, int64_t count, int64_t B) const {
 }
 
 Batch masked_lm(const Batch& windows, uint64_t seed, int64_t index, int32_t mask_id, int32_t random_below) {
-  models::Rng rng(seed ^ 0x9E3779B97F4A7C15ull ^ (0xBF58476D1CE4E5B9ull * static_cast<uint64_t>(index + 1)));
+  Rng rng(seed ^ 0x9E3779B97F4A7C15ull ^ (0xBF58476D1CE4E5B9ull * static_cast<uint64_t>(index + 1)));
   Batch b;
   b.tokens = windows.tokens;
   b.targets.assign(windows.tokens.size(), -100);

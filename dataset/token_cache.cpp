@@ -13,8 +13,8 @@
 #include <stdexcept>
 
 #include "dataset/unicode.h"
-#include "formats/atomic_file.h"
-#include "formats/cache_dir.h"
+#include "foundation/atomic_file.h"
+#include "foundation/cache_dir.h"
 
 namespace ferry::dataset {
 namespace {
@@ -112,7 +112,7 @@ void write_shard_info(const std::filesystem::path& shard, const ShardInfo& info)
   if (t.kind == "wordpiece") j["lowercase"] = t.lowercase;
   if (info.mask_token_id >= 0) j["mask_token_id"] = info.mask_token_id;
   if (!info.key.empty()) j["cache_key"] = info.key;
-  formats::write_file_atomically(shard_info_path(shard), j.dump(2) + "\n", "token shard sidecar");
+  write_file_atomically(shard_info_path(shard), j.dump(2) + "\n", "token shard sidecar");
 }
 
 std::optional<ShardInfo> read_shard_info(const std::filesystem::path& shard) {

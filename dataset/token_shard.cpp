@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 
 namespace ferry::dataset {
 
@@ -38,7 +38,7 @@ void write_token_shard(const std::filesystem::path& path, std::span<const int32_
       throw std::runtime_error("shard: token id " + std::to_string(tokens[i]) + " does not fit in uint16");
     data[i] = static_cast<uint16_t>(tokens[i]);
   }
-  formats::AtomicFile out(path, "token shard");
+  AtomicFile out(path, "token shard");
   out.write(header.data(), 1024);
   out.write(data.data(), data.size() * 2);
   out.commit();

@@ -24,7 +24,8 @@ struct DataConfig {
   bool tokenizer_given = false;          // data.tokenizer was written (gpt2/wordpiece then say what made a shard; byte describes text)
   std::filesystem::path vocab, merges;   // gpt2: vocab.json + merges.txt; wordpiece: vocab.txt; default: model.init_from's folder's
   std::string lowercase = "auto";        // wordpiece: true | false | auto (resolved: do_lower_case of tokenizer_config.json beside the vocab, else true)
-  std::filesystem::path cache_dir;       // where text's tokens are cached; empty: the user's cache folder (formats/cache_dir.h)
+  std::filesystem::path
+      cache_dir;  // where text's tokens are cached; empty: the user's cache folder (foundation/cache_dir.h)
 };
 
 struct OptimConfig {

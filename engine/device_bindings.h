@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/op_kernels.h"
 #include "memory/arena.h"
-#include "models/cpu_op.h"
 #include "models/model_spec.h"
 #include "offload/policies.h"
 
@@ -50,7 +50,7 @@ class DeviceBindings {
   // optimizer and accumulation).
   struct Op {
     std::string label;
-    std::vector<models::Operand> inputs, outputs, values, grads;  // each with its storage dtype
+    std::vector<kernels::Operand> inputs, outputs, values, grads;  // each with its storage dtype
     std::vector<int> touched, created;
     std::vector<int> zero_grads_before, sum_grads_after;
   };

@@ -26,6 +26,7 @@
 #include "engine/device_bindings.h"
 #include "engine/faults.h"
 #include "engine/host_optimizer.h"
+#include "engine/ops/op_dispatch.h"
 #include "offload/simulator.h"
 
 namespace ferry::engine {
@@ -64,16 +65,8 @@ struct StepState {
 };
 
 // The pipelined update of the last step (offload.overlap: pipelined), still running while the next step
-// starts: what that step's ops wait for, bucket by bucket. Cleared by every barrier, which finishes it.
-//
-// Why this is enough (exact: every buffer of a bucket's update is reused only after it): the next step
-// first touches a CPU-updated bucket b through a prefetch, which waits for b's update, or through the
-// first op using b (weights resident), which waits for b's upload, which waited for b's update. Every later
-// use of b comes after that one on its stream: the op reading b's window waits for the prefetch, and the
-// gradients of b land (overwriting the landing region b's update reads) only after the last op writing them,
-// which follows b's first use on the compute stream. The CPU's own buffers (fp32 sums, master, moments) are
-// touched only by tasks queued behind the update on the same worker. Device-tier AdamW runs on the compute
-// stream, before the next step's ops. Micro-batches after the first follow a barrier.
+// starts: what that step's ops wait for, bucket by bucket. Cleared by every barrier, which finishes it. Why
+// waiting bucket by bucket keeps the update exact: docs/design.md, "The pipelined update is exact".
 struct InFlightUpdate {
   std::vector<std::shared_ptr<device::HostEvent>> updated;  // per bucket: its update, until a prefetch or upload waited (null: none)
   std::vector<int> uploads;                                 // weights-resident buckets still to upload, in update order
@@ -89,7 +82,7 @@ void check_device_runs_every_op(const models::ModelSpec& spec, const device::Dev
     storage.clear();
     for (const auto* list : {&op.inputs, &op.outputs})
       for (int t : *list) storage.push_back(spec.tensors[t].dtype);
-    if (device.supports_op(op, storage)) continue;
+    if (device.supports_op(storage, op.inputs.size())) continue;
     std::string types;
     for (DType t : storage) types += std::string(types.empty() ? "" : ", ") + to_string(t);
     throw std::invalid_argument(fmt::format("{} cannot run op {} ({}) with its tensors stored as [{}]", device.name(), op.name,
@@ -232,7 +225,8 @@ void Executor::Impl::warm_up() {
   stage_batch(zeros);
   for (int t = 0; t < p.n_ops; ++t) {
     const DeviceBindings::Op& o = at.op(t);
-    dev.run_op(spec, spec.ops[p.op_source[t]], {o.inputs, o.outputs, o.values, o.grads}, 1.0f, nullptr, "warm-up: " + o.label);
+    const ops::OpOperands operands{o.inputs, o.outputs, o.values, o.grads};
+    dev.run_op(ops::decode_op(spec, spec.ops[p.op_source[t]], operands, 1.0f), nullptr, "warm-up: " + o.label);
   }
   barrier();
   st = StepState{};
@@ -308,8 +302,9 @@ void Executor::Impl::run_op(int t, MicroBatch& mb) {
   const models::OpSpec& op = spec.ops[p.op_source[t]];
   const bool is_loss = op.kind == models::OpKind::CrossEntropy && op.pass == models::Pass::Forward;
   const float loss_weight = st.loss_scale / static_cast<float>(p.grad_accum);
+  const ops::OpOperands operands{o.inputs, o.outputs, o.values, o.grads};
   queue(Stream::Compute, o.label, [&] {
-    dev.run_op(spec, op, {o.inputs, o.outputs, o.values, o.grads}, loss_weight, is_loss ? &st.losses[mb.index] : nullptr, o.label);
+    dev.run_op(ops::decode_op(spec, op, operands, loss_weight), is_loss ? &st.losses[mb.index] : nullptr, o.label);
   });
   if (at.has_red_zones())
     dev.run(Stream::Compute, "red zones of " + o.label, [this, &o] {

@@ -9,13 +9,14 @@
 #include <string_view>
 
 #include "engine/device/cuda_devices.h"
-#include "engine/device/host_cost_model.h"
-#include "engine/device/make_device.h"
-#include "engine/device/op_profile.h"
 #include "engine/device/link_rate.h"
-#include "formats/atomic_file.h"
+#include "engine/device/make_device.h"
+#include "engine/ops/host_cost_model.h"
+#include "engine/ops/op_profile.h"
+#include "engine/ops/op_workspace.h"
+#include "foundation/atomic_file.h"
+#include "kernels/cpu/workspace.h"
 #include "memory/host_buffer.h"
-#include "models/ops/workspace.h"
 
 namespace ferry::engine {
 namespace {
@@ -28,12 +29,14 @@ constexpr std::string_view kProfiledNote = "; op times profiled on this model";
 offload::CostModel host_device_cost_model(const Config& cfg, const models::ModelSpec& spec, const dataset::Batch& sample,
                                           std::string* cache) {
   const bool measured = cfg.offload.cost_model.empty();
-  offload::CostModel cost = measured ? device::host_cost_model(cfg.threads(), cache) : offload::CostModel::load(cfg.offload.cost_model);
+  offload::CostModel cost =
+      measured ? ops::host_cost_model(cfg.threads(), cache) : offload::CostModel::load(cfg.offload.cost_model);
   cost.fused_attention = false;  // the host device's attention keeps its probabilities
   if (measured) {
     // The profiling device goes before the run's is made.
-    const std::unique_ptr<device::Device> profiler = device::make_device(
-        {.kind = device::DeviceChoice::Kind::Host, .arena_bytes = device::profile_arena_bytes(spec), .compute_threads = cfg.threads()});
+    const std::unique_ptr<device::Device> profiler = device::make_device({.kind = device::DeviceChoice::Kind::Host,
+                                                                          .arena_bytes = ops::profile_arena_bytes(spec),
+                                                                          .compute_threads = cfg.threads()});
     profile_on_device(*profiler, spec, sample, cost);
   }
   if (cfg.host_device.link_gbps > 0) cost.h2d.gbps = cost.d2h.gbps = cfg.host_device.link_gbps;
@@ -44,11 +47,12 @@ offload::CostModel cuda_device_cost_model(const Config& cfg, const models::Model
   const bool measured = cfg.offload.cost_model.empty();
   offload::CostModel cost = measured ? offload::CostModel{} : offload::CostModel::load(cfg.offload.cost_model);
   const auto kind = device::DeviceChoice::Kind::Cuda;
-  const int64_t workspace = device::op_workspace_bytes(kind, spec);
+  const int64_t workspace = ops::op_workspace_bytes(kind, spec);
   // A bucket's AdamW, as the step runs it (measured only when no file gives the rate).
   const int64_t bucket_params = std::max<int64_t>(1, cfg.bucket_bytes() / dtype_bytes(spec.precision));
-  const int64_t arena = std::max(device::profile_arena_bytes(spec, workspace),
-                                 measured ? device::device_adamw_arena_bytes(bucket_params, spec.precision, workspace) : 0);
+  const int64_t arena =
+      std::max(ops::profile_arena_bytes(spec, workspace),
+               measured ? device::device_adamw_arena_bytes(bucket_params, spec.precision, workspace) : 0);
   // The profiling device goes before the run's is made: two arenas never coexist on the GPU.
   const std::unique_ptr<device::Device> profiler = device::make_device({.kind = kind, .arena_bytes = arena});
   if (measured) {
@@ -89,7 +93,7 @@ void measure_machine_rates(device::Device& device, const Config& cfg, const mode
   const int64_t bytes = std::min<int64_t>(cfg.bucket_bytes(), device.arena().size() / 4096 * 4096);
   cost.h2d.gbps = device::measure_link_gbps(device, device::Stream::H2D, bytes, 5);
   cost.d2h.gbps = device::measure_link_gbps(device, device::Stream::D2H, bytes, 5);
-  const device::CpuOptimizerRates cpu = device::measure_cpu_optimizer_rates(cfg.threads(), spec.precision, true);
+  const ops::CpuOptimizerRates cpu = ops::measure_cpu_optimizer_rates(cfg.threads(), spec.precision, true);
   cost.cpu_adam_params_per_s = cpu.adam_params_per_s, cost.cpu_norm_params_per_s = cpu.norm_params_per_s;
   cost.name += fmt::format("; links and CPU AdamW measured at start-up ({:.1f} GB/s up, {:.1f} down, {:.2g} parameters/s on {} threads)",
                            cost.h2d.gbps, cost.d2h.gbps, cost.cpu_adam_params_per_s, cfg.threads());
@@ -97,13 +101,15 @@ void measure_machine_rates(device::Device& device, const Config& cfg, const mode
 
 void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, const dataset::Batch& sample,
                        offload::CostModel& cost) {
-  cost.profiled_op_s = device::profile_ops(spec, profiler, sample.tokens, sample.targets);  // until the step's op time settles
-  cost.profiled_workspace_bytes = profiler.op_workspace_bytes(spec);
+  cost.profiled_op_s =
+      ops::profile_ops(spec, profiler, sample.tokens, sample.targets);  // until the step's op time settles
+  cost.profiled_workspace_bytes = ops::op_workspace_bytes(profiler.kind(), spec);
   if (cost.profiled_workspace_bytes == 0) {
     // What the libraries' scratch needed on the compute stream's thread (the host device: oneDNN's
     // scratchpads): the plan's workspace tensor holds it.
     int64_t scratch = 0;
-    profiler.run(device::Stream::Compute, "library scratch", [&scratch] { scratch = models::ops::workspace_bytes(models::ops::Scratch::Library); });
+    profiler.run(device::Stream::Compute, "library scratch",
+                 [&scratch] { scratch = kernels::cpu::workspace_bytes(kernels::cpu::Scratch::Library); });
     profiler.synchronize();
     cost.profiled_workspace_bytes = scratch;
   }
@@ -115,7 +121,7 @@ void save_cost_model(const std::filesystem::path& path, const offload::CostModel
   std::string name = cost.name;
   if (const size_t at = name.find(kProfiledNote); at != std::string::npos) name.erase(at, kProfiledNote.size());
   saved["name"] = name + " (saved by ferry train from " + cfg.source.filename().string() + ")";
-  formats::write_file_atomically(path, saved.dump(2) + "\n", "--save-cost-model");
+  write_file_atomically(path, saved.dump(2) + "\n", "--save-cost-model");
 }
 
 offload::PlanRequest plan_request(const Config& cfg, const offload::CostModel& cost) {

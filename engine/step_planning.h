@@ -20,7 +20,7 @@ namespace ferry::engine {
 
 // The cost model of a run on the host device: offload.cost_model when given, else the host's rates
 // (measured once and cached; `cache` receives the file) with every op of `spec` profiled on `sample` on a host
-// device of its own (device::profile_ops: one op's operands at a time), and the link device.host sets.
+// device of its own (ops::profile_ops: one op's operands at a time), and the link device.host sets.
 // The GPU's cost model: this model's ops profiled on a CUDA device of its own (their times, and the workspace the
 // kernels need) and this machine's links and CPU AdamW measured (measure_machine_rates), with the compute rates,
 // the device AdamW's and fused attention from the file offload.cost_model names, or without one the device AdamW
@@ -29,10 +29,10 @@ offload::CostModel cuda_device_cost_model(const Config& config, const models::Mo
 offload::CostModel host_device_cost_model(const Config& config, const models::ModelSpec& spec, const dataset::Batch& sample,
                                           std::string* cache);
 
-// Every op of `spec` profiled on `profiler` (device::profile_ops on `sample`; its arena holds
-// device::profile_arena_bytes(spec, profiler.op_workspace_bytes(spec))) into `cost`: the op times, and the
-// workspace the plan reserves: what the device declares (Device::op_workspace_bytes: the CUDA device's kernels'
-// scratch), else what its libraries took while profiling (the host device's oneDNN scratchpads).
+// Every op of `spec` profiled on `profiler` (ops::profile_ops on `sample`; its arena holds
+// ops::profile_arena_bytes(spec, ops::op_workspace_bytes(profiler.kind(), spec))) into `cost`: the op times,
+// and the workspace the plan reserves: what the device's kernels declare (ops::op_workspace_bytes: the CUDA
+// device's scratch), else what its libraries took while profiling (the host device's oneDNN scratchpads).
 void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, const dataset::Batch& sample,
                        offload::CostModel& cost);
 

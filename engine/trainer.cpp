@@ -30,7 +30,7 @@
 #include "engine/progress.h"
 #include "engine/slow_stage.h"
 #include "engine/step_planning.h"
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_dir.h"
 #include "formats/export.h"
@@ -40,7 +40,7 @@
 #include "memory/host_buckets.h"
 #include "memory/host_buffer.h"
 #include "memory/pinned_pool.h"
-#include "models/ops/matmul.h"
+#include "kernels/cpu/matmul.h"
 #include "models/registry.h"
 #include "offload/policies.h"
 
@@ -270,7 +270,7 @@ class Run {
   const cpu_optim::LrSchedule schedule_;
   const std::string hash_;
   formats::TrainState resumed_;
-  std::optional<formats::AppendFile> metrics_;  // checked appends: a full disk is an error naming the file
+  std::optional<AppendFile> metrics_;  // checked appends: a full disk is an error naming the file
   TrainSummary sum_;
   double train_s_ = 0;
   std::vector<double> step_times_;
@@ -360,7 +360,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
 // The cost model: this model's ops profiled on a device of its own, with the rates of a file, or measured (the host
 // device's, cached; a GPU's links and AdamW, at every start-up).
 offload::CostModel Run::measure_cost() {
-  models::ops::set_matmul_threads(threads_);
+  kernels::cpu::set_matmul_threads(threads_);
   if (on_cuda()) return cuda_device_cost_model(cfg_, spec_, batches_.train(0));
   return host_device_cost_model(cfg_, spec_, batches_.train(0), &cost_cache_);
 }

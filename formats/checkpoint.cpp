@@ -17,7 +17,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 #include "formats/checkpoint_dir.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"

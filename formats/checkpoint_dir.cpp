@@ -2,7 +2,7 @@
 // start-up checks (writable, not another run's), and saving with rotation among this run's own folders.
 #include "formats/checkpoint_dir.h"
 
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

@@ -16,7 +16,7 @@
 #include <span>
 #include <stdexcept>
 
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 #include "formats/hf_config.h"
 #include "formats/hf_source.h"
 #include "formats/safetensors.h"

@@ -11,8 +11,8 @@
 #include <span>
 #include <stdexcept>
 
-#include "cpu_optim/half.h"
-#include "formats/atomic_file.h"
+#include "foundation/precision.h"
+#include "foundation/atomic_file.h"
 
 namespace ferry::formats {
 namespace {
@@ -181,8 +181,8 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
   const auto& e = require(name);
   const std::span<const std::byte> bytes(bytes_.data() + data_start_ + e.begin, e.end - e.begin);
   if (e.dtype == "F32") return copy_as<float>(bytes);
-  if (e.dtype == "BF16") return decode<uint16_t>(bytes, cpu_optim::bf16_to_float);
-  if (e.dtype == "F16") return decode<uint16_t>(bytes, cpu_optim::half_to_float);
+  if (e.dtype == "BF16") return decode<uint16_t>(bytes, bf16_to_float);
+  if (e.dtype == "F16") return decode<uint16_t>(bytes, half_to_float);
   throw std::runtime_error(origin_ + ": tensor '" + name + "' is " + e.dtype + ", expected F32, F16 or BF16");
 }
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 #include "memory/dtype.h"
 
 namespace ferry::formats {

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cpu_optim/half.h"
+#include "foundation/precision.h"
 
 namespace ferry::memory {
 namespace {
@@ -21,8 +21,12 @@ void widen(float* dst, const void* src, DType type, int64_t n) {
   const auto* h = static_cast<const uint16_t*>(src);
   switch (type) {
     case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case DType::BF16: for (int64_t i = 0; i < n; ++i) dst[i] = cpu_optim::bf16_to_float(h[i]); return;
-    case DType::F16: for (int64_t i = 0; i < n; ++i) dst[i] = cpu_optim::half_to_float(h[i]); return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(h[i]);
+      return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(h[i]);
+      return;
     case DType::I32: break;
   }
 }
@@ -32,8 +36,12 @@ void narrow(void* dst, DType type, const float* src, int64_t n) {
   auto* h = static_cast<uint16_t*>(dst);
   switch (type) {
     case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case DType::BF16: for (int64_t i = 0; i < n; ++i) h[i] = cpu_optim::float_to_bf16(src[i]); return;
-    case DType::F16: for (int64_t i = 0; i < n; ++i) h[i] = cpu_optim::float_to_half(src[i]); return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) h[i] = float_to_bf16(src[i]);
+      return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) h[i] = float_to_half(src[i]);
+      return;
     case DType::I32: break;
   }
 }
@@ -45,8 +53,12 @@ void accumulate_widened(float* dst, const void* src, DType type, int64_t n, bool
   const auto* h = static_cast<const uint16_t*>(src);
   switch (type) {
     case DType::F32: for (int64_t i = 0; i < n; ++i) dst[i] += f[i]; return;
-    case DType::BF16: for (int64_t i = 0; i < n; ++i) dst[i] += cpu_optim::bf16_to_float(h[i]); return;
-    case DType::F16: for (int64_t i = 0; i < n; ++i) dst[i] += cpu_optim::half_to_float(h[i]); return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] += bf16_to_float(h[i]);
+      return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) dst[i] += half_to_float(h[i]);
+      return;
     case DType::I32: break;
   }
 }

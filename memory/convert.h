@@ -1,5 +1,6 @@
 // Element conversions between the storage dtypes and fp32: widening is exact; narrowing rounds to nearest
-// even (cpu_optim/half.h's rules). The host device stores tensors in bf16/fp16 and computes in fp32 with these.
+// even (foundation/precision.h's rules). The host device stores tensors in bf16/fp16 and computes in fp32
+// with these.
 #pragma once
 
 #include <cstdint>

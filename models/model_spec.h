@@ -39,7 +39,7 @@ enum class OpKind { Embedding, LayerNorm, Linear, Attention, Gelu, Residual, Cro
 enum class Pass { Forward, Backward };
 const char* to_string(OpKind kind);
 
-// Shape attributes of an op; which fields matter depends on the kind (see models/ops/ops.h).
+// Shape attributes of an op; which fields matter depends on the kind (see kernels/cpu/ops.h).
 struct OpAttrs {
   int64_t rows = 0;       // tokens: B*T
   int64_t in = 0, out = 0; // Linear: in/out features. LayerNorm/Gelu/Residual: channels in `in`

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "models/rng.h"
+#include "foundation/rng.h"
 
 namespace ferry::models {
 namespace {

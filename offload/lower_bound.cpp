@@ -92,7 +92,8 @@ double turnaround_room(const OffloadProblem& p, const OpMemory& m) {
   return room;
 }
 
-// The memory limits on (x, y) described at lower_bound_step_s, each at its tightest op.
+// The memory limits on (x, y) (docs/design.md, "The lower bound holds for every placement"), each at its
+// tightest op.
 std::vector<Affine> memory_limits(const OffloadProblem& p, const OpMemory& m, double w, double state) {
   const double P = double(p.trained_params());
   const std::vector<double>&base = m.base, &reads = m.reads, &grads = m.grads, &finished = m.finished;
@@ -108,48 +109,9 @@ std::vector<Affine> memory_limits(const OffloadProblem& p, const OpMemory& m, do
   return {{w + state, w, -tiers_room}, {2 * w + state, w, -tiers_grads_room}, {state, 0, -reads_room}, {w + state, 0, -reads_grads_room}};
 }
 
-// A placement: x parameters in the device tier, y resident for the CPU to update, s = P - x - y streamed.
-// With w bytes per parameter, a link's seconds per parameter wh = w / h2d and wd = w / d2h, the CPU's
-// seconds per parameter for AdamW a_cpu and for the gradient statistics a_norm, the device AdamW's
-// a_dev, and F and B the compute of the forward pass and of the rest (recomputation included), each of
-// the k micro-batches takes at least
-//   M = max(F, s wh) + max(B, (s + y) wd, (s + y) a_norm, r wh):
-// the forward pass cannot end before every streamed parameter has arrived once (every parameter is used
-// in forward), and the CPU-updated gradients can only leave, and their statistics be taken, after
-// backward has written them; the Executor waits for every stream and the CPU between micro-batches.
-// r: the streamed parameters that cross again after the forward pass. Each trained parameter is used in
-// forward and after it, so at the turnaround (the ops after every bucket's last forward use and before
-// any bucket's first use after the forward pass) a streamed parameter is either on the device or still
-// to come back; with R the least room there for weights (turnaround_room), at most (R - (w + state) x -
-// w y) / w streamed parameters stay, so r >= P - R / w + (state / w) x (y cancels: a resident weight and a
-// streamed one that stays cost the same bytes there). After
-// the last one, once the statistics of every gradient have decided the step (global-norm clipping, the
-// inf/nan skip), comes at least
-//   T = max(x a_dev, (s + y) a_cpu, y wh):
-// the device's AdamW, the CPU's, and the resident buckets' new weights going back. The bound is the least
-// k M + T over the placements the budget allows. Memory, at every op i (and after the last, where the
-// device's AdamW runs, with nothing else alive): the workspace, the activations A_i, the tiers' optimizer
-// state s x (s = 12 bytes, 16 with fp32 gradient sums), at least max(w (x + y), U_i) of weights (the tiers'
-// and the bytes U_i of the buckets op i reads, which may be among them), the gradient buffers G_i of every
-// bucket between its first and last gradient write (whatever its tier), and the device tier's finished
-// gradients, alive until its AdamW: at least w max(0, x - (P - D_i)) with D_i the parameters whose last
-// gradient write is before op i. Each combination of the two maxima is one linear limit whose slope is the
-// same at every op, so the tightest op decides each. Copy latencies are
-// left out and x, y are fractional (no bucket boundaries), so it holds for every placement. P counts the
-// trained parameters only: frozen ones (optim.groups) need no gradient, update or copy back.
-// Delayed (ZeRO-Offload's update one step behind for the buckets the CPU updates): the CPU's AdamW of the
-// last step runs during this one, so only the device tier's AdamW remains after the decision, T = x a_dev;
-// and the CPU's whole work (s + y)(a_cpu + a_norm) comes before the decision too (its one worker takes the
-// statistics after the pending updates), so the step is also at least that plus x a_dev. At x = P this is
-// policy resident, which does not delay (k (F + B) + P a_dev).
-// Pipelined (the CPU's AdamW of one step runs on into the next step's forward, which waits for each
-// bucket's new weights): the step is the period between two decisions. From one decision, the first
-// micro-batch's forward ends only after the device tier's AdamW and the forward compute (one stream), after
-// every CPU-updated bucket's new weights crossed once (streamed or uploaded: (s + y) wh), and after the
-// CPU updated them all ((s + y) a_cpu), since the forward uses every bucket; then its backward part as
-// above, and k - 1 micro-batches of M:
-//   T = max(x a_dev + F, (s + y) wh, (s + y) a_cpu) + max(B, (s + y) wd, (s + y) a_norm) + (k - 1) M,
-// never above backward's bound (each sum of the first maximum is below one sum of backward's terms).
+// The least k M + T over the placements (x parameters in the device tier, y resident for the CPU to update,
+// the rest streamed) that the memory limits allow, for the update in the step, delayed or pipelined. The
+// derivation, and why it holds for every placement: docs/design.md, "The lower bound holds for every placement".
 double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   const auto& t = p.op_seconds;
   const double forward = std::accumulate(t.begin(), t.begin() + p.forward_ops, 0.0);

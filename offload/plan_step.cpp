@@ -1,5 +1,6 @@
 // plan_step: the step's plan from a PlanRequest: checkpointing (off, on, or the fewest blocks that fit),
-// the policy's schedule and its device memory, the overlap rule, and budget errors whose advice holds.
+// the policy's schedule and its device memory, the overlap rule, budget errors whose advice holds, and the
+// config names of the overlap and checkpointing it is asked for.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -126,6 +127,13 @@ Overlap parse_overlap(const std::string& name) {
 }
 
 bool overlap_allowed(Policy policy, Overlap overlap) { return overlap == Overlap::Backward || policy != Policy::Resident; }
+
+Checkpointing parse_checkpointing(const std::string& name) {
+  if (name == "false") return Checkpointing::Off;
+  if (name == "true") return Checkpointing::On;
+  if (name == "auto") return Checkpointing::Auto;
+  throw std::invalid_argument("train.activation_checkpointing: '" + name + "'; expected auto, true or false");
+}
 
 double lower_bound_step_s(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request) {
   int layers = 0;

@@ -8,12 +8,13 @@
 #include "cpu_optim/adamw.h"
 #include "formats/safetensors.h"
 #include "memory/host_buffer.h"
-#include "models/cpu_runner.h"
+#include "engine/ops/cpu_runner.h"
 
 namespace ferry::testing {
 
 // `runner` holds the reference batch; `params` the reference weights (changed by the steps).
-inline void expect_adamw_like_torch(const formats::SafetensorsFile& ref, models::ParameterStore& params, models::CpuRunner& runner) {
+inline void expect_adamw_like_torch(const formats::SafetensorsFile& ref, models::ParameterStore& params,
+                                    ops::CpuRunner& runner) {
   const nlohmann::json adamw = nlohmann::json::parse(ref.metadata().at("adamw"));
   const float clip = std::stof(ref.metadata().at("grad_clip"));
   const cpu_optim::CpuAdamW optimizer(

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <ostream>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -76,6 +77,22 @@ template <class V>
 void expect_bitwise(const std::vector<V>& got, const std::vector<V>& want, const char* what) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(V)), 0) << what << " at " << i;
+}
+
+// n draws of a standard normal distribution, the same for a seed on every run.
+inline std::vector<float> normal_floats(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+// Every element of `got` within 1e-4 relative (1e-4 absolute near zero) of `want`'s.
+inline void expect_near(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << what << " at " << i;
 }
 
 }  // namespace ferry::testing

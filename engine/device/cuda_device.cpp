@@ -14,8 +14,6 @@
 #include <memory>
 #include <stdexcept>
 
-#include "cpu_optim/half.h"
-#include "models/op_dispatch.h"
 
 namespace ferry::device {
 namespace {
@@ -268,10 +266,10 @@ CudaDevice::ResultSlot CudaDevice::next_result_span(int64_t bytes) {
   return {results_ + offset, results_on_device_ + offset};
 }
 
-bool CudaDevice::supports_op(const models::OpSpec& op, std::span<const DType> storage) const {
+bool CudaDevice::supports_op(std::span<const DType> storage, size_t inputs) const {
   for (size_t k = 0; k < storage.size(); ++k) {
     if (storage[k] == DType::I32) {
-      if (k >= op.inputs.size()) return false;  // ids are read, never written
+      if (k >= inputs) return false;  // ids are read, never written
       continue;
     }
     if (storage[k] != DType::F32 && storage[k] != DType::BF16 && storage[k] != DType::F16) return false;
@@ -279,8 +277,7 @@ bool CudaDevice::supports_op(const models::OpSpec& op, std::span<const DType> st
   return true;
 }
 
-void CudaDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
-                        float* loss, std::string label) {
+void CudaDevice::run_op(kernels::OpCall call, float* loss, std::string label) {
   const std::lock_guard lock(ops_mutex_);
   const ResultSlot mean = loss ? next_result_slot() : ResultSlot{nullptr, nullptr};
   if (loss) std::memset(mean.host, 0, sizeof(float));  // what *loss gets from an op that is not the loss's forward
@@ -288,7 +285,7 @@ void CudaDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op,
   {
     const Launching on(stream(Stream::Compute));
     try {
-      models::dispatch_op(spec, op, operands, loss_weight, kernels_);  // its return (the host float) stays 0 here
+      kernels::run_call(call, kernels_);  // its return (the host float) stays 0 here
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(fmt::format("{}: {}", label, e.what()));
     } catch (const std::exception& e) {
@@ -301,40 +298,27 @@ void CudaDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op,
     });
 }
 
-cuda::AdamWCoefficients adamw_coefficients(const cpu_optim::AdamWHyper& h, int64_t step, double lr, uint64_t seed) {
-  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
-  const uint32_t seed_key = cpu_optim::random_bits(static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(seed));
-  return {static_cast<float>(h.beta1),
-          static_cast<float>(1.0 - h.beta1),
-          static_cast<float>(h.beta2),
-          static_cast<float>(1.0 - h.beta2),
-          static_cast<float>(1.0 - lr * h.weight_decay),
-          static_cast<float>(lr / bc1),
-          static_cast<float>(1.0 / std::sqrt(bc2)),
-          static_cast<float>(h.eps),
-          1.0f,
-          cpu_optim::random_bits(seed_key, static_cast<uint32_t>(step))};
-}
-
 namespace {
 
 constexpr int64_t kAlign = 256;
 int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-// The largest scratch cuda::sum_squares takes: its grid is clamped, so a huge n reaches it.
-int64_t max_sum_squares_scratch() { return static_cast<int64_t>(cuda::sum_squares_scratch_bytes(int64_t{1} << 40)); }
+// The largest scratch kernels::cuda::sum_squares takes: its grid is clamped, so a huge n reaches it.
+int64_t max_sum_squares_scratch() {
+  return static_cast<int64_t>(kernels::cuda::sum_squares_scratch_bytes(int64_t{1} << 40));
+}
 
 // The device AdamW's workspace: [gate][statistics of each bucket][sum of squares' partials].
 struct AdamWScratch {
-  cuda::AdamWGate* gate;
-  cuda::SquaresResult* stats;
+  kernels::cuda::AdamWGate* gate;
+  kernels::cuda::SquaresResult* stats;
   std::byte* partials;
 };
 
 AdamWScratch adamw_scratch(std::byte* workspace, int64_t buckets) {
-  return {reinterpret_cast<cuda::AdamWGate*>(workspace), reinterpret_cast<cuda::SquaresResult*>(workspace + kAlign),
-          workspace + kAlign + aligned(buckets * int64_t{sizeof(cuda::SquaresResult)})};
+  return {reinterpret_cast<kernels::cuda::AdamWGate*>(workspace),
+          reinterpret_cast<kernels::cuda::SquaresResult*>(workspace + kAlign),
+          workspace + kAlign + aligned(buckets * int64_t{sizeof(kernels::cuda::SquaresResult)})};
 }
 
 void check_bucket(const Device::OptimizerBucket& b, size_t i) {
@@ -348,17 +332,19 @@ void check_bucket(const Device::OptimizerBucket& b, size_t i) {
 
 // AdamW on one bucket under the gate (read when the kernels run), range by range with each parameter group's
 // lr multiplier and weight decay, as cpu_optim::CpuAdamW::step applies them (Bucket::ranges).
-void adamw_bucket(const Device::OptimizerBucket& k, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, const cuda::AdamWGate* gate,
-                  cudaStream_t s, const std::string& what) {
+void adamw_bucket(const Device::OptimizerBucket& k, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+                  const kernels::cuda::AdamWGate* gate, cudaStream_t s, const std::string& what) {
   const std::vector<cpu_optim::HyperRange> whole{{0, static_cast<size_t>(k.numel), 1.0, hyper.weight_decay}};
   const size_t grad_bytes = dtype_bytes(k.grad_type), working_bytes = k.working ? dtype_bytes(k.working_type) : 0;
   for (const cpu_optim::HyperRange& r : k.ranges.empty() ? whole : k.ranges) {
     cpu_optim::AdamWHyper h = hyper;
     h.weight_decay = r.weight_decay;
-    const cuda::AdamWCoefficients c = adamw_coefficients(h, step, lr * r.lr_scale);
+    // grad_scale 1: the gate's replaces it when the kernel runs; seed 0, CpuAdamW's default.
+    const kernels::AdamWCoefficients c = cpu_optim::adamw_coefficients(h, step, lr * r.lr_scale, 1.0f, 0);
     void* working = k.working ? static_cast<std::byte*>(k.working) + r.begin * working_bytes : nullptr;
-    check(cuda::adamw_gated(k.master + r.begin, k.m + r.begin, k.v + r.begin, static_cast<const std::byte*>(k.grad) + r.begin * grad_bytes,
-                            k.grad_type, working, k.working_type, false, static_cast<int64_t>(r.end - r.begin), c, gate, s),
+    check(kernels::cuda::adamw_gated(k.master + r.begin, k.m + r.begin, k.v + r.begin,
+                                     static_cast<const std::byte*>(k.grad) + r.begin * grad_bytes, k.grad_type, working,
+                                     k.working_type, false, static_cast<int64_t>(r.end - r.begin), c, gate, s),
           what);
   }
 }
@@ -366,20 +352,7 @@ void adamw_bucket(const Device::OptimizerBucket& k, const cpu_optim::AdamWHyper&
 }  // namespace
 
 int64_t device_adamw_scratch_bytes(int64_t buckets) {
-  return kAlign + aligned(buckets * int64_t{sizeof(cuda::SquaresResult)}) + max_sum_squares_scratch();
-}
-
-int64_t cuda_workspace_bytes(const models::ModelSpec& spec, const cuda::AttentionScratch& attention) {
-  const int64_t buckets = std::max<int64_t>(1, static_cast<int64_t>(spec.params.size()));
-  return aligned(std::max(cuda::ops_scratch_bytes(spec, attention), device_adamw_scratch_bytes(buckets)));
-}
-
-int64_t cuda_op_workspace_bytes(const models::ModelSpec& spec) {
-  return cuda_workspace_bytes(spec, [](const cuda::AttentionShape& s, DType t, models::Pass pass) {
-    const cuda::AttentionKernel k = cuda::choose_attention_kernel(s, t);
-    return static_cast<int64_t>(pass == models::Pass::Forward ? cuda::attention_forward_scratch_bytes(k, s, t)
-                                                              : cuda::attention_backward_scratch_bytes(k, s, t));
-  });
+  return kAlign + aligned(buckets * int64_t{sizeof(kernels::cuda::SquaresResult)}) + max_sum_squares_scratch();
 }
 
 void CudaDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
@@ -399,16 +372,14 @@ void CudaDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::Ad
   const cudaStream_t s = current_stream();
   for (int64_t b = 0; b < n; ++b) {  // each bucket's statistics, then the decision from all of them
     const OptimizerBucket& k = buckets[static_cast<size_t>(b)];
-    check(cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s), fmt::format("{}: sum of squares of bucket {}", label, b));
+    check(kernels::cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s),
+          fmt::format("{}: sum of squares of bucket {}", label, b));
   }
-  check(launch_decide_step(ws.stats, n, max_norm, loss_scale, ws.gate, static_cast<DeviceDecision*>(slot.device), s),
-        label + ": the step decision");
+  auto* decided = static_cast<kernels::StepDecision*>(slot.device);
+  check(launch_decide_step(ws.stats, n, max_norm, loss_scale, ws.gate, decided, s), label + ": the step decision");
   for (int64_t b = 0; b < n; ++b) adamw_bucket(buckets[static_cast<size_t>(b)], hyper, step, lr, ws.gate, s, fmt::format("{}: adamw of bucket {}", label, b));
-  run(Stream::Compute, label + ": the step decision to the host", [decision, from = slot.host] {
-    DeviceDecision d;
-    std::memcpy(&d, from, sizeof(d));
-    *decision = cpu_optim::StepDecision{{d.grad_norm, d.skipped != 0}, d.grad_scale};
-  });
+  run(Stream::Compute, label + ": the step decision to the host",
+      [decision, from = slot.host] { std::memcpy(decision, from, sizeof(*decision)); });
 }
 
 // The device tier's half of a step the host decides: each bucket's sum of squares and inf/nan count into
@@ -421,18 +392,20 @@ void CudaDevice::gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_o
                                          device_adamw_scratch_bytes(n), workspace_bytes_));
   const std::lock_guard lock(ops_mutex_);
   const AdamWScratch ws = adamw_scratch(workspace_, n);
-  const int64_t bytes = n * int64_t{sizeof(cuda::SquaresResult)};
+  const int64_t bytes = n * int64_t{sizeof(kernels::cuda::SquaresResult)};
   const ResultSlot out = next_result_span(bytes);
   const Launching on(stream(Stream::Compute));
   const cudaStream_t s = current_stream();
   for (int64_t b = 0; b < n; ++b) {
     const OptimizerBucket& k = buckets[static_cast<size_t>(b)];
-    check(cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s), fmt::format("{}: sum of squares of bucket {}", label, b));
+    check(kernels::cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s),
+          fmt::format("{}: sum of squares of bucket {}", label, b));
   }
   check(cudaMemcpyAsync(out.host, ws.stats, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, s), label + ": statistics to the host");
-  run(Stream::Compute, label + ": statistics to the host", [stats, from = static_cast<const cuda::SquaresResult*>(out.host), n] {
-    for (int64_t b = 0; b < n; ++b) stats[b] = cpu_optim::GradStats{from[b].sum, from[b].nonfinite == 0};
-  });
+  run(Stream::Compute, label + ": statistics to the host",
+      [stats, from = static_cast<const kernels::cuda::SquaresResult*>(out.host), n] {
+        for (int64_t b = 0; b < n; ++b) stats[b] = cpu_optim::GradStats{from[b].sum, from[b].nonfinite == 0};
+      });
 }
 
 // The device tier's AdamW under the host's decision: host work in stream order turns it into the gate the
@@ -445,13 +418,14 @@ void CudaDevice::adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_o
   const std::lock_guard lock(ops_mutex_);
   const ResultSlot gate = next_result_slot();
   run(Stream::Compute, label + ": the host's decision", [decision, to = gate.host] {
-    const cuda::AdamWGate g{decision->grad_scale, decision->report.skipped ? 1u : 0u};
+    const kernels::cuda::AdamWGate g{decision->grad_scale, decision->report.skipped ? 1u : 0u};
     std::memcpy(to, &g, sizeof(g));
   });
   const Launching on(stream(Stream::Compute));
   const cudaStream_t s = current_stream();
   for (size_t b = 0; b < buckets.size(); ++b)
-    adamw_bucket(buckets[b], hyper, step, lr, static_cast<const cuda::AdamWGate*>(gate.device), s, fmt::format("{}: adamw of bucket {}", label, b));
+    adamw_bucket(buckets[b], hyper, step, lr, static_cast<const kernels::cuda::AdamWGate*>(gate.device), s,
+                 fmt::format("{}: adamw of bucket {}", label, b));
 }
 
 }  // namespace ferry::device

@@ -1,7 +1,7 @@
 // CudaDevice: the Device on a GPU: three CUDA streams, CUDA events, cudaMemcpyAsync between the pinned
 // pool and the arena (one cudaMalloc at start-up), host work queued in stream order (cudaLaunchHostFunc).
-// Its own methods launch their kernels on the stream directly: every op through models::dispatch_op on
-// cuda::CudaKernels, and the device AdamW. Built only with CUDA (FERRY_WITH_CUDA).
+// Its own methods launch their kernels on the stream directly: every op call on kernels::cuda::CudaKernels,
+// and the device AdamW. Built only with CUDA (FERRY_WITH_CUDA).
 #pragma once
 
 #ifdef FERRY_WITH_CUDA
@@ -15,10 +15,9 @@
 #include <thread>
 
 #include "engine/device/device.h"
-#include "engine/device/step_decision_hd.h"
-#include "models/cuda/adamw.h"
-#include "models/cuda/cuda_kernels.h"
-#include "models/cuda/ops.h"
+#include "kernels/step_decision.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/ops.h"
 
 namespace ferry::device {
 
@@ -27,24 +26,16 @@ cudaError_t launch_wait_for_flag(int* device_flag, cudaStream_t stream);
 // Launches dst[i] = src[i] (overwrite) or dst[i] += src[i] for i < n, src stored as fp32, bf16 or fp16 and
 // widened exactly, the sum in fp32 (cuda_device_kernels.cu). cudaErrorInvalidValue for another type.
 cudaError_t launch_accumulate(float* dst, const void* src, DType src_type, int64_t n, bool overwrite, cudaStream_t stream);
-// Launches one thread that sums stats[0..buckets) in order and writes the step decision (decide_step_hd) to
-// *gate (device memory, read by cuda::adamw_gated) and *decision (pinned mapped host memory).
-cudaError_t launch_decide_step(const cuda::SquaresResult* stats, int64_t buckets, float max_norm, float loss_scale,
-                               cuda::AdamWGate* gate, DeviceDecision* decision, cudaStream_t stream);
-
-// CpuAdamW::step's per-step coefficients (cpu_optim/adamw.cpp), computed the same way (double, rounded to fp32
-// once), grad_scale 1 (the device reads the decision's); seed: of stochastic rounding (CpuAdamW's default 0).
-cuda::AdamWCoefficients adamw_coefficients(const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, uint64_t seed = 0);
+// Launches one thread that sums stats[0..buckets) in order and writes the step decision (kernels::decide_step,
+// as the host decides) to *gate (device memory, read by kernels::cuda::adamw_gated) and *decision (pinned mapped host
+// memory).
+cudaError_t launch_decide_step(const kernels::cuda::SquaresResult* stats, int64_t buckets, float max_norm,
+                               float loss_scale, kernels::cuda::AdamWGate* gate, kernels::StepDecision* decision,
+                               cudaStream_t stream);
 
 // The device AdamW's scratch for up to `buckets` buckets: the decision, each bucket's statistics, one sum of
 // squares' partials at a time.
 int64_t device_adamw_scratch_bytes(int64_t buckets);
-// The CUDA device's workspace for `spec`: the largest scratch of any op (cuda::ops_scratch_bytes, attention's
-// from `attention`) and of the device AdamW over buckets of its parameters (at most one bucket per parameter).
-int64_t cuda_workspace_bytes(const models::ModelSpec& spec, const cuda::AttentionScratch& attention);
-// cuda_workspace_bytes with the attention kernels this GPU runs (cuda::choose_attention_kernel): what
-// CudaDevice::op_workspace_bytes returns. Needs no device object: size a profiling arena with it.
-int64_t cuda_op_workspace_bytes(const models::ModelSpec& spec);
 
 class CudaDevice final : public Device {
  public:
@@ -57,6 +48,7 @@ class CudaDevice final : public Device {
   ~CudaDevice() override;
 
   std::string name() const override;
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
   std::unique_ptr<memory::PinnedHostPool> make_host_pool(int64_t bytes) const override;
   const memory::Arena& arena() const override { return arena_; }
   void run(Stream stream, std::string label, std::function<void()> work) override;
@@ -74,22 +66,20 @@ class CudaDevice final : public Device {
   // The scratch of every op and of the device AdamW (cuBLASLt's workspace, CUB's, cuDNN's, the kernels'):
   // nothing is allocated while a step runs. Used by the ops queued after it.
   void bind_workspace(std::byte* data, int64_t bytes) override;
-  int64_t op_workspace_bytes(const models::ModelSpec& spec) const override { return cuda_op_workspace_bytes(spec); }
   std::byte* workspace() const { return workspace_; }
   int64_t workspace_bytes() const { return workspace_bytes_; }
   void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
   void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) override;
   // Every op kind in fp32, bf16 and fp16 storage; int32 only for what an op reads (ids, targets, the mask).
-  bool supports_op(const models::OpSpec& op, std::span<const DType> storage) const override;
+  bool supports_op(std::span<const DType> storage, size_t inputs) const override;
   // Queues the op's kernels on the compute stream (scratch from the bound workspace). The loss: the forward
   // writes per-token losses and a one-block kernel their mean into a pinned mapped slot; host work queued
   // right behind it copies the slot into *loss, so *loss holds the mean once the compute stream has passed
-  // it (synchronize), and nothing waits inside the step. Bad operands throw std::invalid_argument here, at
-  // queueing time, naming the label.
-  void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
-              float* loss, std::string label) override;
-  // Queued on the compute stream: each bucket's cuda::sum_squares into the workspace, one thread deciding the
-  // step (launch_decide_step) into device memory, cuda::adamw_gated on every bucket reading that decision, and
+  // it (synchronize), and nothing waits inside the step. A dtype its kernels do not compute in throws
+  // std::invalid_argument here, at queueing time, naming the label.
+  void run_op(kernels::OpCall call, float* loss, std::string label) override;
+  // Queued on the compute stream: each bucket's kernels::cuda::sum_squares into the workspace, one thread deciding the
+  // step (launch_decide_step) into device memory, kernels::cuda::adamw_gated on every bucket reading that decision, and
   // host work that copies the decision (written to pinned mapped memory) into *decision: no stall inside the
   // step; *decision holds it once the compute stream has passed it.
   void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
@@ -140,7 +130,7 @@ class CudaDevice final : public Device {
   // `bytes` of consecutive slots (at most the whole ring), wrapping to the ring's start when they would not fit.
   ResultSlot next_result_span(int64_t bytes);
   std::mutex ops_mutex_;  // one op or optimizer step queued at a time: the kernels' binding, the slot ring
-  cuda::CudaKernels kernels_;
+  kernels::cuda::CudaKernels kernels_;
   std::byte* results_ = nullptr;  // pinned mapped, kResultSlots * kResultSlotBytes
   std::byte* results_on_device_ = nullptr;  // the same memory as kernels address it
   int next_result_ = 0;

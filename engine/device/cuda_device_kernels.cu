@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "engine/device/step_decision_hd.h"
+#include "kernels/step_decision.h"
 #include "memory/dtype.h"
-#include "models/cuda/ops.h"
+#include "kernels/cuda/ops.h"
 
 namespace ferry::device {
 namespace {
@@ -45,20 +45,21 @@ cudaError_t launch_accumulate_as(float* dst, const void* src, int64_t n, bool ov
 
 // One thread: the buckets' statistics summed in bucket order (as cpu_optim::OptimizerStep::decide sums them),
 // the decision for the AdamW kernels (gate) and for the host (decision).
-__global__ void decide_step_kernel(const cuda::SquaresResult* stats, int64_t buckets, float max_norm, float loss_scale,
-                                   cuda::AdamWGate* gate, DeviceDecision* decision) {
+__global__ void decide_step_kernel(const kernels::cuda::SquaresResult* stats, int64_t buckets, float max_norm,
+                                   float loss_scale, kernels::cuda::AdamWGate* gate, kernels::StepDecision* decision) {
   double sum = 0;
   uint32_t nonfinite = 0;
   for (int64_t b = 0; b < buckets; ++b) sum += stats[b].sum, nonfinite |= stats[b].nonfinite;
-  const DeviceDecision d = decide_step_hd(sum, nonfinite == 0, max_norm, loss_scale);
-  *gate = {d.grad_scale, d.skipped};
+  const kernels::StepDecision d = kernels::decide_step(sum, nonfinite == 0, max_norm, loss_scale);
+  *gate = {d.grad_scale, d.report.skipped ? 1u : 0u};
   *decision = d;
 }
 
 }  // namespace
 
-cudaError_t launch_decide_step(const cuda::SquaresResult* stats, int64_t buckets, float max_norm, float loss_scale,
-                               cuda::AdamWGate* gate, DeviceDecision* decision, cudaStream_t stream) {
+cudaError_t launch_decide_step(const kernels::cuda::SquaresResult* stats, int64_t buckets, float max_norm,
+                               float loss_scale, kernels::cuda::AdamWGate* gate, kernels::StepDecision* decision,
+                               cudaStream_t stream) {
   decide_step_kernel<<<1, 1, 0, stream>>>(stats, buckets, max_norm, loss_scale, gate, decision);
   return cudaGetLastError();
 }

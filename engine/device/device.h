@@ -14,15 +14,16 @@
 
 #include "cpu_optim/adamw.h"
 #include "engine/device/work_queue.h"
+#include "kernels/op_call.h"
 #include "memory/arena.h"
 #include "memory/pinned_pool.h"
-#include "models/cpu_op.h"
-#include "models/model_spec.h"
 
 namespace ferry::device {
 
 enum class Stream { Compute, H2D, D2H };
 const char* to_string(Stream stream);
+
+enum class DeviceKind { Host, Cuda };
 
 // A point in one stream's work: done once everything queued on that stream before it has finished.
 class Event {
@@ -36,6 +37,7 @@ class Device {
   virtual ~Device() = default;
 
   virtual std::string name() const = 0;
+  virtual DeviceKind kind() const = 0;
   // Host memory the copy streams move at full speed (cudaHostAlloc'd on a GPU; page-aligned on the host
   // device), allocated once at start-up and carved: every host buffer a copy reads or writes is from one.
   virtual std::unique_ptr<memory::PinnedHostPool> make_host_pool(int64_t bytes) const = 0;
@@ -73,13 +75,9 @@ class Device {
   // The plan's workspace (offload::DeviceTensor::Kind::Workspace, in the arena, alive the whole step): the
   // scratch the device's libraries take while an op runs, so that none of them allocates. The host
   // device's compute stream takes oneDNN's scratchpads from it (an op needing more fails, saying so); the
-  // CUDA device keeps it for cuBLASLt, cuDNN and CUB. Called before the ops that use it are queued;
-  // nullptr (0 bytes) unbinds it.
+  // CUDA device keeps it for cuBLASLt, cuDNN and CUB (engine/ops/op_workspace.h sizes it for a model).
+  // Called before the ops that use it are queued; nullptr (0 bytes) unbinds it.
   virtual void bind_workspace(std::byte* data, int64_t bytes) = 0;
-  // The workspace bytes this device's ops and optimizer take for `spec`, known before anything runs (the CUDA
-  // device: the largest scratch of its kernels, cuBLASLt's workspace included); 0 where it is measured instead
-  // (the host device: oneDNN's scratchpads, measured while the ops are profiled).
-  virtual int64_t op_workspace_bytes(const models::ModelSpec&) const { return 0; }
   // Device memory really used so far, measured, not planned: on the host device the arena's highest byte
   // ever written; on a GPU the arena plus whatever else was allocated on it since start-up.
   virtual int64_t measured_peak_bytes() const = 0;
@@ -90,14 +88,14 @@ class Device {
   // widened, the sum in fp32 (gradients summed over micro-batches).
   virtual void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite,
                           std::string label) = 0;
-  // Whether this device runs `op` with its tensors stored as `storage` (op.inputs then op.outputs, in order):
-  // a backend is brought up op by op, and the Executor refuses at start-up, naming the op, a plan with an op
-  // its device cannot run.
-  virtual bool supports_op(const models::OpSpec& op, std::span<const DType> storage) const = 0;
-  // One op of the model. The operands must stay valid until it has run; *loss (host memory, may be null)
-  // receives the loss's forward value once it has.
-  virtual void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands,
-                      float loss_weight, float* loss, std::string label) = 0;
+  // Whether this device runs an op whose tensors are stored as `storage`: its `inputs` inputs, then its
+  // outputs. A backend is brought up op by op, and the Executor refuses at start-up, naming the op, a plan
+  // with an op its device cannot run.
+  virtual bool supports_op(std::span<const DType> storage, size_t inputs) const = 0;
+  // One op, decoded for the kernels (engine/ops decodes a model's: ops::decode_op), queued on the compute
+  // stream with this device's kernels. Its operands must stay valid until it has run; *loss (host memory,
+  // may be null) receives the loss's forward value once it has.
+  virtual void run_op(kernels::OpCall call, float* loss, std::string label) = 0;
   // AdamW over buckets whose optimizer state lives on the device (policy resident), with the CPU AdamW's
   // arithmetic exactly (cpu_optim/adamw.h): each bucket's gradient statistics, summed in bucket order, the
   // step decision (written to *decision, host memory), the update, and each bucket's fp32 working copy.

@@ -9,11 +9,12 @@
 #include <stdexcept>
 #include <thread>
 
-#include "memory/convert.h"
 #include "cpu_optim/optimizer_step.h"
 #include "engine/device/stop.h"
-#include "models/ops/matmul.h"
-#include "models/ops/workspace.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/workspace.h"
+#include "memory/convert.h"
 
 namespace ferry::device {
 namespace {
@@ -46,7 +47,7 @@ HostDevice::HostDevice(const Options& o) : options_(o), arena_(memory::Arena::Ba
   // OpenMP's thread count is per thread: the compute stream's thread sets its own, once.
   if (o.compute_threads > 0) {
     const int threads = o.compute_threads;
-    queue(Stream::Compute).run("set threads", [threads] { models::ops::set_matmul_threads(threads); });
+    queue(Stream::Compute).run("set threads", [threads] { kernels::cpu::set_matmul_threads(threads); });
   }
 }
 
@@ -154,7 +155,9 @@ double HostDevice::compute_stall_seconds() const { return queues_[0]->blocked_se
 void HostDevice::bind_workspace(std::byte* data, int64_t bytes) {
   // The binding is per thread (the ops' workspaces are): it must happen on the thread that runs the ops,
   // in stream order, so a task does it. The other streams run no ops.
-  queue(Stream::Compute).run("bind workspace", [data, bytes] { models::ops::bind_workspace(models::ops::Scratch::Library, data, bytes); });
+  queue(Stream::Compute).run("bind workspace", [data, bytes] {
+    kernels::cpu::bind_workspace(kernels::cpu::Scratch::Library, data, bytes);
+  });
 }
 
 void HostDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {
@@ -165,18 +168,17 @@ void HostDevice::accumulate(Stream s, float* dst, const void* src, DType src_typ
   queue(s).run(std::move(label), [dst, src, src_type, n, overwrite] { memory::accumulate_widened(dst, src, src_type, n, overwrite); });
 }
 
-bool HostDevice::supports_op(const models::OpSpec& op, std::span<const DType> storage) const {
-  // Every floating-point storage (2-byte operands are widened to fp32 around the op: models/cpu_op.h); int32
-  // is read (token ids, targets, the attention mask) but never written.
-  for (size_t k = 0; k < storage.size(); ++k)
-    if (storage[k] == DType::I32 && k >= op.inputs.size()) return false;
+bool HostDevice::supports_op(std::span<const DType> storage, size_t inputs) const {
+  // Every floating-point storage (2-byte operands are widened to fp32 around the op: kernels::cpu::run_on_cpu);
+  // int32 is read (token ids, targets, the attention mask) but never written.
+  for (size_t k = inputs; k < storage.size(); ++k)
+    if (storage[k] == DType::I32) return false;
   return true;
 }
 
-void HostDevice::run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands,
-                        float loss_weight, float* loss, std::string label) {
-  queue(Stream::Compute).run(std::move(label), [&spec, &op, operands, loss_weight, loss] {
-    const float l = models::run_cpu_op(spec, op, operands, loss_weight);
+void HostDevice::run_op(kernels::OpCall call, float* loss, std::string label) {
+  queue(Stream::Compute).run(std::move(label), [call = std::move(call), loss] {
+    const float l = kernels::cpu::run_on_cpu(call);
     if (loss) *loss = l;
   });
 }

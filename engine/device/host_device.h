@@ -26,6 +26,7 @@ class HostDevice final : public Device {
   ~HostDevice() override;
 
   std::string name() const override;
+  DeviceKind kind() const override { return DeviceKind::Host; }
   std::unique_ptr<memory::PinnedHostPool> make_host_pool(int64_t bytes) const override;
   const memory::Arena& arena() const override { return arena_; }
   void run(Stream stream, std::string label, std::function<void()> work) override;
@@ -38,15 +39,14 @@ class HostDevice final : public Device {
   void synchronize(const EventPtr& event) override;
   void synchronize() override;
   double compute_stall_seconds() const override;
-  // The compute stream's thread takes oneDNN's scratchpads (models::ops::Scratch::Library) from it.
+  // The compute stream's thread takes oneDNN's scratchpads (kernels::cpu::Scratch::Library) from it.
   void bind_workspace(std::byte* data, int64_t bytes) override;
   int64_t measured_peak_bytes() const override { return arena_.touched_bytes(); }
   void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
   void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) override;
   // Every op with its tensors in fp32, bf16 or fp16 (widened to fp32 around the CPU math), reading int32 ids.
-  bool supports_op(const models::OpSpec& op, std::span<const DType> storage) const override;
-  void run_op(const models::ModelSpec& spec, const models::OpSpec& op, const models::OpOperands& operands, float loss_weight,
-              float* loss, std::string label) override;
+  bool supports_op(std::span<const DType> storage, size_t inputs) const override;
+  void run_op(kernels::OpCall call, float* loss, std::string label) override;
   void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
              float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
   void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) override;

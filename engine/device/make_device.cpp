@@ -65,14 +65,4 @@ std::unique_ptr<Device> make_device(const DeviceChoice& choice) {
 #endif
 }
 
-int64_t op_workspace_bytes(DeviceChoice::Kind kind, const models::ModelSpec& spec) {
-  if (kind == DeviceChoice::Kind::Host) return 0;
-#ifdef FERRY_WITH_CUDA
-  return cuda_op_workspace_bytes(spec);
-#else
-  (void)spec;
-  throw std::runtime_error(std::string("device: cuda: ") + kNoCudaBuild);
-#endif
-}
-
 }  // namespace ferry::device

@@ -14,7 +14,7 @@
 namespace ferry::device {
 
 struct DeviceChoice {
-  enum class Kind { Host, Cuda };
+  using Kind = DeviceKind;
   Kind kind = Kind::Host;
   int64_t arena_bytes = 0;      // the plan's arena: the one device allocation
   Trace* trace = nullptr;       // null: no trace
@@ -51,10 +51,5 @@ ResolvedDevice resolve_device(const std::string& requested);
 // Throws with the reason when the device cannot be made (a build without CUDA, no such GPU, an arena
 // larger than its memory).
 std::unique_ptr<Device> make_device(const DeviceChoice& choice);
-
-// What Device::op_workspace_bytes(spec) of a device of this kind returns, before one is made (a device's
-// arena is allocated when it is made): the CUDA kernels' scratch; 0 for the host device (its scratch is
-// measured while ops run).
-int64_t op_workspace_bytes(DeviceChoice::Kind kind, const models::ModelSpec& spec);
 
 }  // namespace ferry::device

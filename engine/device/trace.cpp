@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/atomic_file.h"
+#include "foundation/atomic_file.h"
 
 namespace ferry::device {
 
@@ -41,7 +41,8 @@ void Trace::write(const std::filesystem::path& path) const {
   }
   for (const Slice& s : slices_)
     events.push_back({{"name", s.name}, {"ph", "X"}, {"pid", 1}, {"tid", s.track + 1}, {"ts", s.start_us}, {"dur", s.dur_us}});
-  formats::write_file_atomically(path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n", "--trace");
+  write_file_atomically(path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n",
+                        "--trace");
 }
 
 }  // namespace ferry::device

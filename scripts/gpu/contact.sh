@@ -63,8 +63,8 @@ gtest() {  # gtest NAME BINARY FILTER SECONDS
   step "$1 ($3)" "$4" "$BIN/$2" --gtest_filter="$3" --gtest_output=json:"$RESULTS/$1.json" --gtest_brief=1 ||
     grep -E '^\[  FAILED  \]|Failure|Expected|Which is|actual' "$LOG" | tail -40 >>"$RESULTS/failures.txt"
 }
-gtest cuda_device test_device 'CudaDevice.*' 60
-gtest cuda_kernels test_models_cuda '*' 90
+gtest cuda_device test_device 'CudaDevice.*:CudaDeviceGpu.*' 60
+gtest cuda_kernels test_kernels_cuda '*' 90
 gtest cuda_ops test_device '*/CudaOps.*:CudaGolden.*' 150
 gtest cuda_training test_engine 'CudaTraining.*:Mfu.*' 150
 

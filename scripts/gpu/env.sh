@@ -112,7 +112,7 @@ unpack_bundle() {
 # there, not in a dry run) a rebuild in /tmp/ferry-build on every core against the unpacked -dev .debs.
 smoke_test() {
   local dir=$1 t
-  for t in ferry ferry-bench test_device test_engine test_models_cuda; do
+  for t in ferry ferry-bench test_device test_engine test_kernels_cuda; do
     if ldd "$dir/$t" | grep "not found" >/dev/null; then log "$dir/$t: $(ldd "$dir/$t" | grep 'not found' | tr '\n' ' ')"; return 1; fi
   done
   "$dir/ferry" --help >/dev/null && "$dir/ferry-bench" --help >/dev/null && "$dir/test_device" --gtest_list_tests >/dev/null
@@ -126,9 +126,9 @@ rebuild() {
   export LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
   cmake -S "$ROOT" -B /tmp/ferry-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DCUDNN_FRONTEND_INCLUDE_DIR="$PREFIX/cudnn-frontend/include" &&
-    ninja -C /tmp/ferry-build -j"$(nproc)" ferry ferry-bench test_device test_engine test_models_cuda &&
+    ninja -C /tmp/ferry-build -j"$(nproc)" ferry ferry-bench test_device test_engine test_kernels_cuda &&
     mkdir -p /tmp/ferry-build/bin &&
-    for t in ferry ferry-bench test_device test_engine test_models_cuda; do
+    for t in ferry ferry-bench test_device test_engine test_kernels_cuda; do
       cp "$(find /tmp/ferry-build -type f -name $t -perm -u+x | head -1)" /tmp/ferry-build/bin/
     done
 }

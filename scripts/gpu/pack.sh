@@ -13,7 +13,7 @@ BUILD_DIR=$(realpath -m "${BUILD_DIR:-$ROOT/build-gpu}")
 BUNDLE=$ROOT/gpu_bundle
 JOBS=${JOBS:-2}
 LIMIT_BYTES=${FERRY_BUNDLE_LIMIT_BYTES:-$((40 * 1000 * 1000))}  # 40 MB, the bundle's budget in a 64 MiB carry
-TARGETS=(ferry ferry-bench test_device test_engine test_models_cuda)
+TARGETS=(ferry ferry-bench test_device test_engine test_kernels_cuda)
 # Runtime libraries the binaries load (ldd build/ferry) that a CUDA image may lack or hold in another version
 # (yaml-cpp 0.8, oneDNN 3, fmt 10 elsewhere): Debian 12's, the ones we link against. libc, libstdc++ and
 # libgcc are left to the machine (any CUDA image has them, and newer). oneDNN is libdnnl2 on Debian 12.
@@ -75,10 +75,10 @@ done
 cuobjdump=$(command -v cuobjdump || python3 -c 'import os, triton; print(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump"))' 2>/dev/null || true)
 sm90=unchecked
 if [[ -x $cuobjdump ]]; then
-  for t in ferry test_device test_models_cuda; do
+  for t in ferry test_device test_kernels_cuda; do
     "$cuobjdump" --list-elf "$BUNDLE/bin/$t" | grep sm_90 >/dev/null || die "$t holds no sm_90 code ($cuobjdump --list-elf)"
   done
-  sm90="yes (cuobjdump --list-elf: ferry, test_device, test_models_cuda)"
+  sm90="yes (cuobjdump --list-elf: ferry, test_device, test_kernels_cuda)"
 fi
 
 # The binaries travel xz-compressed (37 MB stripped, about 6 MB packed); env.sh's unpack_bundle expands them.

@@ -16,12 +16,10 @@
 #include <vector>
 
 #include "cpu_optim/adamw.h"
-#include "cpu_optim/half.h"
-#include "models/rng.h"
+#include "foundation/precision.h"
+#include "foundation/rng.h"
 
 namespace ferry::cpu_optim::fixtures {
-
-using models::Rng;
 
 inline const AdamWHyper kHyper{1e-2, 0.9, 0.95, 1e-8, 0.1};
 

@@ -11,17 +11,14 @@
 #include <vector>
 
 #include "cpu_optim/adamw.h"
-#include "cpu_optim/half.h"
 #include "cpu_optim/lr_schedule.h"
 #include "formats/safetensors.h"
-#include "models/rng.h"
+#include "foundation/precision.h"
+#include "foundation/rng.h"
+#include "kernels/adamw_math.h"
 #include "optim_fixtures.h"
 
 #include <nlohmann/json.hpp>
-
-#include <immintrin.h>
-
-#include <bit>
 
 namespace ferry::cpu_optim {
 namespace {
@@ -239,53 +236,38 @@ TEST(GradStats, SumOfSquaresPerPathAndDtype) {
   }
 }
 
-// Independent reference for bf16 rounding: the nearer of the two bf16 neighbours in double, ties to even.
-uint16_t bf16_reference(float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x);
-  const auto lo = static_cast<uint16_t>(bits >> 16), hi = static_cast<uint16_t>(lo + 1);
-  auto value = [](uint16_t h) {  // the exponent-all-ones neighbour counts as 2^128 (where rounding overflows)
-    return (h & 0x7f80) == 0x7f80 ? std::copysign(std::ldexp(1.0, 128), double(bf16_to_float(h))) : double(bf16_to_float(h));
+// The device AdamW's path, the per-step coefficients with the shared element rule (kernels/adamw_math.h), gives
+// CpuAdamW's update bitwise (its scalar path, which every ISA path equals), the working copy rounded to bf16 as
+// the CPU rounds its upload.
+TEST(AdamW, CoefficientsAndTheSharedElementRuleGiveItsUpdateBitwise) {
+  const AdamWHyper hyper{3e-4, 0.9, 0.95, 1e-8, 0.1};
+  const CpuAdamW cpu({hyper, "scalar", 1});
+  const size_t n = 4099;
+  Rng rng(7);
+  const auto normals = [&rng](size_t count) {
+    std::vector<float> v(count);
+    for (float& x : v) x = static_cast<float>(rng.normal());
+    return v;
   };
-  const double dl = std::abs(double(x) - value(lo)), dh = std::abs(double(x) - value(hi));
-  if (dl != dh) return dl < dh ? lo : hi;
-  return (lo & 1) ? hi : lo;
-}
-
-__attribute__((target("f16c"))) uint16_t f16_hardware(float x) {
-  return static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
-}
-__attribute__((target("f16c"))) float f16_hardware_to_float(uint16_t h) { return _cvtsh_ss(h); }
-
-TEST(HalfConversions, RoundToNearestEvenAgainstIndependentReferences) {
-  Rng rng(12);
-  const bool f16c = isa_supported(Isa::Avx2);  // AVX2 path implies F16C
-  for (int i = 0; i < 2000000; ++i) {
-    const auto bits = static_cast<uint32_t>(rng.next_u64());
-    const float x = std::bit_cast<float>(bits);
-    if (std::isnan(x)) {
-      EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(x))));
-      EXPECT_TRUE(std::isnan(half_to_float(float_to_half(x))));
-      continue;
+  for (const int64_t step : {int64_t{1}, int64_t{2}, int64_t{1000}})
+    for (const float grad_scale : {1.0f, 0.37f / 1024.0f}) {
+      std::vector<float> p = normals(n), m = normals(n), v = normals(n);
+      const std::vector<float> g = normals(n);
+      for (float& x : v) x = std::fabs(x);
+      std::vector<float> p2 = p, m2 = m, v2 = v;
+      std::vector<uint16_t> upload(n), working(n);
+      const double lr = 1.5e-4;
+      cpu.step({p, m, v, g.data(), DType::F32, upload.data(), DType::BF16}, step, lr, grad_scale);
+      const kernels::AdamWCoefficients c = adamw_coefficients(hyper, step, lr, grad_scale, 0);
+      for (size_t i = 0; i < n; ++i) {
+        kernels::adamw_element(p2[i], m2[i], v2[i], g[i], c);
+        working[i] = float_to_bf16(p2[i]);
+      }
+      ASSERT_EQ(std::memcmp(p.data(), p2.data(), n * 4), 0) << "master, step " << step;
+      ASSERT_EQ(std::memcmp(m.data(), m2.data(), n * 4), 0) << "m, step " << step;
+      ASSERT_EQ(std::memcmp(v.data(), v2.data(), n * 4), 0) << "v, step " << step;
+      ASSERT_EQ(upload, working) << "bf16 working copy, step " << step;
     }
-    ASSERT_EQ(float_to_bf16(x), bf16_reference(x)) << x;
-    if (f16c) {
-      ASSERT_EQ(float_to_half(x), f16_hardware(x)) << x;
-    }
-    // fp16 values near its range: rescale the random bits into [2^-26, 2^17)
-    const float y = std::ldexp(1.0f + float(bits & 0xffff) / 65536.0f, int(bits >> 16) % 43 - 26) * ((bits >> 31) ? -1 : 1);
-    if (f16c) {
-      ASSERT_EQ(float_to_half(y), f16_hardware(y)) << y;
-    }
-  }
-  for (uint32_t h = 0; h < 0x10000; ++h) {  // every half converts exactly and back
-    const float f = half_to_float(static_cast<uint16_t>(h));
-    if (!std::isnan(f)) {
-      ASSERT_EQ(float_to_half(f), h) << h;
-    }
-    if (f16c && !std::isnan(f)) {
-      ASSERT_EQ(f, f16_hardware_to_float(static_cast<uint16_t>(h))) << h;
-    }
-  }
 }
 
 TEST(IsaSelection, RequestsEnvironmentAndErrors) {

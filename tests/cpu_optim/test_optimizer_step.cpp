@@ -13,7 +13,6 @@
 
 #include "cpu_optim/adamw.h"
 #include "cpu_optim/optimizer_step.h"
-#include "cpu_optim/step_decision.h"
 #include "optim_fixtures.h"
 
 namespace ferry::cpu_optim {

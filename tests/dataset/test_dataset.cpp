@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../formats/full_disk.h"
+#include "full_disk.h"
 #include "dataset/dataset.h"
 #include "dataset/token_shard.h"
 #include "test_helpers.h"

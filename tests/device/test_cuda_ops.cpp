@@ -15,6 +15,7 @@
 
 #include "engine/device/cuda_devices.h"
 #include "engine/device/make_device.h"
+#include "engine/ops/op_dispatch.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 #include "memory/convert.h"
@@ -22,7 +23,7 @@
 #include "models/gpt2.h"
 #include "models/parameter_store.h"
 #include "models/registry.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 #include "test_helpers.h"
 
 namespace ferry::device {
@@ -95,8 +96,8 @@ struct Mirror {
   }
   // An op's operands in this device's arena.
   struct Operands {
-    std::vector<models::Operand> lists[4];
-    models::OpOperands view() const { return {lists[0], lists[1], lists[2], lists[3]}; }
+    std::vector<kernels::Operand> lists[4];
+    ops::OpOperands view() const { return {lists[0], lists[1], lists[2], lists[3]}; }
   };
   Operands operands(const ModelSpec& spec, const SpecLayout& l, const OpSpec& op) const {
     Operands o;
@@ -109,7 +110,7 @@ struct Mirror {
   float run(const ModelSpec& spec, const SpecLayout& l, const OpSpec& op, float loss_weight = 1.0f) {
     float loss = 0;
     const Operands o = operands(spec, l, op);
-    dev->run_op(spec, op, o.view(), loss_weight, &loss, op.name);
+    dev->run_op(ops::decode_op(spec, op, o.view(), loss_weight), &loss, op.name);
     dev->synchronize();
     return loss;
   }
@@ -129,7 +130,7 @@ std::vector<DType> storage_of(const ModelSpec& spec, const OpSpec& op) {
 
 // Ids the op can take (below the vocabulary, BERT's -100 for unmasked targets, padding at the end of each
 // sequence) and random floats, rounded to the storage, elsewhere.
-void fill_random(std::byte* dst, const std::string& name, DType dtype, int64_t n, int vocab, int64_t seq, models::Rng& rng) {
+void fill_random(std::byte* dst, const std::string& name, DType dtype, int64_t n, int vocab, int64_t seq, Rng& rng) {
   if (dtype == DType::I32) {
     auto* ids = reinterpret_cast<int32_t*>(dst);
     for (int64_t i = 0; i < n; ++i) {
@@ -145,7 +146,7 @@ void fill_random(std::byte* dst, const std::string& name, DType dtype, int64_t n
 }
 
 void fill_op_operands(std::byte* image, const ModelSpec& spec, const SpecLayout& l, const OpSpec& op, int vocab, uint64_t seed) {
-  models::Rng rng(seed);
+  Rng rng(seed);
   const int64_t seq = op.attrs.seq > 0 ? op.attrs.seq : 1;
   for (int t : op.inputs) fill_random(image + l.tensor[t], spec.tensors[t].name, spec.tensors[t].dtype, numel(spec.tensors[t].shape), vocab, seq, rng);
   for (int t : op.outputs) fill_random(image + l.tensor[t], spec.tensors[t].name, spec.tensors[t].dtype, numel(spec.tensors[t].shape), vocab, seq, rng);
@@ -207,8 +208,8 @@ std::set<std::pair<models::OpKind, models::Pass>> compare_every_op(const Shape& 
     const OpSpec& op = spec.ops[i];
     const std::string what = describe(s) + ", op " + op.name;
     const auto storage = storage_of(spec, op);
-    EXPECT_TRUE(cuda.dev->supports_op(op, storage)) << what << ": the CUDA device does not run it";
-    if (!cuda.dev->supports_op(op, storage)) continue;
+    EXPECT_TRUE(cuda.dev->supports_op(storage, op.inputs.size())) << what << ": the CUDA device does not run it";
+    if (!cuda.dev->supports_op(storage, op.inputs.size())) continue;
     fill_op_operands(image.data(), spec, layout, op, s.vocab, seed * 1000 + i);
     float losses[2];
     int d = 0;
@@ -244,7 +245,7 @@ std::set<std::pair<models::OpKind, models::Pass>> compare_every_op(const Shape& 
 
 // Random shapes: head sizes and vocabularies that are no multiple of a warp or a vector width among them.
 std::vector<Shape> random_shapes(const std::string& kind, DType precision, uint64_t seed) {
-  models::Rng rng(seed);
+  Rng rng(seed);
   std::vector<Shape> shapes{{kind, precision, 4, 16, 96, 2, 16}};  // a regular one first
   for (int i = 0; i < 3; ++i) {
     const int heads = 1 + static_cast<int>(rng.below(4));

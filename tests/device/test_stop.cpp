@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "../formats/full_disk.h"
+#include "full_disk.h"
 #include "engine/device/host_device.h"
 #include "engine/device/stop.h"
 #include "engine/device/trace.h"

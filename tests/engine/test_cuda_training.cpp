@@ -16,6 +16,7 @@
 #include "engine/device/cuda_devices.h"
 #include "engine/device/make_device.h"
 #include "engine/executor.h"
+#include "engine/ops/op_workspace.h"
 #include "engine/step_planning.h"
 #include "memory/convert.h"
 #include "memory/device_allocations.h"
@@ -99,7 +100,7 @@ DeviceRun train_on(DeviceChoice::Kind kind, const Config& c, int64_t budget = 0)
   DeviceRun r;
   const models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len, c.precision());
   offload::CostModel cost = cost_model();
-  cost.profiled_workspace_bytes = device::op_workspace_bytes(kind, spec);  // the file's model was not profiled here
+  cost.profiled_workspace_bytes = ops::op_workspace_bytes(kind, spec);  // the file's model was not profiled here
   const offload::StepPlan plan = plan_for_config(c, spec, cost, budget);
   r.budget = plan.problem.budget_bytes;
   r.arena = plan.memory.layout.peak;
@@ -195,8 +196,9 @@ void expect_every_policy_within_its_budget(DeviceChoice::Kind kind, std::initial
         if (std::string(policy) == "chunk-lru" || std::string(policy) == "greedy") {
           // As tests/engine/test_executor.cpp's tight budgets: from what the model needs in fp32.
           const models::ModelSpec fp32 = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
-          const offload::OffloadProblem p(fp32, cost_model(), c.offload.bucket_bytes, 1, std::vector<bool>(c.model.n_layer, ckpt), 1,
-                                          device::op_workspace_bytes(kind, fp32));
+          const offload::OffloadProblem p(fp32, cost_model(), c.offload.bucket_bytes, 1,
+                                          std::vector<bool>(c.model.n_layer, ckpt), 1,
+                                          ops::op_workspace_bytes(kind, fp32));
           budget = static_cast<int64_t>(offload::minimum_device_bytes(p) * (std::string(policy) == "chunk-lru" ? 2.0 : 1.5));
         }
         const DeviceRun r = train_on(kind, c, budget);

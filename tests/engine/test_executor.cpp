@@ -36,7 +36,7 @@
 #include "memory/pinned_pool.h"
 #include "memory/arena.h"
 #include "memory/device_allocations.h"
-#include "models/cpu_runner.h"
+#include "engine/ops/cpu_runner.h"
 #include "models/gpt2.h"
 #include "offload/policies.h"
 #include "plan_inspection.h"
@@ -197,7 +197,7 @@ std::vector<float> reference_losses(const Config& c, int sync_steps, const std::
   const cpu_optim::LrSchedule lr{cpu_optim::LrSchedule::Kind::Cosine, static_cast<float>(c.optim.lr), static_cast<float>(c.optim.min_lr),
                                  c.optim.warmup_steps, c.train.steps};
   const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
   struct Update {
     std::vector<std::vector<float>> grads;
     std::optional<cpu_optim::OptimizerStep> step;  // statistics recorded, decided
@@ -253,7 +253,7 @@ TEST(Executor, EvaluationIsTheForwardLossOnTheDevice) {
   models::init_model(c.model, spec, params, 11);
   const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
   const dataset::Batch batch = data.val_batch(0, 1, c.train.batch_size);
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
   runner.set_batch(batch.tokens, batch.targets);
   const float expected = runner.forward();
   for (const char* policy : {"resident", "chunk-lru"}) {
@@ -835,7 +835,7 @@ std::vector<float> delayed_beside_device_tier(const Config& c, const models::Mod
   for (int p = 0; p < params.count(); ++p) std::copy_n(params.value(p).data(), layout.slot(p).numel, master[layout.slot(p).bucket].data() + layout.slot(p).offset);
   const cpu_optim::CpuAdamW adamw{cpu_optim::AdamWOptions{}};
   const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
   struct Update {
     std::vector<std::vector<float>> grads;
     std::optional<cpu_optim::OptimizerStep> step;

@@ -26,7 +26,7 @@
 #include "cli/sample.h"
 #include "engine/trainer.h"
 #include "memory/arena.h"
-#include "models/cpu_runner.h"
+#include "engine/ops/cpu_runner.h"
 #include "models/gpt2.h"
 #include "test_helpers.h"
 

@@ -19,7 +19,7 @@
 #include "formats/checkpoint_dir.h"
 #include "formats/crc32c.h"
 #include "models/registry.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 #include "test_helpers.h"
 
 namespace ferry::formats {
@@ -48,7 +48,7 @@ TEST(Crc32c, MatchesPublishedValues) {
 }
 
 TEST(Crc32c, AnySplitGivesTheWholesChecksum) {
-  models::Rng rng(3);
+  Rng rng(3);
   std::string bytes(1000, '\0');
   for (char& c : bytes) c = static_cast<char>(rng.uniform() * 256);
   const uint32_t whole = crc_of(bytes);

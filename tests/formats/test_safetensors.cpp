@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include "formats/weights.h"
 #include "models/gpt2.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 #include "test_helpers.h"
 
 namespace ferry::formats {
@@ -104,7 +104,7 @@ TEST(Safetensors, RandomCorruptionNeverCrashes) {
   const auto good = testing::data_path("gpt2_tiny.safetensors");
   std::ifstream in(good, std::ios::binary);
   std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  models::Rng rng(3);
+  Rng rng(3);
   for (int trial = 0; trial < 300; ++trial) {
     std::vector<std::byte> b(reinterpret_cast<std::byte*>(raw.data()), reinterpret_cast<std::byte*>(raw.data()) + raw.size());
     const size_t header_end = 8 + 2000;  // corrupt the length and the JSON header mostly

@@ -11,12 +11,12 @@
 #include "memory/host_buckets.h"
 #include "memory/pinned_pool.h"
 #include "models/gpt2.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 
 namespace ferry::memory {
 namespace {
 
-std::vector<BucketLayout::Param> random_params(models::Rng& rng, int n) {
+std::vector<BucketLayout::Param> random_params(Rng& rng, int n) {
   std::vector<BucketLayout::Param> p;
   for (int i = 0; i < n; ++i) {
     const int64_t rows = 1 + rng.below(300), cols = rng.below(3) == 0 ? 1 : 1 + rng.below(500);
@@ -26,7 +26,7 @@ std::vector<BucketLayout::Param> random_params(models::Rng& rng, int n) {
 }
 
 TEST(BucketLayout, RandomParametersPackInOrderWithoutStraddling) {
-  models::Rng rng(77);
+  Rng rng(77);
   for (int trial = 0; trial < 300; ++trial) {
     const auto params = random_params(rng, 1 + static_cast<int>(rng.below(80)));
     const int64_t target = 2 * (1 + rng.below(200000));
@@ -77,7 +77,7 @@ TEST(BucketLayout, Gpt2SmallInFirstUseOrder) {
 }
 
 TEST(HostBuckets, RegionsAndViewsAreDisjointAlignedAndTyped) {
-  models::Rng rng(5);
+  Rng rng(5);
   const auto params = random_params(rng, 40);
   const BucketLayout layout(params, 300000, DType::BF16);
   PinnedHostPool pool(HostBuckets::bytes_needed(layout, DType::BF16, DType::BF16), {});

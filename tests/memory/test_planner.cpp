@@ -7,12 +7,12 @@
 
 #include "memory/planner.h"
 #include "models/gpt2.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 
 namespace ferry::memory {
 namespace {
 
-std::vector<TensorLifetime> random_instance(models::Rng& rng, int n, int ops) {
+std::vector<TensorLifetime> random_instance(Rng& rng, int n, int ops) {
   std::vector<TensorLifetime> t(n);
   for (auto& x : t) {
     const int kind = static_cast<int>(rng.below(10));
@@ -25,7 +25,7 @@ std::vector<TensorLifetime> random_instance(models::Rng& rng, int n, int ops) {
 }
 
 TEST(Planner, RandomInstancesGiveValidPlansAboveTheLowerBound) {
-  models::Rng rng(2024);
+  Rng rng(2024);
   for (int trial = 0; trial < 3000; ++trial) {
     const int n = 1 + static_cast<int>(rng.below(trial < 2900 ? 40 : 600));
     const auto tensors = random_instance(rng, n, 1 + static_cast<int>(rng.below(60)));

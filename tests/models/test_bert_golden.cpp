@@ -13,7 +13,7 @@
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 #include "models/bert.h"
-#include "models/cpu_runner.h"
+#include "engine/ops/cpu_runner.h"
 #include "golden_helpers.h"
 #include "test_helpers.h"
 
@@ -37,7 +37,7 @@ struct BertGolden : ::testing::Test {
 };
 
 TEST_F(BertGolden, LogitsAndLossMatchTransformers) {
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
   runner.set_batch(tokens, labels, mask);
   const float loss = runner.forward();
   EXPECT_LT(testing::max_rel_error(runner.tensor("head.decoder.out"), ref.read_f32("logits"), 1e-2), 1e-4);
@@ -45,7 +45,7 @@ TEST_F(BertGolden, LogitsAndLossMatchTransformers) {
 }
 
 TEST_F(BertGolden, EveryGradientMatchesTransformers) {
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
   runner.set_batch(tokens, labels, mask);
   params.zero_grads();
   runner.forward_backward();
@@ -68,7 +68,7 @@ TEST_F(BertGolden, EveryGradientMatchesTransformers) {
 TEST_F(BertGolden, Bf16LogitsAndLossMatchTransformers) {
   models::ModelSpec bf16 = spec;
   bf16.set_precision(DType::BF16);
-  models::CpuRunner runner(bf16, params);
+  ops::CpuRunner runner(bf16, params);
   runner.set_batch(tokens, labels, mask);
   const float loss = runner.forward();
   EXPECT_LT(testing::max_error_of_largest(runner.tensor("head.decoder.out"), ref.read_f32("logits")), 2e-2);
@@ -78,7 +78,7 @@ TEST_F(BertGolden, Bf16LogitsAndLossMatchTransformers) {
 TEST_F(BertGolden, Bf16GradientsMatchTransformers) {
   models::ModelSpec bf16 = spec;
   bf16.set_precision(DType::BF16);
-  models::CpuRunner runner(bf16, params);
+  ops::CpuRunner runner(bf16, params);
   runner.set_batch(tokens, labels, mask);
   params.zero_grads();
   runner.forward_backward();
@@ -99,7 +99,7 @@ TEST_F(BertGolden, Bf16GradientsMatchTransformers) {
 }
 
 TEST_F(BertGolden, FiveAdamWStepsWithClippingMatchTorch) {
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
   runner.set_batch(tokens, labels, mask);
   testing::expect_adamw_like_torch(ref, params, runner);
 }

@@ -7,7 +7,7 @@
 
 #include "formats/safetensors.h"
 #include "formats/weights.h"
-#include "models/cpu_runner.h"
+#include "engine/ops/cpu_runner.h"
 #include "models/gpt2.h"
 #include "golden_helpers.h"
 #include "test_helpers.h"
@@ -30,7 +30,7 @@ struct Golden : ::testing::Test {
 };
 
 TEST_F(Golden, LogitsAndLossMatchTransformers) {
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
   runner.set_batch(tokens, targets);
   const float loss = runner.forward();
   const auto logits = ref.read_f32("logits");
@@ -39,7 +39,7 @@ TEST_F(Golden, LogitsAndLossMatchTransformers) {
 }
 
 TEST_F(Golden, EveryGradientMatchesTransformers) {
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
   runner.set_batch(tokens, targets);
   params.zero_grads();
   runner.forward_backward();
@@ -59,7 +59,7 @@ TEST_F(Golden, EveryGradientMatchesTransformers) {
 TEST_F(Golden, Bf16LogitsAndLossMatchTransformers) {
   models::ModelSpec bf16 = spec;
   bf16.set_precision(DType::BF16);
-  models::CpuRunner runner(bf16, params);
+  ops::CpuRunner runner(bf16, params);
   runner.set_batch(tokens, targets);
   const float loss = runner.forward();
   EXPECT_LT(testing::max_error_of_largest(runner.tensor("lm_head.out"), ref.read_f32("logits")), 2e-2);
@@ -72,7 +72,7 @@ TEST_F(Golden, Bf16LogitsAndLossMatchTransformers) {
 TEST_F(Golden, Bf16GradientsMatchTransformers) {
   models::ModelSpec bf16 = spec;
   bf16.set_precision(DType::BF16);
-  models::CpuRunner runner(bf16, params);
+  ops::CpuRunner runner(bf16, params);
   runner.set_batch(tokens, targets);
   params.zero_grads();
   runner.forward_backward();
@@ -82,7 +82,7 @@ TEST_F(Golden, Bf16GradientsMatchTransformers) {
 }
 
 TEST_F(Golden, FiveAdamWStepsWithClippingMatchTorch) {
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
   runner.set_batch(tokens, targets);
   testing::expect_adamw_like_torch(ref, params, runner);
 }

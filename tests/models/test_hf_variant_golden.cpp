@@ -14,7 +14,7 @@
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
-#include "models/cpu_runner.h"
+#include "engine/ops/cpu_runner.h"
 #include "models/registry.h"
 #include "test_helpers.h"
 
@@ -50,7 +50,7 @@ struct HfVariantGolden : ::testing::Test {
       const std::vector<float> head = ref.read_f32(spec.params[i].name);
       std::copy(head.begin(), head.end(), params.value(i).begin());
     }
-    models::CpuRunner runner(spec, params);
+    ops::CpuRunner runner(spec, params);
     runner.set_batch(tokens, labels, mask);
     *loss = runner.forward();
     if (hidden) *hidden = runner.tensor("layer." + std::to_string(m.n_layer - 1) + ".ffn.ln.out");
@@ -144,7 +144,7 @@ TEST(HfGpt2Variant, LogitsAndLossMatchTransformers) {
   const models::ModelSpec spec = models::build_model(model, B, T);
   models::ParameterStore params{spec.params};
   EXPECT_TRUE(formats::load_weights(model.init_from, spec, params).empty());
-  models::CpuRunner runner(spec, params);
+  ops::CpuRunner runner(spec, params);
   const std::vector<int32_t> tokens = ref.read_i32("input_ids"), targets = ref.read_i32("targets");
   runner.set_batch(tokens, targets);
   const float loss = runner.forward();
@@ -156,7 +156,7 @@ TEST(HfGpt2Variant, LogitsAndLossMatchTransformers) {
   old_eps.layer_norm_eps = 1e-5;
   for (const models::ModelConfig& other : {tanh, old_eps}) {
     const models::ModelSpec other_spec = models::build_model(other, B, T);
-    models::CpuRunner other_runner(other_spec, params);
+    ops::CpuRunner other_runner(other_spec, params);
     other_runner.set_batch(tokens, targets);
     other_runner.forward();
     EXPECT_GT(testing::max_rel_error(other_runner.tensor("lm_head.out"), ref.read_f32("logits"), 1e-2), 3e-4) << models::choices_of(other);

@@ -14,7 +14,7 @@
 
 #include "models/bert.h"
 #include "models/gpt2.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 #include "models/weight_init.h"
 
 namespace ferry::models {

@@ -14,7 +14,7 @@
 
 #include "models/bert.h"
 #include "models/gpt2.h"
-#include "models/rng.h"
+#include "foundation/rng.h"
 #include "offload/cost_model.h"
 #include "offload/policies.h"
 #include "offload/simulator.h"
@@ -37,7 +37,7 @@ models::ModelSpec bert_bf16(const models::BertConfig& c, int64_t batch, int64_t 
   return spec;
 }
 
-CostModel random_cost(models::Rng& rng) {
+CostModel random_cost(Rng& rng) {
   CostModel c;
   c.name = "random";
   c.flops_per_s = 1e9 * (1 + rng.below(100));
@@ -137,7 +137,7 @@ TEST(CostModel, ShippedH100ModelLoadsAndRoundTrips) {
   }
 }
 
-OffloadProblem small_problem(models::Rng& rng, int64_t budget_fraction_permille = 1000, int grad_accum = 1) {
+OffloadProblem small_problem(Rng& rng, int64_t budget_fraction_permille = 1000, int grad_accum = 1) {
   const int layers = 1 + static_cast<int>(rng.below(3)), heads = 1 + static_cast<int>(rng.below(2));
   const models::ModelSpec spec = gpt2_bf16({layers, heads, heads * 32, 256, 32}, 2, 32);
   const int64_t bucket = 8192 * (1 + static_cast<int64_t>(rng.below(8)));
@@ -192,7 +192,7 @@ TEST(Simulator, InvalidSchedulesNameTheOpAndTheBucket) {
 }
 
 TEST(Simulator, TakesThePeakFromTheGivenLayoutAndRejectsAnotherSchedules) {
-  models::Rng rng(3);
+  Rng rng(3);
   const OffloadProblem p = small_problem(rng, 100);
   const PlannedSchedule greedy = make_schedule(p, Policy::Greedy);
   const SimResult r = simulate_planned(p, greedy);
@@ -250,7 +250,7 @@ TEST(StreamReuse, AWriteBeforeACopyStreamIsDoneWithTheBytesIsCaught) {
 // a link 20x slower back than planned, every such plan stays valid (the prefetch starts once the gradients
 // have left, as the Executor makes it); without that wait the Simulator's cross-stream check refuses them.
 TEST(Simulator, APrefetchIntoReleasedGradientsStartsOnceTheyHaveLeft) {
-  models::Rng rng(17);
+  Rng rng(17);
   int shared = 0;
   for (int trial = 0; trial < 40; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
@@ -272,7 +272,7 @@ TEST(Simulator, APrefetchIntoReleasedGradientsStartsOnceTheyHaveLeft) {
 }
 
 TEST(DeviceMemory, RedZonesFollowEveryTensorAndCountAgainstTheBudget) {
-  models::Rng rng(5);
+  Rng rng(5);
   const OffloadProblem p = small_problem(rng, 300);
   const Schedule s = make_schedule(p, Policy::Greedy).schedule;
   const DeviceMemory plain = lay_out(p, s);
@@ -302,7 +302,7 @@ TEST(DeviceMemory, RedZonesFollowEveryTensorAndCountAgainstTheBudget) {
 }
 
 TEST(Policies, RandomModelsBudgetsAndCostModels) {
-  models::Rng rng(31);
+  Rng rng(31);
   int greedy_runs = 0, offloading_runs = 0;
   for (int trial = 0; trial < 60; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
@@ -342,7 +342,7 @@ TEST(Policies, RandomModelsBudgetsAndCostModels) {
 // the plans that update some bucket on the CPU; the others (greedy chose resident) can neither delay nor
 // pipeline. Returns how many were visited.
 int for_each_cpu_adam_plan(uint64_t seed, const std::function<void(const OffloadProblem&, Policy, const PlannedSchedule&)>& visit) {
-  models::Rng rng(seed);
+  Rng rng(seed);
   int visited = 0;
   for (int trial = 0; trial < 40; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
@@ -421,7 +421,7 @@ TEST(Policies, PipelinedUpdateIsNeverSlowerAndTheForwardWaitsForEveryUpdate) {
 }
 
 TEST(Policies, GreedyPipelinedIsNeverSlowerThanGreedyUpdatingInTheStep) {
-  models::Rng rng(46);
+  Rng rng(46);
   int pipelined = 0;
   for (int trial = 0; trial < 60; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
@@ -520,7 +520,7 @@ TEST(Policies, ResidentBucketsAreUploadedInTheOrderTheCpuUpdatesThem) {
 }
 
 TEST(Policies, MoreBudgetNeverMakesGreedySlower) {
-  models::Rng rng(8);
+  Rng rng(8);
   for (int trial = 0; trial < 50; ++trial) {
     const bool mixed = trial % 2 == 1;  // with and without the device tier beside the CPU's
     const OffloadProblem tight = small_problem(rng, 50);
@@ -555,7 +555,7 @@ TEST(Policies, GreedyIsResidentWhenEverythingFitsOnAnH100) {
 }
 
 TEST(Checkpointing, RecomputationJoinsTheTimelineAndShortensActivationLives) {
-  models::Rng rng(4);
+  Rng rng(4);
   const models::ModelSpec spec = gpt2_bf16({4, 2, 64, 256, 64}, 4, 64);
   int forward_block_ops = 0;
   for (const auto& op : spec.ops) forward_block_ops += op.pass == models::Pass::Forward && op.layer == 0;
@@ -592,7 +592,7 @@ PlanRequest request_for(int64_t bucket, int64_t budget, Policy policy, Checkpoin
 }
 
 TEST(Checkpointing, AutoCheckpointsTheFewestBlocksThatFit) {
-  models::Rng rng(6);
+  Rng rng(6);
   const models::ModelSpec spec = gpt2_bf16({6, 2, 64, 256, 128}, 8, 128);
   const CostModel cost = random_cost(rng);
   const int64_t without = minimum_device_bytes(OffloadProblem(spec, cost, 16384, 1));
@@ -643,7 +643,7 @@ TEST(Checkpointing, GreedyAutoIsNeverSlowerThanTheAnchorsAuto) {
     int64_t budget;
   };
   std::vector<Case> cases{{bert_bf16({24, 16, 1024, 30522, 512, 0}, 32, 512), h100, int64_t(16) << 30}};
-  models::Rng rng(12);
+  Rng rng(12);
   const models::ModelSpec gpt = gpt2_bf16({6, 2, 64, 256, 128}, 8, 128);
   for (int trial = 0; trial < 6; ++trial) {
     const CostModel cost = random_cost(rng);
@@ -706,7 +706,7 @@ TEST(Policies, ImpossibleBudgetSaysWhatIsNeededAndWhatToChange) {
 }
 
 TEST(PlanStep, OneLayoutPerPlanThatTheExecutorAndTheSimulatorShare) {
-  models::Rng rng(9);
+  Rng rng(9);
   const models::ModelSpec spec = gpt2_bf16({3, 2, 64, 256, 64}, 4, 64);
   for (int trial = 0; trial < 6; ++trial) {
     const CostModel cost = random_cost(rng);
@@ -842,7 +842,7 @@ TEST(PlanStep, OneRuleDecidesWhichOverlapAPolicyAllows) {
 // parameter i), a loss, and the backward ops in reverse; sometimes a tied parameter that the first and the
 // last forward op share (GPT-2's wte and lm_head). Every parameter gets a bucket of its own. Op times,
 // link, CPU and device AdamW rates are drawn relative to the compute time so that no one part dominates.
-OffloadProblem chain_problem(models::Rng& rng, int n, bool tied) {
+OffloadProblem chain_problem(Rng& rng, int n, bool tied) {
   models::ModelSpec spec;
   spec.kind = "chain";
   const int n_params = n + (tied ? 1 : 0);
@@ -1016,7 +1016,7 @@ TEST(Greedy, WithinAFactorOfTheExhaustiveOptimumAndTheBoundBelowEverySchedule) {
   constexpr double kWorstAllowed = 1.32;
   constexpr int kProblems = 200;
   constexpr double kLargestSpace = 20000;  // schedules in a problem's space; larger problems are skipped
-  models::Rng rng(2024);
+  Rng rng(2024);
   const auto start = std::chrono::steady_clock::now();
   double worst = 0;
   int searched = 0, offloading = 0;

@@ -1,0 +1,100 @@
+// Multi-head self-attention, forward and backward: GPT-2's causal one on packed qkv (c_attn's output) and
+// BERT's bidirectional one on separate q, k, v with a key padding mask.
+// Per head, with q, k, v (T,hs) views and scale = 1/sqrt(hs):
+//   forward:  S = q k^T * scale, masked;  P = softmax(S) (saved);  out = P v
+//   backward: dP = dout v^T;  dv += P^T dout;  dS = P * (dP - rowsum(P * dP)) * scale;
+//             dq += dS k;  dk += dS^T q
+// The products are oneDNN batched matmuls over (batch, head) reading q, k, v in place through strides;
+// the masked softmax and its backward are plain loops. The CUDA path will use a fused kernel.
+#include <cmath>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/workspace.h"
+
+namespace ferry::kernels::cpu {
+namespace {
+
+// Strides of the views attention takes of its tensors.
+struct Views {
+  StridedBatch head_of_in;    // a head of q, k or v: (T,hs) rows row_stride apart, batches T*row_stride apart
+  StridedBatch head_of_in_t;  // the same, transposed: (hs,T)
+  StridedBatch head_of_out;   // (T,hs) inside out (B,T,C)
+  StridedBatch probs;         // (T,T) inside probs (B,NH,T,T)
+  StridedBatch probs_t;       // the same, transposed
+};
+
+Views views(const AttentionShape& s) {
+  const int64_t hs = s.C / s.NH, T = s.T, rs = s.row_stride;
+  return {{T * rs, hs, rs, 1}, {T * rs, hs, 1, rs}, {T * s.C, hs, s.C, 1}, {s.NH * T * T, T * T, T, 1},
+          {s.NH * T * T, T * T, 1, T}};
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* att, const float* q, const float* k, const float* vv, const AttentionShape& s) {
+  const int64_t B = s.B, T = s.T, NH = s.NH, hs = s.C / s.NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const Views v = views(s);
+  // S = q k^T (full T x T; the mask is applied in the softmax)
+  batched_matmul(att, v.probs, q, v.head_of_in, k, v.head_of_in_t, B, NH, T, T, hs, false);
+  parallel_chunks(B * NH * T, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = r % T, b = r / (NH * T);
+      const int64_t last = s.causal ? t : T - 1;  // keys 0..last may be visible
+      const int32_t* mask = s.key_mask ? s.key_mask + b * T : nullptr;
+      auto visible = [&](int64_t t2) { return !mask || mask[t2] != 0; };
+      float* a = att + r * T;
+      float maxv = -INFINITY;
+      for (int64_t t2 = 0; t2 <= last; ++t2)
+        if (visible(t2)) maxv = std::max(maxv, a[t2] * scale);
+      float sum = 0;
+      for (int64_t t2 = 0; t2 <= last; ++t2) {
+        a[t2] = visible(t2) ? std::exp(a[t2] * scale - maxv) : 0.0f;
+        sum += a[t2];
+      }
+      const float inv = sum > 0 ? 1.0f / sum : 0.0f;  // a query with no visible key attends to nothing
+      for (int64_t t2 = 0; t2 <= last; ++t2) a[t2] *= inv;
+      for (int64_t t2 = last + 1; t2 < T; ++t2) a[t2] = 0.0f;
+    }
+  });
+  // out = P v
+  batched_matmul(out, v.head_of_out, att, v.probs, vv, v.head_of_in, B, NH, T, hs, T, false);
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* vv, const float* att, const AttentionShape& s) {
+  const int64_t B = s.B, T = s.T, NH = s.NH, hs = s.C / s.NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const Views v = views(s);
+  float* ds = workspace(Scratch::Op, B * NH * T * T * 4);
+  // dP = dout v^T;  dv += P^T dout
+  batched_matmul(ds, v.probs, dout, v.head_of_out, vv, v.head_of_in_t, B, NH, T, T, hs, false);
+  batched_matmul(dv, v.head_of_in, att, v.probs_t, dout, v.head_of_out, B, NH, T, hs, T, true);
+  // Softmax backward, in place: dS = P * (dP - sum_j P_j dP_j) * scale (zero where masked, as P is)
+  parallel_chunks(B * NH * T, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* p = att + r * T;
+      float* d = ds + r * T;
+      float dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t t2 = 0; t2 < T; ++t2) dot += p[t2] * d[t2];
+      for (int64_t t2 = 0; t2 < T; ++t2) d[t2] = p[t2] * (d[t2] - dot) * scale;
+    }
+  });
+  // dq += dS k;  dk += dS^T q
+  batched_matmul(dq, v.head_of_in, ds, v.probs, k, v.head_of_in, B, NH, T, hs, T, true);
+  batched_matmul(dk, v.head_of_in, ds, v.probs_t, q, v.head_of_in, B, NH, T, hs, T, true);
+}
+
+void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  attention_forward(out, att, qkv, qkv + C, qkv + 2 * C, {B, T, C, NH, 3 * C, true, nullptr});
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
+                        int64_t C, int64_t NH) {
+  attention_backward(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, att, {B, T, C, NH, 3 * C, true, nullptr});
+}
+
+}  // namespace ferry::kernels::cpu

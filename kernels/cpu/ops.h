@@ -1,0 +1,75 @@
+// The math of every op of the models, CPU side, fp32: one function per op and pass, shapes in comments.
+// Forward functions overwrite their outputs; backward functions ACCUMULATE (+=) into every gradient they
+// write (activation and parameter grads alike), so residual branches, tied weights and micro-batches add up.
+// Every reduction is split the same way whatever the thread count, so results are bitwise reproducible.
+#pragma once
+
+#include <cstdint>
+
+namespace ferry::kernels::cpu {
+
+// ---- Embedding: out[b,t,:] = (wte[tokens[b,t],:] + type[:]) + wpe[t,:]
+// tokens (B,T) int32; wte (V,C); wpe (maxT,C); type: BERT's token-type row 0 (C), null for GPT-2; out (B,T,C)
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                       int64_t T, int64_t C, const float* type = nullptr);
+// dwte (V,C) += scatter of dout rows by token; dwpe (maxT,C) += sum over b of dout[b,t,:];
+// dtype (C, may be null) += sum over b, t of dout[b,t,:]. Any gradient may be null (a frozen table).
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
+                        int64_t T, int64_t C, float* dtype = nullptr);
+
+// ---- LayerNorm over the last dim: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps)
+// x, out (N,C); w, b (C); mean, rstd (N) saved for backward. eps: 1e-5 (GPT-2), 1e-12 (BERT)
+void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                       int64_t N, int64_t C, float eps = 1e-5f);
+// dx (N,C) += ...; dw, db (C) += ... (either may be null: a frozen parameter)
+void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+                        const float* mean, const float* rstd, int64_t N, int64_t C);
+
+// ---- Linear: out (N,OC) = x (N,IC) @ W + bias (OC); bias may be null.
+// W is [IC,OC] (HF Conv1D) or, with weight_out_in, [OC,IC] (nn.Linear, the tied LM head).
+void linear_forward(float* out, const float* x, const float* W, const float* bias, int64_t N, int64_t IC,
+                    int64_t OC, bool weight_out_in);
+// dx (N,IC) += dout @ W^T; dW += x^T @ dout (laid out like W); dbias (OC) += column sums of dout. dW and
+// dbias may be null (frozen).
+void linear_backward(float* dx, float* dW, float* dbias, const float* dout, const float* x, const float* W,
+                     int64_t N, int64_t IC, int64_t OC, bool weight_out_in);
+
+// ---- Multi-head self-attention, heads of size hs = C/NH.
+// q, k, v: (B,T,C) views whose rows are row_stride floats apart (GPT-2: one packed (B,T,3C) [q | k | v],
+// row_stride 3C; BERT: three (B,T,C) tensors, row_stride C). Query t sees key t2 when (not causal or
+// t2 <= t) and (no key_mask or key_mask[b,t2] != 0); att (B,NH,T,T) = softmax(q k^T / sqrt(hs)) over the
+// visible keys (0 elsewhere), saved for backward; out (B,T,C) = att v.
+struct AttentionShape {
+  int64_t B, T, C, NH;
+  int64_t row_stride;
+  bool causal = true;
+  const int32_t* key_mask = nullptr;  // (B,T): 1 a real token, 0 padding
+};
+void attention_forward(float* out, float* att, const float* q, const float* k, const float* v, const AttentionShape& s);
+// dq, dk, dv (the same views) += ...
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const float* att, const AttentionShape& s);
+// GPT-2's causal attention on packed qkv (B,T,3C); dqkv (B,T,3C) += ...
+void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+                        int64_t T, int64_t C, int64_t NH);
+
+// ---- GELU, tanh form (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
+//      erf form (BERT, exact = true): out = 0.5 x (1 + erf(x / sqrt(2))); x, out (N)
+void gelu_forward(float* out, const float* x, int64_t N, bool exact = false);
+void gelu_backward(float* dx, const float* dout, const float* x, int64_t N, bool exact = false);
+
+// ---- Residual add: out = a + b (N); backward: da += dout, db += dout
+void residual_forward(float* out, const float* a, const float* b, int64_t N);
+void residual_backward(float* da, float* db, const float* dout, int64_t N);
+
+// ---- Softmax cross-entropy over the vocabulary, fused.
+// logits (N,V), targets (N); losses (N) = logsumexp(logits) - logits[target]; a negative target (BERT's
+// -100: a position not chosen for the masked-LM loss) gives loss 0 and no gradient.
+void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V);
+// dlogits (N,V) += dloss * (softmax(logits) - onehot(target)); dloss is d(total loss)/d(losses[i]), e.g.
+// 1/(targets counted).
+void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int64_t N,
+                            int64_t V);
+
+}  // namespace ferry::kernels::cpu

@@ -1,0 +1,63 @@
+// What cuDNN's SDPA graphs are told about our tensors, as pure functions of the shape (attention_cudnn.cpp
+// builds its graphs from them; the host tests run a naive attention through the same dims and strides
+// against the CPU op): the (B, NH, T, hs) views, the padding mask as key counts, the scratch layout.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "foundation/precision.h"
+
+namespace ferry::kernels::cuda::sdpa {
+
+// A 4-d view: element (b, h, t, c) at sum(index * stride) from the tensor's pointer.
+struct View {
+  std::array<int64_t, 4> dim, stride;
+};
+
+// q, k, v: rows row_stride apart (GPT-2's packed qkv: 3C, the k and v pointers C and 2C in); out, dout and
+// the backward's dq/dk/dv buffers: (B,T,C); stats (B,NH,T,1) fp32, cuDNN's per-query log-sum-exp.
+struct Views {
+  View qkv, out, stats;
+};
+
+inline Views views(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t row_stride) {
+  const int64_t hs = C / NH;
+  return {{{B, NH, T, hs}, {T * row_stride, hs, row_stride, 1}},
+          {{B, NH, T, hs}, {T * C, hs, C, 1}},
+          {{B, NH, T, 1}, {NH * T, T, 1, 1}}};
+}
+
+inline int64_t offset(const View& v, int64_t b, int64_t h, int64_t t, int64_t c) {
+  return b * v.stride[0] + h * v.stride[1] + t * v.stride[2] + c * v.stride[3];
+}
+
+// cuDNN's padding mask keeps keys [0, seq_kv[b]) of batch row b: the keys before the first padding (BERT's
+// batches pad at the end; a mask with holes is the flash kernel's). Queries: all T.
+FERRY_HD inline int32_t keys_before_padding(const int32_t* mask_row, int64_t T) {
+  int64_t n = 0;
+  while (n < T && mask_row[n] != 0) ++n;
+  return static_cast<int32_t>(n);
+}
+
+// cuDNN writes dq/dk/dv into (B,T,C) buffers; element e of one goes to the (B,T,C) view with rows
+// row_stride apart at this index (the backward adds it there: ours accumulate, cuDNN's overwrite).
+FERRY_HD inline int64_t view_index(int64_t e, int64_t C, int64_t row_stride) { return (e / C) * row_stride + e % C; }
+
+// The scratch of one call: [seq_q (B) | seq_kv (B) | dq | dk | dv (backward only, B*T*C elements each) |
+// cuDNN's workspace], every part 256-byte aligned.
+struct Scratch {
+  size_t seq_q, seq_kv, grads, grad_bytes, workspace, total;
+};
+
+inline size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+inline Scratch scratch(int64_t B, int64_t T, int64_t C, size_t element_bytes, bool backward, size_t workspace) {
+  const size_t lens = align256(static_cast<size_t>(B) * sizeof(int32_t));
+  const size_t grad = backward ? align256(static_cast<size_t>(B * T * C) * element_bytes) : 0;
+  const size_t ws = 2 * lens + 3 * grad;
+  return {0, lens, 2 * lens, grad, ws, ws + align256(workspace)};
+}
+
+}  // namespace ferry::kernels::cuda::sdpa

@@ -1,0 +1,165 @@
+// The elementwise kernels: embedding forward, GELU forward/backward, residual forward/backward and the device
+// AdamW. One grid-stride map (launch.h) for all; per-element math from math.h, adamw.h and precision.h.
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace ferry::kernels::cuda {
+namespace {
+
+// Calls f(i) for every element the thread owns under the map.
+template <class F>
+__device__ void for_each_element(const ElementwiseMap& m, F&& f) {
+  for (int64_t k = 0; k < m.per_thread; ++k) {
+    const int64_t i = elementwise_index(m, blockIdx.x, static_cast<int>(threadIdx.x), k);
+    if (i >= m.n) return;
+    f(i);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kElementwiseBlock) embedding_forward_kernel(ElementwiseMap m, T* out,
+                                                                              const int32_t* tokens, const T* wte,
+                                                                              const T* wpe, const T* type, int64_t T_,
+                                                                              int64_t C) {
+  for_each_element(m, [&](int64_t e) {
+    const int64_t r = e / C, c = e % C;
+    float v = load(wte, static_cast<int64_t>(tokens[r]) * C + c);
+    if (type) v = v + load(type, c);
+    store(out, e, v + load(wpe, (r % T_) * C + c));
+  });
+}
+
+template <class T>
+__global__ void __launch_bounds__(kElementwiseBlock) gelu_forward_kernel(ElementwiseMap m, T* out, const T* x,
+                                                                         bool exact) {
+  for_each_element(m, [&](int64_t i) { store(out, i, gelu_forward_f(load(x, i), exact)); });
+}
+
+template <class T>
+__global__ void __launch_bounds__(kElementwiseBlock) gelu_backward_kernel(ElementwiseMap m, T* dx, const T* dout,
+                                                                          const T* x, bool exact) {
+  for_each_element(m, [&](int64_t i) { store(dx, i, load(dx, i) + load(dout, i) * gelu_backward_f(load(x, i), exact)); });
+}
+
+template <class T>
+__global__ void __launch_bounds__(kElementwiseBlock) residual_forward_kernel(ElementwiseMap m, T* out, const T* a,
+                                                                             const T* b) {
+  for_each_element(m, [&](int64_t i) { store(out, i, load(a, i) + load(b, i)); });
+}
+
+template <class T>
+__global__ void __launch_bounds__(kElementwiseBlock) residual_backward_kernel(ElementwiseMap m, T* da, T* db,
+                                                                              const T* dout) {
+  for_each_element(m, [&](int64_t i) {
+    const float d = load(dout, i);
+    store(da, i, load(da, i) + d);
+    store(db, i, load(db, i) + d);
+  });
+}
+
+// The working copy, as cpu_optim's store_upload writes it (stochastic rounding for bf16 only).
+__device__ void store_weight(void* w, DType type, bool stochastic, uint32_t key, int64_t i, float p) {
+  switch (type) {
+    case DType::F32: static_cast<float*>(w)[i] = p; break;
+    case DType::F16: static_cast<uint16_t*>(w)[i] = float_to_half(p); break;
+    case DType::BF16:
+      static_cast<uint16_t*>(w)[i] = stochastic ? float_to_bf16_stochastic(p, random_bits(key, static_cast<uint32_t>(i)))
+                                                : float_to_bf16(p);
+      break;
+    case DType::I32: break;
+  }
+}
+
+template <class G>
+__global__ void __launch_bounds__(kElementwiseBlock)
+    adamw_kernel(ElementwiseMap m, float* master, float* mom, float* var, const G* grad, void* weights,
+                 DType weight_type, bool stochastic, kernels::AdamWCoefficients c, const AdamWGate* gate) {
+  if (gate) {  // the decision made on the device
+    if (gate->skip) return;
+    c.grad_scale = gate->grad_scale;
+  }
+  for_each_element(m, [&](int64_t i) {
+    float p = master[i], mi = mom[i], vi = var[i];
+    kernels::adamw_element(p, mi, vi, load(grad, i), c);
+    master[i] = p, mom[i] = mi, var[i] = vi;
+    if (weights) store_weight(weights, weight_type, stochastic, c.random_key, i, p);
+  });
+}
+
+unsigned grid_of(const ElementwiseMap& m) { return static_cast<unsigned>(m.grid); }
+
+}  // namespace
+
+cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, const void* type,
+                              int64_t B, int64_t T, int64_t C, DType dtype, cudaStream_t stream) {
+  if (B * T * C == 0) return cudaSuccess;
+  const ElementwiseMap m = elementwise_map(B * T * C);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    embedding_forward_kernel<S><<<grid_of(m), m.block, 0, stream>>>(m, static_cast<S*>(out), tokens,
+                                                                    static_cast<const S*>(wte),
+                                                                    static_cast<const S*>(wpe),
+                                                                    static_cast<const S*>(type), T, C);
+  }));
+}
+
+cudaError_t gelu_forward(void* out, const void* x, int64_t N, bool exact, DType dtype, cudaStream_t stream) {
+  if (N == 0) return cudaSuccess;
+  const ElementwiseMap m = elementwise_map(N);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    gelu_forward_kernel<S><<<grid_of(m), m.block, 0, stream>>>(m, static_cast<S*>(out), static_cast<const S*>(x), exact);
+  }));
+}
+
+cudaError_t gelu_backward(void* dx, const void* dout, const void* x, int64_t N, bool exact, DType dtype,
+                          cudaStream_t stream) {
+  if (N == 0) return cudaSuccess;
+  const ElementwiseMap m = elementwise_map(N);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    gelu_backward_kernel<S><<<grid_of(m), m.block, 0, stream>>>(m, static_cast<S*>(dx), static_cast<const S*>(dout),
+                                                                static_cast<const S*>(x), exact);
+  }));
+}
+
+cudaError_t residual_forward(void* out, const void* a, const void* b, int64_t N, DType dtype, cudaStream_t stream) {
+  if (N == 0) return cudaSuccess;
+  const ElementwiseMap m = elementwise_map(N);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    residual_forward_kernel<S><<<grid_of(m), m.block, 0, stream>>>(m, static_cast<S*>(out), static_cast<const S*>(a),
+                                                                   static_cast<const S*>(b));
+  }));
+}
+
+cudaError_t residual_backward(void* da, void* db, const void* dout, int64_t N, DType dtype, cudaStream_t stream) {
+  if (N == 0) return cudaSuccess;
+  const ElementwiseMap m = elementwise_map(N);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    residual_backward_kernel<S><<<grid_of(m), m.block, 0, stream>>>(m, static_cast<S*>(da), static_cast<S*>(db),
+                                                                    static_cast<const S*>(dout));
+  }));
+}
+
+cudaError_t adamw(float* master, float* m, float* v, const void* grad, DType grad_type, void* weights,
+                  DType weight_type, bool stochastic, int64_t n, const kernels::AdamWCoefficients& c,
+                  cudaStream_t stream) {
+  return adamw_gated(master, m, v, grad, grad_type, weights, weight_type, stochastic, n, c, nullptr, stream);
+}
+
+cudaError_t adamw_gated(float* master, float* m, float* v, const void* grad, DType grad_type, void* weights,
+                        DType weight_type, bool stochastic, int64_t n, const kernels::AdamWCoefficients& c,
+                        const AdamWGate* gate, cudaStream_t stream) {
+  if (weights && weight_type == DType::I32) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const ElementwiseMap map = elementwise_map(n);
+  return launched(with_storage(grad_type, [&](auto tag) {
+    using G = decltype(tag);
+    adamw_kernel<G><<<grid_of(map), map.block, 0, stream>>>(map, master, m, v, static_cast<const G*>(grad), weights,
+                                                            weight_type, stochastic, c, gate);
+  }));
+}
+
+}  // namespace ferry::kernels::cuda

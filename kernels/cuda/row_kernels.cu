@@ -1,0 +1,196 @@
+// The row and reduction kernels: LayerNorm forward/backward, softmax cross-entropy forward/backward, the
+// gradients' sum of squares. Bodies in row_ops.h, reduction order in block_reduce.cuh: each kernel must equal
+// its host twin (twins.h) bitwise.
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace ferry::kernels::cuda {
+namespace {
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock) ln_forward_kernel(RowMap m, T* out, float* mean, float* rstd, const T* x,
+                                                               const T* w, const T* b, float eps) {
+  const int64_t r = blockIdx.x;
+  const int t = static_cast<int>(threadIdx.x);
+  const Moments s = block_reduce(ln_forward_fold(m, x, r, t), Moments{0.0f, 0.0f, 0.0f}, MomentsMerge{});
+  ln_forward_write(m, out, mean, rstd, x, w, b, r, t, s, eps);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock) ln_backward_rows_kernel(RowMap m, T* dx, const T* dout, const T* x,
+                                                                     const T* w, const float* mean, const float* rstd) {
+  const int64_t r = blockIdx.x;
+  const int t = static_cast<int>(threadIdx.x);
+  const SumPair s = block_reduce(ln_backward_fold(m, dout, x, w, mean[r], rstd[r], r, t), SumPair{0.0f, 0.0f},
+                                 SumPairMerge{});
+  ln_backward_write(m, dx, dout, x, w, mean[r], rstd[r], r, t, s);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock) column_partials_kernel(ColumnMap m, float* pw, float* pb, const T* dout,
+                                                                    const T* x, const float* mean, const float* rstd) {
+  column_partials(m, pw, pb, dout, x, mean, rstd, blockIdx.x, static_cast<int>(threadIdx.x), blockIdx.y);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock) column_finish_kernel(ColumnMap m, T* dst, const float* partials) {
+  column_finish(m, dst, partials, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock) ce_forward_kernel(RowMap m, float* losses, const T* logits,
+                                                               const int32_t* targets) {
+  const int64_t r = blockIdx.x;
+  const SoftmaxState s = block_reduce(ce_fold(m, logits, r, static_cast<int>(threadIdx.x)), softmax_empty(),
+                                      SoftmaxMerge{});
+  if (threadIdx.x == 0) losses[r] = ce_loss(m, logits, targets[r], r, s);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock) ce_backward_kernel(RowMap m, T* dlogits, const T* logits,
+                                                                const int32_t* targets, float dloss,
+                                                                const float* dloss_at) {
+  const int64_t r = blockIdx.x;
+  const int32_t target = targets[r];
+  if (target < 0) return;  // the whole block leaves together: no barrier is skipped by some threads only
+  if (dloss_at) dloss = *dloss_at;  // computed on the device by an earlier kernel
+  const int t = static_cast<int>(threadIdx.x);
+  const SoftmaxState s = block_reduce(ce_fold(m, logits, r, t), softmax_empty(), SoftmaxMerge{});
+  ce_backward_write(m, dlogits, logits, target, dloss, r, t, s);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kElementwiseBlock) squares_pass1_kernel(ElementwiseMap m, SquaresState* partials,
+                                                                          const T* g) {
+  const SquaresState s = block_reduce(squares_fold(m, g, blockIdx.x, static_cast<int>(threadIdx.x)),
+                                      SquaresState{0.0, 0u, 0u}, SquaresMerge{});
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__global__ void __launch_bounds__(kRowBlock) squares_pass2_kernel(SquaresResult* out, const SquaresState* partials,
+                                                                  int64_t count) {
+  const int t = static_cast<int>(threadIdx.x);
+  const SquaresState s = block_reduce(squares_fold_partials(partials, count, static_cast<int>(blockDim.x), t),
+                                      SquaresState{0.0, 0u, 0u}, SquaresMerge{});
+  if (t == 0) *out = {s.sum, s.nonfinite, 0u};
+}
+
+bool rows_fit(int64_t rows) { return rows >= 0 && rows <= kMaxGridX; }
+
+unsigned grid_of(int64_t blocks) { return static_cast<unsigned>(blocks); }
+
+}  // namespace
+
+cudaError_t layernorm_forward(void* out, float* mean, float* rstd, const void* x, const void* w, const void* b,
+                              int64_t N, int64_t C, float eps, DType dtype, cudaStream_t stream) {
+  if (!rows_fit(N)) return cudaErrorInvalidValue;
+  if (N == 0) return cudaSuccess;
+  const RowMap m = row_map(N, C);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    ln_forward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, static_cast<T*>(out), mean, rstd,
+                                                                  static_cast<const T*>(x), static_cast<const T*>(w),
+                                                                  static_cast<const T*>(b), eps);
+  }));
+}
+
+int64_t layernorm_backward_scratch_floats(int64_t N, int64_t C) { return 2 * column_map(N, C).chunks * C; }
+
+cudaError_t layernorm_backward(void* dx, void* dw, void* db, const void* dout, const void* x, const void* w,
+                               const float* mean, const float* rstd, int64_t N, int64_t C, float* scratch,
+                               DType dtype, cudaStream_t stream) {
+  const ColumnMap cm = column_map(N, C);
+  if (!rows_fit(N) || cm.chunks > 65535) return cudaErrorInvalidValue;  // grid.y limit
+  if (N == 0) return cudaSuccess;
+  const RowMap m = row_map(N, C);
+  float* pw = scratch;
+  float* pb = scratch + cm.chunks * C;
+  return launched(with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* d = static_cast<const T*>(dout);
+    ln_backward_rows_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, static_cast<T*>(dx), d,
+                                                                        static_cast<const T*>(x),
+                                                                        static_cast<const T*>(w), mean, rstd);
+    if (!dw && !db) return;  // a frozen LayerNorm: only dx
+    const dim3 grid(grid_of(cm.grid_x), grid_of(cm.chunks));
+    column_partials_kernel<T><<<grid, cm.block, 0, stream>>>(cm, pw, pb, d, static_cast<const T*>(x), mean, rstd);
+    if (dw) column_finish_kernel<T><<<grid_of(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(dw), pw);
+    if (db) column_finish_kernel<T><<<grid_of(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(db), pb);
+  }));
+}
+
+size_t column_sums_scratch_bytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>(column_map(rows, cols).chunks * cols) * sizeof(float);
+}
+
+cudaError_t column_sums(void* dst, const void* src, int64_t rows, int64_t cols, void* scratch, DType dtype, cudaStream_t stream) {
+  const ColumnMap cm = column_map(rows, cols);
+  if (cm.chunks > 65535 || cm.grid_x > kMaxGridX) return cudaErrorInvalidValue;  // grid.y's limit
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  auto* partials = static_cast<float*>(scratch);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    // LayerNorm's column partials with no x: the plain sums (into its db slot)
+    column_partials_kernel<T><<<dim3(grid_of(cm.grid_x), grid_of(cm.chunks)), cm.block, 0, stream>>>(
+        cm, nullptr, partials, static_cast<const T*>(src), nullptr, nullptr, nullptr);
+    column_finish_kernel<T><<<grid_of(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(dst), partials);
+  }));
+}
+
+cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32_t* targets, int64_t N, int64_t V,
+                                  DType dtype, cudaStream_t stream) {
+  if (!rows_fit(N)) return cudaErrorInvalidValue;
+  if (N == 0) return cudaSuccess;
+  const RowMap m = row_map(N, V);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    ce_forward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, losses, static_cast<const T*>(logits), targets);
+  }));
+}
+
+namespace {
+
+cudaError_t ce_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, const float* dloss_at,
+                        int64_t N, int64_t V, DType dtype, cudaStream_t stream) {
+  if (!rows_fit(N)) return cudaErrorInvalidValue;
+  if (N == 0) return cudaSuccess;
+  const RowMap m = row_map(N, V);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    ce_backward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, static_cast<T*>(dlogits),
+                                                                   static_cast<const T*>(logits), targets, dloss,
+                                                                   dloss_at);
+  }));
+}
+
+}  // namespace
+
+cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, int64_t N,
+                                   int64_t V, DType dtype, cudaStream_t stream) {
+  return ce_backward(dlogits, logits, targets, dloss, nullptr, N, V, dtype, stream);
+}
+
+cudaError_t cross_entropy_backward_from_device(void* dlogits, const void* logits, const int32_t* targets,
+                                               const float* dloss, int64_t N, int64_t V, DType dtype,
+                                               cudaStream_t stream) {
+  return ce_backward(dlogits, logits, targets, 0.0f, dloss, N, V, dtype, stream);
+}
+
+size_t sum_squares_scratch_bytes(int64_t n) {
+  return static_cast<size_t>(sum_squares_map(n).pass1.grid) * sizeof(SquaresState);
+}
+
+cudaError_t sum_squares(SquaresResult* out, const void* grad, int64_t n, void* scratch, DType grad_type,
+                        cudaStream_t stream) {
+  static_assert(sizeof(SquaresResult) == sizeof(SquaresState), "the result is the state");
+  const SumSquaresMap mp = sum_squares_map(n);
+  auto* partials = static_cast<SquaresState*>(scratch);
+  return launched(with_storage(grad_type, [&](auto tag) {
+    using T = decltype(tag);
+    squares_pass1_kernel<T><<<grid_of(mp.pass1.grid), mp.pass1.block, 0, stream>>>(mp.pass1, partials,
+                                                                                   static_cast<const T*>(grad));
+    squares_pass2_kernel<<<1, mp.block2, 0, stream>>>(out, partials, mp.pass1.grid);
+  }));
+}
+
+}  // namespace ferry::kernels::cuda

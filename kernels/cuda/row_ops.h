@@ -1,0 +1,181 @@
+// The per-thread bodies of the row and reduction kernels, shared by the kernels (kernels/cuda/*.cu) and their
+// host twins (twins.h): a kernel differs from its twin only in how the block's states meet (shuffles vs the
+// replay of reduce.h). T is the storage type (float, Bf16, Fp16); all math is fp32 (double for the
+// gradients' sum of squares, as cpu_optim sums it).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/math.h"
+#include "foundation/precision.h"
+
+namespace ferry::kernels::cuda {
+
+// A pair of fp32 sums (LayerNorm backward: sum of g, sum of g * xhat).
+struct SumPair {
+  float a, b;
+};
+FERRY_HD inline SumPair sum_pair_merge(SumPair x, SumPair y) { return {x.a + y.a, x.b + y.b}; }
+
+// Sum of squares and a non-finite flag (inf or NaN among the elements).
+struct SquaresState {
+  double sum;
+  uint32_t nonfinite, pad;
+};
+FERRY_HD inline SquaresState squares_merge(SquaresState x, SquaresState y) {
+  return {x.sum + y.sum, x.nonfinite | y.nonfinite, 0};
+}
+
+// ---- LayerNorm forward, row r: x, out (N,C) T; w, b (C) T; mean, rstd (N) fp32.
+template <class T>
+FERRY_HD Moments ln_forward_fold(const RowMap& m, const T* x, int64_t r, int t) {
+  Moments s{0.0f, 0.0f, 0.0f};
+  for (int64_t k = 0; k < m.per_thread; ++k)
+    if (row_col(m, t, k) < m.cols) s = moments_push(s, load(x, row_index(m, r, t, k)));
+  return s;
+}
+
+template <class T>
+FERRY_HD void ln_forward_write(const RowMap& m, T* out, float* mean, float* rstd, const T* x, const T* w,
+                               const T* b, int64_t r, int t, Moments s, float eps) {
+  float mu, rs;
+  moments_stats(s, eps, &mu, &rs);
+  for (int64_t k = 0; k < m.per_thread; ++k) {
+    const int64_t c = row_col(m, t, k);
+    if (c >= m.cols) break;
+    const int64_t i = row_index(m, r, t, k);
+    store(out, i, fma_f((load(x, i) - mu) * rs, load(w, c), load(b, c)));
+  }
+  if (t == 0) mean[r] = mu, rstd[r] = rs;
+}
+
+// ---- LayerNorm backward, row part: dx (N,C) += rstd (g - mean(g) - xhat mean(g xhat)), g = dout * w.
+template <class T>
+FERRY_HD SumPair ln_backward_fold(const RowMap& m, const T* dout, const T* x, const T* w, float mu, float rs,
+                                  int64_t r, int t) {
+  SumPair s{0.0f, 0.0f};
+  for (int64_t k = 0; k < m.per_thread; ++k) {
+    const int64_t c = row_col(m, t, k);
+    if (c >= m.cols) break;
+    const int64_t i = row_index(m, r, t, k);
+    const float g = load(dout, i) * load(w, c), xhat = (load(x, i) - mu) * rs;
+    s = {s.a + g, s.b + g * xhat};
+  }
+  return s;
+}
+
+template <class T>
+FERRY_HD void ln_backward_write(const RowMap& m, T* dx, const T* dout, const T* x, const T* w, float mu, float rs,
+                                int64_t r, int t, SumPair sums) {
+  const auto C = static_cast<float>(m.cols);
+  const float g_mean = div_f(sums.a, C), gx_mean = div_f(sums.b, C);
+  for (int64_t k = 0; k < m.per_thread; ++k) {
+    const int64_t c = row_col(m, t, k);
+    if (c >= m.cols) break;
+    const int64_t i = row_index(m, r, t, k);
+    const float xhat = (load(x, i) - mu) * rs;
+    store(dx, i, load(dx, i) + rs * (load(dout, i) * load(w, c) - g_mean - xhat * gx_mean));
+  }
+}
+
+// ---- Column partials of (rows, C): pw[chunk, c] = sum over the chunk's rows of dout * xhat (skipped when x is
+// null: embedding's token-type row), pb[chunk, c] = sum of dout; then dst[c] += partials in chunk order.
+template <class T>
+FERRY_HD void column_partials(const ColumnMap& m, float* pw, float* pb, const T* dout, const T* x, const float* mean,
+                              const float* rstd, int64_t bx, int t, int64_t chunk) {
+  const int64_t c = column_of(m, bx, t);
+  if (c >= m.cols) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (int64_t r = chunk_begin(m, chunk); r < chunk_end(m, chunk); ++r) {
+    const float d = load(dout, r * m.cols + c);
+    if (x) sw = sw + d * ((load(x, r * m.cols + c) - mean[r]) * rstd[r]);
+    sb = sb + d;
+  }
+  if (x) pw[chunk * m.cols + c] = sw;
+  pb[chunk * m.cols + c] = sb;
+}
+
+template <class T>
+FERRY_HD void column_finish(const ColumnMap& m, T* dst, const float* partials, int64_t c) {
+  if (c >= m.cols) return;
+  float s = load(dst, c);
+  for (int64_t k = 0; k < m.chunks; ++k) s = s + partials[k * m.cols + c];
+  store(dst, c, s);
+}
+
+// ---- Softmax cross-entropy, row r of logits (N,V) T: the online-softmax state of the thread's entries.
+template <class T>
+FERRY_HD SoftmaxState ce_fold(const RowMap& m, const T* logits, int64_t r, int t) {
+  SoftmaxState s = softmax_empty();
+  for (int64_t k = 0; k < m.per_thread; ++k)
+    if (row_col(m, t, k) < m.cols) s = softmax_push(s, load(logits, row_index(m, r, t, k)));
+  return s;
+}
+
+// losses[r] = log(sum) + max - logits[r, target]; 0 for an ignored target (< 0).
+template <class T>
+FERRY_HD float ce_loss(const RowMap& m, const T* logits, int32_t target, int64_t r, SoftmaxState s) {
+  if (target < 0) return 0.0f;
+  return (log_f(s.sum) + s.max) - load(logits, r * m.cols + target);
+}
+
+// dlogits[r] += dloss * (softmax - onehot(target)); the caller skips ignored rows.
+template <class T>
+FERRY_HD void ce_backward_write(const RowMap& m, T* dlogits, const T* logits, int32_t target, float dloss, int64_t r,
+                                int t, SoftmaxState s) {
+  for (int64_t k = 0; k < m.per_thread; ++k) {
+    const int64_t v = row_col(m, t, k);
+    if (v >= m.cols) break;
+    const int64_t i = row_index(m, r, t, k);
+    float d = load(dlogits, i) + dloss * div_f(exp_f(load(logits, i) - s.max), s.sum);
+    if (v == target) d = d - dloss;
+    store(dlogits, i, d);
+  }
+}
+
+// ---- Gradient sum of squares, pass 1: thread (block_id, t) over its grid-stride elements.
+template <class T>
+FERRY_HD SquaresState squares_fold(const ElementwiseMap& m, const T* g, int64_t block_id, int t) {
+  SquaresState s{0.0, 0u, 0u};
+  for (int64_t k = 0; k < m.per_thread; ++k) {
+    const int64_t i = elementwise_index(m, block_id, t, k);
+    if (i >= m.n) break;
+    const float x = load(g, i);
+    s.sum += static_cast<double>(x) * static_cast<double>(x);
+    s.nonfinite |= is_finite_f(x) ? 0u : 1u;
+  }
+  return s;
+}
+
+// Pass 2 (one block): thread t folds partials t, t + block, ... in order.
+FERRY_HD inline SquaresState squares_fold_partials(const SquaresState* partials, int64_t count, int block, int t) {
+  SquaresState s{0.0, 0u, 0u};
+  for (int64_t i = t; i < count; i += block) s = squares_merge(s, partials[i]);
+  return s;
+}
+
+// ---- Embedding backward, the segment that starts at sorted position i (tokens sorted stably by id, so a
+// segment lists one token's positions in increasing order): dwte[tok, c] += dout rows in that order, from
+// the stored value on, so the fp32 sums equal the CPU op's bitwise.
+template <class T>
+FERRY_HD void embedding_segment(T* dwte, const T* dout, const int32_t* sorted_tokens, const int32_t* sorted_pos,
+                                int64_t BT, int64_t C, int64_t i, int t, int block) {
+  if (i > 0 && sorted_tokens[i - 1] == sorted_tokens[i]) return;  // not a segment start
+  const int64_t tok = sorted_tokens[i];
+  for (int64_t c = t; c < C; c += block) {
+    float acc = load(dwte, tok * C + c);
+    for (int64_t j = i; j < BT && sorted_tokens[j] == tok; ++j) acc = acc + load(dout, sorted_pos[j] * C + c);
+    store(dwte, tok * C + c, acc);
+  }
+}
+
+// dwpe[t, c] += sum over b of dout[b, t, c], b in order (the CPU op's order); element e = t * C + c.
+template <class T>
+FERRY_HD void embedding_position(T* dwpe, const T* dout, int64_t B, int64_t T_, int64_t C, int64_t e) {
+  float acc = load(dwpe, e);
+  for (int64_t b = 0; b < B; ++b) acc = acc + load(dout, b * T_ * C + e);
+  store(dwpe, e, acc);
+}
+
+}  // namespace ferry::kernels::cuda

@@ -1,0 +1,311 @@
+// Greedy, Ferry's policy: its candidates (the baselines, prefetch schedules of residency prefixes at a ladder
+// of budgets, device tiers grown along two paths and by prefix), each as the step will run it, and the
+// fastest the Simulator predicts that fits the budget.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numeric>
+#include <optional>
+#include <span>
+
+#include "offload/greedy_schedule.h"
+
+namespace ferry::offload::detail {
+namespace {
+
+// Greedy's ranking of the buckets by what residency saves per byte they would occupy: the copy time of
+// all their trips plus the compute stalls charged to their windows in the all-offloaded schedule (with
+// unlimited memory). Most valuable first.
+std::vector<int> rank_buckets(const OffloadProblem& p) {
+  const std::vector<bool> none(p.n_buckets, false);
+  const Schedule offloaded = greedy_for(p, none, none, kUnlimitedBytes);
+  const SimResult base = evaluate(p, offloaded, 0).result;
+  std::vector<double> value(p.n_buckets, 0.0);
+  for (int point = 0; point < p.n_ops; ++point) {
+    for (const Action& a : offloaded.before[point])
+      if (a.kind == Action::Kind::Prefetch) value[a.bucket] += p.cost.h2d.seconds(p.bucket_bytes[a.bucket]);
+    for (int b : p.op_buckets[point]) value[b] += base.stall_before_op[point];
+  }
+  std::vector<int> ranking(p.n_buckets);
+  std::iota(ranking.begin(), ranking.end(), 0);
+  std::stable_sort(ranking.begin(), ranking.end(), [&](int a, int b) {
+    return value[a] / double(p.bucket_bytes[a]) > value[b] / double(p.bucket_bytes[b]);
+  });
+  return ranking;
+}
+
+// Whether the delayed update, asked for, can apply to the candidate: some bucket's AdamW runs on the CPU.
+bool can_delay(const Schedule& s, Overlap overlap) {
+  return overlap == Overlap::Delayed && !s.all_device_optimizer() && !s.delayed_update;
+}
+// Likewise the pipelined update, which is never slower than the update in the step (the next step's work
+// only starts sooner), so greedy weighs candidates pipelined only.
+bool can_pipeline(const Schedule& s, Overlap overlap) {
+  return overlap == Overlap::Pipelined && !s.all_device_optimizer() && !s.pipelined_update;
+}
+
+// The schedule with every prefetch issued in the order of its window's first use, none earlier than
+// before (later where one needed sooner is issued after it), so windows only shrink. For the pipelined
+// update: the CPU updates in first-use order and the h2d stream is FIFO, so a prefetch issued early for a
+// bucket used late waits there for its update and holds back every copy behind it (greedy prefetches as
+// early as memory allows where the link is the bottleneck).
+Schedule prefetches_in_need_order(const OffloadProblem& p, Schedule s) {
+  struct Issue {
+    int point, need, bucket;
+  };
+  std::vector<Issue> issues;
+  std::vector<int> open(p.n_buckets, -1);  // the bucket's prefetch whose wait is still to come
+  for (int point = 0; point <= p.n_ops; ++point)
+    for (const Action& a : s.before[point]) {
+      if (a.kind == Action::Kind::Prefetch)
+        open[a.bucket] = static_cast<int>(issues.size()), issues.push_back({point, point, a.bucket});
+      if (a.kind == Action::Kind::Wait && open[a.bucket] >= 0) issues[open[a.bucket]].need = point, open[a.bucket] = -1;
+    }
+  std::vector<int> by_need(issues.size());
+  std::iota(by_need.begin(), by_need.end(), 0);
+  std::stable_sort(by_need.begin(), by_need.end(), [&](int a, int b) { return issues[a].need < issues[b].need; });
+  for (auto& actions : s.before)
+    std::erase_if(actions, [](const Action& a) { return a.kind == Action::Kind::Prefetch; });
+  int point = 0;  // the latest issue point so far: never above the current need, as needs are sorted
+  for (int i : by_need) {
+    point = std::max(point, issues[i].point);
+    s.before[point].push_back({Action::Kind::Prefetch, issues[i].bucket});
+  }
+  order_actions(s);
+  return s;
+}
+
+// The ways greedy runs a candidate pipelined: its prefetches in need order, and as built.
+std::array<Schedule, 2> pipelined_variants(const OffloadProblem& p, Schedule s) {
+  Schedule in_need_order = with_pipelined_update(prefetches_in_need_order(p, s));
+  return {std::move(in_need_order), with_pipelined_update(std::move(s))};
+}
+
+// A candidate as the step will run it, delayed or pipelined where it can be, so that greedy's paths compare
+// what will run; pipelined, the faster of its variants.
+Schedule as_run(const OffloadProblem& p, Schedule s, Overlap overlap) {
+  if (can_pipeline(s, overlap)) {
+    auto [in_need_order, as_built] = pipelined_variants(p, std::move(s));
+    return estimate(p, in_need_order).step_s < estimate(p, as_built).step_s ? in_need_order : as_built;
+  }
+  return can_delay(s, overlap) ? with_delayed_update(p, std::move(s)) : s;
+}
+
+// Greedy's candidates as they come: keeps the fastest that fits, and the smallest peak for the error.
+struct Best {
+  Best(const OffloadProblem& problem, int64_t red_zone, Overlap overlap_mode)
+      : p(problem), red_zone_bytes(red_zone), overlap(overlap_mode) {}
+  const OffloadProblem& p;
+  int64_t red_zone_bytes;
+  Overlap overlap;
+  std::optional<Candidate> fastest;
+  int64_t smallest_peak = INT64_MAX;
+
+  // A candidate is laid out only when its estimate (the same timings; the most bytes alive at once, which
+  // no layout beats) says it could be the fastest that fits, or could lower the smallest peak.
+  // With the delayed update asked for, both ways of running the candidate: one step behind, and in the step
+  // (exact, and faster where the device tier's AdamW would wait behind the CPU's pending one).
+  void consider(Schedule s) {
+    if (can_pipeline(s, overlap)) {
+      for (Schedule& variant : pipelined_variants(p, std::move(s))) consider_as_is(std::move(variant));
+      return;
+    }
+    if (can_delay(s, overlap)) consider_as_is(with_delayed_update(p, s));
+    consider_as_is(std::move(s));
+  }
+
+  void consider_as_is(Schedule s) {
+    s.policy = to_string(Policy::Greedy);
+    const SimResult guess = estimate(p, s);
+    if (!guess.error.empty()) throw std::logic_error(s.label() + ": invalid schedule: " + guess.error);
+    const bool could_be_fastest = guess.fits && (!fastest || guess.step_s < fastest->result.step_s);
+    if (!could_be_fastest && guess.peak_device_bytes >= smallest_peak) return;
+    Candidate c = evaluate(p, std::move(s), red_zone_bytes);
+    smallest_peak = std::min(smallest_peak, c.result.peak_device_bytes);
+    if (c.result.fits && (!fastest || c.result.step_s < fastest->result.step_s)) fastest.emplace(std::move(c));
+  }
+};
+
+// The buckets in the order greedy moves them into the device tier: latest final gradients first, so that
+// the tier's gradient buffers (alive from their first write to its AdamW after the last op) are held the
+// shortest, and the gradients that would otherwise cross last, on the step's tail, stay.
+std::vector<int> device_tier_order(const OffloadProblem& p) {
+  std::vector<int> order;
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (p.first_grad_op[b] >= 0) order.push_back(b);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p.first_grad_op[a] > p.first_grad_op[b]; });
+  return order;
+}
+
+// How greedy ranks a move into the device tier while it grows one: the step time it saves, or that per
+// byte the move adds to the device (the bucket's weights, gradients and fp32 master, m and v).
+enum class TierGain { Seconds, SecondsPerByte };
+
+// The step with `device` as the device tier (every other bucket streamed) built within `rung`, when its
+// estimate fits below the next rung (the budget may lie between two); NaN otherwise.
+double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64_t rung, PrefetchTiming timing) {
+  // An estimate: the candidates themselves are laid out later.
+  const SimResult r = estimate(p, as_run(p, greedy_for(p, device, device, rung, kWindowGap, timing), timing.overlap));
+  return double(r.peak_device_bytes) > 1.25 * double(rung) ? NAN : r.step_s;
+}
+
+// Device tiers greedy tries, in the order it grows them within `rung` (a value of the ladder, never the
+// budget itself, so that more budget only adds candidates): device_tier_order cut into at most kGroups runs;
+// each round moves into the device tier (every other bucket streamed) the run with the best gain among the
+// moves that fit, until no move shortens the step; then halves, quarters, ... of the runs left, while one
+// fits and shortens it. At most kGroups^2 / 2 + kGroups log2(buckets) estimates.
+std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGain rank, int64_t rung,
+                                                PrefetchTiming timing) {
+  constexpr int kGroups = 8;
+  const std::vector<int> order = device_tier_order(p);
+  const int n = static_cast<int>(order.size()), groups = std::min(n, kGroups);
+  auto group = [&](int g) {
+    const int64_t first = int64_t(g) * n / groups, end = int64_t(g + 1) * n / groups;
+    return std::span(order).subspan(size_t(first), size_t(end - first));
+  };
+  std::vector<bool> device(p.n_buckets, false), moved(groups, false);
+  double current = INFINITY;
+  std::vector<std::vector<bool>> path;
+  for (int round = 0; round < groups; ++round) {
+    int chosen = -1;
+    double best_gain = 0, chosen_step = 0;
+    for (int g = 0; g < groups; ++g) {
+      if (moved[g]) continue;
+      std::vector<bool> d = device;
+      int64_t bytes = 0;
+      for (int b : group(g)) d[b] = true, bytes += 2 * p.bucket_bytes[b] + device_state_bytes(p, b);
+      const double step = tier_step(p, d, rung, timing);
+      if (std::isnan(step)) continue;
+      const double saved = std::isinf(current) ? 1 / step : current - step;  // the first move: the fastest
+      const double gain = saved / (rank == TierGain::SecondsPerByte ? double(bytes) : 1.0);
+      if (gain > best_gain) best_gain = gain, chosen = g, chosen_step = step;
+    }
+    if (chosen < 0) break;
+    moved[chosen] = true;
+    for (int b : group(chosen)) device[b] = true;
+    current = chosen_step;
+    path.push_back(device);
+  }
+  for (int g = 0; g < groups; ++g)  // what memory leaves for parts of the runs left
+    for (std::span<const int> left = moved[g] ? std::span<const int>() : group(g); left.size() > 0;) {
+      size_t take = left.size();
+      double step = NAN;
+      std::vector<bool> d;
+      for (; take >= 1; take /= 2) {
+        d = device;
+        for (int b : left.first(take)) d[b] = true;
+        if (step = tier_step(p, d, rung, timing); !std::isnan(step) && step < current) break;
+      }
+      if (take == 0) break;
+      device = std::move(d), current = step, path.push_back(device);
+      left = left.subspan(take);
+    }
+  return path;
+}
+
+// Device tiers that are prefixes of device_tier_order, each built for unlimited memory (so the budget only
+// decides which fit, and more of it never removes one), every other bucket streamed just in time: all of
+// them, and each with the trained buckets of the step's first op added. Those are the one copy no compute
+// can hide (nothing runs before the first op), and in GPT the tied embedding is also read by the head, the
+// last op of forward and the first of backward: two trips per micro-batch, one of them a stall.
+// Candidates that cannot fit are skipped: the tier's weights and state beside the largest activations, or
+// with its gradients too (alive at its AdamW) beside the workspace, exceed the budget. Longer prefixes hold
+// more, so the scan stops at the first.
+void consider_device_prefixes(const OffloadProblem& p, Best& best, PrefetchTiming build) {
+  const std::vector<int> order = device_tier_order(p);
+  const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
+  for (bool with_first_op : {false, true}) {
+    std::vector<bool> device(p.n_buckets, false);
+    int64_t kept = 0, grads = 0;  // the tier's weights and optimizer state; its gradients
+    auto add = [&](int b) {
+      if (!device[b])
+        device[b] = true, kept += p.bucket_bytes[b] + device_state_bytes(p, b), grads += p.bucket_bytes[b];
+    };
+    auto could_fit = [&] {
+      return p.workspace_bytes + std::max(most_activations + kept, kept + grads) <= p.budget_bytes;
+    };
+    if (with_first_op)
+      for (int b : p.op_buckets[0])
+        if (p.first_grad_op[b] >= 0) add(b);
+    for (size_t n = 0; n <= order.size() && could_fit(); ++n) {
+      if (n > 0) add(order[n - 1]);
+      if (could_fit() && (n > 0 || with_first_op))
+        best.consider(greedy_for(p, device, device, kUnlimitedBytes, kWindowGap, build));
+    }
+  }
+}
+
+// The device tier and as much of the residency ranking as `budget` holds beside it, counting what stays
+// all step (weights, the tier's optimizer state and gradients), the largest activations and the workspace.
+std::vector<bool> resident_beside(const OffloadProblem& p, const std::vector<bool>& device,
+                                  const std::vector<int>& ranking, int64_t budget) {
+  int64_t held = p.workspace_bytes + *std::max_element(p.activation_live.begin(), p.activation_live.end());
+  for (int b = 0; b < p.n_buckets; ++b)
+    if (device[b]) held += 2 * p.bucket_bytes[b] + device_state_bytes(p, b);
+  std::vector<bool> resident = device;
+  for (int b : ranking) {
+    if (resident[b]) continue;
+    if (held + p.bucket_bytes[b] > budget) break;
+    resident[b] = true, held += p.bucket_bytes[b];
+  }
+  return resident;
+}
+
+// Greedy's prefetch schedules (greedy_for), their windows timed and its device-tier paths grown as `build`
+// says; best runs each with its own overlap.
+void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed_tiers, PrefetchTiming build) {
+  constexpr int kPrefixes = 24;
+  constexpr double kRung = 1.25;
+  std::vector<int64_t> ladder{kUnlimitedBytes};  // unlimited memory first
+  for (double rung = double(minimum_device_bytes(p)); rung <= double(p.budget_bytes); rung *= kRung)
+    ladder.push_back(static_cast<int64_t>(rung));
+  // Nothing resident and every window as short as it can be: the least memory a prefetch schedule needs.
+  const std::vector<bool> none(p.n_buckets, false);
+  for (int64_t rung : ladder) best.consider(greedy_for(p, none, none, rung, 1, build));
+  const std::vector<int> ranking = rank_buckets(p);
+  const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
+  const int prefixes = std::min(p.n_buckets, kPrefixes);
+  for (int k = 0; k <= prefixes; ++k) {
+    const int size = static_cast<int>(int64_t(k) * p.n_buckets / std::max(1, prefixes));
+    std::vector<bool> resident_set(p.n_buckets, false);
+    int64_t resident_bytes = 0;
+    for (int i = 0; i < size; ++i) resident_set[ranking[i]] = true, resident_bytes += p.bucket_bytes[ranking[i]];
+    if (p.workspace_bytes + resident_bytes + most_activations > p.budget_bytes)
+      break;  // neither this prefix nor a larger one fits
+    for (int64_t rung : ladder) best.consider(greedy_for(p, resident_set, none, rung, kWindowGap, build));
+  }
+  // Each device tier of both paths at every rung: every other bucket streamed (both window gaps), and with
+  // the most of the residency ranking the rung holds beside it resident too.
+  for (int64_t rung : mixed_tiers ? ladder : std::vector<int64_t>{})
+    for (TierGain rank : {TierGain::Seconds, TierGain::SecondsPerByte})
+      for (const std::vector<bool>& device : device_tier_path(p, rank, rung, build)) {
+        for (int gap : {kWindowGap, 1}) best.consider(greedy_for(p, device, device, rung, gap, build));
+        best.consider(greedy_for(p, resident_beside(p, device, ranking, rung), device, rung, kWindowGap, build));
+      }
+  if (mixed_tiers) consider_device_prefixes(p, best, build);
+}
+
+}  // namespace
+
+// Ferry's policy: the candidates above and the baselines, for unlimited memory and a ladder of budgets, three
+// prefetch timings each; the fastest the Simulator predicts that fits. What it optimises, and why more budget
+// never gives a slower plan: docs/design.md, "What greedy optimises".
+PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
+  Best best(p, red_zone_bytes, overlap);
+  best.consider(resident(p));
+  best.consider(zero_offload(p));
+  // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
+  // this candidate keeps the monotonicity.
+  for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)})
+    best.consider(chunk_lru(p, budget));
+  std::vector<Overlap> builds{overlap};
+  if (overlap == Overlap::Pipelined) builds.push_back(Overlap::Backward);
+  for (Overlap build : builds)
+    for (PrefetchTiming::Issue issue :
+         {PrefetchTiming::Issue::JustInTime, PrefetchTiming::Issue::Paced, PrefetchTiming::Issue::LatestStart})
+      consider_prefetch_schedules(p, best, mixed_tiers, PrefetchTiming{build, issue});
+  if (!best.fastest) throw BudgetError(shortfall(p, best.smallest_peak, "greedy's smallest plan", ""));
+  return std::move(best.fastest->plan);
+}
+
+}  // namespace ferry::offload::detail

@@ -1,0 +1,183 @@
+// Host twins of the CUDA row and reduction kernels (kernels/cuda/twins.h) against the CPU ops of kernels/cpu:
+// within fp32 tolerance where the reduction order differs, bitwise where the twin keeps the CPU's order.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cpu_optim/kernels.h"
+#include "kernels/cuda/twins.h"
+#include "kernels/cpu/ops.h"
+
+namespace ferry::kernels::cuda {
+namespace {
+
+std::vector<float> random_vector(int64_t n, uint32_t seed, float scale = 1.0f, float offset = 0.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = offset + d(gen);
+  return v;
+}
+
+void expect_near(const std::vector<float>& got, const std::vector<float>& want, float rel, float abs, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], abs + rel * std::abs(want[i])) << what << " at " << i;
+}
+
+// Odd channel counts (fewer than a warp, not a multiple of the block, several trips per thread).
+struct Shape {
+  int64_t N, C;
+};
+const Shape kShapes[] = {{1, 1}, {3, 7}, {5, 255}, {4, 257}, {6, 769}, {2, 2050}};
+
+TEST(CudaTwins, LayerNormForwardMatchesCpuOp) {
+  for (const auto [N, C] : kShapes) {
+    const auto x = random_vector(N * C, 1, 2.0f, 3.0f), w = random_vector(C, 2), b = random_vector(C, 3);
+    std::vector<float> out(N * C), mean(N), rstd(N), out2(N * C), mean2(N), rstd2(N);
+    kernels::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    twin::layernorm_forward(out2.data(), mean2.data(), rstd2.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+    expect_near(mean2, mean, 1e-6f, 1e-6f, "mean");
+    expect_near(rstd2, rstd, C > 1 ? 1e-5f : 1e-3f, 0.0f, "rstd");
+    expect_near(out2, out, 1e-5f, 1e-5f, "out");
+  }
+}
+
+TEST(CudaTwins, LayerNormBackwardMatchesCpuOp) {
+  for (const auto [N, C] : kShapes) {
+    const auto x = random_vector(N * C, 4), w = random_vector(C, 5), b = random_vector(C, 6);
+    const auto dout = random_vector(N * C, 7);
+    std::vector<float> out(N * C), mean(N), rstd(N);
+    kernels::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    // Start from nonzero gradients: both accumulate.
+    auto dx = random_vector(N * C, 8), dw = random_vector(C, 9), db = random_vector(C, 10);
+    auto dx2 = dx, dw2 = dw, db2 = db;
+    kernels::cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
+                                     rstd.data(), N, C);
+    twin::layernorm_backward(dx2.data(), dw2.data(), db2.data(), dout.data(), x.data(), w.data(), mean.data(),
+                             rstd.data(), N, C);
+    expect_near(dx2, dx, 1e-5f, 2e-5f, "dx");
+    expect_near(dw2, dw, 1e-5f, 1e-5f, "dw");
+    expect_near(db2, db, 1e-5f, 1e-5f, "db");
+  }
+}
+
+// Large N spreads the column sums over several chunks.
+TEST(CudaTwins, LayerNormBackwardColumnChunks) {
+  const int64_t N = 3 * kColumnChunkRows + 5, C = 33;
+  const auto x = random_vector(N * C, 11), w = random_vector(C, 12), dout = random_vector(N * C, 13);
+  std::vector<float> out(N * C), mean(N), rstd(N), b(C);
+  kernels::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  std::vector<float> dx(N * C), dw(C), db(C), dx2(N * C), dw2(C), db2(C);
+  kernels::cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
+                                   rstd.data(), N, C);
+  twin::layernorm_backward(dx2.data(), dw2.data(), db2.data(), dout.data(), x.data(), w.data(), mean.data(),
+                           rstd.data(), N, C);
+  expect_near(dw2, dw, 1e-5f, 5e-5f, "dw");
+  expect_near(db2, db, 1e-5f, 5e-5f, "db");
+}
+
+// Odd vocabularies, ignored targets (< 0), large logits (an exp without the running max would overflow).
+TEST(CudaTwins, CrossEntropyMatchesCpuOp) {
+  const Shape shapes[] = {{3, 1}, {4, 31}, {5, 257}, {4, 5003}};
+  for (const auto [N, V] : shapes) {
+    auto logits = random_vector(N * V, 14, 3.0f);
+    for (int64_t i = 0; i < V; ++i) logits[i] += 80.0f;  // row 0 near e^88
+    std::vector<int32_t> targets(N);
+    for (int64_t r = 0; r < N; ++r) targets[r] = r % 3 == 1 ? -100 : static_cast<int32_t>((r * 7919) % V);
+    std::vector<float> loss(N), loss2(N);
+    kernels::cpu::cross_entropy_forward(loss.data(), logits.data(), targets.data(), N, V);
+    twin::cross_entropy_forward(loss2.data(), logits.data(), targets.data(), N, V);
+    expect_near(loss2, loss, 1e-5f, 1e-5f, "loss");
+    auto d = random_vector(N * V, 15), d2 = d;
+    kernels::cpu::cross_entropy_backward(d.data(), logits.data(), targets.data(), 0.25f, N, V);
+    twin::cross_entropy_backward(d2.data(), logits.data(), targets.data(), 0.25f, N, V);
+    expect_near(d2, d, 1e-5f, 1e-6f, "dlogits");
+    for (int64_t r = 0; r < N; ++r) {  // an ignored row is left exactly as it was
+      if (targets[r] >= 0) continue;
+      for (int64_t v = 0; v < V; ++v) ASSERT_EQ(d2[r * V + v], d[r * V + v]);
+    }
+  }
+}
+
+// The sum of squares against the CPU optimizer's (a double sum in index order), and the inf/nan flag
+// wherever the bad value is.
+TEST(CudaTwins, SumSquaresAndNonFiniteFlag) {
+  for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{4097}, int64_t{1000003}}) {
+    const auto g = random_vector(n, 16);
+    const double want = cpu_optim::detail::sum_squares_scalar(g.data(), DType::F32, 0, n);
+    const SquaresState s = twin::sum_squares(g.data(), n);
+    EXPECT_NEAR(s.sum, want, 1e-12 * want) << n;
+    EXPECT_EQ(s.nonfinite, 0u);
+    for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+      auto h = g;
+      h[n - 1] = bad;
+      EXPECT_EQ(twin::sum_squares(h.data(), n).nonfinite, 1u) << n;
+    }
+  }
+  std::vector<Bf16> b(1000);
+  for (size_t i = 0; i < b.size(); ++i) b[i].bits = float_to_bf16(0.5f);
+  EXPECT_EQ(twin::sum_squares(b.data(), 1000).sum, 250.0);
+}
+
+// dwte and dwpe keep the CPU's summation order: bitwise equal in fp32; the token-type row within tolerance.
+TEST(CudaTwins, EmbeddingBackwardMatchesCpuOp) {
+  const int64_t B = 3, T = 37, C = 261, V = 11, maxT = 40;
+  std::vector<int32_t> tokens(B * T);
+  for (int64_t i = 0; i < B * T; ++i) tokens[i] = static_cast<int32_t>((i * i + 3 * i) % V);  // repeats
+  const auto dout = random_vector(B * T * C, 17);
+  auto dwte = random_vector(V * C, 18), dwpe = random_vector(maxT * C, 19), dtype = random_vector(C, 20);
+  auto dwte2 = dwte, dwpe2 = dwpe, dtype2 = dtype;
+  kernels::cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C, dtype.data());
+  twin::embedding_backward(dwte2.data(), dwpe2.data(), dout.data(), tokens.data(), B, T, C, dtype2.data());
+  for (int64_t i = 0; i < V * C; ++i) ASSERT_EQ(std::bit_cast<uint32_t>(dwte2[i]), std::bit_cast<uint32_t>(dwte[i])) << i;
+  for (int64_t i = 0; i < maxT * C; ++i) ASSERT_EQ(std::bit_cast<uint32_t>(dwpe2[i]), std::bit_cast<uint32_t>(dwpe[i])) << i;
+  expect_near(dtype2, dtype, 1e-5f, 1e-4f, "dtype");
+}
+
+// bf16 storage: the twin widens, computes in fp32 and rounds once; within bf16 precision of the fp32 twin.
+TEST(CudaTwins, LayerNormBf16StorageWithinBf16Tolerance) {
+  const int64_t N = 4, C = 300;
+  const auto xf = random_vector(N * C, 21), wf = random_vector(C, 22), bf = random_vector(C, 23);
+  std::vector<Bf16> x(N * C), w(C), b(C), out(N * C);
+  std::vector<float> xr(N * C), wr(C), br(C);
+  for (int64_t i = 0; i < N * C; ++i) x[i].bits = float_to_bf16(xf[i]), xr[i] = load(x.data(), i);
+  for (int64_t i = 0; i < C; ++i) w[i].bits = float_to_bf16(wf[i]), b[i].bits = float_to_bf16(bf[i]);
+  for (int64_t i = 0; i < C; ++i) wr[i] = load(w.data(), i), br[i] = load(b.data(), i);
+  std::vector<float> mean(N), rstd(N), outf(N * C);
+  twin::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+  twin::layernorm_forward(outf.data(), mean.data(), rstd.data(), xr.data(), wr.data(), br.data(), N, C, 1e-5f);
+  for (int64_t i = 0; i < N * C; ++i) ASSERT_EQ(out[i].bits, float_to_bf16(outf[i])) << i;
+}
+
+// The elementwise twins keep the CPU ops' expressions: bitwise in fp32.
+TEST(CudaTwins, ResidualAndEmbeddingForwardMatchCpuOpBitwise) {
+  const int64_t B = 2, T = 5, C = 33, V = 9, N = B * T * C;
+  std::vector<int32_t> tokens(B * T);
+  for (int64_t i = 0; i < B * T; ++i) tokens[i] = static_cast<int32_t>(i * 5 % V);
+  const auto wte = random_vector(V * C, 30), wpe = random_vector(T * C, 31), type = random_vector(C, 32);
+  for (const float* ty : {static_cast<const float*>(nullptr), type.data()}) {
+    std::vector<float> out(N), out2(N);
+    kernels::cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, ty);
+    twin::embedding_forward(out2.data(), tokens.data(), wte.data(), wpe.data(), ty, B, T, C);
+    for (int64_t i = 0; i < N; ++i) ASSERT_EQ(std::bit_cast<uint32_t>(out2[i]), std::bit_cast<uint32_t>(out[i])) << i;
+  }
+  const auto a = random_vector(N, 33), b = random_vector(N, 34);
+  std::vector<float> sum(N), sum2(N);
+  auto da = random_vector(N, 35), db = random_vector(N, 36), da2 = da, db2 = db;
+  kernels::cpu::residual_forward(sum.data(), a.data(), b.data(), N);
+  kernels::cpu::residual_backward(da.data(), db.data(), a.data(), N);
+  twin::residual_forward(sum2.data(), a.data(), b.data(), N);
+  twin::residual_backward(da2.data(), db2.data(), a.data(), N);
+  EXPECT_EQ(sum2, sum);
+  EXPECT_EQ(da2, da);
+  EXPECT_EQ(db2, db);
+}
+
+}  // namespace
+}  // namespace ferry::kernels::cuda
