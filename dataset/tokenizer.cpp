@@ -4,13 +4,13 @@
 #include "dataset/tokenizer.h"
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "dataset/unicode.h"
+#include "formats/regular_file.h"
 
 namespace ferry::dataset {
 namespace {
@@ -225,13 +225,10 @@ class Gpt2Bpe : public Tokenizer {
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
 std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt) {
-  std::ifstream vf(vocab_json);
-  if (!vf) throw std::runtime_error(vocab_json.string() + ": cannot open the vocabulary");
-  const nlohmann::json vocab = nlohmann::json::parse(vf, nullptr, false);
+  const nlohmann::json vocab = nlohmann::json::parse(formats::read_regular_file(vocab_json, "the vocabulary"), nullptr, false);
   if (vocab.is_discarded()) throw std::runtime_error(vocab_json.string() + ": not a JSON object of token -> id");
-  std::ifstream mf(merges_txt);
-  if (!mf) throw std::runtime_error(merges_txt.string() + ": cannot open the merges");
-  return std::make_unique<Gpt2Bpe>(vocab, mf, vocab_json.string(), merges_txt.string());
+  std::istringstream merges(formats::read_regular_file(merges_txt, "the merges"));
+  return std::make_unique<Gpt2Bpe>(vocab, merges, vocab_json.string(), merges_txt.string());
 }
 
 std::unique_ptr<Tokenizer> gpt2_bpe_from_json(const nlohmann::json& vocab, const nlohmann::json& merges, const std::string& origin) {

@@ -11,14 +11,15 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
-#include <sstream>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
 #include "dataset/token_shard.h"
 #include "engine/config_schema.h"
 #include "formats/hf_config.h"
+#include "formats/model_folder.h"
+#include "formats/regular_file.h"
 #include "memory/bucket_layout.h"
 
 namespace ferry::engine {
@@ -105,9 +106,10 @@ std::filesystem::path init_from_folder(const std::filesystem::path& init_from) {
 
 // data.lowercase: auto, as the tokenizer_config.json beside the vocabulary says (do_lower_case), else true.
 std::string resolved_lowercase(const DataConfig& d) {
-  if (d.lowercase != "auto") return d.lowercase;
-  std::ifstream in(d.vocab.empty() ? std::filesystem::path() : d.vocab.parent_path() / "tokenizer_config.json");
-  const nlohmann::json tc = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+  if (d.lowercase != "auto" || d.vocab.empty()) return d.lowercase == "auto" ? "true" : d.lowercase;
+  const formats::ModelFolder folder(d.vocab.parent_path(), "data.lowercase: auto reads the tokenizer_config.json beside data.vocab");
+  const nlohmann::json tc = folder.has("tokenizer_config.json") ? nlohmann::json::parse(folder.read("tokenizer_config.json"), nullptr, false)
+                                                                : nlohmann::json();
   return tc.is_object() && tc.contains("do_lower_case") && tc["do_lower_case"] == false ? "false" : "true";
 }
 
@@ -123,8 +125,9 @@ void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_fr
   }
   if (kind == "wordpiece" && !d.merges.empty()) throw ConfigError("data.merges: WordPiece has no merges (that is gpt2's); remove the key");
   const std::filesystem::path folder = init_from_folder(init_from);
+  const std::optional<formats::ModelFolder> source = folder.empty() ? std::nullopt : std::optional(formats::ModelFolder(folder, "model.init_from"));
   const auto from_folder = [&](std::filesystem::path& file, const char* name) {
-    if (file.empty() && !folder.empty() && std::filesystem::is_regular_file(folder / name)) file = folder / name;
+    if (file.empty() && source && source->has(name)) file = source->file(name);  // refused by name when it is no regular file in it
   };
   const std::string vocab_name = kind == "wordpiece" ? "vocab.txt" : "vocab.json";
   from_folder(d.vocab, vocab_name.c_str());
@@ -159,7 +162,13 @@ void check_across_keys(Config& c) {
     throw ConfigError("model.vocab_size: " + std::to_string(c.model.vocab_size) + " is smaller than the byte tokenizer's 256 symbols" +
                       (c.model.kind == "bert" ? std::string(" plus BERT's [MASK]; use at least 257") : std::string("; use at least 256")));
   check_data_path(c.data);
-  resolve_tokenizer_files(c.data, c.model.init_from, !shard);
+  try {
+    resolve_tokenizer_files(c.data, c.model.init_from, !shard);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::runtime_error& e) {  // a file of model.init_from's folder, or one beside data.vocab
+    throw ConfigError(e.what());
+  }
   if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
     throw ConfigError("train.checkpoint_every: " + std::to_string(c.train.checkpoint_every) +
                       " needs train.checkpoint_dir (where to write them)");
@@ -320,11 +329,7 @@ std::string config_hash(const Config& c) {
 }
 
 Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open the config file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Config c = parse_config(ss.str(), path.string(), path.parent_path(), overrides);
+  Config c = parse_config(formats::read_regular_file(path, "the config file"), path.string(), path.parent_path(), overrides);
   c.source = path;
   return c;
 }

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "engine/param_groups.h"
+#include "formats/regular_file.h"
 #include "memory/bucket_layout.h"
 #include "models/registry.h"
 
@@ -231,8 +232,11 @@ Key<Config> existing_path(std::string name, F field, Exists kind, std::string me
             const std::filesystem::path path = n.Scalar();
             std::filesystem::path& dst = field(c);
             dst = path.is_absolute() ? path : base / path;
-            if (file_only ? !std::filesystem::is_regular_file(dst) : !std::filesystem::exists(dst))
-              throw ConfigError(where + ": '" + dst.string() + (file_only ? "' does not exist or is not a file" : "' does not exist"));
+            // What is neither (a FIFO, a device) is refused here: reading one would block or never end.
+            const std::string why = file_only || !std::filesystem::is_directory(dst) ? formats::not_a_regular_file(dst) : "";
+            if (!why.empty())
+              throw ConfigError(fmt::format("{}: '{}' {}; name {}", where, dst.string(), why,
+                                            file_only ? "a regular file" : "a regular file or a folder"));
           }};
 }
 

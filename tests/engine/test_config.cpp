@@ -2,6 +2,8 @@
 // is allowed for every kind of bad input. The shipped configs must all load.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -307,6 +309,46 @@ TEST(Config, InitFromConfigJsonGivesTheWholeModelSection) {
   EXPECT_EQ(parse(kMinimal + only_init_from).model.kind, "bert");
   // Stating a value config.json also gives, equal, is allowed (from the file or --set).
   EXPECT_EQ(parse(kMinimal + kVariantModel + ", n_embd: 32, activation: gelu_tanh}\n", {"model.layer_norm_eps=0.001"}).model.n_embd, 32);
+}
+
+// The tokenizer files taken from model.init_from's folder, and the tokenizer_config.json beside data.vocab,
+// are read only when they are regular files inside their folder; a FIFO anywhere a file is named is refused
+// by name, never read (which would wait for a writer for ever).
+TEST(Config, TokenizerFilesAreRegularFilesInsideTheirFolder) {
+  namespace fs = std::filesystem;
+  const fs::path root = testing::scratch_path("config_tokenizer_files"), dir = root / "model";
+  fs::remove_all(root);
+  fs::create_directories(dir);
+  fs::copy_file(testing::data_path("hf_bert_variant") / "config.json", dir / "config.json");
+  const std::string yaml = kMinimal + "model: {init_from: " + dir.string() + ", init_missing: [head]}\n";
+  const auto fifo = [](const fs::path& path) { ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << path; };
+  fifo(dir / "vocab.txt");
+  std::string err = testing::error_without_blocking(dir / "vocab.txt", [&] { parse(yaml, {"data.tokenizer=wordpiece"}); });
+  EXPECT_NE(err.find("test.yaml: model.init_from: '" + (dir / "vocab.txt").string() + "' is a FIFO (a named pipe), not a file"),
+            std::string::npos) << err;
+  fs::remove(dir / "vocab.txt");
+  fs::copy_file(testing::data_path("hf_sentence_transformer") / "vocab.txt", root / "vocab.txt");
+  fs::create_symlink(root / "vocab.txt", dir / "vocab.txt");
+  err = error_of(yaml, {"data.tokenizer=wordpiece"});
+  EXPECT_NE(err.find("model.init_from: '" + (dir / "vocab.txt").string() + "' is a link to '" + (root / "vocab.txt").string() +
+                     "', outside the folder"),
+            std::string::npos) << err;
+  fs::remove(dir / "vocab.txt");
+  fs::rename(root / "vocab.txt", dir / "vocab.txt");
+  EXPECT_EQ(parse(yaml, {"data.tokenizer=wordpiece"}).data.vocab, dir / "vocab.txt");
+  fifo(dir / "tokenizer_config.json");  // data.lowercase: auto reads it
+  err = testing::error_without_blocking(dir / "tokenizer_config.json", [&] { parse(yaml, {"data.tokenizer=wordpiece"}); });
+  EXPECT_NE(err.find("data.lowercase: auto reads the tokenizer_config.json beside data.vocab: '" + (dir / "tokenizer_config.json").string() +
+                     "' is a FIFO (a named pipe), not a file"),
+            std::string::npos) << err;
+  EXPECT_EQ(parse(yaml, {"data.tokenizer=wordpiece", "data.lowercase=true"}).data.lowercase, "true");
+  // Named by a key, or as the config file itself.
+  EXPECT_NE(error_of(kMinimal, {"data.tokenizer=wordpiece", "data.vocab=" + (dir / "tokenizer_config.json").string()})
+                .find("data.vocab: '" + (dir / "tokenizer_config.json").string() + "' is a FIFO (a named pipe), not a file; name a regular file"),
+            std::string::npos);
+  err = testing::error_without_blocking(dir / "tokenizer_config.json", [&] { load_config(dir / "tokenizer_config.json"); });
+  EXPECT_NE(err.find("the config file: '" + (dir / "tokenizer_config.json").string() + "' is a FIFO"), std::string::npos) << err;
+  fs::remove_all(root);
 }
 
 TEST(Config, AYamlValueConfigJsonContradictsIsAnErrorNamingBoth) {
