@@ -75,8 +75,17 @@ nlohmann::json source_config(const HfWeights& source) {
 }
 
 // The source model of a checkpoint's export: --source, else the run's model.init_from; it must still be there.
+// Each is named as what it is: a run that never used model.init_from is not told about it.
 fs::path export_source(const TrainState& state, const ExportOptions& options) {
-  const fs::path source = options.source ? *options.source : state.origin.init_from;
+  if (options.source) {
+    if (!options.source->empty() && !fs::exists(*options.source))
+      throw std::runtime_error(fmt::format("export: --source '{}' does not exist; name the Hugging Face model folder (or .safetensors "
+                                           "file) whose untrained tensors, config.json and tokenizer files the export carries, or "
+                                           "export without one with --source none",
+                                           options.source->string()));
+    return *options.source;
+  }
+  const fs::path source = state.origin.init_from;
   if (!source.empty() && !fs::exists(source))
     throw std::runtime_error(fmt::format("export: the run started from '{}' (model.init_from), which is gone; the export carries its "
                                          "untrained tensors (BERT's pooler, ...), config.json and tokenizer files: restore it, name "

@@ -139,7 +139,7 @@ std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& o, const models::
   if (!has_vocab) {
     *note = o.kind == "byte" ? "no tokenizer files: the byte tokenizer has no Hugging Face equivalent"
                              : "no tokenizer files: the run's vocabulary is not known (a token shard without a sidecar, and no "
-                               "model.init_from folder holding one); copy its files into the export";
+                               "source folder holding one); copy its files into the export";
     return {};
   }
   if (!has("tokenizer_config.json")) {
