@@ -148,7 +148,12 @@ class WordPiece final : public Tokenizer {
 
 std::unique_ptr<Tokenizer> load_wordpiece(const std::filesystem::path& vocab_txt, bool lowercase) {
   std::istringstream in(formats::read_regular_file(vocab_txt, "the vocabulary"));
-  return std::make_unique<WordPiece>(in, vocab_txt.string(), lowercase);
+  try {
+    return std::make_unique<WordPiece>(in, vocab_txt.string(), lowercase);
+  } catch (const std::runtime_error&) {  // "token '    {' appears twice" would say nothing of what the file is
+    if (is_tokenizer_json(vocab_txt)) throw std::runtime_error(renamed_tokenizer_json(vocab_txt, "vocab.txt"));
+    throw;
+  }
 }
 
 int32_t wordpiece_token_id(const std::filesystem::path& vocab_txt, const std::string& token) {

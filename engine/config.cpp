@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "dataset/token_shard.h"
+#include "dataset/tokenizer.h"
 #include "engine/config_schema.h"
 #include "formats/hf_config.h"
 #include "formats/model_folder.h"
@@ -113,6 +114,13 @@ std::string resolved_lowercase(const DataConfig& d) {
   return tc.is_object() && tc.contains("do_lower_case") && tc["do_lower_case"] == false ? "false" : "true";
 }
 
+// A tokenizer.json given as data.vocab under another name would be read as a vocab.txt or vocab.json, and
+// fail on its first line that is not one.
+void check_not_a_renamed_tokenizer_json(const DataConfig& d) {
+  if (d.vocab.empty() || d.vocab.filename() == "tokenizer.json" || !dataset::is_tokenizer_json(d.vocab)) return;
+  throw ConfigError("data.vocab: " + dataset::renamed_tokenizer_json(d.vocab, d.tokenizer == "gpt2" ? "vocab.json" : "vocab.txt"));
+}
+
 // data.vocab and data.merges, from model.init_from's folder when not given; data.lowercase: auto resolved.
 // Raw text needs the files; a shard may do without (its sidecar may name them).
 void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_from, bool text) {
@@ -124,6 +132,7 @@ void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_fr
     return;
   }
   if (kind == "wordpiece" && !d.merges.empty()) throw ConfigError("data.merges: WordPiece has no merges (that is gpt2's); remove the key");
+  check_not_a_renamed_tokenizer_json(d);
   const std::filesystem::path folder = init_from_folder(init_from);
   const std::optional<formats::ModelFolder> source = folder.empty() ? std::nullopt : std::optional(formats::ModelFolder(folder, "model.init_from"));
   const auto from_folder = [&](std::filesystem::path& file, const char* name) {

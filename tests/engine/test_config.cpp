@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include "engine/config.h"
 #include "engine/config_schema.h"
@@ -349,6 +350,29 @@ TEST(Config, TokenizerFilesAreRegularFilesInsideTheirFolder) {
   err = testing::error_without_blocking(dir / "tokenizer_config.json", [&] { load_config(dir / "tokenizer_config.json"); });
   EXPECT_NE(err.find("the config file: '" + (dir / "tokenizer_config.json").string() + "' is a FIFO"), std::string::npos) << err;
   fs::remove_all(root);
+}
+
+// A tokenizer.json given as data.vocab under another name is named as what it is, with what to give instead
+// (not "token '    {' appears twice", nor "data.merges: missing" for gpt2).
+TEST(Config, ATokenizerJsonUnderAnotherNameIsRecognised) {
+  namespace fs = std::filesystem;
+  const fs::path dir = testing::scratch_path("config_renamed_tokenizer_json");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(testing::data_path("hf_roundtrip/bert_pretraining/tokenizer.json"), dir / "bert-tokenizer.json");
+  const std::string vocab = "data.vocab=" + (dir / "bert-tokenizer.json").string();
+  for (const auto& [kind, expected, instead] : {std::tuple{"wordpiece", "vocab.txt", "vocab.txt"}, {"gpt2", "vocab.json", "vocab.json and merges.txt"}}) {
+    const std::string err = error_of(kMinimal, {std::string("data.tokenizer=") + kind, vocab});
+    EXPECT_NE(err.find(std::string("data.vocab: '") + (dir / "bert-tokenizer.json").string() +
+                       "' is a Hugging Face tokenizer.json under another name, not a " + expected +
+                       "; Ferry tells a tokenizer.json by its name: give it as tokenizer.json"),
+              std::string::npos) << err;
+    EXPECT_NE(err.find(std::string("or give the ") + instead + " it was saved with"), std::string::npos) << err;
+  }
+  fs::rename(dir / "bert-tokenizer.json", dir / "tokenizer.json");
+  EXPECT_EQ(parse(kMinimal, {"data.tokenizer=wordpiece", "data.vocab=" + (dir / "tokenizer.json").string()}).data.vocab.filename(),
+            "tokenizer.json");
+  fs::remove_all(dir);
 }
 
 TEST(Config, AYamlValueConfigJsonContradictsIsAnErrorNamingBoth) {
