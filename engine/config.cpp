@@ -26,6 +26,27 @@
 namespace ferry::engine {
 namespace {
 
+// An override of a key inside parts[0..at] where the file has a value, not a section. When the table has a
+// section there, the file is what to change (train: fast), so the error names the file's line, not the
+// override's flag; otherwise the override names a key inside a key.
+ConfigError not_a_section(const YAML::Node& node, const std::vector<std::string>& parts, size_t at, const std::string& assignment) {
+  const auto joined = [&](size_t begin, size_t end) {
+    std::string name;
+    for (size_t i = begin; i < end; ++i) name += (name.empty() ? "" : ".") + parts[i];
+    return name;
+  };
+  const std::string section = joined(0, at + 1), inner = joined(at + 1, parts.size());
+  const std::string value = assignment.substr(assignment.find('=') + 1);
+  const auto& keys = config_keys();
+  if (std::none_of(keys.begin(), keys.end(), [&](const ConfigKey& k) { return k.name.starts_with(section + "."); }))
+    return ConfigError(fmt::format("--set {}: {} is a key, not a section with keys inside it; `ferry config` lists the keys", assignment, section));
+  const std::string line = node.Mark().is_null() ? "" : fmt::format(" (line {})", node.Mark().line + 1);
+  const std::string is = node.IsScalar() ? "the value '" + node.Scalar() + "'" : node.IsSequence() ? "a list" : "not a mapping";
+  return ConfigError(fmt::format("{}{} is {}, not a section of keys, so {}={} (from --set, --steps or --seed) has nowhere to go; "
+                                 "write {} as a mapping of keys, e.g. {}: {{{}: {}}}",
+                                 section, line, is, section + "." + inner, value, section, section, inner, value));
+}
+
 void apply_override(YAML::Node& root, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
@@ -56,7 +77,7 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     YAML::Node parent = path.back();
     if (!parent[parts[i]] || parent[parts[i]].IsNull()) parent[parts[i]] = YAML::Node(YAML::NodeType::Map);
-    else if (!parent[parts[i]].IsMap()) throw ConfigError("--set " + assignment + ": '" + parts[i] + "' is not a section");
+    else if (!parent[parts[i]].IsMap()) throw not_a_section(parent[parts[i]], parts, i, assignment);
     path.push_back(parent[parts[i]]);
   }
   YAML::Node leaf_parent = path.back();

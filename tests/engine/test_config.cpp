@@ -136,7 +136,20 @@ TEST(Config, DeviceIsAKindOrAMappingWithHostSettings) {
   EXPECT_NE(error_of(kMinimal + "device: {kind: cpu, host: {link_gpbs: 8}}\n").find("device.host.link_gpbs: unknown key; device.host takes link_gbps"),
             std::string::npos);
   EXPECT_NE(error_of(kMinimal + "device: {kind: tpu}\n").find("device.kind: 'tpu' is not allowed"), std::string::npos);
-  EXPECT_NE(error_of(kMinimal, {"data.path.x=1"}).find("'path' is not a section"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"data.path.x=1"}).find("--set data.path.x=1: data.path is a key, not a section"), std::string::npos)
+      << error_of(kMinimal, {"data.path.x=1"});
+}
+
+// --steps and --seed are overrides of train.steps and train.seed: when the file's train is a value, not a
+// section, the error says so, with its line, and names no --set the user never typed.
+TEST(Config, AnOverrideIntoAFilesValueNamesTheFilesLine) {
+  const std::string err = error_of(kMinimal + "train: fast\n", {"train.steps=2"});
+  EXPECT_NE(err.find("test.yaml: train (line 2) is the value 'fast', not a section of keys, so train.steps=2 (from --set, --steps or "
+                     "--seed) has nowhere to go; write train as a mapping of keys, e.g. train: {steps: 2}"),
+            std::string::npos) << err;
+  EXPECT_EQ(err.find("--set train.steps"), std::string::npos) << err;
+  EXPECT_NE(error_of(kMinimal + "optim: [1, 2]\n", {"optim.lr=1e-3"}).find("optim (line 2) is a list, not a section of keys"),
+            std::string::npos) << error_of(kMinimal + "optim: [1, 2]\n", {"optim.lr=1e-3"});
 }
 
 TEST(Config, BertNeedsRoomForItsMaskToken) {
