@@ -268,19 +268,24 @@ int64_t parse_bytes(const std::string& text) {
   std::string unit(end, text.data() + text.size());
   unit.erase(0, unit.find_first_not_of(' '));
   static const std::vector<std::pair<std::string, double>> units{
-      {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+      {"", 1},    {"B", 1},    {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30}, {"TiB", 0x1p40}, {"PiB", 0x1p50}, {"EiB", 0x1p60},
+      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},   {"TB", 1e12},   {"PB", 1e15},   {"EB", 1e18}};
   const auto it = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == unit; });
   if (it == units.end()) throw std::invalid_argument(not_a_size);
   // 0 would read as "not given", and 2^63 bytes no longer fit the int64_t every byte count is. A count of
-  // bytes is taken as written (a double would round 2^63-1 up).
+  // bytes is taken as written (a double would round 2^63-1 up). from_chars says only "out of range" for a
+  // number beyond a double: its exponent's sign says which end.
   int64_t exact = 0;
   const auto as_integer = std::from_chars(text.data(), end, exact);
   const bool integer = it->second == 1 && as_integer.ptr == end && as_integer.ec == std::errc();
-  const double bytes = integer ? double(exact) : ec == std::errc::result_out_of_range ? HUGE_VAL : value * it->second;
-  if (integer ? exact < 1 : !(bytes >= 1 && bytes < 9223372036854775808.0))
-    throw std::invalid_argument("'" + text + "' is out of range; expected at least 1 byte and less than 8 EiB (2^63 bytes), "
-                                "e.g. 8GiB");
+  const std::string number(text.data(), end);
+  const size_t exponent = number.find_first_of("eE");
+  const bool beyond = ec == std::errc::result_out_of_range, underflow = beyond && exponent != std::string::npos && number[exponent + 1] == '-';
+  const double bytes = integer ? double(exact) : beyond ? (underflow ? 0.0 : HUGE_VAL) : value * it->second;
+  if (integer ? exact < 1 : !(bytes >= 1))
+    throw std::invalid_argument("'" + text + "' is too small: a size is at least 1 byte, e.g. 8GiB");
+  if (!integer && !(bytes < 0x1p63))
+    throw std::invalid_argument("'" + text + "' is too large: a size is at most 2^63 - 1 bytes (just under 8 EiB), e.g. 8GiB");
   if (integer) return exact;
   return static_cast<int64_t>(bytes);
 }
