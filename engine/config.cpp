@@ -181,6 +181,29 @@ void check_data_path(const DataConfig& data) {
     throw ConfigError("data.path: '" + data.path.string() + "' does not exist or is not a file");
 }
 
+// Decoupled weight decay multiplies each weight by 1 - lr * weight_decay every step (cpu_optim/adamw_math.h):
+// from lr * weight_decay = 1 on, that zeroes or flips every weight whatever its gradient, and beyond 2 it
+// grows them without bound. Checked at optim.lr, the schedule's peak, for the optim section and each group.
+void check_weight_decay(const OptimConfig& o) {
+  const auto check = [&](const std::string& where, double lr_scale, double weight_decay, const std::string& lr_words) {
+    const double lr = o.lr * lr_scale;
+    if (lr * weight_decay < 1) return;
+    throw ConfigError(fmt::format("{}: {:g} with {} multiplies every weight by 1 - {:g} * {:g} = {:g} each step (decoupled weight "
+                                  "decay), {} it whatever its gradient; keep the learning rate times weight_decay below 1, e.g. "
+                                  "weight_decay 0.1 at optim.lr 6e-4",
+                                  where, weight_decay, lr_words, lr, weight_decay, 1 - lr * weight_decay,
+                                  lr * weight_decay == 1 ? "zeroing" : "flipping the sign of"));
+  };
+  check("optim.weight_decay", 1, o.weight_decay, fmt::format("optim.lr {:g}", o.lr));
+  for (size_t i = 0; i < o.groups.size(); ++i) {
+    const ParamGroup& g = o.groups[i];
+    if (g.frozen || !(g.lr_scale || g.weight_decay)) continue;  // frozen, or the optim section's settings
+    const double lr_scale = g.lr_scale.value_or(1);
+    check(fmt::format("optim.groups[{}].weight_decay", i), lr_scale, g.weight_decay.value_or(o.weight_decay),
+          fmt::format("its learning rate {:g} (optim.lr {:g} times lr_scale {:g})", o.lr * lr_scale, o.lr, lr_scale));
+  }
+}
+
 // What no single key can check; also fills the default of optim.min_lr, which depends on optim.lr.
 void check_across_keys(Config& c) {
   if (c.model.n_embd % c.model.n_head != 0)
@@ -213,6 +236,7 @@ void check_across_keys(Config& c) {
   if (c.optim.min_lr > c.optim.lr)
     throw ConfigError("optim.min_lr: " + std::to_string(c.optim.min_lr) + " is above optim.lr");
   if (c.optim.min_lr < 0) c.optim.min_lr = c.optim.lr / 10;
+  check_weight_decay(c.optim);
 }
 
 }  // namespace

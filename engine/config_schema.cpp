@@ -24,6 +24,8 @@ namespace {
 
 constexpr int kIntMax = std::numeric_limits<int>::max();
 constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+// Why an epsilon has a floor (models::kSmallestEps), where its range is given.
+constexpr const char* kEpsNote = "a smaller one vanishes in fp32, and 0 / 0 is NaN";
 
 // A row of the table: the key in words, and how its value is read into a Target (the Config, or one entry
 // of optim.groups). `read` throws a ConfigError naming `where`, the key as the file spells it.
@@ -380,8 +382,8 @@ std::vector<Key<Config>> model_keys() {
               "rows of the position table: the longest sequence, and the one trained unless train.seq_len says otherwise"),
       integer("model.intermediate_size", [](Config& c) -> auto& { return c.model.intermediate_size; }, 1, 1 << 20,
               "the MLP's width", {.default_value = "4 * model.n_embd"}),
-      number("model.layer_norm_eps", [](Config& c) -> auto& { return c.model.layer_norm_eps; }, 0, 1, "LayerNorm's epsilon",
-             {.default_value = eps_defaults, .open_below = true}),
+      number("model.layer_norm_eps", [](Config& c) -> auto& { return c.model.layer_norm_eps; }, models::kSmallestEps, 1,
+             "LayerNorm's epsilon", {.note = kEpsNote, .default_value = eps_defaults}),
       choice("model.activation", [](Config& c) -> auto& { return c.model.activation; }, models::kActivations,
              "the GELU of the MLP (and BERT's head): gelu is exact (erf), gelu_tanh its tanh approximation (gelu_new)",
              {.default_value = gelu_defaults}),
@@ -431,8 +433,8 @@ std::vector<Key<Config>> optim_keys() {
            fmt::format("[{}, {}]", number_text(defaults.beta1), number_text(defaults.beta2)),
            "AdamW's decay rates of the first and second moments", {}),
        read_betas},
-      number("optim.eps", [](Config& c) -> auto& { return c.optim.eps; }, 0, kUnbounded,
-             "AdamW's epsilon, added to the root of the second moment", {.open_below = true}),
+      number("optim.eps", [](Config& c) -> auto& { return c.optim.eps; }, models::kSmallestEps, kUnbounded,
+             "AdamW's epsilon, added to the root of the second moment", {.note = kEpsNote}),
       number("optim.weight_decay", [](Config& c) -> auto& { return c.optim.weight_decay; }, 0, 10,
              "decoupled weight decay on every parameter, as torch.optim.AdamW"),
       number("optim.grad_clip", [](Config& c) -> auto& { return c.optim.grad_clip; }, 0, 1e9,

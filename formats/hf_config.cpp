@@ -108,7 +108,8 @@ class Reader {
   void eps(const char* key) {
     if (!has(key)) return;
     const json& v = at(key);
-    if (!v.is_number() || !(v.get<double>() > 0 && v.get<double>() <= 1)) fail(key, ", not a number in (0, 1]");
+    if (!v.is_number() || !(v.get<double>() >= models::kSmallestEps && v.get<double>() <= 1))
+      fail(key, fmt::format(", not a number in [{:g}, 1] (a smaller epsilon vanishes in fp32, and 0 / 0 is NaN)", models::kSmallestEps));
     const double value = v.get<double>();
     if (!stated("layer_norm_eps")) m_.layer_norm_eps = value;
     else if (std::abs(m_.norm_eps() - value) > 1e-9 * value)

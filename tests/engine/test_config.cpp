@@ -258,13 +258,38 @@ TEST(Config, BudgetsAreValidated) {
             std::string::npos) << error_of(kMinimal, {"offload.gpu_budget=lots"});
 }
 
-// optim.eps divides: 0 is refused, any positive number allowed.
-TEST(Config, EpsMustBePositive) {
-  EXPECT_TRUE(error_of(kMinimal, {"optim.eps=0"}).ends_with("optim.eps: 0 is out of range; expected a number > 0"))
-      << error_of(kMinimal, {"optim.eps=0"});
+// An epsilon divides: one that fp32 rounds away (0, or 1e-50 as the kernels' float) made a weight
+// without a gradient yet 0 / 0, a NaN blamed on the learning rate; AdamW's and LayerNorm's are floored alike.
+TEST(Config, EpsilonsStayWhereFp32KeepsThem) {
+  const std::string allowed = "expected a number >= 1e-30 (a smaller one vanishes in fp32, and 0 / 0 is NaN)";
+  for (const char* eps : {"0", "1e-50", "9e-31"}) {
+    EXPECT_TRUE(error_of(kMinimal, {std::string("optim.eps=") + eps}).ends_with(std::string("optim.eps: ") + eps + " is out of range; " + allowed))
+        << error_of(kMinimal, {std::string("optim.eps=") + eps});
+    EXPECT_NE(error_of(kMinimal, {std::string("model.layer_norm_eps=") + eps}).find(std::string("model.layer_norm_eps: ") + eps + " is out of range; "),
+              std::string::npos);
+  }
   EXPECT_NE(error_of(kMinimal, {"optim.eps=-1e-8"}).find("optim.eps: -1e-8 is out of range"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"model.layer_norm_eps=1e-50"}).find("expected a number in [1e-30, 1] (a smaller one vanishes in fp32"),
+            std::string::npos) << error_of(kMinimal, {"model.layer_norm_eps=1e-50"});
   EXPECT_DOUBLE_EQ(parse(kMinimal, {"optim.eps=1e-30"}).optim.eps, 1e-30);
   EXPECT_DOUBLE_EQ(parse(kMinimal, {"optim.eps=2"}).optim.eps, 2);
+  EXPECT_DOUBLE_EQ(parse(kMinimal, {"model.layer_norm_eps=1e-30"}).model.layer_norm_eps, 1e-30);
+}
+
+// Decoupled weight decay scales each weight by 1 - lr * weight_decay a step: at lr * weight_decay >= 1 every
+// weight is zeroed or flipped whatever its gradient (lr 10, weight_decay 10 trained to a val loss of 45).
+TEST(Config, WeightDecayTimesTheLearningRateStaysBelowOne) {
+  EXPECT_NE(error_of(kMinimal, {"optim.lr=10", "optim.weight_decay=10"})
+                .find("optim.weight_decay: 10 with optim.lr 10 multiplies every weight by 1 - 10 * 10 = -99 each step (decoupled weight "
+                      "decay), flipping the sign of it whatever its gradient; keep the learning rate times weight_decay below 1"),
+            std::string::npos) << error_of(kMinimal, {"optim.lr=10", "optim.weight_decay=10"});
+  EXPECT_NE(error_of(kMinimal, {"optim.lr=0.5", "optim.weight_decay=2"}).find("= 0 each step (decoupled weight decay), zeroing it"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"optim.lr=0.01", "optim.groups=[{params: \"*.bias\", weight_decay: 0}, {params: \"*\", lr_scale: 1000}]"})
+                .find("optim.groups[1].weight_decay: 0.1 with its learning rate 10 (optim.lr 0.01 times lr_scale 1000) multiplies"),
+            std::string::npos) << error_of(kMinimal, {"optim.lr=0.01", "optim.groups=[{params: \"*.bias\", weight_decay: 0}, {params: \"*\", lr_scale: 1000}]"});
+  EXPECT_DOUBLE_EQ(parse(kMinimal, {"optim.lr=9", "optim.weight_decay=0.1"}).optim.weight_decay, 0.1);
+  EXPECT_EQ(parse(kMinimal, {"optim.lr=0.01", "optim.groups=[{params: \"*\", lr_scale: 1000, weight_decay: 0}]"}).optim.groups.size(), 1u);
 }
 
 // A warmup longer than the run is allowed (a short trial of a long run's settings) but warned of: the
@@ -440,7 +465,7 @@ TEST(Config, TheModelsNumericChoicesAreKeysOfTheirOwn) {
   };
   for (const Case& c : std::vector<Case>{
            {"model: {activation: relu}\n", "model.activation: 'relu' is not allowed; expected one of gelu | gelu_tanh"},
-           {"model: {layer_norm_eps: 0}\n", "model.layer_norm_eps: 0 is out of range; expected a number in (0, 1]"},
+           {"model: {layer_norm_eps: 0}\n", "model.layer_norm_eps: 0 is out of range; expected a number in [1e-30, 1]"},
            {"model: {intermediate_size: 0}\n", "model.intermediate_size: 0 is out of range"},
            {"model: {type_vocab_size: 3}\n", "model.type_vocab_size: applies to model.kind: bert only"},
        }) {

@@ -184,7 +184,8 @@ TEST(HfConfig, WhatFerryCannotComputeIsRefusedByName) {
            {"gpt2", {{"scale_attn_by_inverse_layer_idx", true}}, "scale_attn_by_inverse_layer_idx is true"},
            {"gpt2", {{"n_layer", 0}}, "config.json: n_layer is 0, not an integer in [1, 1024]"},
            {"bert", {{"hidden_size", "32"}}, "config.json: hidden_size is \"32\", not an integer in [1, 65536]"},
-           {"bert", {{"layer_norm_eps", -1}}, "config.json: layer_norm_eps is -1, not a number in (0, 1]"},
+           {"bert", {{"layer_norm_eps", -1}}, "config.json: layer_norm_eps is -1, not a number in [1e-30, 1] (a smaller epsilon vanishes in fp32"},
+           {"bert", {{"layer_norm_eps", 1e-50}}, "config.json: layer_norm_eps is 1e-50, not a number in [1e-30, 1]"},
        }) {
     const std::string err = Folder(c.kind, c.changes).error();
     EXPECT_NE(err.find(c.needle), std::string::npos) << err;
