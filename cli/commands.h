@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 namespace CLI {
 class App;
@@ -15,7 +16,7 @@ struct Command {
   std::function<int()> run;  // runs it with the parsed options; returns the exit status, throws on error
 };
 
-Command add_train(CLI::App& app);     // cli/train.cpp
+Command add_train(CLI::App& app, const std::string& program);  // cli/train.cpp; program: argv[0], for the commands it prints
 Command add_plan(CLI::App& app);      // cli/plan.cpp
 Command add_sample(CLI::App& app);    // cli/sample.cpp
 Command add_export(CLI::App& app);    // cli/export.cpp

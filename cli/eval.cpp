@@ -41,11 +41,12 @@ Command add_eval(CLI::App& app) {
   eval->add_option("-c,--config", args->config_path, "Experiment file (YAML): the model, the data and its validation split")
       ->required()
       ->check(CLI::ExistingFile);
-  eval->add_option("--checkpoint", args->checkpoint, "A checkpoint folder, or the newest in a train.checkpoint_dir; default: the "
+  eval->add_option("--checkpoint", args->checkpoint, "A checkpoint folder; a run folder or train.checkpoint_dir (its newest); an "
+                                                     "experiment folder, e.g. runs/gpt-tiny (its newest run's newest); default: the "
                                                      "config's weights (model.init_from, else its initialisation)");
   eval->add_option("--batches", args->batches, "Validation batches (default train.eval_batches)")->transform(integer_in(1, INT32_MAX));
   eval->add_option("--set", args->overrides, "Override any config key, e.g. --set train.batch_size=4 (repeatable)");
-  eval->footer("Example: ferry eval --config configs/gpt-tiny.yaml --checkpoint checkpoints/gpt-tiny");
+  eval->footer("Example: ferry eval --config configs/gpt-tiny.yaml --checkpoint runs/gpt-tiny");
   return {eval, [args] { return run_eval(*args); }};
 }
 

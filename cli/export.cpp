@@ -18,7 +18,7 @@ namespace {
 
 constexpr const char* kExportFooter =
     "Examples:\n"
-    "  ferry export --checkpoint checkpoints/bert-tiny --out exports/bert-tiny\n"
+    "  ferry export --checkpoint runs/bert-tiny --out exports/bert-tiny\n"
     "  ferry export --config configs/my-finetune.yaml --out exports/start   (no step trained: model.init_from's\n"
     "      weights byte for byte, or the initialisation of train.seed)\n"
     "A model from model.init_from takes along its tensors Ferry does not train (BERT's pooler, ...), its\n"
@@ -76,7 +76,9 @@ Command add_export(CLI::App& app) {
   auto* exporter = app.add_subcommand("export", "Write a model as a Hugging Face folder (model.safetensors, config.json and tokenizer "
                                                 "files, for GPT2LMHeadModel or BertForMaskedLM): a checkpoint's weights, or with "
                                                 "--config those a run starts from");
-  auto* checkpoint = exporter->add_option("--checkpoint", args->checkpoint, "A checkpoint folder, or a train.checkpoint_dir (the newest)");
+  auto* checkpoint = exporter->add_option("--checkpoint", args->checkpoint,
+                                         "A checkpoint folder; a run folder or train.checkpoint_dir (its newest); an experiment "
+                                         "folder such as runs/gpt-tiny (its newest run's newest)");
   auto* config = exporter->add_option("-c,--config", args->config_path, "Instead of --checkpoint: an experiment file (YAML) whose "
                                                                         "starting weights to export, with no step trained "
                                                                         "(model.init_from's, else the initialisation of train.seed)")

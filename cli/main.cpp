@@ -26,7 +26,7 @@ int usage_exit(const CLI::App& app, const CLI::Error& e) { return app.exit(e) ==
 int main(int argc, char** argv) {
   CLI::App app{kDescription, "ferry"};
   app.require_subcommand(1);
-  const std::vector<ferry::cli::Command> commands{ferry::cli::add_train(app), ferry::cli::add_plan(app),
+  const std::vector<ferry::cli::Command> commands{ferry::cli::add_train(app, argv[0]), ferry::cli::add_plan(app),
                                                   ferry::cli::add_sample(app), ferry::cli::add_export(app),
                                                   ferry::cli::add_tokenize(app), ferry::cli::add_eval(app),
                                                   ferry::cli::add_config(app)};

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -39,17 +40,24 @@ void warn_if_not_finite(const models::ModelSpec& spec, const models::ParameterSt
   }
 }
 
+// A token's text as the byte tokenizer writes it (ids past the bytes: '?').
+char text_of(int32_t token) { return static_cast<char>(token < 256 ? token : '?'); }
+
 }  // namespace
 
-std::string sample(const SampleOptions& o) {
+std::string why_not_sampleable(const formats::TrainState& state) {
+  if (state.model.kind != "gpt2" || state.model.n_layer <= 0) return "sampling needs a GPT checkpoint written by `ferry train`";
+  if (state.tokenizer != "byte") return "tokenizer " + state.tokenizer + " is not supported by sample yet";
+  return {};
+}
+
+std::string sample(const SampleOptions& o, const std::function<void(std::string_view)>& on_text) {
   if (o.tokens < 0) throw std::invalid_argument(fmt::format("--tokens: {} is out of range; expected an integer >= 0", o.tokens));
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
     throw std::invalid_argument(fmt::format("--temperature: {} is not allowed; expected a finite number >= 0", o.temperature));
   if (o.top_k < 0) throw std::invalid_argument(fmt::format("--top-k: {} is out of range; expected an integer >= 0", o.top_k));
   const auto [state, dir] = formats::read_checkpoint_state(o.checkpoint);
-  if (state.model.kind != "gpt2" || state.model.n_layer <= 0)
-    throw std::runtime_error("'" + dir.string() + "': sampling needs a GPT checkpoint written by `ferry train`");
-  if (state.tokenizer != "byte") throw std::runtime_error("'" + dir.string() + "': tokenizer " + state.tokenizer + " is not supported by sample yet");
+  if (const std::string why = why_not_sampleable(state); !why.empty()) throw std::runtime_error("'" + dir.string() + "': " + why);
   const int64_t T = state.model.seq_len, V = state.model.vocab_size;
   const models::ModelSpec spec = models::build_model(state.model, 1, T);  // with the checkpoint's numeric choices
   bool verified = false;  // a checkpoint of an earlier build records no checksums
@@ -62,6 +70,7 @@ std::string sample(const SampleOptions& o) {
   std::vector<int32_t> text;
   for (unsigned char ch : o.prompt) text.push_back(ch);
   if (text.empty()) text.push_back('\n');  // something to condition on
+  if (on_text && !o.prompt.empty()) on_text(o.prompt);
   models::Rng rng(o.seed);
   std::vector<int32_t> window(T), targets(T, 0);
   std::vector<double> probs(V);
@@ -90,9 +99,10 @@ std::string sample(const SampleOptions& o) {
         }
     }
     text.push_back(next);
+    if (on_text) on_text(std::string(1, text_of(next)));
   }
   std::string out;
-  for (int32_t t : text) out.push_back(static_cast<char>(t < 256 ? t : '?'));
+  for (int32_t t : text) out.push_back(text_of(t));
   if (o.prompt.empty()) out.erase(0, 1);
   return out;
 }
@@ -105,7 +115,8 @@ Command add_sample(CLI::App& app) {
   auto args = std::make_shared<SampleArgs>();
   SampleOptions& o = args->options;
   auto* sample_cmd = app.add_subcommand("sample", "Generate text from a GPT checkpoint written by `ferry train`");
-  sample_cmd->add_option("--checkpoint", args->checkpoint, "A checkpoint folder, or a train.checkpoint_dir (the newest)")
+  sample_cmd->add_option("--checkpoint", args->checkpoint, "A checkpoint folder; a run folder or train.checkpoint_dir (its newest); "
+                                                           "an experiment folder, e.g. runs/gpt-tiny (its newest run's newest)")
       ->required();
   sample_cmd->add_option("--prompt", o.prompt, "Text to continue");
   sample_cmd->add_option("--tokens", o.tokens, "Tokens to generate (default 200)")->transform(integer_in(0, INT32_MAX));
@@ -116,7 +127,11 @@ Command add_sample(CLI::App& app) {
   sample_cmd->add_option("--seed", o.seed, "Seed of the sampling (default 1)")->transform(integer_in(0, UINT64_MAX));
   return {sample_cmd, [args] {
             args->options.checkpoint = args->checkpoint;
-            fmt::print("{}\n", sample(args->options));
+            sample(args->options, [](std::string_view text) {  // printed as it comes: a slow model shows its progress
+              std::fwrite(text.data(), 1, text.size(), stdout);
+              std::fflush(stdout);
+            });
+            std::fputc('\n', stdout);
             return 0;
           }};
 }

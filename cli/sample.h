@@ -3,7 +3,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <string_view>
+
+namespace ferry::formats {
+struct TrainState;
+}
 
 namespace ferry::cli {
 
@@ -16,7 +22,11 @@ struct SampleOptions {
   uint64_t seed = 1;
 };
 
-// The prompt followed by the generated text. Deterministic for a seed.
-std::string sample(const SampleOptions& options);
+// The prompt followed by the generated text. Deterministic for a seed. `on_text`, when given, hears the
+// prompt, then each token's text as soon as it is generated (what `ferry sample` prints as it goes).
+std::string sample(const SampleOptions& options, const std::function<void(std::string_view)>& on_text = {});
+
+// Why `ferry sample` cannot continue text from this checkpoint; empty when it can.
+std::string why_not_sampleable(const formats::TrainState& state);
 
 }  // namespace ferry::cli

@@ -58,7 +58,7 @@ DataSource open_data_source(const DataRequest& r, const ReportFn& report) {
     s.info = describe_shard(r.tokenizer, *s.vocabulary);
     return s;
   }
-  const CachedTokens cached = cached_tokens(r.path, r.tokenizer, r.cache_dir.empty() ? default_token_cache_dir(r.path) : r.cache_dir, report);
+  const CachedTokens cached = cached_tokens(r.path, r.tokenizer, r.cache_dir.empty() ? default_token_cache_dir() : r.cache_dir, report);
   if (report && !cached.built) report(fmt::format("data.path: the {} tokens of '{}' from the cache '{}'", r.tokenizer.kind, r.path.string(),
                                                   cached.shard.string()));
   s.path = cached.shard, s.format = DataFormat::Shard, s.info = cached.info, s.origin = fmt::format("'{}'", r.tokenizer.vocab.string());

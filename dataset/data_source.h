@@ -16,7 +16,7 @@ struct DataRequest {
   DataFormat format = DataFormat::Auto;
   TokenizerFiles tokenizer;       // data.tokenizer and its files
   bool tokenizer_given = false;   // data.tokenizer was written (gpt2/wordpiece also say what made a shard)
-  std::filesystem::path cache_dir;  // empty: default_token_cache_dir(path)
+  std::filesystem::path cache_dir;  // empty: default_token_cache_dir()
 };
 
 struct DataSource {

@@ -14,6 +14,7 @@
 
 #include "dataset/unicode.h"
 #include "formats/atomic_file.h"
+#include "formats/cache_dir.h"
 
 namespace ferry::dataset {
 namespace {
@@ -188,7 +189,7 @@ std::filesystem::path token_cache_path(const std::filesystem::path& text, const 
   return cache_dir / (cache_prefix(text, files.kind) + key + ".bin");
 }
 
-std::filesystem::path default_token_cache_dir(const std::filesystem::path& text) { return text.parent_path() / ".ferry-cache"; }
+std::filesystem::path default_token_cache_dir() { return formats::ferry_cache_dir() / "tokens"; }
 
 namespace {
 

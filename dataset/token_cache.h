@@ -1,5 +1,5 @@
-// Raw text tokenised by GPT-2 BPE or WordPiece at start-up, once: the token shard is cached beside the data
-// and reused while the text, the tokenizer and its files are unchanged. Also the sidecar `<shard>.json` that
+// Raw text tokenised by GPT-2 BPE or WordPiece at start-up, once: the token shard is cached in the user's
+// cache folder (or data.cache_dir) and reused while the text, the tokenizer and its files are unchanged. Also the sidecar `<shard>.json` that
 // says what made a shard (ferry tokenize and the cache write one), so a run knows its vocabulary.
 #pragma once
 
@@ -50,8 +50,9 @@ std::string token_cache_key(const std::filesystem::path& text, const TokenizerFi
 // cache_dir/<text file name>.<hash of its absolute path>.<kind>.<key>.bin
 std::filesystem::path token_cache_path(const std::filesystem::path& text, const std::filesystem::path& cache_dir,
                                        const TokenizerFiles& files, const std::string& key);
-// The default cache folder: .ferry-cache in the text's folder.
-std::filesystem::path default_token_cache_dir(const std::filesystem::path& text);
+// The default cache folder: tokens/ in the user's cache folder (formats::ferry_cache_dir(): $FERRY_CACHE_DIR,
+// else $XDG_CACHE_HOME/ferry, else ~/.cache/ferry), never beside the data, which may be a source tree.
+std::filesystem::path default_token_cache_dir();
 
 struct CachedTokens {
   std::filesystem::path shard;

@@ -222,9 +222,6 @@ void check_across_keys(Config& c) {
   } catch (const std::runtime_error& e) {  // a file of model.init_from's folder, or one beside data.vocab
     throw ConfigError(e.what());
   }
-  if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
-    throw ConfigError("train.checkpoint_every: " + std::to_string(c.train.checkpoint_every) +
-                      " needs train.checkpoint_dir (where to write them)");
   if (c.data.mask_token_id >= c.model.vocab_size)
     throw ConfigError("data.mask_token_id: " + std::to_string(c.data.mask_token_id) + " is not below model.vocab_size " +
                       std::to_string(c.model.vocab_size));

@@ -24,7 +24,7 @@ struct DataConfig {
   bool tokenizer_given = false;          // data.tokenizer was written (gpt2/wordpiece then say what made a shard; byte describes text)
   std::filesystem::path vocab, merges;   // gpt2: vocab.json + merges.txt; wordpiece: vocab.txt; default: model.init_from's folder's
   std::string lowercase = "auto";        // wordpiece: true | false | auto (resolved: do_lower_case of tokenizer_config.json beside the vocab, else true)
-  std::filesystem::path cache_dir;       // where text's tokens are cached; empty: .ferry-cache beside data.path
+  std::filesystem::path cache_dir;       // where text's tokens are cached; empty: the user's cache folder (formats/cache_dir.h)
 };
 
 struct OptimConfig {
@@ -51,8 +51,8 @@ struct TrainConfig {
   int eval_batches = 8;
   int threads = 0;     // 0: all cores
   std::string activation_checkpointing = "auto";  // auto | true | false (planned by `ferry plan` today)
-  int checkpoint_every = 0;                  // steps; 0: only on interruption (when checkpoint_dir is set)
-  std::filesystem::path checkpoint_dir;      // empty: no checkpoints
+  int checkpoint_every = 0;                  // steps; 0: at the end and on interruption
+  std::filesystem::path checkpoint_dir;      // empty: a run folder runs/<experiment>/<n> (cli/train.cpp)
   int keep_checkpoints = 3;
   int seq_len = 0;  // tokens per training sequence, at most model.seq_len (the position table's rows); 0: model.seq_len
   std::string precision = "bf16";     // bf16 | fp16 (dynamic loss scaling) | fp32: how device tensors are stored

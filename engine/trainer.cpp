@@ -186,13 +186,23 @@ std::optional<ResumePoint> read_resume_point(const Config& cfg, const TrainOptio
   return point;
 }
 
-// train.checkpoint_dir, locked and checked (writable; not another run's) before anything is trained.
+// Where the checkpoints go, locked and checked (writable; not another run's) before anything is trained:
+// train.checkpoint_dir; else, with opt.experiment, the run folder of the checkpoint resumed (the run goes on
+// where it was) or a new run folder; else nowhere.
 std::optional<formats::CheckpointDir> open_checkpoint_dir(const Config& cfg, const TrainOptions& opt,
                                                           const std::optional<ResumePoint>& from) {
-  if (cfg.train.checkpoint_dir.empty()) return std::nullopt;
   std::optional<formats::CheckpointDir::Resumed> resumed;
   if (from) resumed = formats::CheckpointDir::Resumed{from->first.run_id, from->second, from->first.step};
-  return std::optional<formats::CheckpointDir>(std::in_place, cfg.train.checkpoint_dir, config_hash(cfg), resumed,
+  const std::filesystem::path& given = cfg.train.checkpoint_dir;
+  if (given.empty() && opt.experiment.empty()) {
+    if (cfg.train.checkpoint_every > 0)
+      throw std::runtime_error(fmt::format("train.checkpoint_every: {} needs train.checkpoint_dir (where to write them)",
+                                           cfg.train.checkpoint_every));
+    return std::nullopt;
+  }
+  if (given.empty() && !from) return formats::CheckpointDir::new_run(opt.experiment, config_hash(cfg));
+  const std::filesystem::path run = from ? from->second.parent_path() : std::filesystem::path();
+  return std::optional<formats::CheckpointDir>(std::in_place, !given.empty() ? given : run.empty() ? "." : run, config_hash(cfg), resumed,
                                                opt.overwrite_checkpoints);
 }
 
@@ -218,6 +228,7 @@ class Run {
   std::vector<std::string> updated_in_step() const;
   int param_count() const { return static_cast<int>(spec_.params.size()); }
   bool on_cuda() const { return device_choice_.kind == device::DeviceChoice::Kind::Cuda; }
+  bool in_run_folder() const { return checkpoints_ && cfg_.train.checkpoint_dir.empty(); }
   float evaluate();
   void evaluate_start();
   device::Interrupted cut_short(int step, const std::exception& e) const;
@@ -337,7 +348,9 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
   start_or_resume();
   allocations_after_set_up_ = memory::DeviceAllocations::count();
   sum_.device_allocations_at_start_up = allocations_after_set_up_ - allocations_at_entry_;
-  if (!opt.metrics.empty()) metrics_.emplace(opt.metrics, opt.resume.empty(), "--metrics");
+  if (checkpoints_) sum_.checkpoint_dir = checkpoints_->root(), sum_.run_folder = in_run_folder();
+  sum_.metrics = !opt.metrics.empty() ? opt.metrics : in_run_folder() ? checkpoints_->root() / "metrics.jsonl" : std::filesystem::path();
+  if (!sum_.metrics.empty()) metrics_.emplace(sum_.metrics, opt.resume.empty(), opt.metrics.empty() ? "metrics" : "--metrics");
   if (!opt.save_cost_model.empty()) {
     save_cost_model(opt.save_cost_model, cost_, cfg);
     progress_.message("cost model written to " + opt.save_cost_model.string());
@@ -379,6 +392,11 @@ void Run::announce() {
   progress_.message(fmt::format("tiers (parameters): device {:.2f}M, weights resident {:.2f}M, streamed {:.2f}M", tiers.params[0] / 1e6,
                                 tiers.params[1] / 1e6, tiers.params[2] / 1e6));
   progress_.message("host memory: " + host_memory_.describe());
+  if (in_run_folder())
+    progress_.message(fmt::format("run folder: {} ({}checkpoints{})", checkpoints_->root().string(), resume_from_ ? "continued; " : "",
+                                  opt_.metrics.empty() ? ", metrics.jsonl" : ""));
+  else if (checkpoints_)
+    progress_.message("checkpoints: " + checkpoints_->root().string() + " (train.checkpoint_dir)");
   if (!cfg_.optim.groups.empty()) progress_.message(describe_param_groups(cfg_.optim.groups, param_settings_, spec_));
 }
 
@@ -608,10 +626,9 @@ void Run::summarise() {
   sum_.train_loss = tail ? static_cast<float>(tail_sum / static_cast<double>(tail)) : std::numeric_limits<float>::quiet_NaN();
 }
 
-// Resumed from the run's final checkpoint: its losses as recorded, nothing trained or rewritten.
+// Resumed from the run's final checkpoint: its losses as recorded, nothing trained or rewritten (the caller
+// says so: once).
 TrainSummary Run::report_already_complete() {
-  progress_.message(fmt::format("{} is the final checkpoint of this run (step {} of train.steps {}): nothing to train; it is "
-                                "left as it is", resume_from_->second.string(), resumed_.step, cfg_.train.steps));
   sum_.already_complete = true;
   sum_.steps = cfg_.train.steps;
   sum_.val_loss_start = static_cast<float>(resumed_.val_loss_start);

@@ -17,10 +17,13 @@ struct StartingPoint;  // formats/export.h
 namespace ferry::engine {
 
 struct TrainOptions {
-  std::filesystem::path metrics;  // JSON lines, one per step; empty: none (appended to when resuming)
+  std::filesystem::path metrics;  // JSON lines, one per step; empty: none, or metrics.jsonl in a run folder (appended to when resuming)
   std::filesystem::path save_cost_model;  // the cost model the run planned with, as an offload.cost_model file; empty: none
   std::FILE* progress = stderr;   // status line and messages; null: silent
-  std::filesystem::path resume;   // a checkpoint folder or a checkpoint_dir: continue from it
+  std::filesystem::path resume;   // a checkpoint folder, a checkpoint_dir or run folder, an experiment folder: continue from it
+  // Without train.checkpoint_dir, a run writes into a run folder: a new run into the next one of this
+  // experiment folder (runs/gpt-tiny/1, /2, ...), a resumed run into its checkpoint's. Empty: no checkpoints.
+  std::filesystem::path experiment;
   bool overwrite_checkpoints = false;  // a train.checkpoint_dir holding another run's checkpoints: replace them
   const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT): finish the step, checkpoint, return
   int stop_after = 0;             // for tests: stop after this many steps of this call, as if killed
@@ -44,6 +47,9 @@ struct TrainSummary {
   bool interrupted = false;   // stopped early (stop flag or stop_after); the last checkpoint holds the state
   bool already_complete = false;  // resumed from a run's final checkpoint: nothing trained, nothing written
   std::filesystem::path last_checkpoint;
+  std::filesystem::path checkpoint_dir;  // where the checkpoints went (train.checkpoint_dir or the run folder); empty: none
+  bool run_folder = false;               // checkpoint_dir is a run folder (no train.checkpoint_dir)
+  std::filesystem::path metrics;         // the metrics file written; empty: none
   // The offload plan and what it did.
   std::string policy;
   std::string plan;                // the schedule's label: "greedy (prefetch schedule, ...)"

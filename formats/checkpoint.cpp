@@ -325,13 +325,19 @@ TrainState parse_train_state(const std::string& text, const std::string& origin)
   return s;
 }
 
-std::filesystem::path find_checkpoint(const std::filesystem::path& path) {
-  if (path.empty()) throw std::runtime_error("no checkpoint named: give a checkpoint folder or a train.checkpoint_dir");
+std::filesystem::path find_checkpoint(const std::filesystem::path& named) {
+  if (named.empty()) throw std::runtime_error("no checkpoint named: give a checkpoint folder, a run folder or a train.checkpoint_dir");
+  // "runs/gpt-tiny/3/" is "runs/gpt-tiny/3": a resumed run writes beside the checkpoint, in its parent folder.
+  const std::filesystem::path path = named.filename().empty() && named.has_relative_path() ? named.parent_path() : named;
   if (std::filesystem::is_regular_file(path / "state.json")) return path;
   if (!std::filesystem::is_directory(path)) throw std::runtime_error("'" + path.string() + "' does not exist or is not a folder");
   if (const auto newest = newest_in(path)) return *newest;
+  const bool manifest = std::filesystem::exists(path / kRunManifest);
+  if (!manifest)  // an experiment's folder (runs/gpt-tiny): the newest checkpoint of its newest run that holds one
+    for (const auto& run : run_folders(path))
+      if (const auto newest = newest_in(run)) return *newest;
   throw std::runtime_error("'" + path.string() + "' holds no checkpoint (no step-NNNNNNNN folder with a state.json" +
-                           (std::filesystem::exists(path / kRunManifest) ? std::string(" that its ferry-run.json lists)") : ")"));
+                           (manifest ? std::string(" that its ferry-run.json lists)") : ", and no run folder 1, 2, ... holding one)"));
 }
 
 std::pair<TrainState, std::filesystem::path> read_checkpoint_state(const std::filesystem::path& path) {

@@ -68,8 +68,9 @@ struct ResumeCheck {
 };
 
 // The checkpoint folder `path` names: itself when it holds state.json, else the newest checkpoint of a
-// checkpoint dir (the one its ferry-run.json lists last; in a dir of an earlier build, the highest
-// step-NNNNNNNN holding a state.json). An error when there is none.
+// checkpoint dir or run folder (the one its ferry-run.json lists last; in a dir of an earlier build, the
+// highest step-NNNNNNNN holding a state.json), else that of an experiment's newest run folder holding one
+// (runs/gpt-tiny: the highest-numbered). An error when there is none.
 std::filesystem::path find_checkpoint(const std::filesystem::path& path);
 
 // state.json's text, parsed and range-checked (every field, nested ones included) and checked against

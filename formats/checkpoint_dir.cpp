@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,7 +67,44 @@ std::string refusal(const std::filesystem::path& root, const RunManifest& manife
          "another train.checkpoint_dir";
 }
 
+// The folders of `path` that do not exist yet, innermost first: what create_directories(path) would create.
+std::vector<std::filesystem::path> missing_folders(std::filesystem::path path) {
+  if (path.filename().empty() && path.has_parent_path()) path = path.parent_path();  // "a/b/" is "a/b"
+  std::vector<std::filesystem::path> missing;
+  std::error_code ec;
+  for (; !path.empty() && !std::filesystem::exists(std::filesystem::symlink_status(path, ec)); path = path.parent_path()) {
+    missing.push_back(path);
+    if (!path.has_parent_path() || path.parent_path() == path) break;
+  }
+  return missing;
+}
+
+// Removes each folder, innermost first, while they are empty (a folder holding anything is kept, and so
+// are those above it).
+void remove_empty_folders(const std::vector<std::filesystem::path>& folders) {
+  std::error_code ec;
+  for (const auto& folder : folders)
+    if (!std::filesystem::remove(folder, ec)) return;
+}
+
+// "12" -> 12; nothing for a name that is not a number from 1 (what run folders are named).
+std::optional<int64_t> run_number(const std::string& name) {
+  if (name.empty() || name.size() > 18 || name[0] == '0' || name.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoll(name);
+}
+
 }  // namespace
+
+std::vector<std::filesystem::path> run_folders(const std::filesystem::path& experiment) {
+  std::vector<std::pair<int64_t, std::filesystem::path>> numbered;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(experiment, ec))
+    if (const auto n = run_number(e.path().filename().string()); n && e.is_directory(ec)) numbered.emplace_back(*n, e.path());
+  std::sort(numbered.begin(), numbered.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::filesystem::path> folders;
+  for (auto& [n, folder] : numbered) folders.push_back(std::move(folder));
+  return folders;
+}
 
 std::string step_folder_name(int64_t step) { return fmt::format("step-{:08d}", step); }
 
@@ -105,30 +143,69 @@ std::optional<RunManifest> read_run_manifest(const std::filesystem::path& root) 
 
 CheckpointDir::CheckpointDir(std::filesystem::path root, std::string config_hash, std::optional<Resumed> resumed, bool overwrite)
     : root_(std::move(root)), config_hash_(std::move(config_hash)) {
-  lock_and_probe();
   try {
+    lock_and_probe();
     const auto manifest = read_run_manifest(root_);
     adopt(manifest, resumed, overwrite);
     refuse_unlisted_folders(resumed);
     std::vector<std::string> runs{run_id_};
     if (manifest) runs.push_back(manifest->run_id);
     remove_leftover_temporaries(runs);
+  } catch (...) {  // the destructor does not run: what it would do
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    remove_empty_folders(created_);
+    throw;
+  }
+}
+
+CheckpointDir CheckpointDir::new_run(const std::filesystem::path& experiment, std::string config_hash) {
+  std::vector<std::filesystem::path> created = missing_folders(experiment);
+  const auto cannot = [&](const std::filesystem::path& folder, const std::string& why) {
+    remove_empty_folders(created);
+    return std::runtime_error(fmt::format("cannot create the run folder '{}' ({}); run ferry in a folder you can write (run folders "
+                                          "are made in runs/ there), or set train.checkpoint_dir",
+                                          folder.string(), why));
+  };
+  const auto folders = run_folders(experiment);
+  int64_t n = folders.empty() ? 1 : *run_number(folders.front().filename().string()) + 1;
+  for (int tries = 0;; ++tries) {
+    std::error_code ec;
+    std::filesystem::create_directories(experiment, ec);  // again if a failed run removed it meanwhile
+    if (ec) throw cannot(experiment, ec.message());
+    const std::filesystem::path root = experiment / std::to_string(n);
+    if (::mkdir(root.c_str(), 0777) == 0) {
+      created.insert(created.begin(), root);
+      break;
+    }
+    const int error = errno;
+    if ((error != EEXIST && error != ENOENT) || tries == 1000) throw cannot(root, std::strerror(error));
+    if (error == EEXIST) ++n;  // another run took that number: the next
+  }
+  try {
+    CheckpointDir dir(created.front(), std::move(config_hash), std::nullopt, false);
+    dir.created_ = std::move(created);
+    return dir;
   } catch (...) {
-    ::close(lock_fd_);
+    remove_empty_folders(created);
     throw;
   }
 }
 
 CheckpointDir::~CheckpointDir() {
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+  remove_empty_folders(created_);
 }
 
 CheckpointDir::CheckpointDir(CheckpointDir&& other) noexcept
     : root_(std::move(other.root_)), config_hash_(std::move(other.config_hash_)), run_id_(std::move(other.run_id_)),
-      listed_(std::move(other.listed_)), replaced_(std::move(other.replaced_)), lock_fd_(std::exchange(other.lock_fd_, -1)) {}
+      listed_(std::move(other.listed_)), replaced_(std::move(other.replaced_)), created_(std::move(other.created_)),
+      lock_fd_(std::exchange(other.lock_fd_, -1)) {
+  other.created_.clear();  // (a moved-from vector is only valid, not necessarily empty)
+}
 
 void CheckpointDir::lock_and_probe() {
   std::error_code ec;
+  created_ = missing_folders(root_);
   std::filesystem::create_directories(root_, ec);
   if (ec || !std::filesystem::is_directory(root_))
     throw std::runtime_error("train.checkpoint_dir: cannot create the folder '" + root_.string() + "' (" +
@@ -137,11 +214,9 @@ void CheckpointDir::lock_and_probe() {
   if (lock_fd_ < 0) throw std::runtime_error("train.checkpoint_dir: cannot open '" + root_.string() + "': " + std::strerror(errno));
   // Two live runs must not write one dir. The lock goes with the process: a killed run leaves none behind.
   // (A file system without locks, ENOLCK or EOPNOTSUPP, goes unlocked.)
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-    ::close(lock_fd_);
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK)
     throw std::runtime_error("train.checkpoint_dir: '" + root_.string() + "' is being written by another ferry run that is "
                              "still running; wait for it to end, or choose another train.checkpoint_dir");
-  }
   // Writable: found now rather than at the first checkpoint, after the training time is spent. (The probe
   // is the manifest's temporary: a leftover of a killed run is replaced.)
   const std::filesystem::path probe = root_ / (std::string(kRunManifest) + ".tmp");
@@ -150,11 +225,9 @@ void CheckpointDir::lock_and_probe() {
   const int error = errno;
   if (fd >= 0) ::close(fd);
   ::unlink(probe.c_str());
-  if (!written) {
-    ::close(lock_fd_);
+  if (!written)
     throw std::runtime_error("train.checkpoint_dir: cannot write in '" + root_.string() + "' (" + std::strerror(error) +
                              "); choose a folder you can write, or fix its permissions");
-  }
 }
 
 void CheckpointDir::adopt(const std::optional<RunManifest>& manifest, const std::optional<Resumed>& resumed, bool overwrite) {

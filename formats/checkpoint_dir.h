@@ -1,6 +1,7 @@
 // A checkpoint dir and the one run that writes it: ferry-run.json names the run and the step folders it
 // wrote, in the order written; rotation deletes only those, and a new run refuses a dir holding another
-// run's checkpoints (or step folders no manifest lists) unless told to overwrite them.
+// run's checkpoints (or step folders no manifest lists) unless told to overwrite them. Run folders: a run
+// given no train.checkpoint_dir gets a checkpoint dir of its own, the next numbered folder of its experiment.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,10 @@ std::optional<RunManifest> read_run_manifest(const std::filesystem::path& root);
 std::string step_folder_name(int64_t step);
 std::optional<int64_t> step_of_folder_name(const std::string& name);
 
+// The run folders of an experiment folder (runs/gpt-tiny/1, runs/gpt-tiny/2, ...: its subfolders named by a
+// number from 1), highest number first; none when the folder does not exist.
+std::vector<std::filesystem::path> run_folders(const std::filesystem::path& experiment);
+
 class CheckpointDir {
  public:
   struct Resumed {
@@ -43,6 +48,11 @@ class CheckpointDir {
   // manifest. Step folders that no manifest lists are never deleted: a fresh run refuses them, a resumed
   // one those numbered above the step it resumes from. Every error names the folder and the ways out.
   CheckpointDir(std::filesystem::path root, std::string config_hash, std::optional<Resumed> resumed, bool overwrite);
+  // A new run of `experiment`: its next run folder (the highest number + 1), made with one mkdir, so that
+  // runs started at once never share one.
+  static CheckpointDir new_run(const std::filesystem::path& experiment, std::string config_hash);
+  // Folders this dir created (the root, and parents that did not exist) are removed again if still empty:
+  // a run that fails at start-up leaves no folder behind.
   ~CheckpointDir();
   CheckpointDir(CheckpointDir&& other) noexcept;
   CheckpointDir& operator=(CheckpointDir&&) = delete;
@@ -73,6 +83,7 @@ class CheckpointDir {
   std::string run_id_;
   std::vector<std::string> listed_;    // this run's folders, oldest written first
   std::vector<std::string> replaced_;  // another run's, deleted before this run's first checkpoint
+  std::vector<std::filesystem::path> created_;  // innermost first: removed by the destructor if left empty
   int lock_fd_ = -1;
 };
 

@@ -52,7 +52,7 @@ def main():
         lines = [json.loads(x) for x in open(a.from_metrics) if x.strip()]
     else:
         with tempfile.NamedTemporaryFile(suffix=".jsonl") as metrics:
-            cmd = [a.ferry, "train", "--config", config, "--metrics", metrics.name]
+            cmd = [a.ferry, "train", "--config", config, "--metrics", metrics.name, "--no-checkpoints"]  # timings only
             for k, v in sets.items():
                 cmd += ["--set", f"{k}={v}"]
             run = subprocess.run(cmd, capture_output=True, text=True)

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <chrono>
@@ -15,6 +14,7 @@
 
 #include "cpu_optim/adamw.h"
 #include "formats/atomic_file.h"
+#include "formats/cache_dir.h"
 #include "memory/host_buffer.h"
 #include "models/ops/matmul.h"
 
@@ -93,12 +93,7 @@ offload::CostModel host_cost_model(int threads, std::string* cache_path) {
   }
   for (char& ch : cpu)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '-';
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::filesystem::path dir = xdg && *xdg ? std::filesystem::path(xdg) / "ferry"
-                                    : home && *home ? std::filesystem::path(home) / ".cache" / "ferry"
-                                                    : std::filesystem::temp_directory_path() / "ferry";
-  const std::filesystem::path file = dir / ("host-" + cpu + "-" + std::to_string(threads) + "t.json");
+  const std::filesystem::path file = formats::ferry_cache_dir() / ("host-" + cpu + "-" + std::to_string(threads) + "t.json");
   if (cache_path) *cache_path = file.string();
   if (std::filesystem::is_regular_file(file)) {
     try {
@@ -111,7 +106,7 @@ offload::CostModel host_cost_model(int threads, std::string* cache_path) {
   }
   offload::CostModel c = measure_host_cost_model(threads);
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  std::filesystem::create_directories(file.parent_path(), ec);
   try {
     formats::write_file_atomically(file, c.to_json().dump(2) + "\n", "cost model cache");
   } catch (const std::exception&) {

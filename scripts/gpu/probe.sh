@@ -22,5 +22,5 @@ for policy in ${PROBE_POLICIES:-zero-offload greedy}; do
   step "ferry train GPT-2 1.5B $policy ${PROBE_OVERLAP:-backward} 16 GiB bf16 batch 4" "${PROBE_SECONDS:-120}" stamped "$BIN/ferry" train \
     --config configs/gpt2-1.5b.yaml --steps "${PROBE_STEPS:-6}" --set device=cuda --set offload.policy="$policy" \
     --set offload.overlap="${PROBE_OVERLAP:-backward}" --set train.batch_size=4 --set train.precision=bf16 --set train.eval_batches=1 \
-    --set train.log_every=1 "$COST" --metrics "$OUT/train-1.5b-$policy.jsonl" --save-cost-model "$OUT/cost-model-$GPU.json"
+    --set train.log_every=1 "$COST" --metrics "$OUT/train-1.5b-$policy.jsonl" --save-cost-model "$OUT/cost-model-$GPU.json" --no-checkpoints
 done

@@ -2,7 +2,10 @@
 // vocabulary changes), tokenising in parts, shard sidecars, and BERT's [MASK] from the vocabulary.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -40,11 +43,11 @@ TEST(TokenCache, TheFirstRunBuildsTheSecondReusesAChangedTextRebuilds) {
   Scratch s;
   const auto text = s.dir / "corpus.txt";
   write_text(text, "The cat sat on the mat.\nA ferry crossed the sea!\n");
-  const auto cache = default_token_cache_dir(text);
+  const auto cache = s.dir / "cache";
   int reports = 0;
   const CachedTokens first = cached_tokens(text, wordpiece(), cache, [&](const std::string&) { ++reports; });
   EXPECT_TRUE(first.built);
-  EXPECT_EQ(first.shard.parent_path(), s.dir / ".ferry-cache");
+  EXPECT_EQ(first.shard.parent_path(), cache);
   EXPECT_GE(reports, 1);  // says it tokenises
   EXPECT_EQ(shard_tokens(first.shard), load_tokenizer(wordpiece())->encode(testing::file_text(text)));
   EXPECT_EQ(first.info.tokenizer.kind, "wordpiece");
@@ -63,6 +66,48 @@ TEST(TokenCache, TheFirstRunBuildsTheSecondReusesAChangedTextRebuilds) {
   EXPECT_FALSE(std::filesystem::exists(first.shard)) << "the stale shard is removed";
   EXPECT_FALSE(std::filesystem::exists(shard_info_path(first.shard)));
   EXPECT_EQ(shard_tokens(third.shard), load_tokenizer(wordpiece())->encode("An entirely different text about boats.\n"));
+}
+
+// An environment variable set for one scope, restored (or unset again) at its end.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
+    if (const char* was = std::getenv(name)) was_ = was;
+    set(value);
+  }
+  ~ScopedEnv() { set(was_); }
+  void set(const std::optional<std::string>& value) {
+    if (value) ::setenv(name_, value->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> was_;
+};
+
+// Issue 29: the cache landed beside the data (configs/data/.ferry-cache/, in the source tree). It is the
+// user's cache folder now: FERRY_CACHE_DIR, else $XDG_CACHE_HOME/ferry, else ~/.cache/ferry.
+TEST(TokenCache, TheDefaultFolderIsTheUsersCacheNeverTheDatasFolder) {
+  Scratch s;
+  ScopedEnv ferry("FERRY_CACHE_DIR", (s.dir / "ferry-cache").string()), xdg("XDG_CACHE_HOME", (s.dir / "xdg").string()),
+      home("HOME", (s.dir / "home").string());
+  EXPECT_EQ(default_token_cache_dir(), s.dir / "ferry-cache" / "tokens");
+  ferry.set(std::nullopt);
+  EXPECT_EQ(default_token_cache_dir(), s.dir / "xdg" / "ferry" / "tokens");
+  xdg.set("");  // empty: as if unset
+  EXPECT_EQ(default_token_cache_dir(), s.dir / "home" / ".cache" / "ferry" / "tokens");
+
+  // A run's raw text: tokenised into FERRY_CACHE_DIR, and nothing written beside the text.
+  ferry.set((s.dir / "ferry-cache").string());
+  std::filesystem::create_directories(s.dir / "data");
+  const auto text = s.dir / "data" / "corpus.txt";
+  write_text(text, "The cat sat on the mat.\nA ferry crossed the sea!\n");
+  const DataSource source = open_data_source({text, DataFormat::Auto, wordpiece(), true, {}});
+  EXPECT_EQ(source.path.parent_path(), s.dir / "ferry-cache" / "tokens");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(s.dir / "data"), {}), 1) << "only the text in its folder";
+  // data.cache_dir still wins.
+  EXPECT_EQ(open_data_source({text, DataFormat::Auto, wordpiece(), true, s.dir / "mine"}).path.parent_path(), s.dir / "mine");
 }
 
 TEST(TokenCache, TwoTextsOfOneNameShareACacheFolderWithoutEvictingEachOther) {

@@ -12,11 +12,13 @@
 #include <iterator>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/config.h"
 #include "dataset/dataset.h"
 #include "formats/crc32c.h"
+#include "formats/checkpoint_dir.h"
 #include "formats/export.h"
 #include "formats/safetensors.h"
 #include "dataset/token_shard.h"
@@ -388,6 +390,14 @@ TEST(Sample, ContinuesAPromptFromACheckpointDeterministically) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.size(), 4u + 40u);
   EXPECT_EQ(a.rfind("The ", 0), 0u);
+  // Streamed (issue 29: printed only at the end): the prompt, then each token as it is generated.
+  std::vector<std::string> pieces;
+  EXPECT_EQ(cli::sample(o, [&](std::string_view text) { pieces.emplace_back(text); }), a);
+  ASSERT_EQ(pieces.size(), 1u + 40u);
+  EXPECT_EQ(pieces.front(), "The ");
+  std::string streamed;
+  for (const auto& p : pieces) streamed += p;
+  EXPECT_EQ(streamed, a);
   o.seed = 10;
   EXPECT_NE(cli::sample(o), a);
   o.temperature = 0;  // greedy decoding ignores the seed
@@ -571,6 +581,63 @@ TEST(Trainer, AMetricsWriteThatFailsIsAnErrorNamingTheFile) {
     EXPECT_NE(std::string(e.what()).find("--metrics: writing '/dev/full' failed: No space left on device"), std::string::npos)
         << e.what();
   }
+}
+
+// Issue 29: every run of a config wrote train.checkpoint_dir, so the second was refused. Without one, each
+// run gets a run folder of its experiment (checkpoints and metrics.jsonl); a resumed run goes on in the
+// folder of the checkpoint it resumes (named by the experiment folder: its newest run).
+TEST(RunFolders, EachRunGetsItsOwnFolderAndAResumedRunGoesOnInIts) {
+  const auto root = testing::scratch_path("run_folders");
+  std::filesystem::remove_all(root);
+  const auto experiment = root / "runs" / "tiny";
+  TrainOptions opt = quiet_options();
+  opt.experiment = experiment;
+  const Config cfg = tiny_config(3, 1);
+  const TrainSummary first = train(cfg, opt);
+  EXPECT_EQ(first.checkpoint_dir, experiment / "1");
+  EXPECT_TRUE(first.run_folder);
+  EXPECT_EQ(first.last_checkpoint, experiment / "1" / "step-00000003");
+  EXPECT_EQ(first.metrics, experiment / "1" / "metrics.jsonl");
+  EXPECT_EQ(metric_lines(first.metrics).size(), 4u);  // step 0's validation, then 3 steps
+
+  opt.stop_after = 1;
+  const TrainSummary stopped = train(cfg, opt);
+  EXPECT_EQ(stopped.last_checkpoint, experiment / "2" / "step-00000001");
+  opt.stop_after = 0;
+  opt.resume = experiment;  // what `ferry train --resume` names: the newest run
+  const TrainSummary resumed = train(cfg, opt);
+  EXPECT_EQ(resumed.checkpoint_dir, experiment / "2");
+  EXPECT_EQ(resumed.last_checkpoint, experiment / "2" / "step-00000003");
+  EXPECT_EQ(resumed.losses, std::vector<float>(first.losses.begin() + 1, first.losses.end()));
+  EXPECT_EQ(metric_lines(resumed.metrics).size(), 4u);  // appended to the run's own
+  EXPECT_EQ(formats::run_folders(experiment), (std::vector<std::filesystem::path>{experiment / "2", experiment / "1"}));
+  std::filesystem::remove_all(root);
+}
+
+// Issue 29: a run that failed at start-up left an empty checkpoint folder behind. Neither a run folder nor a
+// train.checkpoint_dir (with the parents it made) outlives a failed start.
+TEST(RunFolders, ARunThatFailsAtStartUpLeavesNoFolderBehind) {
+  const auto root = testing::scratch_path("failed_start");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  Config cfg = tiny_config(3, 1);
+  cfg.data.path = root / "missing.txt";  // found missing after the checkpoint dir is opened
+  TrainOptions opt = quiet_options();
+  opt.experiment = root / "runs" / "tiny";
+  EXPECT_NE(train_error(cfg, opt).find("missing.txt"), std::string::npos);
+  cfg.train.checkpoint_dir = root / "checkpoints" / "tiny";
+  EXPECT_NE(train_error(cfg, opt).find("missing.txt"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::is_empty(root));
+  std::filesystem::remove_all(root);
+}
+
+// Without a place for them (no train.checkpoint_dir, no run folders: a library caller), checkpoint_every
+// is refused before anything is trained.
+TEST(RunFolders, CheckpointEveryWithNowhereToWriteIsRefused) {
+  Config cfg = tiny_config(3, 1);
+  cfg.train.checkpoint_every = 5;
+  EXPECT_NE(train_error(cfg, quiet_options()).find("train.checkpoint_every: 5 needs train.checkpoint_dir (where to write them)"),
+            std::string::npos);
 }
 
 }  // namespace

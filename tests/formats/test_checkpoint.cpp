@@ -8,8 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <latch>
 #include <numeric>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "formats/checkpoint.h"
@@ -277,6 +280,80 @@ TEST(FindCheckpoint, ADirOfAnEarlierBuildGivesItsHighestCheckpoint) {
   std::ofstream(root / kRunManifest) << "{\"run_id\": 3}";
   const std::string what = error_of([&] { find_checkpoint(root); });
   EXPECT_NE(what.find("ferry-run.json' is damaged (no run_id)"), std::string::npos) << what;
+  std::filesystem::remove_all(root);
+}
+
+// Run folders (issue 29: every run of a config wrote one checkpoint dir, so the second was refused): each
+// new run of an experiment gets the next number, made by one mkdir, so runs started at once never share one.
+TEST(RunFolders, RunsStartedAtOnceGetAFolderEachNumberedOnFromTheHighest) {
+  const auto root = testing::scratch_path("run-folders");
+  std::filesystem::remove_all(root);
+  const auto experiment = root / "runs" / "tiny";
+  std::filesystem::create_directories(experiment / "9");
+  std::filesystem::create_directories(experiment / "notes");  // not a run folder
+  std::filesystem::create_directories(experiment / "07");     // nor is this
+  constexpr int kRuns = 16;
+  std::vector<std::optional<CheckpointDir>> dirs(kRuns);
+  std::vector<std::string> errors(kRuns);
+  std::latch start(kRuns);  // all at once: each sees 9 as the highest number, and all but one must move on
+  std::vector<std::thread> runs;
+  for (int i = 0; i < kRuns; ++i)
+    runs.emplace_back([&, i] {
+      start.arrive_and_wait();
+      errors[i] = error_of([&] { dirs[i].emplace(CheckpointDir::new_run(experiment, "h")); });
+    });
+  for (auto& t : runs) t.join();
+  EXPECT_EQ(errors, std::vector<std::string>(kRuns)) << "no run refused";
+  std::vector<int> numbers;
+  for (const auto& dir : dirs)
+    if (dir) numbers.push_back(std::stoi(dir->root().lexically_relative(experiment).string()));
+  std::sort(numbers.begin(), numbers.end());
+  std::vector<int> expected(kRuns);
+  std::iota(expected.begin(), expected.end(), 10);
+  EXPECT_EQ(numbers, expected);
+  EXPECT_EQ(run_folders(experiment).front(), experiment / std::to_string(9 + kRuns));  // by number: after 9, not before
+  std::filesystem::remove_all(root);
+}
+
+// A folder a checkpoint dir created and left empty (a run that failed at start-up) is removed, with the
+// parents it created; one holding anything is kept.
+TEST(RunFolders, AFolderLeftEmptyIsRemovedWithTheParentsItCreated) {
+  const auto root = testing::scratch_path("run-folders-empty");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  { CheckpointDir unused = CheckpointDir::new_run(root / "runs" / "tiny", "h"); }
+  EXPECT_EQ(entries(root), std::vector<std::string>{});
+  { CheckpointDir unused(root / "a" / "b", "h", std::nullopt, false); }
+  EXPECT_EQ(entries(root), std::vector<std::string>{});
+  const Tiny t;
+  {
+    CheckpointDir dir = CheckpointDir::new_run(root / "runs" / "tiny", "h");
+    EXPECT_EQ(dir.root(), root / "runs" / "tiny" / "1");
+    dir.save(t.spec, t.params, t.m, t.v, t.state(1), 1);
+  }
+  { CheckpointDir unused = CheckpointDir::new_run(root / "runs" / "tiny", "h"); }
+  EXPECT_EQ(entries(root / "runs" / "tiny"), std::vector<std::string>{"1"});
+  std::filesystem::remove_all(root);
+}
+
+// sample, eval, export and --resume name a run by its folder, or an experiment by its folder: the newest
+// checkpoint of the highest-numbered run that holds one.
+TEST(FindCheckpoint, AnExperimentFolderGivesItsNewestRunsNewestCheckpoint) {
+  const auto root = testing::scratch_path("ckpt-experiment");
+  std::filesystem::remove_all(root);
+  const Tiny t;
+  save_checkpoint(root / "2", t.spec, t.params, t.m, t.v, t.state(2), 3);
+  {
+    CheckpointDir ten(root / "10", "h", std::nullopt, false);
+    for (int step : {10, 11}) ten.save(t.spec, t.params, t.m, t.v, t.state(step), 3);
+  }
+  std::filesystem::create_directories(root / "11");  // a run that has no checkpoint yet
+  EXPECT_EQ(find_checkpoint(root), root / "10" / "step-00000011");
+  EXPECT_EQ(find_checkpoint(root / "2"), root / "2" / "step-00000002");
+  EXPECT_EQ(find_checkpoint((root / "2").string() + "/"), root / "2" / "step-00000002");
+  const std::string what = error_of([&] { find_checkpoint(root / "11"); });
+  EXPECT_NE(what.find("holds no checkpoint (no step-NNNNNNNN folder with a state.json, and no run folder 1, 2, ... holding one)"),
+            std::string::npos) << what;
   std::filesystem::remove_all(root);
 }
 
