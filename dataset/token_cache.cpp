@@ -189,7 +189,7 @@ std::filesystem::path token_cache_path(const std::filesystem::path& text, const 
   return cache_dir / (cache_prefix(text, files.kind) + key + ".bin");
 }
 
-std::filesystem::path default_token_cache_dir() { return formats::ferry_cache_dir() / "tokens"; }
+std::filesystem::path default_token_cache_dir() { return ferry_cache_dir() / "tokens"; }
 
 namespace {
 

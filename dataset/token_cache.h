@@ -50,7 +50,7 @@ std::string token_cache_key(const std::filesystem::path& text, const TokenizerFi
 // cache_dir/<text file name>.<hash of its absolute path>.<kind>.<key>.bin
 std::filesystem::path token_cache_path(const std::filesystem::path& text, const std::filesystem::path& cache_dir,
                                        const TokenizerFiles& files, const std::string& key);
-// The default cache folder: tokens/ in the user's cache folder (formats::ferry_cache_dir(): $FERRY_CACHE_DIR,
+// The default cache folder: tokens/ in the user's cache folder (ferry_cache_dir(): $FERRY_CACHE_DIR,
 // else $XDG_CACHE_HOME/ferry, else ~/.cache/ferry), never beside the data, which may be a source tree.
 std::filesystem::path default_token_cache_dir();
 

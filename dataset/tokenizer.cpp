@@ -3,17 +3,24 @@
 // order. The pattern's \p{L}, \p{N} and \s are the classes of engine/unicode.h.
 #include "dataset/tokenizer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "dataset/unicode.h"
+#include "foundation/regular_file.h"
 
 namespace ferry::dataset {
 namespace {
+
+// A tokenizer.json's model section (a vocab.json maps tokens to ids: none is an object).
+bool tokenizer_json_model(const nlohmann::json& j) {
+  return j.is_object() && j.contains("model") && j["model"].is_object();
+}
 
 class ByteTokenizer : public Tokenizer {
  public:
@@ -225,13 +232,28 @@ class Gpt2Bpe : public Tokenizer {
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
 std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt) {
-  std::ifstream vf(vocab_json);
-  if (!vf) throw std::runtime_error(vocab_json.string() + ": cannot open the vocabulary");
-  const nlohmann::json vocab = nlohmann::json::parse(vf, nullptr, false);
+  const nlohmann::json vocab = nlohmann::json::parse(read_regular_file(vocab_json, "the vocabulary"), nullptr, false);
   if (vocab.is_discarded()) throw std::runtime_error(vocab_json.string() + ": not a JSON object of token -> id");
-  std::ifstream mf(merges_txt);
-  if (!mf) throw std::runtime_error(merges_txt.string() + ": cannot open the merges");
-  return std::make_unique<Gpt2Bpe>(vocab, mf, vocab_json.string(), merges_txt.string());
+  if (tokenizer_json_model(vocab)) throw std::runtime_error(renamed_tokenizer_json(vocab_json, "vocab.json"));
+  std::istringstream merges(read_regular_file(merges_txt, "the merges"));
+  return std::make_unique<Gpt2Bpe>(vocab, merges, vocab_json.string(), merges_txt.string());
+}
+
+bool is_tokenizer_json(const std::filesystem::path& file) {
+  const std::string text = read_regular_file(file, "");
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] != '{') return false;  // a vocab.txt: not parsed
+  return tokenizer_json_model(nlohmann::json::parse(text, nullptr, false));
+}
+
+std::string renamed_tokenizer_json(const std::filesystem::path& file, const std::string& expected) {
+  const bool vocab_json = expected == "vocab.json";
+  return fmt::format(
+      "'{}' is a Hugging Face tokenizer.json under another name, not a {}; Ferry tells a tokenizer.json by its name: "
+      "give "
+      "it as tokenizer.json (rename it, or link tokenizer.json to it{}), or give the {} it was saved with",
+      file.string(), expected, vocab_json ? "; it holds its merges" : "",
+      vocab_json ? "vocab.json and merges.txt" : "vocab.txt");
 }
 
 std::unique_ptr<Tokenizer> gpt2_bpe_from_json(const nlohmann::json& vocab, const nlohmann::json& merges, const std::string& origin) {

@@ -36,6 +36,11 @@ std::unique_ptr<Tokenizer> load_wordpiece(const std::filesystem::path& vocab_txt
 // GPT2Tokenizer save): `vocab` and `merges` are its model.vocab and model.merges; `origin` names the file.
 std::unique_ptr<Tokenizer> wordpiece_from_json(const nlohmann::json& vocab, const std::string& origin, bool lowercase);
 std::unique_ptr<Tokenizer> gpt2_bpe_from_json(const nlohmann::json& vocab, const nlohmann::json& merges, const std::string& origin);
+// Whether `file` is a Hugging Face tokenizer.json (a JSON object with a model section), whatever its name:
+// Ferry tells one by its name, so under another name it would be read as a vocab.txt or vocab.json.
+bool is_tokenizer_json(const std::filesystem::path& file);
+// What such a file given where a vocab.txt or vocab.json (`expected`) is read is, and what to give instead.
+std::string renamed_tokenizer_json(const std::filesystem::path& file, const std::string& expected);
 // The id of a token (e.g. "[MASK]") in a vocab.txt; -1 when absent.
 int32_t wordpiece_token_id(const std::filesystem::path& vocab_txt, const std::string& token);
 

@@ -5,7 +5,6 @@
 // Unicode without ICU: lowercasing covers Latin-1, Latin Extended-A and the basic Greek and Cyrillic
 // alphabets, accent stripping Latin-1 and Latin Extended-A; punctuation covers ASCII, Latin-1, General
 // Punctuation, CJK symbols and fullwidth forms (dataset/unicode.cpp's tables say exactly which).
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -13,6 +12,7 @@
 
 #include "dataset/tokenizer.h"
 #include "dataset/unicode.h"
+#include "foundation/regular_file.h"
 
 namespace ferry::dataset {
 namespace {
@@ -147,9 +147,13 @@ class WordPiece final : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_wordpiece(const std::filesystem::path& vocab_txt, bool lowercase) {
-  std::ifstream in(vocab_txt);
-  if (!in) throw std::runtime_error("--vocab: cannot read '" + vocab_txt.string() + "'");
-  return std::make_unique<WordPiece>(in, vocab_txt.string(), lowercase);
+  std::istringstream in(read_regular_file(vocab_txt, "the vocabulary"));
+  try {
+    return std::make_unique<WordPiece>(in, vocab_txt.string(), lowercase);
+  } catch (const std::runtime_error&) {  // "token '    {' appears twice" would say nothing of what the file is
+    if (is_tokenizer_json(vocab_txt)) throw std::runtime_error(renamed_tokenizer_json(vocab_txt, "vocab.txt"));
+    throw;
+  }
 }
 
 int32_t wordpiece_token_id(const std::filesystem::path& vocab_txt, const std::string& token) {

@@ -11,18 +11,47 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
-#include <sstream>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
 #include "dataset/token_shard.h"
+#include "dataset/tokenizer.h"
 #include "engine/config_schema.h"
 #include "formats/hf_config.h"
+#include "formats/model_folder.h"
+#include "foundation/regular_file.h"
 #include "memory/bucket_layout.h"
 
 namespace ferry::engine {
 namespace {
+
+// An override of a key inside parts[0..at] where the file has a value, not a section. When the table has a
+// section there, the file is what to change (train: fast), so the error names the file's line, not the
+// override's flag; otherwise the override names a key inside a key.
+ConfigError not_a_section(const YAML::Node& node, const std::vector<std::string>& parts, size_t at,
+                          const std::string& assignment) {
+  const auto joined = [&](size_t begin, size_t end) {
+    std::string name;
+    for (size_t i = begin; i < end; ++i) name += (name.empty() ? "" : ".") + parts[i];
+    return name;
+  };
+  const std::string section = joined(0, at + 1), inner = joined(at + 1, parts.size());
+  const std::string value = assignment.substr(assignment.find('=') + 1);
+  const auto& keys = config_keys();
+  if (std::none_of(keys.begin(), keys.end(), [&](const ConfigKey& k) { return k.name.starts_with(section + "."); }))
+    return ConfigError(
+        fmt::format("--set {}: {} is a key, not a section with keys inside it; `ferry config` lists the keys",
+                    assignment, section));
+  const std::string line = node.Mark().is_null() ? "" : fmt::format(" (line {})", node.Mark().line + 1);
+  const std::string is = node.IsScalar()     ? "the value '" + node.Scalar() + "'"
+                         : node.IsSequence() ? "a list"
+                                             : "not a mapping";
+  return ConfigError(
+      fmt::format("{}{} is {}, not a section of keys, so {}={} (from --set, --steps or --seed) has nowhere to go; "
+                  "write {} as a mapping of keys, e.g. {}: {{{}: {}}}",
+                  section, line, is, section + "." + inner, value, section, section, inner, value));
+}
 
 void apply_override(YAML::Node& root, const std::string& assignment) {
   const auto eq = assignment.find('=');
@@ -54,7 +83,7 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     YAML::Node parent = path.back();
     if (!parent[parts[i]] || parent[parts[i]].IsNull()) parent[parts[i]] = YAML::Node(YAML::NodeType::Map);
-    else if (!parent[parts[i]].IsMap()) throw ConfigError("--set " + assignment + ": '" + parts[i] + "' is not a section");
+    else if (!parent[parts[i]].IsMap()) throw not_a_section(parent[parts[i]], parts, i, assignment);
     path.push_back(parent[parts[i]]);
   }
   YAML::Node leaf_parent = path.back();
@@ -105,10 +134,21 @@ std::filesystem::path init_from_folder(const std::filesystem::path& init_from) {
 
 // data.lowercase: auto, as the tokenizer_config.json beside the vocabulary says (do_lower_case), else true.
 std::string resolved_lowercase(const DataConfig& d) {
-  if (d.lowercase != "auto") return d.lowercase;
-  std::ifstream in(d.vocab.empty() ? std::filesystem::path() : d.vocab.parent_path() / "tokenizer_config.json");
-  const nlohmann::json tc = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+  if (d.lowercase != "auto" || d.vocab.empty()) return d.lowercase == "auto" ? "true" : d.lowercase;
+  const formats::ModelFolder folder(d.vocab.parent_path(),
+                                    "data.lowercase: auto reads the tokenizer_config.json beside data.vocab");
+  const nlohmann::json tc = folder.has("tokenizer_config.json")
+                                ? nlohmann::json::parse(folder.read("tokenizer_config.json"), nullptr, false)
+                                : nlohmann::json();
   return tc.is_object() && tc.contains("do_lower_case") && tc["do_lower_case"] == false ? "false" : "true";
+}
+
+// A tokenizer.json given as data.vocab under another name would be read as a vocab.txt or vocab.json, and
+// fail on its first line that is not one.
+void check_not_a_renamed_tokenizer_json(const DataConfig& d) {
+  if (d.vocab.empty() || d.vocab.filename() == "tokenizer.json" || !dataset::is_tokenizer_json(d.vocab)) return;
+  throw ConfigError("data.vocab: " +
+                    dataset::renamed_tokenizer_json(d.vocab, d.tokenizer == "gpt2" ? "vocab.json" : "vocab.txt"));
 }
 
 // data.vocab and data.merges, from model.init_from's folder when not given; data.lowercase: auto resolved.
@@ -122,9 +162,13 @@ void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_fr
     return;
   }
   if (kind == "wordpiece" && !d.merges.empty()) throw ConfigError("data.merges: WordPiece has no merges (that is gpt2's); remove the key");
+  check_not_a_renamed_tokenizer_json(d);
   const std::filesystem::path folder = init_from_folder(init_from);
+  const std::optional<formats::ModelFolder> source =
+      folder.empty() ? std::nullopt : std::optional(formats::ModelFolder(folder, "model.init_from"));
   const auto from_folder = [&](std::filesystem::path& file, const char* name) {
-    if (file.empty() && !folder.empty() && std::filesystem::is_regular_file(folder / name)) file = folder / name;
+    if (file.empty() && source && source->has(name))
+      file = source->file(name);  // refused by name when it is no regular file in it
   };
   const std::string vocab_name = kind == "wordpiece" ? "vocab.txt" : "vocab.json";
   from_folder(d.vocab, vocab_name.c_str());
@@ -148,6 +192,30 @@ void check_data_path(const DataConfig& data) {
     throw ConfigError("data.path: '" + data.path.string() + "' does not exist or is not a file");
 }
 
+// Decoupled weight decay multiplies each weight by 1 - lr * weight_decay every step (cpu_optim/adamw_math.h):
+// from lr * weight_decay = 1 on, that zeroes or flips every weight whatever its gradient, and beyond 2 it
+// grows them without bound. Checked at optim.lr, the schedule's peak, for the optim section and each group.
+void check_weight_decay(const OptimConfig& o) {
+  const auto check = [&](const std::string& where, double lr_scale, double weight_decay, const std::string& lr_words) {
+    const double lr = o.lr * lr_scale;
+    if (lr * weight_decay < 1) return;
+    throw ConfigError(
+        fmt::format("{}: {:g} with {} multiplies every weight by 1 - {:g} * {:g} = {:g} each step (decoupled weight "
+                    "decay), {} it whatever its gradient; keep the learning rate times weight_decay below 1, e.g. "
+                    "weight_decay 0.1 at optim.lr 6e-4",
+                    where, weight_decay, lr_words, lr, weight_decay, 1 - lr * weight_decay,
+                    lr * weight_decay == 1 ? "zeroing" : "flipping the sign of"));
+  };
+  check("optim.weight_decay", 1, o.weight_decay, fmt::format("optim.lr {:g}", o.lr));
+  for (size_t i = 0; i < o.groups.size(); ++i) {
+    const ParamGroup& g = o.groups[i];
+    if (g.frozen || !(g.lr_scale || g.weight_decay)) continue;  // frozen, or the optim section's settings
+    const double lr_scale = g.lr_scale.value_or(1);
+    check(fmt::format("optim.groups[{}].weight_decay", i), lr_scale, g.weight_decay.value_or(o.weight_decay),
+          fmt::format("its learning rate {:g} (optim.lr {:g} times lr_scale {:g})", o.lr * lr_scale, o.lr, lr_scale));
+  }
+}
+
 // What no single key can check; also fills the default of optim.min_lr, which depends on optim.lr.
 void check_across_keys(Config& c) {
   if (c.model.n_embd % c.model.n_head != 0)
@@ -159,7 +227,13 @@ void check_across_keys(Config& c) {
     throw ConfigError("model.vocab_size: " + std::to_string(c.model.vocab_size) + " is smaller than the byte tokenizer's 256 symbols" +
                       (c.model.kind == "bert" ? std::string(" plus BERT's [MASK]; use at least 257") : std::string("; use at least 256")));
   check_data_path(c.data);
-  resolve_tokenizer_files(c.data, c.model.init_from, !shard);
+  try {
+    resolve_tokenizer_files(c.data, c.model.init_from, !shard);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::runtime_error& e) {  // a file of model.init_from's folder, or one beside data.vocab
+    throw ConfigError(e.what());
+  }
   if (c.data.mask_token_id >= c.model.vocab_size)
     throw ConfigError("data.mask_token_id: " + std::to_string(c.data.mask_token_id) + " is not below model.vocab_size " +
                       std::to_string(c.model.vocab_size));
@@ -171,6 +245,7 @@ void check_across_keys(Config& c) {
   if (c.optim.min_lr > c.optim.lr)
     throw ConfigError("optim.min_lr: " + std::to_string(c.optim.min_lr) + " is above optim.lr");
   if (c.optim.min_lr < 0) c.optim.min_lr = c.optim.lr / 10;
+  check_weight_decay(c.optim);
 }
 
 }  // namespace
@@ -226,19 +301,26 @@ int64_t parse_bytes(const std::string& text) {
   std::string unit(end, text.data() + text.size());
   unit.erase(0, unit.find_first_not_of(' '));
   static const std::vector<std::pair<std::string, double>> units{
-      {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+      {"", 1},         {"B", 1},    {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30}, {"TiB", 0x1p40}, {"PiB", 0x1p50},
+      {"EiB", 0x1p60}, {"KB", 1e3}, {"MB", 1e6},     {"GB", 1e9},     {"TB", 1e12},    {"PB", 1e15},    {"EB", 1e18}};
   const auto it = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == unit; });
   if (it == units.end()) throw std::invalid_argument(not_a_size);
   // 0 would read as "not given", and 2^63 bytes no longer fit the int64_t every byte count is. A count of
-  // bytes is taken as written (a double would round 2^63-1 up).
+  // bytes is taken as written (a double would round 2^63-1 up). from_chars says only "out of range" for a
+  // number beyond a double: its exponent's sign says which end.
   int64_t exact = 0;
   const auto as_integer = std::from_chars(text.data(), end, exact);
   const bool integer = it->second == 1 && as_integer.ptr == end && as_integer.ec == std::errc();
-  const double bytes = integer ? double(exact) : ec == std::errc::result_out_of_range ? HUGE_VAL : value * it->second;
-  if (integer ? exact < 1 : !(bytes >= 1 && bytes < 9223372036854775808.0))
-    throw std::invalid_argument("'" + text + "' is out of range; expected at least 1 byte and less than 8 EiB (2^63 bytes), "
-                                "e.g. 8GiB");
+  const std::string number(text.data(), end);
+  const size_t exponent = number.find_first_of("eE");
+  const bool beyond = ec == std::errc::result_out_of_range,
+             underflow = beyond && exponent != std::string::npos && number[exponent + 1] == '-';
+  const double bytes = integer ? double(exact) : beyond ? (underflow ? 0.0 : HUGE_VAL) : value * it->second;
+  if (integer ? exact < 1 : !(bytes >= 1))
+    throw std::invalid_argument("'" + text + "' is too small: a size is at least 1 byte, e.g. 8GiB");
+  if (!integer && !(bytes < 0x1p63))
+    throw std::invalid_argument("'" + text +
+                                "' is too large: a size is at most 2^63 - 1 bytes (just under 8 EiB), e.g. 8GiB");
   if (integer) return exact;
   return static_cast<int64_t>(bytes);
 }
@@ -317,11 +399,7 @@ std::string config_hash(const Config& c) {
 }
 
 Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open the config file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Config c = parse_config(ss.str(), path.string(), path.parent_path(), overrides);
+  Config c = parse_config(read_regular_file(path, "the config file"), path.string(), path.parent_path(), overrides);
   c.source = path;
   return c;
 }

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "engine/param_groups.h"
+#include "foundation/regular_file.h"
 #include "memory/bucket_layout.h"
 #include "models/registry.h"
 
@@ -23,6 +24,8 @@ namespace {
 
 constexpr int kIntMax = std::numeric_limits<int>::max();
 constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+// Why an epsilon has a floor (models::kSmallestEps), where its range is given.
+constexpr const char* kEpsNote = "a smaller one vanishes in fp32, and 0 / 0 is NaN";
 
 // A row of the table: the key in words, and how its value is read into a Target (the Config, or one entry
 // of optim.groups). `read` throws a ConfigError naming `where`, the key as the file spells it.
@@ -231,8 +234,11 @@ Key<Config> existing_path(std::string name, F field, Exists kind, std::string me
             const std::filesystem::path path = n.Scalar();
             std::filesystem::path& dst = field(c);
             dst = path.is_absolute() ? path : base / path;
-            if (file_only ? !std::filesystem::is_regular_file(dst) : !std::filesystem::exists(dst))
-              throw ConfigError(where + ": '" + dst.string() + (file_only ? "' does not exist or is not a file" : "' does not exist"));
+            // What is neither (a FIFO, a device) is refused here: reading one would block or never end.
+            const std::string why = file_only || !std::filesystem::is_directory(dst) ? not_a_regular_file(dst) : "";
+            if (!why.empty())
+              throw ConfigError(fmt::format("{}: '{}' {}; name {}", where, dst.string(), why,
+                                            file_only ? "a regular file" : "a regular file or a folder"));
           }};
 }
 
@@ -365,29 +371,38 @@ std::vector<Key<Config>> model_keys() {
   const std::string eps_defaults = fmt::format("gpt2 {}, bert {}", number_text(gpt2.default_norm_eps()), number_text(bert.default_norm_eps()));
   const std::string gelu_defaults = fmt::format("gpt2 {}, bert {}", gpt2.default_gelu(), bert.default_gelu());
   return {
-      choice("model.kind", [](Config& c) -> auto& { return c.model.kind; }, {"gpt2", "bert"},
-             "the architecture: gpt2 (a causal LM) or bert (a masked LM)"),
-      integer("model.n_layer", [](Config& c) -> auto& { return c.model.n_layer; }, 1, 1024, "transformer blocks"),
-      integer("model.n_head", [](Config& c) -> auto& { return c.model.n_head; }, 1, 1024, "attention heads"),
-      integer("model.n_embd", [](Config& c) -> auto& { return c.model.n_embd; }, 1, 65536, "the width, a multiple of model.n_head"),
-      integer("model.vocab_size", [](Config& c) -> auto& { return c.model.vocab_size; }, 1, 1 << 22,
-              "rows of the token embedding; with the byte tokenizer at least 256 (bert: 257, for [MASK])"),
-      integer("model.seq_len", [](Config& c) -> auto& { return c.model.seq_len; }, 1, 1 << 20,
-              "rows of the position table: the longest sequence, and the one trained unless train.seq_len says otherwise"),
-      integer("model.intermediate_size", [](Config& c) -> auto& { return c.model.intermediate_size; }, 1, 1 << 20,
+      choice(
+          "model.kind", [](Config & c) -> auto& { return c.model.kind; }, {"gpt2", "bert"},
+          "the architecture: gpt2 (a causal LM) or bert (a masked LM)"),
+      integer(
+          "model.n_layer", [](Config & c) -> auto& { return c.model.n_layer; }, 1, 1024, "transformer blocks"),
+      integer(
+          "model.n_head", [](Config & c) -> auto& { return c.model.n_head; }, 1, 1024, "attention heads"),
+      integer(
+          "model.n_embd", [](Config & c) -> auto& { return c.model.n_embd; }, 1, 65536,
+          "the width, a multiple of model.n_head"),
+      integer(
+          "model.vocab_size", [](Config & c) -> auto& { return c.model.vocab_size; }, 1, 1 << 22,
+          "rows of the token embedding; with the byte tokenizer at least 256 (bert: 257, for [MASK])"),
+      integer(
+          "model.seq_len", [](Config & c) -> auto& { return c.model.seq_len; }, 1, 1 << 20,
+          "rows of the position table: the longest sequence, and the one trained unless train.seq_len says otherwise"),
+      integer("model.intermediate_size", [](Config & c) -> auto& { return c.model.intermediate_size; }, 1, 1 << 20,
               "the MLP's width", {.default_value = "4 * model.n_embd"}),
-      number("model.layer_norm_eps", [](Config& c) -> auto& { return c.model.layer_norm_eps; }, 0, 1, "LayerNorm's epsilon",
-             {.default_value = eps_defaults, .open_below = true}),
-      choice("model.activation", [](Config& c) -> auto& { return c.model.activation; }, models::kActivations,
+      number("model.layer_norm_eps", [](Config & c) -> auto& { return c.model.layer_norm_eps; }, models::kSmallestEps,
+             1, "LayerNorm's epsilon", {.note = kEpsNote, .default_value = eps_defaults}),
+      choice("model.activation", [](Config & c) -> auto& { return c.model.activation; }, models::kActivations,
              "the GELU of the MLP (and BERT's head): gelu is exact (erf), gelu_tanh its tanh approximation (gelu_new)",
              {.default_value = gelu_defaults}),
-      integer("model.type_vocab_size", [](Config& c) -> auto& { return c.model.type_vocab_size; }, 1, 1024,
+      integer("model.type_vocab_size", [](Config & c) -> auto& { return c.model.type_vocab_size; }, 1, 1024,
               "rows of the token-type embedding (training uses type 0)", {.model_kind = "bert"}),
-      existing_path("model.init_from", [](Config& c) -> auto& { return c.model.init_from; }, Exists::FileOrFolder,
-                    "Hugging Face weights to start from (safetensors file, folder or sharded index); its config.json fills "
-                    "every model key not stated, and a stated key that differs is an error"),
-      choice_list("model.init_missing", [](Config& c) -> auto& { return c.model.init_missing; }, models::kInitMissingParts,
-                  "parts model.init_from may lack, initialised as new: head is BERT's masked-LM head, which a BertModel lacks"),
+      existing_path(
+          "model.init_from", [](Config & c) -> auto& { return c.model.init_from; }, Exists::FileOrFolder,
+          "Hugging Face weights to start from (safetensors file, folder or sharded index); its config.json fills "
+          "every model key not stated, and a stated key that differs is an error"),
+      choice_list(
+          "model.init_missing", [](Config & c) -> auto& { return c.model.init_missing; }, models::kInitMissingParts,
+          "parts model.init_from may lack, initialised as new: head is BERT's masked-LM head, which a BertModel lacks"),
   };
 }
 
@@ -422,30 +437,38 @@ std::vector<Key<Config>> data_keys() {
 std::vector<Key<Config>> optim_keys() {
   const OptimConfig defaults;
   return {
-      number("optim.lr", [](Config& c) -> auto& { return c.optim.lr; }, 0, 10, "AdamW's learning rate, reached after the warmup",
-             {.noun = "a learning rate"}),
+      number("optim.lr", [](Config & c) -> auto& { return c.optim.lr; }, 0, 10,
+             "AdamW's learning rate, reached after the warmup", {.noun = "a learning rate"}),
       {doc("optim.betas", "[number, number]", "each in [0, 1)",
            fmt::format("[{}, {}]", number_text(defaults.beta1), number_text(defaults.beta2)),
            "AdamW's decay rates of the first and second moments", {}),
        read_betas},
-      number("optim.eps", [](Config& c) -> auto& { return c.optim.eps; }, 0, kUnbounded,
-             "AdamW's epsilon, added to the root of the second moment", {.open_below = true}),
-      number("optim.weight_decay", [](Config& c) -> auto& { return c.optim.weight_decay; }, 0, 10,
-             "decoupled weight decay on every parameter, as torch.optim.AdamW"),
-      number("optim.grad_clip", [](Config& c) -> auto& { return c.optim.grad_clip; }, 0, 1e9,
+      number("optim.eps", [](Config & c) -> auto& { return c.optim.eps; }, models::kSmallestEps, kUnbounded,
+             "AdamW's epsilon, added to the root of the second moment", {.note = kEpsNote}),
+      number(
+          "optim.weight_decay", [](Config & c) -> auto& { return c.optim.weight_decay; }, 0, 10,
+          "decoupled weight decay on every parameter, as torch.optim.AdamW"),
+      number("optim.grad_clip", [](Config & c) -> auto& { return c.optim.grad_clip; }, 0, 1e9,
              "the largest global gradient norm (over the parameters trained)", {.note = "0: no clipping"}),
-      integer("optim.warmup_steps", [](Config& c) -> auto& { return c.optim.warmup_steps; }, 0, kIntMax,
-              "steps of linear warmup to optim.lr; more than train.steps is warned of (optim.lr is never reached)"),
-      choice("optim.schedule", [](Config& c) -> auto& { return c.optim.schedule; }, {"cosine", "constant"},
-             "after the warmup: cosine decay to optim.min_lr over the remaining steps, or constant"),
-      number("optim.min_lr", [](Config& c) -> auto& { return c.optim.min_lr; }, 0, 10,
-             "where the cosine decay ends; at most optim.lr", {.default_value = "optim.lr / 10", .noun = "a learning rate"}),
-      integer("optim.cpu_threads", [](Config& c) -> auto& { return c.optim.cpu_threads; }, 0, 4096, "threads of the CPU AdamW",
-              {.note = "0: all cores"}),
-      choice("optim.isa", [](Config& c) -> auto& { return c.optim.isa; }, {"auto", "scalar", "avx2", "avx512"},
-             "the CPU AdamW's kernels; auto: the widest the CPU runs; the environment variable FERRY_CPU_ISA overrides it"),
+      integer(
+          "optim.warmup_steps", [](Config & c) -> auto& { return c.optim.warmup_steps; }, 0, kIntMax,
+          "steps of linear warmup to optim.lr; more than train.steps is warned of (optim.lr is never reached)"),
+      choice(
+          "optim.schedule", [](Config & c) -> auto& { return c.optim.schedule; }, {"cosine", "constant"},
+          "after the warmup: cosine decay to optim.min_lr over the remaining steps, or constant"),
+      number("optim.min_lr", [](Config & c) -> auto& { return c.optim.min_lr; }, 0, 10,
+             "where the cosine decay ends; at most optim.lr",
+             {.default_value = "optim.lr / 10", .noun = "a learning rate"}),
+      integer("optim.cpu_threads", [](Config & c) -> auto& { return c.optim.cpu_threads; }, 0, 4096,
+              "threads of the CPU AdamW", {.note = "0: all cores"}),
+      choice(
+          "optim.isa", [](Config & c) -> auto& { return c.optim.isa; }, {"auto", "scalar", "avx2", "avx512"},
+          "the CPU AdamW's kernels; auto: the widest the CPU runs; the environment variable FERRY_CPU_ISA overrides "
+          "it"),
       {doc("optim.groups", "list of mappings", "entries with the keys optim.groups[].*", "none",
-           "parameter groups: each parameter takes the settings of the first group whose params pattern matches its name", {}),
+           "parameter groups: each parameter takes the settings of the first group whose params pattern matches its "
+           "name",
+           {}),
        read_groups},
   };
 }

@@ -7,7 +7,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,6 +18,7 @@
 #include "foundation/atomic_file.h"
 #include "formats/hf_config.h"
 #include "formats/hf_source.h"
+#include "formats/model_folder.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 
@@ -64,17 +64,30 @@ nlohmann::json hf_config(const models::ModelConfig& m) {
                                           {"torch_dtype", "float32"}};
 }
 
-nlohmann::json read_json_object(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return nullptr;
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw std::runtime_error("export: '" + path.string() + "' is not a JSON object (a config.json)");
+// The source's config.json; null when it has none.
+nlohmann::json source_config(const HfWeights& source) {
+  const ModelFolder folder(source.folder, source.what);
+  if (!folder.has("config.json")) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(folder.read("config.json"), nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw std::runtime_error(fmt::format("{}: '{}' is not a JSON object (a config.json)", source.what,
+                                         (source.folder / "config.json").string()));
   return j;
 }
 
 // The source model of a checkpoint's export: --source, else the run's model.init_from; it must still be there.
+// Each is named as what it is: a run that never used model.init_from is not told about it.
 fs::path export_source(const TrainState& state, const ExportOptions& options) {
-  const fs::path source = options.source ? *options.source : state.origin.init_from;
+  if (options.source) {
+    if (!options.source->empty() && !fs::exists(*options.source))
+      throw std::runtime_error(
+          fmt::format("export: --source '{}' does not exist; name the Hugging Face model folder (or .safetensors "
+                      "file) whose untrained tensors, config.json and tokenizer files the export carries, or "
+                      "export without one with --source none",
+                      options.source->string()));
+    return *options.source;
+  }
+  const fs::path source = state.origin.init_from;
   if (!source.empty() && !fs::exists(source))
     throw std::runtime_error(fmt::format("export: the run started from '{}' (model.init_from), which is gone; the export carries its "
                                          "untrained tensors (BERT's pooler, ...), config.json and tokenizer files: restore it, name "
@@ -186,20 +199,20 @@ void write_export(const fs::path& out, const std::vector<SafetensorsTensorRef>& 
 void export_model(const models::ModelConfig& m, const models::ModelSpec& spec, std::vector<SafetensorsTensorRef> tensors,
                   const HfWeights* source, TokenizerOrigin tokens, const fs::path& out, std::vector<fs::path> read_from,
                   const ExportOptions& options, ExportReport& report) {
-  nlohmann::json source_config;
+  nlohmann::json config;
   std::vector<ExportFile> carried;
   if (source) {
     std::vector<SafetensorsTensorRef> untrained = carried_tensors(*source, spec, tensors);
     for (const auto& t : untrained) report.carried.push_back(t.name);
     tensors.insert(tensors.end(), untrained.begin(), untrained.end());
     if (!source->folder.empty()) {
-      source_config = read_json_object(source->folder / "config.json");
+      config = source_config(*source);
       carried = carried_files(source->folder, out, &report.left_out);
       read_from.push_back(source->folder);
     }
-    tokens.source_folder = source->folder;
+    tokens.source_folder = source->folder, tokens.source_key = source->what;
   }
-  std::vector<ExportFile> files{{"config.json", round_trip_config(source_config, hf_config(m)).dump(2) + "\n"}};
+  std::vector<ExportFile> files{{"config.json", round_trip_config(config, hf_config(m)).dump(2) + "\n"}};
   for (ExportFile& f : tokenizer_files(tokens, m, &report.note)) files.push_back(std::move(f));
   for (ExportFile& f : carried) {
     report.carried_files.push_back(f.name);
@@ -239,7 +252,8 @@ ExportReport export_checkpoint(const fs::path& checkpoint, const fs::path& out, 
   }
   const fs::path source = export_source(state, options);
   std::optional<HfWeights> source_weights;  // its bytes stay in memory until the export is written
-  if (!source.empty()) source_weights = open_hf_weights(source), report.source = source;
+  if (!source.empty())
+    source_weights = open_hf_weights(source, options.source ? "--source" : "model.init_from"), report.source = source;
   const TokenizerOrigin tokens{state.tokenizer, {}, state.origin.vocab, state.origin.merges, state.origin.lowercase};
   export_model(m, spec, std::move(refs), source_weights ? &*source_weights : nullptr, tokens, out, {dir}, options, report);
   return report;
@@ -265,7 +279,7 @@ ExportReport export_starting_point(const StartingPoint& start, const fs::path& o
   std::map<std::string, std::pair<const SafetensorsFile*, const SafetensorsEntry*>> from_source;
   if (!m.init_from.empty()) {
     report.initialised = load_weights(m.init_from, spec, views, {m.init_missing});
-    source = open_hf_weights(m.init_from), report.source = m.init_from;
+    source = open_hf_weights(m.init_from, "model.init_from"), report.source = m.init_from;
     for (const SafetensorsFile& file : source->files)
       for (const SafetensorsEntry& e : file.entries())
         if (const std::string p = parameter_of(e.name, spec); !p.empty()) from_source[p] = {&file, &e};

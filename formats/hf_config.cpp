@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "formats/model_folder.h"
+#include "foundation/regular_file.h"
 
 namespace ferry::formats {
 namespace {
@@ -106,7 +108,9 @@ class Reader {
   void eps(const char* key) {
     if (!has(key)) return;
     const json& v = at(key);
-    if (!v.is_number() || !(v.get<double>() > 0 && v.get<double>() <= 1)) fail(key, ", not a number in (0, 1]");
+    if (!v.is_number() || !(v.get<double>() >= models::kSmallestEps && v.get<double>() <= 1))
+      fail(key, fmt::format(", not a number in [{:g}, 1] (a smaller epsilon vanishes in fp32, and 0 / 0 is NaN)",
+                            models::kSmallestEps));
     const double value = v.get<double>();
     if (!stated("layer_norm_eps")) m_.layer_norm_eps = value;
     else if (std::abs(m_.norm_eps() - value) > 1e-9 * value)
@@ -182,18 +186,17 @@ void read_bert(Reader& r) {
 
 std::filesystem::path hf_config_path(const std::filesystem::path& init_from) {
   const auto name = init_from.filename();
-  const std::filesystem::path folder = std::filesystem::is_directory(init_from) ? init_from
-                                       : name == "model.safetensors" || name == "model.safetensors.index.json" ? init_from.parent_path()
-                                                                                                              : std::filesystem::path();
-  if (folder.empty() || !std::filesystem::exists(folder / "config.json")) return {};
-  return folder / "config.json";
+  const bool folder = std::filesystem::is_directory(init_from);
+  if (!folder && name != "model.safetensors" && name != "model.safetensors.index.json") return {};
+  const ModelFolder source(folder ? init_from : init_from.parent_path(),
+                           "");  // engine/config.cpp names model.init_from
+  return source.has("config.json") ? source.file("config.json") : std::filesystem::path();
 }
 
 void apply_hf_config(models::ModelConfig& m, const std::vector<std::string>& stated) {
   const std::filesystem::path file = hf_config_path(m.init_from);
   if (file.empty()) return;
-  std::ifstream in(file);
-  json cfg = json::parse(in, nullptr, false);
+  json cfg = json::parse(read_regular_file(file, ""), nullptr, false);
   if (cfg.is_discarded() || !cfg.is_object()) throw std::runtime_error(file.string() + ": not a JSON object (a Hugging Face config.json)");
   Reader r(file, std::move(cfg), m, stated);
   r.kind();

@@ -5,24 +5,18 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 
+#include "formats/model_folder.h"
+#include "foundation/regular_file.h"
 #include "formats/weights.h"
 
 namespace ferry::formats {
 namespace {
 
 using nlohmann::json;
-
-std::string read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("export: cannot read '" + path.string() + "'");
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // The export's name of a source tensor: under the task model's base prefix, as Ferry's own names are.
 std::string export_name(const std::string& name, const std::string& kind) {
@@ -51,27 +45,13 @@ json minimal_tokenizer_config(const TokenizerOrigin& o, const models::ModelConfi
 bool uses_source_vocabulary(const TokenizerOrigin& o) {
   if (o.source_folder.empty()) return false;
   if (o.vocab.empty()) return o.kind != "byte";
-  const std::filesystem::path own = o.source_folder / o.vocab.filename();
-  return std::filesystem::exists(own) && std::filesystem::exists(o.vocab) && read_bytes(own) == read_bytes(o.vocab);
+  const ModelFolder source(o.source_folder, o.source_key);
+  const std::string own = o.vocab.filename().string();
+  return source.has(own) && std::filesystem::exists(o.vocab) &&
+         source.read(own) == read_regular_file(o.vocab, "the run's data.vocab (state.json's origin.vocab)");
 }
 
 namespace fs = std::filesystem;
-
-// Whether the canonical `path` lies inside the canonical `folder`.
-bool inside(const fs::path& path, const fs::path& folder) {
-  const fs::path relative = path.lexically_relative(folder);
-  return !relative.empty() && *relative.begin() != "..";
-}
-
-// Where a link in the source may lead: into the source itself and, for a snapshot of the Hugging Face cache
-// (models--org--name/snapshots/REVISION), into that model's blobs/, which hold its snapshots' files.
-std::vector<fs::path> link_targets(const fs::path& root) {
-  std::vector<fs::path> allowed{root};
-  std::error_code ec;
-  if (root.parent_path().filename() == "snapshots")
-    if (const fs::path blobs = fs::canonical(root.parent_path().parent_path() / "blobs", ec); !ec) allowed.push_back(blobs);
-  return allowed;
-}
 
 constexpr const char* kFerrysOwn = "-";  // an entry the export writes itself (or reads as the weights): not mentioned
 
@@ -99,24 +79,10 @@ std::string not_carried(const fs::directory_entry& e, const std::string& name, c
 
 }  // namespace
 
-HfWeights open_hf_weights(const std::filesystem::path& init_from) {
-  HfWeights w;
-  const bool folder = std::filesystem::is_directory(init_from);
-  const std::filesystem::path dir = folder ? init_from : init_from.parent_path();
-  const std::filesystem::path index = dir / "model.safetensors.index.json";
-  const bool sharded = folder ? std::filesystem::exists(index) : init_from.filename() == "model.safetensors.index.json";
-  // A bare weights file under another name has no folder of its own: the files beside it may be anything's.
-  if (folder || sharded || init_from.filename() == "model.safetensors") w.folder = dir;
-  if (!sharded) {
-    w.files.push_back(SafetensorsFile::open(folder ? init_from / "model.safetensors" : init_from));
-    return w;
-  }
-  const json map = json::parse(read_bytes(index), nullptr, false);
-  if (map.is_discarded() || !map.contains("weight_map") || !map["weight_map"].is_object())
-    throw std::runtime_error(index.string() + ": not a safetensors index (no weight_map)");
-  std::set<std::string> shards;
-  for (const auto& [name, shard] : map["weight_map"].items()) shards.insert(shard.get<std::string>());
-  for (const auto& shard : shards) w.files.push_back(SafetensorsFile::open(dir / shard));
+HfWeights open_hf_weights(const std::filesystem::path& init_from, const std::string& what) {
+  const WeightFiles files = weight_files(init_from, what);
+  HfWeights w{files.folder, what, {}};
+  for (const std::filesystem::path& file : files.files) w.files.push_back(SafetensorsFile::open(file));
   return w;
 }
 
@@ -155,8 +121,9 @@ std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& o, const models::
     return std::any_of(files.begin(), files.end(), [&](const ExportFile& f) { return f.name == name; });
   };
   if (uses_source_vocabulary(o)) {
+    const ModelFolder source(o.source_folder, o.source_key);
     for (const std::string& name : tokenizer_file_names())
-      if (std::filesystem::is_regular_file(o.source_folder / name)) files.push_back({name, read_bytes(o.source_folder / name)});
+      if (source.has(name)) files.push_back({name, source.read(name)});
   } else if (!o.vocab.empty()) {
     const char* vocab_name = o.vocab.filename() == "tokenizer.json" ? "tokenizer.json" : o.kind == "gpt2" ? "vocab.json" : "vocab.txt";
     for (const auto& [path, name] : {std::pair{o.vocab, vocab_name}, {o.merges, "merges.txt"}}) {
@@ -165,14 +132,15 @@ std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& o, const models::
         *note = fmt::format("no tokenizer files: the run's vocabulary '{}' is gone; copy its files into the export", path.string());
         return {};
       }
-      files.push_back({name, read_bytes(path)});
+      files.push_back({name, read_regular_file(path, "the run's vocabulary (state.json's origin)")});
     }
   }
   const bool has_vocab = has("vocab.txt") || has("vocab.json") || has("tokenizer.json");
   if (!has_vocab) {
-    *note = o.kind == "byte" ? "no tokenizer files: the byte tokenizer has no Hugging Face equivalent"
-                             : "no tokenizer files: the run's vocabulary is not known (a token shard without a sidecar, and no "
-                               "model.init_from folder holding one); copy its files into the export";
+    *note = o.kind == "byte"
+                ? "no tokenizer files: the byte tokenizer has no Hugging Face equivalent"
+                : "no tokenizer files: the run's vocabulary is not known (a token shard without a sidecar, and no "
+                  "source folder holding one); copy its files into the export";
     return {};
   }
   if (!has("tokenizer_config.json")) {
@@ -184,8 +152,8 @@ std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& o, const models::
 }
 
 std::vector<ExportFile> carried_files(const fs::path& folder, const fs::path& skip, std::vector<std::string>* left_out) {
+  const ModelFolder source(folder, "export");
   const fs::path root = fs::canonical(folder);
-  const std::vector<fs::path> allowed = link_targets(root);
   std::vector<ExportFile> files;
   const auto leave = [&](const std::string& name, const std::string& why) { left_out->push_back(name + " (" + why + ")"); };
   for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
@@ -202,12 +170,12 @@ std::vector<ExportFile> carried_files(const fs::path& folder, const fs::path& sk
     const fs::path target = link ? fs::canonical(e.path(), ec) : e.path();
     if (link && (ec || !fs::is_regular_file(target))) {
       leave(name, "a link to no regular file");
-    } else if (link && std::none_of(allowed.begin(), allowed.end(), [&](const fs::path& a) { return inside(target, a); })) {
+    } else if (link && !source.holds(target)) {
       leave(name, "a link out of the folder");
     } else if (!fs::is_regular_file(target)) {
       leave(name, "not a regular file");
     } else {
-      files.push_back({name, read_bytes(target)});
+      files.push_back({name, read_regular_file(target, "export")});
     }
   }
   std::sort(files.begin(), files.end(), [](const ExportFile& a, const ExportFile& b) { return a.name < b.name; });

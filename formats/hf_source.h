@@ -17,12 +17,14 @@
 namespace ferry::formats {
 
 // A model's weight files: one .safetensors file, a folder's model.safetensors, or the shards of its
-// model.safetensors.index.json.
+// model.safetensors.index.json (formats/weights.h: weight_files), opened. `what` names it in errors:
+// "model.init_from", or "--source" when the export names another.
 struct HfWeights {
   std::filesystem::path folder;  // where its config.json and tokenizer files are; empty for a bare file of another name
+  std::string what;
   std::vector<SafetensorsFile> files;
 };
-HfWeights open_hf_weights(const std::filesystem::path& init_from);
+HfWeights open_hf_weights(const std::filesystem::path& init_from, const std::string& what);
 
 // The source's tensors that are no parameter of `spec`, named as the export names them (the base model's
 // prefix added where the source has none: 'pooler.dense.weight' -> 'bert.pooler.dense.weight'), their bytes
@@ -43,6 +45,7 @@ struct TokenizerOrigin {
   std::string kind;  // byte | gpt2 | wordpiece | unknown: what made the run's tokens
   std::filesystem::path source_folder, vocab, merges;
   bool lowercase = true;
+  std::string source_key = "model.init_from";  // what names source_folder, in errors
 };
 std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& origin, const models::ModelConfig& model, std::string* note);
 // Every file name tokenizer_files may write (carried_files leaves them to it).

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -13,6 +12,7 @@
 
 #include "foundation/precision.h"
 #include "foundation/atomic_file.h"
+#include "foundation/regular_file.h"
 
 namespace ferry::formats {
 namespace {
@@ -138,14 +138,7 @@ auto decode(std::span<const std::byte> bytes, Convert convert) {
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open (does the file exist?)");
-  const auto size = static_cast<size_t>(in.tellg());
-  std::vector<std::byte> bytes(size);
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
-  if (!in) throw std::runtime_error(path.string() + ": read failed");
-  return parse(std::move(bytes), path.string());
+  return parse(read_regular_file_bytes(path, "safetensors"), path.string());
 }
 
 SafetensorsFile SafetensorsFile::parse(std::vector<std::byte> bytes, const std::string& origin) {

@@ -2,12 +2,16 @@
 // and completeness, then a dtype-converting copy into the views.
 #include "formats/weights.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
+
+#include "formats/model_folder.h"
+#include "foundation/regular_file.h"
 
 namespace ferry::formats {
 namespace {
@@ -149,30 +153,51 @@ std::vector<std::string> load_weights(const std::filesystem::path& path, const m
   return load_weights(path, spec, store.value_views(), options);
 }
 
-std::vector<std::string> load_weights(const std::filesystem::path& path, const models::ModelSpec& spec,
-                                      std::span<const std::span<float>> values, const LoadOptions& options) {
-  std::filesystem::path file = path;
-  if (std::filesystem::is_directory(path)) {
-    if (std::filesystem::exists(path / "model.safetensors.index.json")) {
-      file = path / "model.safetensors.index.json";
-    } else {
-      file = path / "model.safetensors";
-    }
+WeightFiles weight_files(const std::filesystem::path& path, const std::string& what) {
+  namespace fs = std::filesystem;
+  constexpr const char* kIndex = "model.safetensors.index.json";
+  const bool is_folder = fs::is_directory(path);
+  if (const std::string why = is_folder ? "" : not_a_regular_file(path); !why.empty())
+    throw std::runtime_error(fmt::format("{}: '{}' {}; name a .safetensors file, a Hugging Face model folder or its {}",
+                                         what, path.string(), why, kIndex));
+  const std::string name = path.filename().string();
+  WeightFiles w;
+  // A bare weights file under another name has no folder of its own: the files beside it may be anything's.
+  if (!is_folder && name != kIndex) {
+    if (name == "model.safetensors") w.folder = path.parent_path();
+    w.files.push_back(path);
+    return w;
   }
-  if (!std::filesystem::exists(file))
-    throw std::runtime_error("model.init_from: '" + path.string() + "' has no model.safetensors or model.safetensors.index.json");
-  if (file.extension() != ".json") return load_weights(SafetensorsFile::open(file), spec, values, options);
-  std::ifstream in(file);
-  const nlohmann::json index = nlohmann::json::parse(in, nullptr, false);
+  const ModelFolder folder(is_folder ? path : path.parent_path(), what);
+  w.folder = folder.path();
+  if (is_folder && !folder.has(kIndex)) {
+    if (!folder.has("model.safetensors"))
+      throw std::runtime_error(
+          fmt::format("{}: '{}' has no model.safetensors or {}; name the folder of a Hugging Face model (its "
+                      "weights in safetensors)",
+                      what, path.string(), kIndex));
+    w.files.push_back(folder.file("model.safetensors"));
+    return w;
+  }
+  const nlohmann::json index = nlohmann::json::parse(folder.read(kIndex), nullptr, false);
+  const std::string shown = (folder.path() / kIndex).string();
   if (index.is_discarded() || !index.contains("weight_map") || !index["weight_map"].is_object())
-    throw std::runtime_error(file.string() + ": not a safetensors index (no weight_map)");
+    throw std::runtime_error(fmt::format("{}: '{}' is not a safetensors index (no weight_map)", what, shown));
   std::set<std::string> shards;
-  for (const auto& [name, shard] : index["weight_map"].items()) {
-    if (!shard.is_string()) throw std::runtime_error(file.string() + ": weight_map." + name + " is not a file name");
+  for (const auto& [tensor, shard] : index["weight_map"].items()) {
+    if (!shard.is_string())
+      throw std::runtime_error(fmt::format("{}: '{}': weight_map.{} is not a file name", what, shown, tensor));
     shards.insert(shard.get<std::string>());
   }
+  for (const std::string& shard : shards) w.files.push_back(folder.file(shard, kIndex));
+  return w;
+}
+
+std::vector<std::string> load_weights(const std::filesystem::path& path, const models::ModelSpec& spec,
+                                      std::span<const std::span<float>> values, const LoadOptions& options) {
   Found found;
-  for (const auto& shard : shards) load_from(SafetensorsFile::open(file.parent_path() / shard), spec, values, found);
+  for (const std::filesystem::path& file : weight_files(path, "model.init_from").files)
+    load_from(SafetensorsFile::open(file), spec, values, found);
   return check_missing(spec, found, options);
 }
 

@@ -34,8 +34,17 @@ std::vector<std::string> load_weights(const SafetensorsFile& file, const models:
 // LayerNorm names); empty when it is none (a pooler, a buffer, a tied copy).
 std::string parameter_of(const std::string& checkpoint_name, const models::ModelSpec& spec);
 
-// The same from a path: a .safetensors file, a folder holding model.safetensors, or a sharded checkpoint
-// (model.safetensors.index.json and the shards its weight_map names), as Hugging Face writes them.
+// The weights files a path names, as Hugging Face writes them: a .safetensors file; a folder's
+// model.safetensors, or the shards its model.safetensors.index.json lists; or such an index itself. Each
+// file of a folder is checked as formats/model_folder.h says (a regular file that stays inside it); `what`
+// names the path in errors ("model.init_from", "--source").
+struct WeightFiles {
+  std::filesystem::path folder;  // where its config.json and tokenizer files are; empty for a bare file of another name
+  std::vector<std::filesystem::path> files;
+};
+WeightFiles weight_files(const std::filesystem::path& path, const std::string& what);
+
+// load_weights from a path (weight_files; errors name it as model.init_from), one file in memory at a time.
 std::vector<std::string> load_weights(const std::filesystem::path& path, const models::ModelSpec& spec,
                                       std::span<const std::span<float>> values, const LoadOptions& options = {});
 std::vector<std::string> load_weights(const std::filesystem::path& path, const models::ModelSpec& spec,

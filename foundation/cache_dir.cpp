@@ -3,7 +3,7 @@
 
 #include <cstdlib>
 
-namespace ferry::formats {
+namespace ferry {
 
 std::filesystem::path ferry_cache_dir() {
   const auto given = [](const char* name) {
@@ -16,4 +16,4 @@ std::filesystem::path ferry_cache_dir() {
   return std::filesystem::temp_directory_path() / "ferry";
 }
 
-}  // namespace ferry::formats
+}  // namespace ferry

@@ -4,10 +4,10 @@
 
 #include <filesystem>
 
-namespace ferry::formats {
+namespace ferry {
 
 // $FERRY_CACHE_DIR, else $XDG_CACHE_HOME/ferry, else $HOME/.cache/ferry, else the temporary folder's ferry/.
 // Not created here: writers create what they need.
 std::filesystem::path ferry_cache_dir();
 
-}  // namespace ferry::formats
+}  // namespace ferry

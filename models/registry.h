@@ -21,6 +21,11 @@ inline const std::vector<std::string> kInitMissingParts{"head"};
 // Face's gelu); "gelu_tanh" its tanh approximation (gelu_new, gelu_pytorch_tanh).
 inline const std::vector<std::string> kActivations{"gelu", "gelu_tanh"};
 
+// The smallest epsilon (LayerNorm's, AdamW's) the fp32 kernels keep: a smaller one rounds to 0, or to a
+// subnormal that flush-to-zero drops, and a constant row (LayerNorm) or a weight without a gradient yet
+// (AdamW's 0 / (0 + eps)) then divides by 0.
+inline constexpr double kSmallestEps = 1e-30;
+
 // The `model:` section of an experiment: the architecture and its shape.
 struct ModelConfig {
   std::string kind = "gpt2";

@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <iterator>
 #include <ostream>
 #include <random>
@@ -54,6 +57,18 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "";
+}
+
+// The message of the runtime_error `f` throws, which must come at once although `f` may read the FIFO `fifo`:
+// a FIFO opened to be read waits for a writer for ever, so when `f` has not returned within seconds the FIFO
+// gets one (which lets the blocked read end) and the test fails instead of hanging.
+inline std::string error_without_blocking(const std::filesystem::path& fifo, const std::function<void()>& f) {
+  auto result = std::async(std::launch::async, [&] { return error_of(f); });
+  if (result.wait_for(std::chrono::seconds(10)) == std::future_status::timeout) {
+    ADD_FAILURE() << "still blocked on the FIFO " << fifo << " after 10 s";
+    std::ofstream writer(fifo);  // its open releases the reader's; its close gives it the end of the file
+  }
+  return result.get();
 }
 
 // Largest |a-b| / max(|b|, floor) over two arrays; `floor` keeps near-zero references from dominating.

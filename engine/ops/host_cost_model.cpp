@@ -93,7 +93,7 @@ offload::CostModel host_cost_model(int threads, std::string* cache_path) {
   }
   for (char& ch : cpu)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '-';
-  const std::filesystem::path file = formats::ferry_cache_dir() / ("host-" + cpu + "-" + std::to_string(threads) + "t.json");
+  const std::filesystem::path file = ferry_cache_dir() / ("host-" + cpu + "-" + std::to_string(threads) + "t.json");
   if (cache_path) *cache_path = file.string();
   if (std::filesystem::is_regular_file(file)) {
     try {

@@ -20,7 +20,7 @@ struct CpuOptimizerRates {
 CpuOptimizerRates measure_cpu_optimizer_rates(int threads, DType grad_type, bool working_copy);
 
 // The measured model of this machine at this thread count, from the cache when it was measured before
-// (formats::ferry_cache_dir()/host-<cpu>-<threads>t.json), else measured now and cached.
+// (ferry_cache_dir()/host-<cpu>-<threads>t.json), else measured now and cached.
 // `cache_path` receives the file used.
 offload::CostModel host_cost_model(int threads, std::string* cache_path = nullptr);
 

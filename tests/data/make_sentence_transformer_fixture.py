@@ -2,8 +2,8 @@
 """Writes hf_sentence_transformer/: a tiny folder laid out as sentence-transformers ships a model (like
 sentence-transformers/all-MiniLM-L6-v2), for the export's tests (run once; the output is committed).
 
-The encoder is hf_bert_variant's (config.json and model.safetensors are links to it: its weights are
-reused, not copied); beside it the files Ferry does not write and must carry through an export:
+The encoder is hf_bert_variant's (config.json and model.safetensors are copies of its files: a link out of
+the folder is refused, as formats/model_folder.h says); beside it the files Ferry does not write and must carry through an export:
   modules.json, sentence_bert_config.json, config_sentence_transformers.json, 1_Pooling/config.json,
   README.md (the model card), and the tokenizer (vocab.txt with the model's 260 ids,
   tokenizer_config.json, special_tokens_map.json).
@@ -13,6 +13,7 @@ No package is needed:
 """
 import json
 import os
+import shutil
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FOLDER = os.path.join(HERE, "hf_sentence_transformer")
@@ -44,10 +45,10 @@ def vocabulary():
 def main():
     os.makedirs(FOLDER, exist_ok=True)
     for name in ("config.json", "model.safetensors"):
-        link = os.path.join(FOLDER, name)
-        if os.path.lexists(link):
-            os.remove(link)
-        os.symlink(os.path.join("..", "hf_bert_variant", name), link)
+        copy = os.path.join(FOLDER, name)
+        if os.path.lexists(copy):
+            os.remove(copy)
+        shutil.copyfile(os.path.join(HERE, "hf_bert_variant", name), copy)
     with open(os.path.join(FOLDER, "vocab.txt"), "w") as f:
         f.write("".join(t + "\n" for t in vocabulary()))
     special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"}

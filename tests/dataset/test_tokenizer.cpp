@@ -2,6 +2,7 @@
 // (tests/data/make_bpe_reference.py, make_wordpiece_reference.py), round trips, and malformed vocabularies.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 
 #include <fstream>
 
@@ -58,7 +59,43 @@ TEST(WordPiece, MalformedVocabulariesAreClearErrors) {
   EXPECT_NE(error_of(write("wp_no_unk.txt", "[PAD]\na\nb\n")).find("no [UNK]"), std::string::npos);
   EXPECT_NE(error_of(write("wp_dup.txt", "[UNK]\na\na\n")).find("'a' appears twice"), std::string::npos);
   EXPECT_NE(error_of(write("wp_empty_line.txt", "[UNK]\n\na\n")).find("line 2 is empty"), std::string::npos);
-  EXPECT_NE(error_of(dir / "wp_missing.txt").find("cannot read"), std::string::npos);
+  EXPECT_NE(error_of(dir / "wp_missing.txt").find("wp_missing.txt' does not exist"), std::string::npos);
+}
+
+// A tokenizer.json under another name, given where a vocab.txt or vocab.json is read (ferry tokenize --vocab),
+// is named as what it is with what to give instead, not reported as a malformed vocabulary; a FIFO is refused
+// without waiting for a writer.
+TEST(Tokenizers, ATokenizerJsonUnderAnotherNameOrAFifoIsNamedAsWhatItIs) {
+  const auto dir = testing::scratch_path("renamed_tokenizer_json");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto renamed = dir / "bert-tokenizer.json";
+  std::filesystem::copy_file(testing::data_path("hf_roundtrip/bert_pretraining/tokenizer.json"), renamed);
+  EXPECT_TRUE(is_tokenizer_json(renamed));
+  EXPECT_FALSE(is_tokenizer_json(testing::data_path("bpe_vocab.json")));
+  EXPECT_FALSE(is_tokenizer_json(testing::data_path("wordpiece_vocab.txt")));
+  const std::string what = "'" + renamed.string() + "' is a Hugging Face tokenizer.json under another name, not a ";
+  EXPECT_NE(testing::error_of([&] {
+              load_wordpiece(renamed, true);
+            }).find(what + "vocab.txt; Ferry tells a tokenizer.json by its name"),
+            std::string::npos)
+      << testing::error_of([&] { load_wordpiece(renamed, true); });
+  EXPECT_NE(
+      testing::error_of([&] { load_gpt2_bpe(renamed, testing::data_path("bpe_merges.txt")); })
+          .find(what +
+                "vocab.json; Ferry tells a tokenizer.json by its name: give it as tokenizer.json (rename it, or link "
+                "tokenizer.json to it; it holds its merges), or give the vocab.json and merges.txt it was saved with"),
+      std::string::npos)
+      << testing::error_of([&] { load_gpt2_bpe(renamed, testing::data_path("bpe_merges.txt")); });
+  const auto fifo = dir / "vocab.txt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(testing::error_without_blocking(fifo, [&] { load_wordpiece(fifo, true); })
+                .find("is a FIFO (a named pipe), not a file"),
+            std::string::npos);
+  EXPECT_NE(testing::error_without_blocking(fifo, [&] { load_gpt2_bpe(testing::data_path("bpe_vocab.json"), fifo); })
+                .find("the merges: '" + fifo.string() + "' is a FIFO"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ByteTokenizer, RoundTripsEveryByte) {

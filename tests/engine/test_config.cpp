@@ -2,9 +2,12 @@
 // is allowed for every kind of bad input. The shipped configs must all load.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include "engine/config.h"
 #include "engine/config_schema.h"
@@ -133,7 +136,25 @@ TEST(Config, DeviceIsAKindOrAMappingWithHostSettings) {
   EXPECT_NE(error_of(kMinimal + "device: {kind: cpu, host: {link_gpbs: 8}}\n").find("device.host.link_gpbs: unknown key; device.host takes link_gbps"),
             std::string::npos);
   EXPECT_NE(error_of(kMinimal + "device: {kind: tpu}\n").find("device.kind: 'tpu' is not allowed"), std::string::npos);
-  EXPECT_NE(error_of(kMinimal, {"data.path.x=1"}).find("'path' is not a section"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"data.path.x=1"}).find("--set data.path.x=1: data.path is a key, not a section"),
+            std::string::npos)
+      << error_of(kMinimal, {"data.path.x=1"});
+}
+
+// --steps and --seed are overrides of train.steps and train.seed: when the file's train is a value, not a
+// section, the error says so, with its line, and names no --set the user never typed.
+TEST(Config, AnOverrideIntoAFilesValueNamesTheFilesLine) {
+  const std::string err = error_of(kMinimal + "train: fast\n", {"train.steps=2"});
+  EXPECT_NE(err.find("test.yaml: train (line 2) is the value 'fast', not a section of keys, so train.steps=2 (from "
+                     "--set, --steps or "
+                     "--seed) has nowhere to go; write train as a mapping of keys, e.g. train: {steps: 2}"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("--set train.steps"), std::string::npos) << err;
+  EXPECT_NE(
+      error_of(kMinimal + "optim: [1, 2]\n", {"optim.lr=1e-3"}).find("optim (line 2) is a list, not a section of keys"),
+      std::string::npos)
+      << error_of(kMinimal + "optim: [1, 2]\n", {"optim.lr=1e-3"});
 }
 
 TEST(Config, BertNeedsRoomForItsMaskToken) {
@@ -209,13 +230,26 @@ TEST(Config, IntegersTooLargeAreOutOfRangeWithTheirBound) {
   EXPECT_NE(error_of(kMinimal, {"train.steps=1e3"}).find("train.steps: '1e3' is not an integer"), std::string::npos);
 }
 
-// A budget of 0 bytes, or one the bytes cannot hold, is an error naming the key, never "unset".
+// A budget of 0 bytes, or one the bytes cannot hold, is an error naming the key and which end it is beyond,
+// never "unset" or "not a size".
 TEST(Config, BudgetsAreValidated) {
-  for (const char* budget : {"0", "0B", "0.4", "0GiB", "9223372036854775808", "2e19", "10000000TB", "1e400", "1e-400MiB"}) {
+  for (const char* budget : {"0", "0B", "0.4", "0GiB", "1e-400MiB"}) {
     const std::string err = error_of(kMinimal, {std::string("offload.gpu_budget=") + budget});
-    EXPECT_NE(err.find(std::string("offload.gpu_budget: '") + budget + "' is out of range; expected at least 1 byte and less than 8 EiB"),
-              std::string::npos) << budget << ": " << err;
+    EXPECT_NE(err.find(std::string("offload.gpu_budget: '") + budget + "' is too small: a size is at least 1 byte"),
+              std::string::npos)
+        << budget << ": " << err;
   }
+  for (const char* budget :
+       {"9223372036854775808", "2e19", "10000000TB", "1e400", "8EiB", "9EiB", "8192PiB", "9.3EB"}) {
+    const std::string err = error_of(kMinimal, {std::string("offload.gpu_budget=") + budget});
+    EXPECT_NE(err.find(std::string("offload.gpu_budget: '") + budget +
+                       "' is too large: a size is at most 2^63 - 1 bytes (just under 8 EiB)"),
+              std::string::npos)
+        << budget << ": " << err;
+  }
+  EXPECT_EQ(parse_bytes("7.99EiB"), int64_t(7.99 * 0x1p60));
+  EXPECT_EQ(parse_bytes("2PiB"), int64_t(1) << 51);
+  EXPECT_EQ(parse_bytes("9EB"), int64_t(9) * 1000000000000000000);
   for (const char* budget : {"nan", "inf", ".inf", "-1GiB", "+8GiB", " 8GiB", "0x10", "8 gigs", ""}) {
     const std::string err = error_of(kMinimal, {std::string("offload.gpu_budget='") + budget + "'"});
     EXPECT_NE(err.find("' is not a size; expected e.g. 8GiB"), std::string::npos) << budget << ": " << err;
@@ -231,13 +265,53 @@ TEST(Config, BudgetsAreValidated) {
             std::string::npos) << error_of(kMinimal, {"offload.gpu_budget=lots"});
 }
 
-// optim.eps divides: 0 is refused, any positive number allowed.
-TEST(Config, EpsMustBePositive) {
-  EXPECT_TRUE(error_of(kMinimal, {"optim.eps=0"}).ends_with("optim.eps: 0 is out of range; expected a number > 0"))
-      << error_of(kMinimal, {"optim.eps=0"});
+// An epsilon divides: one that fp32 rounds away (0, or 1e-50 as the kernels' float) made a weight
+// without a gradient yet 0 / 0, a NaN blamed on the learning rate; AdamW's and LayerNorm's are floored alike.
+TEST(Config, EpsilonsStayWhereFp32KeepsThem) {
+  const std::string allowed = "expected a number >= 1e-30 (a smaller one vanishes in fp32, and 0 / 0 is NaN)";
+  for (const char* eps : {"0", "1e-50", "9e-31"}) {
+    EXPECT_TRUE(error_of(kMinimal, {std::string("optim.eps=") + eps})
+                    .ends_with(std::string("optim.eps: ") + eps + " is out of range; " + allowed))
+        << error_of(kMinimal, {std::string("optim.eps=") + eps});
+    EXPECT_NE(error_of(kMinimal, {std::string("model.layer_norm_eps=") + eps})
+                  .find(std::string("model.layer_norm_eps: ") + eps + " is out of range; "),
+              std::string::npos);
+  }
   EXPECT_NE(error_of(kMinimal, {"optim.eps=-1e-8"}).find("optim.eps: -1e-8 is out of range"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"model.layer_norm_eps=1e-50"})
+                .find("expected a number in [1e-30, 1] (a smaller one vanishes in fp32"),
+            std::string::npos)
+      << error_of(kMinimal, {"model.layer_norm_eps=1e-50"});
   EXPECT_DOUBLE_EQ(parse(kMinimal, {"optim.eps=1e-30"}).optim.eps, 1e-30);
   EXPECT_DOUBLE_EQ(parse(kMinimal, {"optim.eps=2"}).optim.eps, 2);
+  EXPECT_DOUBLE_EQ(parse(kMinimal, {"model.layer_norm_eps=1e-30"}).model.layer_norm_eps, 1e-30);
+}
+
+// Decoupled weight decay scales each weight by 1 - lr * weight_decay a step: at lr * weight_decay >= 1 every
+// weight is zeroed or flipped whatever its gradient (lr 10, weight_decay 10 trained to a val loss of 45).
+TEST(Config, WeightDecayTimesTheLearningRateStaysBelowOne) {
+  EXPECT_NE(error_of(kMinimal, {"optim.lr=10", "optim.weight_decay=10"})
+                .find("optim.weight_decay: 10 with optim.lr 10 multiplies every weight by 1 - 10 * 10 = -99 each step "
+                      "(decoupled weight "
+                      "decay), flipping the sign of it whatever its gradient; keep the learning rate times "
+                      "weight_decay below 1"),
+            std::string::npos)
+      << error_of(kMinimal, {"optim.lr=10", "optim.weight_decay=10"});
+  EXPECT_NE(error_of(kMinimal, {"optim.lr=0.5", "optim.weight_decay=2"})
+                .find("= 0 each step (decoupled weight decay), zeroing it"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(kMinimal, {"optim.lr=0.01",
+                          "optim.groups=[{params: \"*.bias\", weight_decay: 0}, {params: \"*\", lr_scale: 1000}]"})
+          .find("optim.groups[1].weight_decay: 0.1 with its learning rate 10 (optim.lr 0.01 times lr_scale 1000) "
+                "multiplies"),
+      std::string::npos)
+      << error_of(kMinimal, {"optim.lr=0.01",
+                             "optim.groups=[{params: \"*.bias\", weight_decay: 0}, {params: \"*\", lr_scale: 1000}]"});
+  EXPECT_DOUBLE_EQ(parse(kMinimal, {"optim.lr=9", "optim.weight_decay=0.1"}).optim.weight_decay, 0.1);
+  EXPECT_EQ(parse(kMinimal, {"optim.lr=0.01", "optim.groups=[{params: \"*\", lr_scale: 1000, weight_decay: 0}]"})
+                .optim.groups.size(),
+            1u);
 }
 
 // A warmup longer than the run is allowed (a short trial of a long run's settings) but warned of: the
@@ -307,6 +381,82 @@ TEST(Config, InitFromConfigJsonGivesTheWholeModelSection) {
   EXPECT_EQ(parse(kMinimal + kVariantModel + ", n_embd: 32, activation: gelu_tanh}\n", {"model.layer_norm_eps=0.001"}).model.n_embd, 32);
 }
 
+// The tokenizer files taken from model.init_from's folder, and the tokenizer_config.json beside data.vocab,
+// are read only when they are regular files inside their folder; a FIFO anywhere a file is named is refused
+// by name, never read (which would wait for a writer for ever).
+TEST(Config, TokenizerFilesAreRegularFilesInsideTheirFolder) {
+  namespace fs = std::filesystem;
+  const fs::path root = testing::scratch_path("config_tokenizer_files"), dir = root / "model";
+  fs::remove_all(root);
+  fs::create_directories(dir);
+  fs::copy_file(testing::data_path("hf_bert_variant") / "config.json", dir / "config.json");
+  const std::string yaml = kMinimal + "model: {init_from: " + dir.string() + ", init_missing: [head]}\n";
+  const auto fifo = [](const fs::path& path) { ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << path; };
+  fifo(dir / "vocab.txt");
+  std::string err =
+      testing::error_without_blocking(dir / "vocab.txt", [&] { parse(yaml, {"data.tokenizer=wordpiece"}); });
+  EXPECT_NE(err.find("test.yaml: model.init_from: '" + (dir / "vocab.txt").string() +
+                     "' is a FIFO (a named pipe), not a file"),
+            std::string::npos)
+      << err;
+  fs::remove(dir / "vocab.txt");
+  fs::copy_file(testing::data_path("hf_sentence_transformer") / "vocab.txt", root / "vocab.txt");
+  fs::create_symlink(root / "vocab.txt", dir / "vocab.txt");
+  err = error_of(yaml, {"data.tokenizer=wordpiece"});
+  EXPECT_NE(err.find("model.init_from: '" + (dir / "vocab.txt").string() + "' is a link to '" +
+                     (root / "vocab.txt").string() + "', outside the folder"),
+            std::string::npos)
+      << err;
+  fs::remove(dir / "vocab.txt");
+  fs::rename(root / "vocab.txt", dir / "vocab.txt");
+  EXPECT_EQ(parse(yaml, {"data.tokenizer=wordpiece"}).data.vocab, dir / "vocab.txt");
+  fifo(dir / "tokenizer_config.json");  // data.lowercase: auto reads it
+  err = testing::error_without_blocking(dir / "tokenizer_config.json",
+                                        [&] { parse(yaml, {"data.tokenizer=wordpiece"}); });
+  EXPECT_NE(err.find("data.lowercase: auto reads the tokenizer_config.json beside data.vocab: '" +
+                     (dir / "tokenizer_config.json").string() + "' is a FIFO (a named pipe), not a file"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(parse(yaml, {"data.tokenizer=wordpiece", "data.lowercase=true"}).data.lowercase, "true");
+  // Named by a key, or as the config file itself.
+  EXPECT_NE(error_of(kMinimal, {"data.tokenizer=wordpiece", "data.vocab=" + (dir / "tokenizer_config.json").string()})
+                .find("data.vocab: '" + (dir / "tokenizer_config.json").string() +
+                      "' is a FIFO (a named pipe), not a file; name a regular file"),
+            std::string::npos);
+  err = testing::error_without_blocking(dir / "tokenizer_config.json",
+                                        [&] { load_config(dir / "tokenizer_config.json"); });
+  EXPECT_NE(err.find("the config file: '" + (dir / "tokenizer_config.json").string() + "' is a FIFO"),
+            std::string::npos)
+      << err;
+  fs::remove_all(root);
+}
+
+// A tokenizer.json given as data.vocab under another name is named as what it is, with what to give instead
+// (not "token '    {' appears twice", nor "data.merges: missing" for gpt2).
+TEST(Config, ATokenizerJsonUnderAnotherNameIsRecognised) {
+  namespace fs = std::filesystem;
+  const fs::path dir = testing::scratch_path("config_renamed_tokenizer_json");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(testing::data_path("hf_roundtrip/bert_pretraining/tokenizer.json"), dir / "bert-tokenizer.json");
+  const std::string vocab = "data.vocab=" + (dir / "bert-tokenizer.json").string();
+  for (const auto& [kind, expected, instead] :
+       {std::tuple{"wordpiece", "vocab.txt", "vocab.txt"}, {"gpt2", "vocab.json", "vocab.json and merges.txt"}}) {
+    const std::string err = error_of(kMinimal, {std::string("data.tokenizer=") + kind, vocab});
+    EXPECT_NE(err.find(std::string("data.vocab: '") + (dir / "bert-tokenizer.json").string() +
+                       "' is a Hugging Face tokenizer.json under another name, not a " + expected +
+                       "; Ferry tells a tokenizer.json by its name: give it as tokenizer.json"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find(std::string("or give the ") + instead + " it was saved with"), std::string::npos) << err;
+  }
+  fs::rename(dir / "bert-tokenizer.json", dir / "tokenizer.json");
+  EXPECT_EQ(parse(kMinimal, {"data.tokenizer=wordpiece", "data.vocab=" + (dir / "tokenizer.json").string()})
+                .data.vocab.filename(),
+            "tokenizer.json");
+  fs::remove_all(dir);
+}
+
 TEST(Config, AYamlValueConfigJsonContradictsIsAnErrorNamingBoth) {
   const std::string file = (testing::data_path("hf_bert_variant") / "config.json").string();
   struct Case {
@@ -350,7 +500,7 @@ TEST(Config, TheModelsNumericChoicesAreKeysOfTheirOwn) {
   };
   for (const Case& c : std::vector<Case>{
            {"model: {activation: relu}\n", "model.activation: 'relu' is not allowed; expected one of gelu | gelu_tanh"},
-           {"model: {layer_norm_eps: 0}\n", "model.layer_norm_eps: 0 is out of range; expected a number in (0, 1]"},
+           {"model: {layer_norm_eps: 0}\n", "model.layer_norm_eps: 0 is out of range; expected a number in [1e-30, 1]"},
            {"model: {intermediate_size: 0}\n", "model.intermediate_size: 0 is out of range"},
            {"model: {type_vocab_size: 3}\n", "model.type_vocab_size: applies to model.kind: bert only"},
        }) {

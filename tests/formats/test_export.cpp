@@ -159,6 +159,38 @@ TEST(Export, ASourceThatIsGoneIsAnErrorThatSaysWhatToDo) {
   EXPECT_EQ(export_checkpoint(ckpt, s.dir / "out", {source}).source, source);
 }
 
+// --source is named as --source: a run that never used model.init_from is not told about it, whether the
+// folder is gone or holds something other than files, nor when its vocabulary is unknown.
+TEST(Export, ASourceGivenWithSourceIsNamedAsSuch) {
+  Scratch s("export_source_named");
+  const models::ModelSpec spec = models::build_model(kTinyBert, 1, 4);
+  models::ParameterStore params{spec.params};
+  models::init_model(kTinyBert, spec, params, 1);
+  std::vector<float> m(params.values().size(), 0.f), v(params.values().size(), 0.f);
+  TrainState state;
+  state.config_hash = "0123456789abcdef";
+  state.model = kTinyBert;
+  state.tokenizer = "wordpiece";  // with no vocabulary recorded: a token shard without a sidecar
+  const auto ckpt = save_checkpoint(s.dir / "ckpt", spec, params, m, v, state, 1);
+  const std::string gone = error_of([&] { export_checkpoint(ckpt, s.dir / "out", {s.dir / "nowhere"}); });
+  EXPECT_NE(gone.find("export: --source '" + (s.dir / "nowhere").string() +
+                      "' does not exist; name the Hugging Face model folder"),
+            std::string::npos)
+      << gone;
+  EXPECT_EQ(gone.find("model.init_from"), std::string::npos) << gone;
+  std::filesystem::create_directories(s.dir / "src" / "model.safetensors");
+  const std::string folder = error_of([&] { export_checkpoint(ckpt, s.dir / "out", {s.dir / "src"}); });
+  EXPECT_NE(
+      folder.find("--source: '" + (s.dir / "src" / "model.safetensors").string() + "' is a directory, not a file"),
+      std::string::npos)
+      << folder;
+  EXPECT_EQ(folder.find("model.init_from"), std::string::npos) << folder;
+  EXPECT_FALSE(std::filesystem::exists(s.dir / "out"));
+  const std::string note = export_checkpoint(ckpt, s.dir / "out", {std::filesystem::path()}).note;
+  EXPECT_NE(note.find("no tokenizer files: the run's vocabulary is not known"), std::string::npos) << note;
+  EXPECT_EQ(note.find("model.init_from"), std::string::npos) << note;
+}
+
 TEST(Export, StateJsonRecordsTheOriginAndTheTokenizer) {
   const auto source = testing::data_path("hf_roundtrip/bert_model");
   Scratch s("export_state");
