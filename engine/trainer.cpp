@@ -344,6 +344,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
                 static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps},
       hash_(config_hash(cfg)) {
   during(progress_, "initialising the weights", [&] { initialize_weights(cfg, spec_, host_, progress_); });
+  if (checkpoints_) checkpoints_->on_warning([this](const std::string& warning) { progress_.message("ferry: warning: " + warning); });
   announce();
   start_or_resume();
   allocations_after_set_up_ = memory::DeviceAllocations::count();

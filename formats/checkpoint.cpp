@@ -413,8 +413,8 @@ StateToWrite views_of(const models::ParameterStore& params, std::span<const floa
 }
 StateToRead views_of(models::ParameterStore& params, std::span<float> m, std::span<float> v) { return views(params, m, v); }
 
-void write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec, const StateToWrite& from,
-                            TrainState state) {
+std::map<std::string, FileChecksum> write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec,
+                                                           const StateToWrite& from, TrainState state) {
   const size_t n = spec.params.size();
   if (from.weights.size() != n || from.m.size() != n || from.v.size() != n || (state.pending && from.pending.size() != n))
     throw std::logic_error("write_checkpoint_files: a view per parameter is needed");
@@ -439,7 +439,11 @@ void write_checkpoint_files(const std::filesystem::path& dir, const models::Mode
     sync_to_disk(dir / f, false);
     state.files[f] = checksum_file(dir / f);  // what reached the file, read back
   }
-  write_file_atomically(dir / "state.json", state_json(state).dump(2) + "\n", "checkpoint");  // synced, and its folder
+  const std::string text = state_json(state).dump(2) + "\n";
+  write_file_atomically(dir / "state.json", text, "checkpoint");  // synced, and its folder
+  std::map<std::string, FileChecksum> written = state.files;
+  written["state.json"] = {text.size(), crc32c(0, std::as_bytes(std::span(text.data(), text.size())))};
+  return written;
 }
 
 std::filesystem::path save_checkpoint(const std::filesystem::path& root, const models::ModelSpec& spec,

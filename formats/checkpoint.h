@@ -110,9 +110,10 @@ StateToWrite views_of(const models::ParameterStore& params, std::span<const floa
 StateToRead views_of(models::ParameterStore& params, std::span<float> m, std::span<float> v);
 
 // Writes a checkpoint's files into the existing, empty folder `dir`, each fsynced, state.json last with the
-// others' checksums. With state.pending, also the pending update's gradients.
-void write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec, const StateToWrite& from,
-                            TrainState state);
+// others' checksums. With state.pending, also the pending update's gradients. Returns every file written,
+// state.json included, with its size and CRC32C.
+std::map<std::string, FileChecksum> write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec,
+                                                           const StateToWrite& from, TrainState state);
 
 // Reads the checkpoint folder `dir` (whose state is `state`) into the parts of `into` that are not empty:
 // weights, m and v together, and the pending gradients (state.pending), each file checked against its
