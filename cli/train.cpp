@@ -161,6 +161,7 @@ int run_train(TrainArgs args) {
   opt.save_cost_model = args.cost_model_path;
   if (args.resume_given) opt.resume = resume_folder(args, cfg, experiment);
   opt.overwrite_checkpoints = args.overwrite_checkpoints;
+  opt.config_file = args.config_path;
   opt.trace = args.trace_path;
   opt.trace_steps = args.trace_steps;
   opt.stop = &device::stop_flag();

@@ -107,6 +107,26 @@ dataset::DataRequest data_request(const Config& cfg) {
           d.cache_dir};
 }
 
+// What a run of `cfg` reads (run_inputs): the data, its shard's sidecar or the text's cached tokens, the
+// tokenizer's files, model.init_from and offload.cost_model.
+std::vector<formats::PathUse> inputs_of(const Config& cfg) {
+  const DataConfig& d = cfg.data;
+  std::vector<formats::PathUse> in{{"data.path", d.path}, {"model.init_from", cfg.model.init_from}, {"offload.cost_model", cfg.offload.cost_model}};
+  const dataset::DataRequest request = data_request(cfg);
+  const bool shard = dataset::reads_as_token_shard(d.path, request.format);
+  if (shard) in.push_back({"data.path's sidecar", dataset::shard_info_path(d.path)});
+  if (d.tokenizer == "byte") return in;
+  in.push_back({"data.vocab", d.vocab}), in.push_back({"data.merges", d.merges});
+  if (shard) return in;
+  try {  // the text's tokens as the token cache keeps them (a missing text or vocabulary: the run's own error follows)
+    const std::filesystem::path cached = dataset::token_cache_path(d.path, d.cache_dir.empty() ? dataset::default_token_cache_dir() : d.cache_dir,
+                                                                   request.tokenizer, dataset::token_cache_key(d.path, request.tokenizer));
+    in.push_back({"the token cache", cached}), in.push_back({"the token cache's sidecar", dataset::shard_info_path(cached)});
+  } catch (const std::runtime_error&) {
+  }
+  return in;
+}
+
 // The training and validation batches of a run, as the model takes them (masked-LM batches for BERT).
 class Batches {
  public:
@@ -186,14 +206,37 @@ std::optional<ResumePoint> read_resume_point(const Config& cfg, const TrainOptio
   return point;
 }
 
+// Every path the run writes against every path it reads, and each other, before anything is written.
+// `dir`: the checkpoint dir when it is known (empty: none, or a new run folder, which no path can be yet).
+void check_run_paths(const Config& cfg, const TrainOptions& opt, const std::optional<ResumePoint>& from, const std::filesystem::path& dir) {
+  using Kind = formats::PathUse::Kind;
+  std::vector<formats::PathUse> uses = inputs_of(cfg);
+  uses.push_back({"--config", opt.config_file});
+  if (from) uses.push_back({"the checkpoint resumed (--resume)", from->second});
+  if (!dir.empty()) {
+    const std::string name = cfg.train.checkpoint_dir.empty() ? "the run folder" : "train.checkpoint_dir";
+    uses.push_back({name, dir, Kind::OutputFolder});
+    uses.push_back({"the run's manifest (" + std::string(formats::kRunManifest) + ")", dir / formats::kRunManifest, Kind::Output});
+    if (opt.metrics.empty() && cfg.train.checkpoint_dir.empty()) uses.push_back({"the run's metrics", dir / "metrics.jsonl", Kind::Output});
+  }
+  for (const auto& [name, path] : {std::pair{"--metrics", &opt.metrics}, {"--trace", &opt.trace}, {"--save-cost-model", &opt.save_cost_model}})
+    uses.push_back({name, *path, Kind::Output});
+  formats::refuse_outputs_over_inputs(uses);
+}
+
 // Where the checkpoints go, locked and checked (writable; not another run's) before anything is trained:
 // train.checkpoint_dir; else, with opt.experiment, the run folder of the checkpoint resumed (the run goes on
-// where it was) or a new run folder; else nowhere.
+// where it was) or a new run folder; else nowhere. The run's paths are checked first (check_run_paths).
 std::optional<formats::CheckpointDir> open_checkpoint_dir(const Config& cfg, const TrainOptions& opt,
                                                           const std::optional<ResumePoint>& from) {
   std::optional<formats::CheckpointDir::Resumed> resumed;
   if (from) resumed = formats::CheckpointDir::Resumed{from->first.run_id, from->second, from->first.step};
   const std::filesystem::path& given = cfg.train.checkpoint_dir;
+  const std::filesystem::path run = from ? from->second.parent_path() : std::filesystem::path();
+  const std::filesystem::path root = !given.empty()                    ? given
+                                     : from && !opt.experiment.empty() ? (run.empty() ? "." : run)
+                                                                       : std::filesystem::path();  // none, or a new run folder
+  check_run_paths(cfg, opt, from, root);
   if (given.empty() && opt.experiment.empty()) {
     if (cfg.train.checkpoint_every > 0)
       throw std::runtime_error(fmt::format("train.checkpoint_every: {} needs train.checkpoint_dir (where to write them)",
@@ -201,9 +244,7 @@ std::optional<formats::CheckpointDir> open_checkpoint_dir(const Config& cfg, con
     return std::nullopt;
   }
   if (given.empty() && !from) return formats::CheckpointDir::new_run(opt.experiment, config_hash(cfg));
-  const std::filesystem::path run = from ? from->second.parent_path() : std::filesystem::path();
-  return std::optional<formats::CheckpointDir>(std::in_place, !given.empty() ? given : run.empty() ? "." : run, config_hash(cfg), resumed,
-                                               opt.overwrite_checkpoints);
+  return std::optional<formats::CheckpointDir>(std::in_place, root, config_hash(cfg), resumed, opt.overwrite_checkpoints);
 }
 
 cpu_optim::AdamWOptions adamw_options(const Config& cfg) {
@@ -722,6 +763,8 @@ EvalSummary evaluate(const Config& config, const EvalOptions& options) {
   Run run(config, quiet, &options);
   return run.evaluate_only();
 }
+
+std::vector<formats::PathUse> run_inputs(const Config& config) { return inputs_of(config); }
 
 formats::StartingPoint starting_point(const Config& config) {
   const dataset::DataRequest request = data_request(config);

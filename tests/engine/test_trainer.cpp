@@ -640,5 +640,53 @@ TEST(RunFolders, CheckpointEveryWithNowhereToWriteIsRefused) {
             std::string::npos);
 }
 
+// Issue 32: --metrics, --trace and --save-cost-model could name the training text, the config or a file of
+// the checkpoint being resumed (then damaged), and two of them one file. Each is refused before anything is
+// written: the inputs are as they were, and no checkpoint dir was made.
+TEST(Trainer, NoOutputIsWrittenOverAnInputOrAnotherOutput) {
+  const auto root = testing::scratch_path("outputs_over_inputs");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  std::filesystem::copy_file(kText, root / "train.txt");
+  std::ofstream(root / "tiny.yaml") << "model: {n_layer: 1}\n";
+  Config cfg = tiny_config(2, 1);
+  cfg.data.path = root / "train.txt";
+  cfg.train.checkpoint_dir = root / "ckpt";
+  const auto refused = [&](const TrainOptions& opt, const std::string& expected) {
+    EXPECT_NE(train_error(cfg, opt).find(expected), std::string::npos) << train_error(cfg, opt);
+    EXPECT_EQ(file_text(root / "train.txt"), file_text(kText));
+    EXPECT_EQ(file_text(root / "tiny.yaml"), "model: {n_layer: 1}\n");
+  };
+  TrainOptions opt = quiet_options();
+  opt.config_file = root / "tiny.yaml";
+  opt.metrics = root / "train.txt";
+  refused(opt, "--metrics: '" + (root / "train.txt").string() + "' is the data.path file, which this command reads; writing there would "
+               "destroy it: choose another path");
+  opt.metrics = root / "m.jsonl";
+  opt.trace = root / "ckpt" / ".." / "m.jsonl";
+  refused(opt, "--trace: '" + opt.trace.string() + "' is also where --metrics writes");
+  opt.trace.clear();
+  opt.save_cost_model = root / "tiny.yaml";
+  refused(opt, "--save-cost-model: '" + (root / "tiny.yaml").string() + "' is the --config file");
+  opt.save_cost_model.clear();
+  opt.metrics = root / "ckpt" / "ferry-run.json";
+  refused(opt, "is also where the run's manifest (ferry-run.json) writes");
+  EXPECT_FALSE(std::filesystem::exists(root / "ckpt"));
+  EXPECT_FALSE(std::filesystem::exists(root / "m.jsonl"));
+
+  // The checkpoint being resumed: no output inside its folder.
+  TrainOptions stop = quiet_options();
+  stop.stop_after = 1;
+  train(cfg, stop);
+  const auto weights = root / "ckpt" / "step-00000001" / "model.safetensors";
+  const std::string before = file_text(weights);
+  opt.metrics = weights;
+  opt.resume = root / "ckpt";
+  refused(opt, "--metrics: '" + weights.string() + "' lies inside the checkpoint resumed (--resume) folder '" +
+                   (root / "ckpt" / "step-00000001").string() + "'");
+  EXPECT_EQ(file_text(weights), before);
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace ferry::engine
