@@ -45,6 +45,7 @@ struct TrainArgs {
   std::string config_path, metrics_path, trace_path, resume, cost_model_path;
   bool resume_given = false;  // --resume "" is a mistake, not a fresh start
   bool overwrite_checkpoints = false;
+  bool resume_with_changed_data = false;
   bool no_checkpoints = false;  // timing runs: no run folder, no checkpoint (a 1.5B model's is 18 GB)
   std::vector<std::string> overrides;
   int steps = 0;
@@ -161,6 +162,7 @@ int run_train(TrainArgs args) {
   opt.save_cost_model = args.cost_model_path;
   if (args.resume_given) opt.resume = resume_folder(args, cfg, experiment);
   opt.overwrite_checkpoints = args.overwrite_checkpoints;
+  opt.resume_with_changed_data = args.resume_with_changed_data;
   opt.config_file = args.config_path;
   opt.trace = args.trace_path;
   opt.trace_steps = args.trace_steps;
@@ -221,6 +223,10 @@ Command add_train(CLI::App& app, const std::string& program) {
   train->add_flag("--overwrite-checkpoints", args->overwrite_checkpoints,
                   "Let a new run replace another run's checkpoints in train.checkpoint_dir (deleted when it writes its first; "
                   "folders no ferry-run.json lists are never deleted)");
+  train->add_flag("--resume-with-changed-data", args->resume_with_changed_data,
+                  "With --resume: go on although data.path (or its cached tokens, or the tokenizer's files) differs in size or "
+                  "checksum from the data the checkpoint recorded, which is otherwise an error")
+      ->needs(resume);
   train->add_flag("--no-checkpoints", args->no_checkpoints,
                   "Write no checkpoint and no run folder, whatever the config says (timing runs; a stopped run then saves nothing)");
   train->footer(train_footer());

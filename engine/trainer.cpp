@@ -127,6 +127,19 @@ std::vector<formats::PathUse> inputs_of(const Config& cfg) {
   return in;
 }
 
+// The files the run's tokens come from, each with its size and CRC32C, as checkpoints record them: data.path,
+// the token cache's shard of a text, and the tokenizer's files.
+std::vector<formats::TrainState::DataFile> data_files(const Config& cfg, const dataset::DataSource& source) {
+  std::vector<std::pair<std::string, std::filesystem::path>> files{{"data.path", cfg.data.path}};
+  if (source.path != cfg.data.path) files.emplace_back("the token cache", source.path);
+  if (cfg.data.tokenizer != "byte")
+    for (const auto& [role, path] : {std::pair{"data.vocab", cfg.data.vocab}, {"data.merges", cfg.data.merges}})
+      if (!path.empty()) files.emplace_back(role, path);
+  std::vector<formats::TrainState::DataFile> out;
+  for (const auto& [role, path] : files) out.push_back({role, std::filesystem::absolute(path).lexically_normal(), formats::checksum_file(path)});
+  return out;
+}
+
 // The training and validation batches of a run, as the model takes them (masked-LM batches for BERT).
 class Batches {
  public:
@@ -264,6 +277,7 @@ class Run {
   offload::CostModel measure_cost();
   void announce();
   void start_or_resume();
+  void check_resumed_data();
   void load_weights_of(const std::filesystem::path& checkpoint);
   std::vector<memory::TensorView> pending_gradients() const;
   std::vector<std::string> updated_in_step() const;
@@ -295,6 +309,7 @@ class Run {
   const std::vector<ParamSettings> param_settings_;  // per parameter, its group's settings; empty without optim.groups
   const cpu_optim::CpuAdamW adamw_;
   const Batches batches_;
+  const std::vector<formats::TrainState::DataFile> data_files_;  // what checkpoints record of the data (none for eval)
   const device::ResolvedDevice device_choice_;
   std::string cost_cache_;
   offload::CostModel cost_;
@@ -357,6 +372,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
                                                : resolve_param_groups(cfg.optim.groups, spec_, cfg.optim.weight_decay)),
       adamw_(adamw_options(cfg)),
       batches_(cfg, progress_),
+      data_files_(eval ? std::vector<formats::TrainState::DataFile>() : data_files(cfg, batches_.source())),
       device_choice_(chosen_device(cfg, progress_)),
       cost_(during(progress_, on_cuda() ? "measuring the CUDA device (op times, links, AdamW)" : "measuring the host device",
                    [this] { return measure_cost(); })),
@@ -459,6 +475,23 @@ void Run::load_weights_of(const std::filesystem::path& checkpoint) {
   weights_from_ = fmt::format("{} (step {})", dir.string(), state.step);
 }
 
+// A resumed run's data against those its checkpoint recorded: other data are an error (with
+// resume_with_changed_data, a warning), since the run would train on them and compare its losses with a
+// start measured on the earlier ones. (A checkpoint of an earlier build records none.)
+void Run::check_resumed_data() {
+  const auto& [state, dir] = *resume_from_;
+  const std::vector<std::string> changed = formats::changed_data(state.data, data_files_);
+  if (changed.empty() || state.step == cfg_.train.steps) return;  // a finished run trains nothing
+  const std::string which = fmt::format("{}", fmt::join(changed, "; "));
+  if (!opt_.resume_with_changed_data)
+    throw std::runtime_error(fmt::format(
+        "--resume: the data are not those '{}' was trained on: {}. Resumed, the run would train on other data and compare its losses "
+        "with a start measured on the earlier ones: restore the data, or pass --resume-with-changed-data to go on with these",
+        dir.string(), which));
+  progress_.message(fmt::format("ferry: warning: --resume-with-changed-data: {}; training goes on with these data (the validation loss "
+                                "at step 0 was measured on the earlier ones)", which));
+}
+
 void Run::start_or_resume() {
   if (eval_) {
     weights_from_ = !cfg_.model.init_from.empty() ? "model.init_from " + cfg_.model.init_from.string()
@@ -468,6 +501,7 @@ void Run::start_or_resume() {
     return;
   }
   if (resume_from_) {
+    check_resumed_data();
     // Straight into the host buckets (the pending update's gradients once the executor holds one). The
     // checkpoint was checked against the config when it was found (read_resume_point).
     const auto& [state, dir] = *resume_from_;
@@ -533,6 +567,7 @@ void Run::checkpoint(int step) {
   state.origin = origin_of_run(cfg_, batches_.source());
   state.val_loss = sum_.val_loss;  // the last evaluated: what a resumed, already complete run reports
   state.config = config_identity(cfg_);
+  state.data = data_files_;
   if (const auto u = executor_.pending_update()) {  // delayed: the last step's update travels with the checkpoint
     state.pending = formats::TrainState::PendingUpdate{u->adam_step, u->lr, u->decision.report.grad_norm, u->decision.grad_scale,
                                                        u->decision.report.skipped, updated_in_step()};

@@ -22,6 +22,7 @@ struct TrainOptions {
   std::filesystem::path save_cost_model;  // the cost model the run planned with, as an offload.cost_model file; empty: none
   std::FILE* progress = stderr;   // status line and messages; null: silent
   std::filesystem::path resume;   // a checkpoint folder, a checkpoint_dir or run folder, an experiment folder: continue from it
+  bool resume_with_changed_data = false;  // data whose size or CRC32C differ from the checkpoint's: a warning, not an error
   std::filesystem::path config_file;      // the experiment file the config came from: no output may be written over it
   // Without train.checkpoint_dir, a run writes into a run folder: a new run into the next one of this
   // experiment folder (runs/gpt-tiny/1, /2, ...), a resumed run into its checkpoint's. Empty: no checkpoints.

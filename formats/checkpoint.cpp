@@ -91,6 +91,18 @@ class StateFields {
       fail(key, fmt::format("is \"{}\"; expected 8 lowercase hex digits", s));
     return static_cast<uint32_t>(std::stoul(s, nullptr, 16));
   }
+  // An array of objects, each read with its place in the field's name ("data[0].bytes"); absent: none.
+  std::vector<StateFields> objects(const std::string& key) const {
+    if (!has(key)) return {};
+    if (!at(key).is_array()) fail(key, fmt::format("is {}; expected an array of objects", at(key).dump()));
+    std::vector<StateFields> out;
+    for (size_t i = 0; i < at(key).size(); ++i) {
+      const std::string item = fmt::format("{}[{}]", key, i);
+      if (!at(key)[i].is_object()) fail(item, fmt::format("is {}; expected an object", at(key)[i].dump()));
+      out.emplace_back(at(key)[i], origin_, prefix_ + item + ".");
+    }
+    return out;
+  }
   StateFields object(const std::string& key) const {
     if (!at(key).is_object()) fail(key, fmt::format("is {}; expected an object", at(key).dump()));
     return StateFields(at(key), origin_, prefix_ + key + ".");
@@ -163,6 +175,14 @@ void read_config_and_files(const StateFields& f, TrainState& s) {
   if (!s.files.count("model.safetensors")) files.fail("model.safetensors", "is missing");
 }
 
+std::vector<TrainState::DataFile> read_data(const StateFields& f) {
+  std::vector<TrainState::DataFile> data;
+  for (const StateFields& d : f.objects("data"))
+    data.push_back({d.text("role"), d.text("path"), {static_cast<uint64_t>(d.integer("bytes", 0, std::numeric_limits<int64_t>::max())),
+                                                     d.crc("crc32c")}});
+  return data;
+}
+
 // state.json without its own checksum, as the checksum covers it (nlohmann's dump is canonical: sorted
 // keys, shortest round-trip numbers, so a parsed file dumps to the same text).
 uint32_t own_checksum(json j) {
@@ -211,6 +231,8 @@ json state_json(const TrainState& state) {
   if (const json origin = origin_json(state.origin); !origin.empty()) j["origin"] = origin;
   for (const auto& [key, value] : state.config) j["config"][key] = value;
   for (const auto& [name, sum] : state.files) j["files"][name] = {{"bytes", sum.bytes}, {"crc32c", hex32(sum.crc32c)}};
+  for (const auto& d : state.data)
+    j["data"].push_back({{"role", d.role}, {"path", d.path.string()}, {"bytes", d.sum.bytes}, {"crc32c", hex32(d.sum.crc32c)}});
   if (state.pending) {
     const auto& u = *state.pending;
     j["pending_update"] = {{"adam_step", u.adam_step}, {"lr", u.lr}, {"grad_scale", u.grad_scale}, {"skipped", u.skipped}};
@@ -317,6 +339,7 @@ TrainState parse_train_state(const std::string& text, const std::string& origin)
   s.pending = read_pending(f, s.optimizer_steps);
   s.origin = read_origin(f);
   read_config_and_files(f, s);
+  s.data = read_data(f);
   // Checked last, so that a value out of range is named as such. Files of earlier builds have neither.
   if (f.has("state_crc32c") && f.crc("state_crc32c") != own_checksum(j))
     throw std::runtime_error("'" + origin + "' is damaged: state_crc32c " + f.at("state_crc32c").get<std::string>() +
@@ -363,6 +386,18 @@ void check_resumable(const TrainState& s, const std::filesystem::path& dir, cons
   if (s.step > expected.steps)
     throw std::runtime_error(fmt::format("--resume: '{}' is at step {}, beyond train.steps {} of this config; its state.json "
                                          "is damaged", dir.string(), s.step, expected.steps));
+}
+
+std::vector<std::string> changed_data(const std::vector<TrainState::DataFile>& recorded, const std::vector<TrainState::DataFile>& now) {
+  std::vector<std::string> changed;
+  for (const TrainState::DataFile& was : recorded) {
+    const auto is = std::find_if(now.begin(), now.end(), [&](const TrainState::DataFile& d) { return d.role == was.role; });
+    if (is == now.end() || (is->sum.bytes == was.sum.bytes && is->sum.crc32c == was.sum.crc32c)) continue;
+    changed.push_back(fmt::format("{} '{}' has {} bytes, CRC32C {}; the checkpoint's{} had {} bytes, CRC32C {}", is->role, is->path.string(),
+                                  is->sum.bytes, hex32(is->sum.crc32c), is->path == was.path ? "" : " ('" + was.path.string() + "')",
+                                  was.sum.bytes, hex32(was.sum.crc32c)));
+  }
+  return changed;
 }
 
 bool verify_checkpoint_file(const std::filesystem::path& dir, const TrainState& state, const std::string& file) {

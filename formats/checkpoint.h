@@ -58,6 +58,14 @@ struct TrainState {
     bool lowercase = true;  // WordPiece's case rule
   };
   Origin origin{};
+  // The files the run's tokens came from (data.path, its cached tokens, the tokenizer's files), as they were
+  // when the checkpoint was written: a resumed run's must match. Empty in checkpoints of earlier builds.
+  struct DataFile {
+    std::string role;            // "data.path", "the token cache", "data.vocab", "data.merges"
+    std::filesystem::path path;  // absolute
+    FileChecksum sum;
+  };
+  std::vector<DataFile> data{};
 };
 
 // What a resumed run must match: the settings behind the config hash, and its step count.
@@ -130,6 +138,11 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root, const m
 // A checkpoint whose settings differ from `expected` (each differing key named with both values), or whose
 // step is beyond expected.steps, is an error.
 void check_resumable(const TrainState& state, const std::filesystem::path& dir, const ResumeCheck& expected);
+
+// The files of `recorded` (a checkpoint's data) that differ in size or CRC32C from this run's file of the
+// same role in `now`, each in words (both paths, sizes and checksums); empty when all match or none is
+// recorded (a checkpoint of an earlier build).
+std::vector<std::string> changed_data(const std::vector<TrainState::DataFile>& recorded, const std::vector<TrainState::DataFile>& now);
 
 // `path` is a checkpoint folder, or a checkpoint dir (its newest is taken). Checks it against `expected`
 // (a differing setting is named with both values) and every file against its checksum, then restores

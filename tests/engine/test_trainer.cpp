@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -685,6 +686,44 @@ TEST(Trainer, NoOutputIsWrittenOverAnInputOrAnotherOutput) {
   refused(opt, "--metrics: '" + weights.string() + "' lies inside the checkpoint resumed (--resume) folder '" +
                    (root / "ckpt" / "step-00000001").string() + "'");
   EXPECT_EQ(file_text(weights), before);
+  std::filesystem::remove_all(root);
+}
+
+// Issue 32: state.json recorded only the data file's name, so a run resumed on a changed text (or random bytes
+// of the same size) trained on them and compared its losses with the old start. Each data file's size and
+// CRC32C are recorded; other data are an error naming the file, unless accepted explicitly.
+TEST(Checkpoints, ResumingOnOtherDataIsAnErrorNamingTheFileUnlessAccepted) {
+  const auto root = testing::scratch_path("changed_data");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  const auto text = root / "train.txt";
+  std::filesystem::copy_file(kText, text);
+  Config cfg = checkpointing_config(4, 3, root / "ckpt", 2, 3);
+  cfg.data.path = text;
+  TrainOptions stop = quiet_options();
+  stop.stop_after = 2;
+  train(cfg, stop);
+  const formats::TrainState state = formats::read_checkpoint_state(root / "ckpt").first;
+  ASSERT_EQ(state.data.size(), 1u);
+  EXPECT_EQ(state.data[0].role, "data.path");
+  EXPECT_EQ(state.data[0].path, std::filesystem::absolute(text).lexically_normal());
+  EXPECT_EQ(state.data[0].sum.bytes, std::filesystem::file_size(text));
+  EXPECT_EQ(state.data[0].sum.crc32c, formats::checksum_file(text).crc32c);
+
+  std::string other = file_text(kText);
+  std::mt19937 bytes(7);
+  for (char& c : other) c = static_cast<char>(bytes() % 256);  // the same size, other bytes
+  std::ofstream(text, std::ios::binary | std::ios::trunc) << other;
+  TrainOptions resume = quiet_options();
+  resume.resume = root / "ckpt";
+  const std::string what = train_error(cfg, resume);
+  EXPECT_NE(what.find("--resume: the data are not those '" + (root / "ckpt" / "step-00000002").string() + "' was trained on: data.path '" +
+                      state.data[0].path.string() + "' has " + std::to_string(other.size()) + " bytes, CRC32C "),
+            std::string::npos) << what;
+  EXPECT_NE(what.find("restore the data, or pass --resume-with-changed-data"), std::string::npos) << what;
+  resume.resume_with_changed_data = true;
+  EXPECT_EQ(train(cfg, resume).losses.size(), 2u);
+  EXPECT_EQ(formats::read_checkpoint_state(root / "ckpt").first.data[0].sum.crc32c, formats::checksum_file(text).crc32c);
   std::filesystem::remove_all(root);
 }
 

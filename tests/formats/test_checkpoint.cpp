@@ -286,6 +286,34 @@ TEST(CheckpointDir, AHandEditedManifestCannotMakeRotationDeleteTheUsersFiles) {
   std::filesystem::remove_all(root);
 }
 
+// The data a run trained on, in state.json: each file's path, size and CRC32C, and what differs in words.
+TEST(Checkpoint, RecordsItsDataAndNamesTheFilesThatChanged) {
+  const auto root = testing::scratch_path("ckpt-data");
+  std::filesystem::remove_all(root);
+  const Tiny t;
+  TrainState s = t.state(3);
+  s.data = {{"data.path", "/d/train.txt", {100, 0xabcdef01u}}, {"the token cache", "/c/train.bin", {1074, 7}}};
+  save_checkpoint(root, t.spec, t.params, t.m, t.v, s, 1);
+  const TrainState read = read_checkpoint_state(root).first;
+  ASSERT_EQ(read.data.size(), 2u);
+  EXPECT_EQ(read.data[0].role, "data.path");
+  EXPECT_EQ(read.data[0].path, "/d/train.txt");
+  EXPECT_EQ(read.data[0].sum.bytes, 100u);
+  EXPECT_EQ(read.data[0].sum.crc32c, 0xabcdef01u);
+  EXPECT_EQ(read.data[1].sum.crc32c, 7u);
+  std::vector<TrainState::DataFile> now = read.data;
+  EXPECT_TRUE(changed_data(read.data, now).empty());
+  now[0].path = "/e/train.txt";  // moved, same bytes: the same data
+  EXPECT_TRUE(changed_data(read.data, now).empty());
+  now[0].sum.crc32c ^= 1;
+  const auto changed = changed_data(read.data, now);
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_EQ(changed[0], "data.path '/e/train.txt' has 100 bytes, CRC32C abcdef00; the checkpoint's ('/d/train.txt') had 100 bytes, "
+                        "CRC32C abcdef01");
+  EXPECT_TRUE(changed_data({}, now).empty());  // a checkpoint of an earlier build records none
+  std::filesystem::remove_all(root);
+}
+
 TEST(CheckpointDir, LeavesNoTemporaryBehindAndClearsItsRunsLeftovers) {
   const auto root = testing::scratch_path("ckpt-leftovers");
   std::filesystem::remove_all(root);
