@@ -1,6 +1,7 @@
 // `ferry train`: runs an experiment from a YAML file, each run in a run folder of its own (runs/<experiment>/<n>)
-// unless train.checkpoint_dir names one, and ends saying where it saved and what to run next; Ctrl-C or
-// SIGTERM ends it after the step with a checkpoint (a second one at once), and exit status 130.
+// unless train.checkpoint_dir names one, and ends saying where it saved and what to run next; Ctrl-C, SIGTERM
+// or SIGHUP (a closed terminal) ends it after the step with a checkpoint (a second one at once), and exit
+// status 130.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -53,7 +54,7 @@ struct TrainArgs {
   int trace_steps = 2;
 };
 
-// SIGINT / SIGTERM. Training: the first asks the trainer to finish the step and checkpoint (a copy that
+// SIGINT / SIGTERM / SIGHUP. Training: the first asks the trainer to finish the step and checkpoint (a copy that
 // cannot finish within half a second is abandoned, and the step with it); a second ends the process at
 // once, writing nothing. Start-up has nothing to save: it ends at once. Only async-signal-safe calls here.
 void on_stop_signal(int) {
@@ -74,7 +75,8 @@ void handle_stop_signals() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // a read or write under way goes on; the flag is polled
-  for (int signal : {SIGINT, SIGTERM}) ::sigaction(signal, &action, nullptr);
+  // SIGHUP: the terminal closed (an ssh session dropped) ends a run as SIGTERM does, not without a checkpoint.
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
 }
 
 // The summary's validation losses. NaN without a validation split, or as the final loss of a checkpoint of

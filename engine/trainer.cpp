@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -278,6 +280,8 @@ class Run {
   void announce();
   void start_or_resume();
   void check_resumed_data();
+  void open_metrics();
+  std::filesystem::path last_good_checkpoint() const;
   void load_weights_of(const std::filesystem::path& checkpoint);
   std::vector<memory::TensorView> pending_gradients() const;
   std::vector<std::string> updated_in_step() const;
@@ -408,7 +412,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
   sum_.device_allocations_at_start_up = allocations_after_set_up_ - allocations_at_entry_;
   if (checkpoints_) sum_.checkpoint_dir = checkpoints_->root(), sum_.run_folder = in_run_folder();
   sum_.metrics = !opt.metrics.empty() ? opt.metrics : in_run_folder() ? checkpoints_->root() / "metrics.jsonl" : std::filesystem::path();
-  if (!sum_.metrics.empty()) metrics_.emplace(sum_.metrics, opt.resume.empty(), opt.metrics.empty() ? "metrics" : "--metrics");
+  if (!sum_.metrics.empty()) open_metrics();
   if (!opt.save_cost_model.empty()) {
     save_cost_model(opt.save_cost_model, cost_, cfg);
     progress_.message("cost model written to " + opt.save_cost_model.string());
@@ -475,6 +479,46 @@ void Run::load_weights_of(const std::filesystem::path& checkpoint) {
   weights_from_ = fmt::format("{} (step {})", dir.string(), state.step);
 }
 
+// The metrics lines of steps up to `step`, kept: the file as it was, or rewritten atomically without the later
+// ones (logged by a run that stopped, or was killed, after its last checkpoint: they are trained again). A
+// torn last line (killed while writing it) goes too; any other line that is not ferry's metrics is an error,
+// as the file would not be the run's. Returns the number of lines removed.
+int keep_metrics_through(const std::filesystem::path& path, int64_t step, const std::string& what) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return 0;  // none yet, or a device (/dev/null)
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string kept, line;
+  int removed = 0, number = 0;
+  for (size_t at = 0; at < text.size(); at += line.size() + 1) {
+    line = text.substr(at, text.find('\n', at) - at);
+    ++number;
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    const bool metrics = j.is_object() && j.contains("step") && j["step"].is_number_integer();
+    const bool torn = at + line.size() >= text.size();  // no newline after it
+    if (!metrics && !torn)
+      throw std::runtime_error(fmt::format("{}: '{}' line {} is not a metrics line of ferry train ('{}'); a resumed run cuts its metrics "
+                                           "back to the checkpoint's step, and this file is not the run's: name the run's own, or a new "
+                                           "file", what, path.string(), number, line.substr(0, 60)));
+    if (metrics && j["step"].get<int64_t>() <= step) kept += line + "\n";
+    else ++removed;
+  }
+  if (removed > 0) formats::write_file_atomically(path, kept, what);
+  return removed;
+}
+
+// The metrics file: a fresh run's starts empty; a resumed run's is cut back to the checkpoint's step, then
+// appended to, so that each step is logged once.
+void Run::open_metrics() {
+  const std::string what = opt_.metrics.empty() ? "metrics" : "--metrics";
+  if (resume_from_)
+    if (const int removed = keep_metrics_through(sum_.metrics, resumed_.step, what))
+      progress_.message(fmt::format("{}: {} line(s) after step {} removed from '{}': logged before the run stopped, those steps are "
+                                    "trained, and logged, again", what, removed, resumed_.step, sum_.metrics.string()));
+  metrics_.emplace(sum_.metrics, !resume_from_, what);
+}
+
 // A resumed run's data against those its checkpoint recorded: other data are an error (with
 // resume_with_changed_data, a warning), since the run would train on them and compare its losses with a
 // start measured on the earlier ones. (A checkpoint of an earlier build records none.)
@@ -490,6 +534,16 @@ void Run::check_resumed_data() {
         dir.string(), which));
   progress_.message(fmt::format("ferry: warning: --resume-with-changed-data: {}; training goes on with these data (the validation loss "
                                 "at step 0 was measured on the earlier ones)", which));
+}
+
+// The newest complete checkpoint on disk to resume from: this run's, else the one it resumed from; empty: none.
+std::filesystem::path Run::last_good_checkpoint() const {
+  if (checkpoints_) try {
+      return formats::find_checkpoint(checkpoints_->root());
+    } catch (const std::runtime_error&) {
+    }
+  if (resume_from_ && std::filesystem::is_regular_file(resume_from_->second / "state.json")) return resume_from_->second;
+  return {};
 }
 
 void Run::start_or_resume() {
@@ -573,7 +627,17 @@ void Run::checkpoint(int step) {
                                                        u->decision.report.skipped, updated_in_step()};
     for (const auto& g : pending_gradients()) from.pending.push_back(g);
   }
-  sum_.last_checkpoint = checkpoints_->save(spec_, from, state, cfg_.train.keep_checkpoints);
+  try {
+    sum_.last_checkpoint = checkpoints_->save(spec_, from, state, cfg_.train.keep_checkpoints);
+  } catch (const std::exception& e) {
+    if (opt_.stop && opt_.stop->load()) throw;  // cut_short says what is saved
+    const std::filesystem::path last = last_good_checkpoint();
+    throw std::runtime_error(fmt::format(
+        "the checkpoint of step {} failed: {}; {}", step, e.what(),
+        last.empty() ? std::string("no checkpoint of this run is on disk to resume from: fix the cause (a full disk?) and train again")
+                     : fmt::format("the last good checkpoint is '{}': fix the cause (a full disk?), then continue from it with --resume {}",
+                                   last.string(), last.string())));
+  }
 }
 
 void Run::log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val) {
@@ -732,9 +796,8 @@ void Run::evaluate_start() {
 // A stop that cut a step or its checkpoint short (a copy that could not finish in time): what was lost and
 // where to resume from.
 device::Interrupted Run::cut_short(int step, const std::exception& e) const {
-  const std::string resume = !sum_.last_checkpoint.empty() ? "resume with --resume " + sum_.last_checkpoint.string()
-                             : resume_from_              ? "the checkpoint it resumed from, " + resume_from_->second.string() + ", is intact"
-                                                          : std::string("no checkpoint was written");
+  const std::filesystem::path last = last_good_checkpoint();
+  const std::string resume = last.empty() ? std::string("no checkpoint was written") : "resume with --resume " + last.string();
   return device::Interrupted(fmt::format("stopped before step {} and its checkpoint were complete ({}); {}", step, e.what(), resume));
 }
 

@@ -18,7 +18,9 @@ struct StartingPoint;  // formats/export.h
 namespace ferry::engine {
 
 struct TrainOptions {
-  std::filesystem::path metrics;  // JSON lines, one per step; empty: none, or metrics.jsonl in a run folder (appended to when resuming)
+  // JSON lines, one per step; empty: none, or metrics.jsonl in a run folder. Resuming, the file is cut back to
+  // the checkpoint's step (the steps logged after it are trained, and logged, again), then appended to.
+  std::filesystem::path metrics;
   std::filesystem::path save_cost_model;  // the cost model the run planned with, as an offload.cost_model file; empty: none
   std::FILE* progress = stderr;   // status line and messages; null: silent
   std::filesystem::path resume;   // a checkpoint folder, a checkpoint_dir or run folder, an experiment folder: continue from it

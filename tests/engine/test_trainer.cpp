@@ -29,6 +29,7 @@
 #include "memory/arena.h"
 #include "models/cpu_runner.h"
 #include "models/gpt2.h"
+#include "../formats/full_disk.h"
 #include "test_helpers.h"
 
 namespace ferry::engine {
@@ -724,6 +725,62 @@ TEST(Checkpoints, ResumingOnOtherDataIsAnErrorNamingTheFileUnlessAccepted) {
   resume.resume_with_changed_data = true;
   EXPECT_EQ(train(cfg, resume).losses.size(), 2u);
   EXPECT_EQ(formats::read_checkpoint_state(root / "ckpt").first.data[0].sum.crc32c, formats::checksum_file(text).crc32c);
+  std::filesystem::remove_all(root);
+}
+
+// Issue 32: a resumed run's metrics repeated the steps logged after its checkpoint. The file is cut back to the
+// checkpoint's step, then appended to: each step once, in order.
+TEST(Trainer, AResumedRunsMetricsHoldEachStepOnce) {
+  const auto root = testing::scratch_path("metrics_once");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  const Config cfg = checkpointing_config(6, 2, root / "ckpt", 2, 3);
+  TrainOptions opt = quiet_options();
+  opt.metrics = root / "m.jsonl";
+  train(cfg, opt);
+  ASSERT_EQ(metric_lines(opt.metrics).size(), 7u);
+  opt.resume = root / "ckpt" / "step-00000002";  // as if killed after step 6 with its last checkpoint at step 2
+  train(cfg, opt);
+  const auto lines = metric_lines(opt.metrics);
+  ASSERT_EQ(lines.size(), 7u);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(lines[i]["step"], i);
+  // A file that is not the run's metrics is not rewritten.
+  std::ofstream(opt.metrics, std::ios::trunc) << "the user's notes\n" << lines[0].dump() << "\n";
+  EXPECT_NE(train_error(cfg, opt).find("line 1 is not a metrics line of ferry train ('the user's notes')"), std::string::npos);
+  EXPECT_EQ(file_text(opt.metrics).substr(0, 17), "the user's notes\n");
+  std::filesystem::remove_all(root);
+}
+
+// Issue 32: a final checkpoint that failed on a full disk said nothing of where to resume from. The error names
+// the last good checkpoint on disk (here the one resumed from), or says there is none.
+TEST(Checkpoints, AFailedCheckpointNamesTheLastGoodOneToResumeFrom) {
+  const auto root = testing::scratch_path("failed_checkpoint");
+  std::filesystem::remove_all(root);
+  const Config cfg = checkpointing_config(4, 6, root / "ckpt", 0, 1);
+  TrainOptions stop = quiet_options();
+  stop.stop_after = 2;
+  train(cfg, stop);
+  const auto good = root / "ckpt" / "step-00000002";
+  // Room for the weights, not for the moments (twice their size): as a disk that fills up.
+  const uint64_t limit = (std::filesystem::file_size(good / "model.safetensors") + std::filesystem::file_size(good / "optimizer.safetensors")) / 2;
+  TrainOptions resume = quiet_options();
+  resume.resume = root / "ckpt";
+  std::string what;
+  {
+    const testing::FileSizeLimit full(limit);
+    what = train_error(cfg, resume);
+  }
+  EXPECT_NE(what.find("the checkpoint of step 4 failed: "), std::string::npos) << what;
+  EXPECT_NE(what.find("File too large"), std::string::npos) << what;
+  EXPECT_NE(what.find("the last good checkpoint is '" + good.string() + "': fix the cause (a full disk?), then continue from it with "
+                      "--resume " + good.string()),
+            std::string::npos) << what;
+  EXPECT_EQ(formats::find_checkpoint(root / "ckpt"), good);
+  {
+    const testing::FileSizeLimit full(limit);
+    what = train_error(checkpointing_config(4, 6, root / "fresh", 0, 1), quiet_options());
+  }
+  EXPECT_NE(what.find("no checkpoint of this run is on disk to resume from"), std::string::npos) << what;
   std::filesystem::remove_all(root);
 }
 
