@@ -17,7 +17,7 @@ std::vector<OpKindTime> op_breakdown(const models::ModelSpec& spec, int64_t voca
   const int64_t tokens = spec.tensors[spec.tensor_index("tokens")].bytes() / 4;
   std::vector<int32_t> ids(static_cast<size_t>(tokens));  // token ids spread over the vocabulary
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919) % static_cast<size_t>(vocab));
-  const std::vector<double> op_s = device::profile_ops(spec, *dev, ids, ids, 3, 0.5, 10);
+  const std::vector<double> op_s = device::profile_ops(spec, *dev, ids, ids, {.min = 3, .min_seconds = 0.5});
   std::map<std::pair<std::string, std::string>, OpKindTime> by;
   for (size_t i = 0; i < spec.ops.size(); ++i) {
     const models::OpSpec& op = spec.ops[i];

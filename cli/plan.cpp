@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "engine/device/host_cost_model.h"
 #include "engine/device/make_device.h"
+#include "engine/device/op_profile.h"
 #include "engine/host_memory.h"
 #include "engine/group_settings.h"
 #include "engine/step_planning.h"
@@ -47,23 +48,45 @@ PlanTarget plan_target(const engine::Config& cfg) {
   return {d, d.kind == device::DeviceChoice::Kind::Host, d.note};
 }
 
-// A batch for profiling without reading the data: the time of an op does not depend on which ids it reads.
-dataset::Batch synthetic_batch(const engine::Config& cfg) {
-  const size_t n = static_cast<size_t>(cfg.train.batch_size) * static_cast<size_t>(cfg.sequence());
+// A batch for profiling without reading the data: the time of an op does not depend on which ids it reads, so
+// they are spread over the vocabulary (BERT: one position in seven labelled, as masked-LM labels are).
+dataset::Batch synthetic_batch(const engine::Config& cfg, const models::ModelSpec& spec) {
   dataset::Batch b;
-  for (size_t i = 0; i < n; ++i) {
-    b.tokens.push_back(static_cast<int32_t>(i % static_cast<size_t>(cfg.model.vocab_size)));
-    b.targets.push_back(static_cast<int32_t>((i + 1) % static_cast<size_t>(cfg.model.vocab_size)));
+  const int64_t n = int64_t(cfg.train.batch_size) * cfg.sequence();
+  for (int64_t i = 0; i < n; ++i) {
+    b.tokens.push_back(static_cast<int32_t>((i * 7919) % cfg.model.vocab_size));
+    b.targets.push_back(spec.kind == "bert" && i % 7 ? -100 : b.tokens.back());
   }
   return b;
+}
+
+// The longest pass over a model's ops (by the roofline: device::ops_profiled_in_place_of's, one block's and the
+// ends') that `ferry plan` profiles as `ferry train` does, in a warm-up pass and six passes or a second at least.
+constexpr double kQuickToProfile_s = 1.0;
+
+// The host device's cost model for the plan: the op times `ferry train` profiles at start-up when that is quick,
+// so that it predicts the step `ferry train` predicts (within the spread of two profiles); else the roofline of
+// the machine's measured rates, said so.
+offload::CostModel host_cost_model_for(const engine::Config& cfg, const models::ModelSpec& spec, std::string* cache) {
+  offload::CostModel roofline = device::host_cost_model(cfg.threads(), cache);
+  const std::vector<int> profiled_in_place_of = device::ops_profiled_in_place_of(spec);
+  double pass_s = 0;
+  for (size_t i = 0; i < spec.ops.size(); ++i)
+    if (profiled_in_place_of[i] == static_cast<int>(i)) pass_s += roofline.op_seconds(spec, spec.ops[i]);
+  if (pass_s > kQuickToProfile_s) {
+    roofline.name += fmt::format("; op times from its matmul and memory rates, not profiled (about {:.0f} s a pass over the ops; "
+                                 "ferry train profiles them at start-up)", pass_s);
+    return roofline;
+  }
+  return engine::host_device_cost_model(cfg, spec, synthetic_batch(cfg, spec), cache);
 }
 
 // The cost model `ferry train` would plan with: on a GPU, the CUDA device measured and profiled (seconds); else
 // the file offload.cost_model names, or the host device's measured rates (`cache`: where they are kept).
 offload::CostModel plan_cost_model(const engine::Config& cfg, const models::ModelSpec& spec, const PlanTarget& target, std::string* cache) {
-  if (target.device.kind == device::DeviceChoice::Kind::Cuda) return engine::cuda_device_cost_model(cfg, spec, synthetic_batch(cfg));
+  if (target.device.kind == device::DeviceChoice::Kind::Cuda) return engine::cuda_device_cost_model(cfg, spec, synthetic_batch(cfg, spec));
   if (!cfg.offload.cost_model.empty()) return offload::CostModel::load(cfg.offload.cost_model);
-  return device::host_cost_model(cfg.threads(), cache);
+  return host_cost_model_for(cfg, spec, cache);
 }
 
 // The chosen policy's plan in words. Returns the host memory the run will need.
@@ -217,7 +240,8 @@ Command add_plan(CLI::App& app) {
   plan->footer("Exit status: 0 when the plan fits (the device budget and the host memory), 3 when it does not; the\n"
                "last line says which: 'fits: yes: ...' or 'fits: no: device memory: ...' / 'fits: no: host memory: ...'.\n"
                "The device is the one ferry train takes here (device: auto: a visible GPU, measured at start-up in\n"
-               "seconds; else the host device, its rates measured once and cached). offload.cost_model: a JSON cost\n"
+               "seconds; else the host device, its rates measured once and cached, a small model's ops profiled as\n"
+               "ferry train profiles them, a second or more). offload.cost_model: a JSON cost\n"
                "model (configs/cost_models/h100-assumed.json plans for an H100 on any machine without a GPU).");
   return {plan, [args] {
             PlanOptions opt;

@@ -6,12 +6,21 @@
 
 #include <cmath>
 
+#include "memory/host_buffer.h"
+
 namespace ferry::engine {
 
 std::string format_duration(double seconds) {
   const auto s = static_cast<long>(std::llround(std::max(0.0, seconds)));
   if (s >= 3600) return fmt::format("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60);
   return fmt::format("{}:{:02}", s / 60, s % 60);
+}
+
+std::string format_step_figures(const StepFigures& f) {
+  const std::string step = fmt::format("step {:.3f} s (predicted {:.3f})", f.step_s, f.predicted_s);
+  if (!f.offloaded) return step;
+  return fmt::format("h2d {} d2h {} | stall {:.0f}% | {}", memory::format_bytes(f.h2d_bytes), memory::format_bytes(f.d2h_bytes),
+                     f.step_s > 0 ? 100.0 * f.stall_s / f.step_s : 0.0, step);
 }
 
 Progress::Progress(std::FILE* out) : out_(out), tty_(out && isatty(fileno(out)) != 0) {}

@@ -2,6 +2,7 @@
 // (a log file, CI) it prints one plain line per update. Thread-safe (start-up stages report from a watcher).
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -26,5 +27,15 @@ class Progress {
 };
 
 std::string format_duration(double seconds);  // "1:02:03" or "2:03"
+
+// A step's figures on the status line: its time beside the prediction, and, when the plan offloads parameters,
+// the bytes each way and the share of the step the compute waited for them. A resident run's line leaves them
+// out: it moves only the batch, and its "0.0 MiB | stall 0%" said nothing.
+struct StepFigures {
+  bool offloaded = false;
+  int64_t h2d_bytes = 0, d2h_bytes = 0;
+  double stall_s = 0, step_s = 0, predicted_s = 0;
+};
+std::string format_step_figures(const StepFigures& step);
 
 }  // namespace ferry::engine

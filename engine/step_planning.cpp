@@ -97,8 +97,7 @@ void measure_machine_rates(device::Device& device, const Config& cfg, const mode
 
 void profile_on_device(device::Device& profiler, const models::ModelSpec& spec, const dataset::Batch& sample,
                        offload::CostModel& cost) {
-  // The median of 3 to 10 passes, 1 s at least: single passes on a shared machine are noisy.
-  cost.profiled_op_s = device::profile_ops(spec, profiler, sample.tokens, sample.targets, 3, 1.0, 10);
+  cost.profiled_op_s = device::profile_ops(spec, profiler, sample.tokens, sample.targets);  // until the step's op time settles
   cost.profiled_workspace_bytes = profiler.op_workspace_bytes(spec);
   if (cost.profiled_workspace_bytes == 0) {
     // What the libraries' scratch needed on the compute stream's thread (the host device: oneDNN's

@@ -646,8 +646,8 @@ void Run::log(int step, const StepResult& r, double step_s, double lr, double lo
   const bool last = step == cfg_.train.steps;
   if (step % cfg_.train.log_every == 0 || last || step == 1)
     progress_.update(step, cfg_.train.steps, r.loss, tokens_per_step / step_s, elapsed,
-                     fmt::format("h2d {} d2h {} | stall {:.0f}% | step {:.3f} s (predicted {:.3f})", memory::format_bytes(r.h2d_bytes),
-                                 memory::format_bytes(r.d2h_bytes), 100.0 * r.stall_s / step_s, step_s, sum_.predicted_step_s));
+                     format_step_figures({predicted_.offloaded_bytes > 0, r.h2d_bytes, r.d2h_bytes, r.stall_s, step_s,
+                                          sum_.predicted_step_s}));
   if (val) progress_.message(fmt::format("step {}: val_loss {:.4f}", step, *val));
   if (!metrics_) return;
   nlohmann::json j{{"step", step}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},

@@ -10,12 +10,23 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
+
+#include "memory/dtype.h"
+
+namespace ferry {
+
+// How GoogleTest prints a DType, a test's parameter or a value in a failure: "bf16", not "4-byte object
+// <01-00 00-00>" (found by argument-dependent lookup).
+inline void PrintTo(DType t, std::ostream* os) { *os << to_string(t); }
+
+}  // namespace ferry
 
 namespace ferry::testing {
 

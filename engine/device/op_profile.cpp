@@ -3,11 +3,10 @@
 #include "engine/device/op_profile.h"
 
 #include <algorithm>
-#include <chrono>
+#include <cmath>
 #include <map>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 
 #include "memory/convert.h"
 #include "memory/host_buffer.h"
@@ -86,7 +85,7 @@ std::string op_signature(const models::ModelSpec& spec, const models::OpSpec& op
                     std::to_string(a.heads) + "," + std::to_string(a.causal) + "," + std::to_string(a.exact_gelu) + "," +
                     std::to_string(a.eps);
   auto shape = [&key](const models::Shape& sh) {
-    for (int64_t d : sh) key += "x" + std::to_string(d);
+    for (int64_t d : sh) key += 'x' + std::to_string(d);
   };
   for (const std::vector<int>* list : {&op.inputs, &op.outputs})
     for (int t : *list) {
@@ -117,6 +116,47 @@ double median_seconds(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+namespace {
+
+// The step's op time from `samples` (each op's seconds, one per pass) over the passes from `first` in steps
+// of `stride`: each op's median, times the ops it stands for.
+double step_estimate(const std::vector<std::vector<double>>& samples, std::span<const int> weights, size_t first, size_t stride) {
+  double total = 0;
+  std::vector<double> picked;
+  for (size_t k = 0; k < samples.size(); ++k) {
+    picked.clear();
+    for (size_t r = first; r < samples[k].size(); r += stride) picked.push_back(samples[k][r]);
+    total += weights[k] * median_seconds(picked);
+  }
+  return total;
+}
+
+}  // namespace
+
+std::vector<double> settled_op_seconds(std::span<const int> weights, const ProfilePasses& passes,
+                                       const std::function<std::vector<double>()>& time_pass, int* ran) {
+  std::vector<std::vector<double>> samples(weights.size());
+  double timed_s = 0;
+  int n = 0, agreed = 0;  // passes, and passes in a row after which the halves agreed
+  while (n < std::max(passes.max, 1)) {
+    const std::vector<double> pass = time_pass();
+    if (pass.size() != weights.size())
+      throw std::logic_error("settled_op_seconds: a pass timed " + std::to_string(pass.size()) + " ops of " + std::to_string(weights.size()));
+    for (size_t k = 0; k < pass.size(); ++k) samples[k].push_back(pass[k]), timed_s += pass[k];
+    ++n;
+    if (timed_s >= passes.max_seconds) break;
+    if (n < 2) continue;
+    // Two halves that agree, twice in a row (once, a few slow passes can fall alike in both halves).
+    const double odd = step_estimate(samples, weights, 1, 2), even = step_estimate(samples, weights, 0, 2);
+    agreed = std::abs(odd - even) <= passes.tolerance * step_estimate(samples, weights, 0, 1) ? agreed + 1 : 0;
+    if (agreed >= 2 && n >= passes.min && timed_s >= passes.min_seconds) break;
+  }
+  if (ran) *ran = n;
+  std::vector<double> op_s(weights.size());
+  for (size_t k = 0; k < samples.size(); ++k) op_s[k] = median_seconds(samples[k]);
+  return op_s;
+}
+
 int64_t profile_arena_bytes(const models::ModelSpec& spec, int64_t workspace_bytes) {
   int64_t most = kAlign;
   for (const auto& op : spec.ops) most = std::max(most, lay_out_op(spec, op, nullptr, nullptr).bytes);
@@ -124,7 +164,7 @@ int64_t profile_arena_bytes(const models::ModelSpec& spec, int64_t workspace_byt
 }
 
 std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, std::span<const int32_t> tokens,
-                                std::span<const int32_t> targets, int min_reps, double min_seconds, int max_reps) {
+                                std::span<const int32_t> targets, const ProfilePasses& passes) {
   std::byte* base = device.arena().data();
   const int64_t workspace = device.op_workspace_bytes(spec);
   if (device.arena().size() < profile_arena_bytes(spec, workspace))
@@ -133,21 +173,27 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
                                 std::to_string(profile_arena_bytes(spec, workspace)) + ": profile_arena_bytes)");
   if (workspace > 0) device.bind_workspace(base + profile_arena_bytes(spec), workspace);  // after every op's operands
   const std::vector<int32_t> ones(tokens.size(), 1);
-  std::vector<OpLayout> layouts;
-  std::vector<std::vector<std::pair<int64_t, const int32_t*>>> ids(spec.ops.size());  // per op: its id slots
-  layouts.reserve(spec.ops.size());
   const std::vector<int> rep = ops_profiled_in_place_of(spec);
+  std::vector<size_t> timed;  // the ops timed, each for itself and the ops in its place
+  std::vector<int> weights;
+  std::vector<int> slot_of(spec.ops.size());  // an op's index in `timed`: its own, or its stand-in's
+  std::vector<OpLayout> layouts;
+  std::vector<std::vector<std::pair<int64_t, const int32_t*>>> ids;  // per timed op: its id slots
   for (size_t i = 0; i < spec.ops.size(); ++i) {
-    const models::OpSpec& op = spec.ops[i];
     if (rep[i] != static_cast<int>(i)) {  // timed once, as the first op of its signature
-      layouts.emplace_back();
+      slot_of[i] = slot_of[static_cast<size_t>(rep[i])];
+      ++weights[static_cast<size_t>(slot_of[i])];
       continue;
     }
+    slot_of[i] = static_cast<int>(timed.size());
+    timed.push_back(i), weights.push_back(1);
+    const models::OpSpec& op = spec.ops[i];
     std::vector<Slot> slots;
     layouts.push_back(lay_out_op(spec, op, base, &slots));
+    ids.emplace_back();
     for (const Slot& slot : slots)
       if (slot.dtype == DType::I32)
-        ids[i].emplace_back(slot.offset, slot.name == "tokens" ? tokens.data() : slot.name == "targets" ? targets.data() : ones.data());
+        ids.back().emplace_back(slot.offset, slot.name == "tokens" ? tokens.data() : slot.name == "targets" ? targets.data() : ones.data());
     // The first pass (untimed: kernels compiled, workspaces sized) starts every op from small values.
     const memory::HostBuffer host = contents(slots, layouts.back().bytes, tokens, targets);
     device.wait(Stream::H2D, device.record(Stream::Compute), "profile: previous op");
@@ -160,29 +206,29 @@ std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, s
   // Timed passes: the ops share the arena, so each op's token ids and targets are copied in again (other
   // operands hold what earlier ops left: their values do not change an op's time).
   const int64_t id_bytes = static_cast<int64_t>(tokens.size() * 4);
-  std::vector<std::vector<double>> samples(spec.ops.size());
-  const auto start = std::chrono::steady_clock::now();
-  for (int r = 0; r < max_reps; ++r) {
-    if (r >= min_reps && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= min_seconds) break;
-    std::vector<std::tuple<size_t, EventPtr, EventPtr>> marks;  // the op, and its timed events
-    for (size_t i = 0; i < spec.ops.size(); ++i) {
-      if (rep[i] != static_cast<int>(i)) continue;
-      const OpLayout& l = layouts[i];
-      if (!ids[i].empty()) {
+  auto time_pass = [&] {
+    std::vector<std::pair<EventPtr, EventPtr>> marks;  // each timed op's events
+    for (size_t k = 0; k < timed.size(); ++k) {
+      const OpLayout& l = layouts[k];
+      if (!ids[k].empty()) {
         device.wait(Stream::H2D, device.record(Stream::Compute), "profile: previous op");
-        for (const auto& [offset, from] : ids[i]) device.copy(Stream::H2D, base + offset, from, id_bytes, "profile: token ids");
+        for (const auto& [offset, from] : ids[k]) device.copy(Stream::H2D, base + offset, from, id_bytes, "profile: token ids");
         device.wait(Stream::Compute, device.record(Stream::H2D), "profile: token ids");
       }
       EventPtr before = device.record_timed(Stream::Compute);
-      device.run_op(spec, spec.ops[i], {l.inputs, l.outputs, l.values, l.grads}, 1.0f, nullptr, "profile: " + spec.ops[i].name);
-      marks.emplace_back(i, std::move(before), device.record_timed(Stream::Compute));
+      const models::OpSpec& op = spec.ops[timed[k]];
+      device.run_op(spec, op, {l.inputs, l.outputs, l.values, l.grads}, 1.0f, nullptr, "profile: " + op.name);
+      marks.emplace_back(std::move(before), device.record_timed(Stream::Compute));
     }
-    for (const auto& [i, before, after] : marks) samples[i].push_back(device.elapsed_seconds(before, after));
-  }
+    std::vector<double> seconds;
+    for (const auto& [before, after] : marks) seconds.push_back(device.elapsed_seconds(before, after));
+    return seconds;
+  };
+  const std::vector<double> timed_s = settled_op_seconds(weights, passes, time_pass);
   device.synchronize();
   if (workspace > 0) device.bind_workspace(nullptr, 0);
   std::vector<double> op_s(spec.ops.size());
-  for (size_t i = 0; i < samples.size(); ++i) op_s[i] = median_seconds(samples[static_cast<size_t>(rep[i])]);
+  for (size_t i = 0; i < spec.ops.size(); ++i) op_s[i] = timed_s[static_cast<size_t>(slot_of[i])];
   return op_s;
 }
 

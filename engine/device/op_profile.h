@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -22,17 +23,36 @@ int64_t profile_arena_bytes(const models::ModelSpec& spec, int64_t workspace_byt
 // undershoots that median (ferry-bench offload, README).
 double median_seconds(std::vector<double> pass_seconds);
 
+// How many timed passes profile_ops runs: at least `min` and `min_seconds` of timed ops, then until the step's
+// op time settles (its estimate from the odd passes and from the even passes agree within `tolerance`, after
+// two passes in a row), and never past `max_seconds` of timed ops (one pass at least) or `max` passes. On a
+// shared machine a two-thread op's time swings with the load from one pass to the next; a median of few passes
+// swings with it.
+struct ProfilePasses {
+  int min = 6;
+  double min_seconds = 1.0;
+  double tolerance = 0.03;
+  double max_seconds = 3.0;
+  int max = 200;
+};
+
+// Each op's time from repeated calls of `time_pass` (one pass: the seconds of each of weights.size() ops, every
+// op timed once), the median of its passes, repeated as `passes` says; weights[k]: how many ops of the step op k
+// stands for (the settling test weighs the step's time). `ran` receives the number of passes.
+std::vector<double> settled_op_seconds(std::span<const int> weights, const ProfilePasses& passes,
+                                       const std::function<std::vector<double>()>& time_pass, int* ran = nullptr);
+
 // For each op of spec.ops, the first op whose time stands for its own: the same kind, pass, attributes and
 // operand shapes and dtypes (every block repeats the first block's ops). profile_ops times those alone.
 std::vector<int> ops_profiled_in_place_of(const models::ModelSpec& spec);
 
 // Each op's time on `device` (whose arena holds profile_arena_bytes(spec, device.op_workspace_bytes(spec));
 // the workspace after the operands is bound while the ops run, and unbound after), indexed like spec.ops: the
-// median of at least min_reps passes over every op and min_seconds in all, at most max_reps. The token
-// ids and targets (a batch of the run: B*T each) make the embedding and the loss read real ids; every
-// other operand holds small values. The first pass warms up (kernels compiled, workspaces sized). An op timed
+// median of the timed passes over every op that `passes` asks for (settled_op_seconds). The token ids and
+// targets (a batch of the run: B*T each) make the embedding and the loss read real ids; every other operand
+// holds small values. The first pass warms up (kernels compiled, workspaces sized, pages touched). An op timed
 // in another's place (ops_profiled_in_place_of) gets that op's time.
 std::vector<double> profile_ops(const models::ModelSpec& spec, Device& device, std::span<const int32_t> tokens,
-                                std::span<const int32_t> targets, int min_reps, double min_seconds, int max_reps);
+                                std::span<const int32_t> targets, const ProfilePasses& passes = {});
 
 }  // namespace ferry::device

@@ -259,6 +259,8 @@ struct OpCase {
   std::string kind;
   DType precision;
 };
+// Printed in the test's name and its failures as "gpt2 bf16", not as the struct's bytes.
+void PrintTo(const OpCase& c, std::ostream* os) { *os << c.kind << ' ' << to_string(c.precision); }
 
 class CudaOps : public ::testing::TestWithParam<OpCase> {};
 

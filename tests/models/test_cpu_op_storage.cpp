@@ -14,6 +14,7 @@
 #include "models/ops/workspace.h"
 #include "models/registry.h"
 #include "models/rng.h"
+#include "test_helpers.h"
 
 namespace ferry::models {
 namespace {

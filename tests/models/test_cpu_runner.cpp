@@ -8,6 +8,7 @@
 #include "memory/device_allocations.h"
 #include "models/cpu_runner.h"
 #include "models/gpt2.h"
+#include "test_helpers.h"
 
 namespace ferry::models {
 namespace {
