@@ -12,6 +12,7 @@
 #include "engine/config.h"
 #include "engine/trainer.h"
 #include "formats/export.h"
+#include "foundation/output_paths.h"
 
 namespace ferry::cli {
 namespace {
@@ -55,14 +56,37 @@ void print_report(const formats::ExportReport& r, const ExportArgs& args) {
   if (!r.note.empty()) fmt::print("note: {}\n", r.note);
 }
 
+// --out against what the export reads (the checkpoint, its source model and tokenizer files, or the config's
+// run's inputs): never one of them, nor inside one of their folders.
+void refuse_out_over_inputs(const ExportArgs& args, const engine::Config* cfg) {
+  std::vector<PathUse> paths{{"--out", args.out, PathUse::Kind::OutputFolder}};
+  if (cfg) {
+    for (PathUse& use : engine::run_inputs(*cfg)) paths.push_back(std::move(use));
+    paths.push_back({"--config", args.config_path});
+  } else {
+    try {
+      const auto [state, dir] = formats::read_checkpoint_state(args.checkpoint);
+      paths.insert(paths.end(), {{"--checkpoint", dir},
+                                 {"the run's model.init_from", state.origin.init_from},
+                                 {"the run's vocabulary", state.origin.vocab},
+                                 {"the run's merges", state.origin.merges}});
+    } catch (const std::runtime_error&) {  // the export's own error says what is wrong with it
+    }
+    if (args.source != "none") paths.push_back({"--source", args.source});
+  }
+  refuse_outputs_over_inputs(paths);
+}
+
 int run_export(const ExportArgs& args) {
   formats::ExportOptions options;
   options.overwrite = args.overwrite;
   if (!args.config_path.empty()) {
     const engine::Config cfg = engine::load_config(args.config_path, args.overrides);
+    refuse_out_over_inputs(args, &cfg);
     print_report(formats::export_starting_point(engine::starting_point(cfg), args.out, options), args);
     return 0;
   }
+  refuse_out_over_inputs(args, nullptr);
   if (args.source == "none") options.source = std::filesystem::path();
   else if (!args.source.empty()) options.source = args.source;
   print_report(formats::export_checkpoint(args.checkpoint, args.out, options), args);

@@ -19,7 +19,9 @@
 #include "engine/host_memory.h"
 #include "engine/group_settings.h"
 #include "engine/step_planning.h"
+#include "engine/trainer.h"
 #include "foundation/atomic_file.h"
+#include "foundation/output_paths.h"
 #include "models/registry.h"
 #include "memory/host_buffer.h"
 #include "offload/policies.h"
@@ -252,6 +254,10 @@ Command add_plan(CLI::App& app) {
             }
             const engine::Config cfg = engine::load_config(args->config, args->overrides);
             for (const std::string& warning : engine::config_warnings(cfg)) fmt::print(stderr, "ferry: warning: {}\n", warning);
+            std::vector<PathUse> paths = engine::run_inputs(cfg);  // the plan's run's, never written over either
+            paths.push_back({"--config", args->config});
+            paths.push_back({"--json", args->json, PathUse::Kind::Output});
+            refuse_outputs_over_inputs(paths);
             return print_plan(cfg, opt);
           }};
 }

@@ -16,6 +16,7 @@
 #include "dataset/token_shard.h"
 #include "dataset/tokenizer.h"
 #include "engine/config.h"
+#include "foundation/output_paths.h"
 #include "memory/host_buffer.h"
 
 namespace ferry::cli {
@@ -26,14 +27,14 @@ struct TokenizeArgs {
   bool cased = false;
 };
 
-// The shard must not replace a file this run reads (--input X --out X would lose the text).
+// The shard and its sidecar must not replace a file this run reads (--input X --out X would lose the text).
 void refuse_to_overwrite_inputs(const TokenizeArgs& args) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(args.out, ec)) throw std::runtime_error("--out: '" + args.out + "' is a folder; name the shard file");
-  for (const auto& [option, path] : {std::pair{"--input", args.input}, {"--vocab", args.vocab}, {"--merges", args.merges}})
-    if (!path.empty() && std::filesystem::equivalent(path, args.out, ec))
-      throw std::runtime_error(fmt::format("--out: '{}' is the {} file; writing the shard there would destroy it: choose another path",
-                                           args.out, option));
+  using Kind = PathUse::Kind;
+  refuse_outputs_over_inputs({{"--input", args.input},
+                              {"--vocab", args.vocab},
+                              {"--merges", args.merges},
+                              {"--out", args.out, Kind::Output},
+                              {"--out's sidecar", dataset::shard_info_path(args.out), Kind::Output}});
 }
 
 // The whole input, refused beyond `limit` bytes: the text, its tokens and the shard are all in memory, and

@@ -1,6 +1,7 @@
 // `ferry train`: runs an experiment from a YAML file, each run in a run folder of its own (runs/<experiment>/<n>)
-// unless train.checkpoint_dir names one, and ends saying where it saved and what to run next; Ctrl-C or
-// SIGTERM ends it after the step with a checkpoint (a second one at once), and exit status 130.
+// unless train.checkpoint_dir names one, and ends saying where it saved and what to run next; Ctrl-C, SIGTERM
+// or SIGHUP (a closed terminal) ends it after the step with a checkpoint (a second one at once), and exit
+// status 130.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -45,6 +46,7 @@ struct TrainArgs {
   std::string config_path, metrics_path, trace_path, resume, cost_model_path;
   bool resume_given = false;  // --resume "" is a mistake, not a fresh start
   bool overwrite_checkpoints = false;
+  bool resume_with_changed_data = false;
   bool no_checkpoints = false;  // timing runs: no run folder, no checkpoint (a 1.5B model's is 18 GB)
   std::vector<std::string> overrides;
   int steps = 0;
@@ -52,7 +54,7 @@ struct TrainArgs {
   int trace_steps = 2;
 };
 
-// SIGINT / SIGTERM. Training: the first asks the trainer to finish the step and checkpoint (a copy that
+// SIGINT / SIGTERM / SIGHUP. Training: the first asks the trainer to finish the step and checkpoint (a copy that
 // cannot finish within half a second is abandoned, and the step with it); a second ends the process at
 // once, writing nothing. Start-up has nothing to save: it ends at once. Only async-signal-safe calls here.
 void on_stop_signal(int) {
@@ -73,7 +75,8 @@ void handle_stop_signals() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // a read or write under way goes on; the flag is polled
-  for (int signal : {SIGINT, SIGTERM}) ::sigaction(signal, &action, nullptr);
+  // SIGHUP: the terminal closed (an ssh session dropped) ends a run as SIGTERM does, not without a checkpoint.
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
 }
 
 // The summary's validation losses. NaN without a validation split, or as the final loss of a checkpoint of
@@ -161,6 +164,8 @@ int run_train(TrainArgs args) {
   opt.save_cost_model = args.cost_model_path;
   if (args.resume_given) opt.resume = resume_folder(args, cfg, experiment);
   opt.overwrite_checkpoints = args.overwrite_checkpoints;
+  opt.resume_with_changed_data = args.resume_with_changed_data;
+  opt.config_file = args.config_path;
   opt.trace = args.trace_path;
   opt.trace_steps = args.trace_steps;
   opt.stop = &device::stop_flag();
@@ -220,6 +225,12 @@ Command add_train(CLI::App& app, const std::string& program) {
   train->add_flag("--overwrite-checkpoints", args->overwrite_checkpoints,
                   "Let a new run replace another run's checkpoints in train.checkpoint_dir (deleted when it writes its first; "
                   "folders no ferry-run.json lists are never deleted)");
+  train
+      ->add_flag(
+          "--resume-with-changed-data", args->resume_with_changed_data,
+          "With --resume: go on although data.path (or its cached tokens, or the tokenizer's files) differs in size or "
+          "checksum from the data the checkpoint recorded, which is otherwise an error")
+      ->needs(resume);
   train->add_flag("--no-checkpoints", args->no_checkpoints,
                   "Write no checkpoint and no run folder, whatever the config says (timing runs; a stopped run then saves nothing)");
   train->footer(train_footer());

@@ -1,5 +1,5 @@
 // The token cache: a key from the text's size and mtime and the tokenizer's files, a shard per key in the
-// cache folder with its sidecar, tokenised in parts with a progress line.
+// cache folder with its sidecar (which records the shard's checksum), tokenised in parts with a progress line.
 #include "dataset/token_cache.h"
 
 #include <fmt/format.h>
@@ -97,7 +97,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& f) {
 std::filesystem::path shard_info_path(const std::filesystem::path& shard) { return shard.string() + ".json"; }
 
 ShardInfo describe_shard(const TokenizerFiles& files, const Tokenizer& tokenizer, const std::string& key) {
-  ShardInfo info{files, tokenizer.vocab_size(), tokenizer.id_of("[MASK]"), key};
+  ShardInfo info{files, tokenizer.vocab_size(), tokenizer.id_of("[MASK]"), key, {}};
   if (info.mask_token_id < 0) info.mask_token_id = tokenizer.id_of("<mask>");  // RoBERTa's spelling, in BPE vocabularies
   for (auto* path : {&info.tokenizer.vocab, &info.tokenizer.merges})
     if (!path->empty()) *path = std::filesystem::absolute(*path).lexically_normal();
@@ -112,6 +112,8 @@ void write_shard_info(const std::filesystem::path& shard, const ShardInfo& info)
   if (t.kind == "wordpiece") j["lowercase"] = t.lowercase;
   if (info.mask_token_id >= 0) j["mask_token_id"] = info.mask_token_id;
   if (!info.key.empty()) j["cache_key"] = info.key;
+  if (info.checksum)
+    j["shard_bytes"] = info.checksum->bytes, j["shard_crc32c"] = fmt::format("{:08x}", info.checksum->crc32c);
   write_file_atomically(shard_info_path(shard), j.dump(2) + "\n", "token shard sidecar");
 }
 
@@ -133,6 +135,13 @@ std::optional<ShardInfo> read_shard_info(const std::filesystem::path& shard) {
     info.vocab_size = j.value("vocab_size", 0);
     info.mask_token_id = j.value("mask_token_id", -1);
     info.key = j.value("cache_key", std::string());
+    if (j.contains("shard_crc32c")) {
+      const std::string crc = j.at("shard_crc32c").get<std::string>();
+      if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
+        throw bad("holds shard_crc32c \"" + crc + "\", not 8 lowercase hex digits");
+      info.checksum =
+          FileChecksum{j.at("shard_bytes").get<uint64_t>(), static_cast<uint32_t>(std::stoul(crc, nullptr, 16))};
+    }
   } catch (const json::exception& e) {
     throw bad(std::string("is malformed (") + e.what() + ")");
   }
@@ -194,14 +203,25 @@ std::filesystem::path default_token_cache_dir() { return ferry_cache_dir() / "to
 namespace {
 
 // A cached shard whose sidecar carries the key: the shard was renamed into place before its sidecar, so a
-// sidecar means a complete shard.
-std::optional<CachedTokens> reuse(const std::filesystem::path& shard, const std::string& key) {
+// sidecar means a complete shard; and its bytes must still have the checksum the sidecar records (a cache
+// of an earlier build records none: it is made again).
+std::optional<CachedTokens> reuse(const std::filesystem::path& shard, const std::string& key, const ReportFn& report) {
   if (!std::filesystem::exists(shard)) return std::nullopt;
   std::optional<ShardInfo> info;
   try {
     info = read_shard_info(shard);
-    if (!info || info->key != key) return std::nullopt;
-    const TokenShard check(shard);  // a damaged shard is rebuilt, not read
+    if (!info || info->key != key || !info->checksum) return std::nullopt;
+    const TokenShard check(shard);  // a damaged header is rebuilt, not read
+    const FileChecksum now = checksum_file(shard);
+    if (now.bytes != info->checksum->bytes || now.crc32c != info->checksum->crc32c) {
+      if (report)
+        report(
+            fmt::format("data.path: the cached tokens '{}' changed on disk since they were written (CRC32C {:08x}, "
+                        "recorded {:08x}); "
+                        "tokenising again",
+                        shard.string(), now.crc32c, info->checksum->crc32c));
+      return std::nullopt;
+    }
   } catch (const std::runtime_error&) {
     return std::nullopt;
   }
@@ -224,7 +244,7 @@ CachedTokens cached_tokens(const std::filesystem::path& text, const TokenizerFil
                            const ReportFn& report) {
   const std::string key = token_cache_key(text, files);
   const std::filesystem::path shard = token_cache_path(text, cache_dir, files, key);
-  if (auto cached = reuse(shard, key)) return *cached;
+  if (auto cached = reuse(shard, key, report)) return *cached;
   std::error_code ec;
   std::filesystem::create_directories(cache_dir, ec);
   if (ec)
@@ -243,6 +263,7 @@ CachedTokens cached_tokens(const std::filesystem::path& text, const TokenizerFil
     throw std::runtime_error(fmt::format("data.path: writing the tokens of '{}' to the cache '{}' failed: {}", text.string(),
                                          shard.string(), e.what()));
   }
+  out.info.checksum = checksum_file(shard);  // what reached the file, read back
   write_shard_info(shard, out.info);  // last: its key marks the shard complete
   remove_stale(cache_dir, shard, cache_prefix(text, files.kind));
   return out;

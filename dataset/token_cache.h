@@ -1,6 +1,7 @@
 // Raw text tokenised by GPT-2 BPE or WordPiece at start-up, once: the token shard is cached in the user's
-// cache folder (or data.cache_dir) and reused while the text, the tokenizer and its files are unchanged. Also the sidecar `<shard>.json` that
-// says what made a shard (ferry tokenize and the cache write one), so a run knows its vocabulary.
+// cache folder (or data.cache_dir) and reused while the text, the tokenizer and its files are unchanged and
+// the shard still has the checksum it was written with. Also the sidecar `<shard>.json` that says what made
+// a shard (ferry tokenize and the cache write one), so a run knows its vocabulary.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "dataset/token_shard.h"
 #include "dataset/tokenizer.h"
+#include "foundation/crc32c.h"
 
 namespace ferry::dataset {
 
@@ -29,6 +31,7 @@ struct ShardInfo {
   int vocab_size = 0;
   int32_t mask_token_id = -1;  // the vocabulary's [MASK]; -1: it has none
   std::string key;             // the token cache's key; empty for `ferry tokenize`'s shards
+  std::optional<FileChecksum> checksum;  // the token cache's: its shard file as written (size, CRC32C)
 };
 std::filesystem::path shard_info_path(const std::filesystem::path& shard);  // the shard's name + ".json"
 ShardInfo describe_shard(const TokenizerFiles& files, const Tokenizer& tokenizer, const std::string& key = {});
@@ -59,8 +62,10 @@ struct CachedTokens {
   ShardInfo info;
   bool built = false;  // tokenised now; false: reused
 };
-// The shard of `text` for `files`: reused when cache_dir holds one with this key, else tokenised and written
-// there (atomically), replacing the shards of earlier versions of the text (same file name and tokenizer).
+// The shard of `text` for `files`: reused when cache_dir holds one with this key whose bytes still have the
+// checksum its sidecar records (a shard changed on disk is tokenised again, and `report` says so), else
+// tokenised and written there (atomically), replacing the shards of earlier versions of the text (same file
+// name and tokenizer).
 CachedTokens cached_tokens(const std::filesystem::path& text, const TokenizerFiles& files, const std::filesystem::path& cache_dir,
                            const ReportFn& report = {});
 

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -107,6 +109,42 @@ dataset::DataRequest data_request(const Config& cfg) {
           d.cache_dir};
 }
 
+// What a run of `cfg` reads (run_inputs): the data, its shard's sidecar or the text's cached tokens, the
+// tokenizer's files, model.init_from and offload.cost_model.
+std::vector<PathUse> inputs_of(const Config& cfg) {
+  const DataConfig& d = cfg.data;
+  std::vector<PathUse> in{
+      {"data.path", d.path}, {"model.init_from", cfg.model.init_from}, {"offload.cost_model", cfg.offload.cost_model}};
+  const dataset::DataRequest request = data_request(cfg);
+  const bool shard = dataset::reads_as_token_shard(d.path, request.format);
+  if (shard) in.push_back({"data.path's sidecar", dataset::shard_info_path(d.path)});
+  if (d.tokenizer == "byte") return in;
+  in.push_back({"data.vocab", d.vocab}), in.push_back({"data.merges", d.merges});
+  if (shard) return in;
+  try {  // the text's tokens as the token cache keeps them (a missing text or vocabulary: the run's own error follows)
+    const std::filesystem::path cached =
+        dataset::token_cache_path(d.path, d.cache_dir.empty() ? dataset::default_token_cache_dir() : d.cache_dir,
+                                  request.tokenizer, dataset::token_cache_key(d.path, request.tokenizer));
+    in.push_back({"the token cache", cached}),
+        in.push_back({"the token cache's sidecar", dataset::shard_info_path(cached)});
+  } catch (const std::runtime_error&) {}
+  return in;
+}
+
+// The files the run's tokens come from, each with its size and CRC32C, as checkpoints record them: data.path,
+// the token cache's shard of a text, and the tokenizer's files.
+std::vector<formats::TrainState::DataFile> data_files(const Config& cfg, const dataset::DataSource& source) {
+  std::vector<std::pair<std::string, std::filesystem::path>> files{{"data.path", cfg.data.path}};
+  if (source.path != cfg.data.path) files.emplace_back("the token cache", source.path);
+  if (cfg.data.tokenizer != "byte")
+    for (const auto& [role, path] : {std::pair{"data.vocab", cfg.data.vocab}, {"data.merges", cfg.data.merges}})
+      if (!path.empty()) files.emplace_back(role, path);
+  std::vector<formats::TrainState::DataFile> out;
+  for (const auto& [role, path] : files)
+    out.push_back({role, std::filesystem::absolute(path).lexically_normal(), checksum_file(path)});
+  return out;
+}
+
 // The training and validation batches of a run, as the model takes them (masked-LM batches for BERT).
 class Batches {
  public:
@@ -186,14 +224,42 @@ std::optional<ResumePoint> read_resume_point(const Config& cfg, const TrainOptio
   return point;
 }
 
+// Every path the run writes against every path it reads, and each other, before anything is written.
+// `dir`: the checkpoint dir when it is known (empty: none, or a new run folder, which no path can be yet).
+void check_run_paths(const Config& cfg, const TrainOptions& opt, const std::optional<ResumePoint>& from,
+                     const std::filesystem::path& dir) {
+  using Kind = PathUse::Kind;
+  std::vector<PathUse> uses = inputs_of(cfg);
+  uses.push_back({"--config", opt.config_file});
+  if (from) uses.push_back({"the checkpoint resumed (--resume)", from->second});
+  if (!dir.empty()) {
+    const std::string name = cfg.train.checkpoint_dir.empty() ? "the run folder" : "train.checkpoint_dir";
+    uses.push_back({name, dir, Kind::OutputFolder});
+    uses.push_back(
+        {"the run's manifest (" + std::string(formats::kRunManifest) + ")", dir / formats::kRunManifest, Kind::Output});
+    if (opt.metrics.empty() && cfg.train.checkpoint_dir.empty())
+      uses.push_back({"the run's metrics", dir / "metrics.jsonl", Kind::Output});
+  }
+  for (const auto& [name, path] :
+       {std::pair{"--metrics", &opt.metrics}, {"--trace", &opt.trace}, {"--save-cost-model", &opt.save_cost_model}})
+    uses.push_back({name, *path, Kind::Output});
+  refuse_outputs_over_inputs(uses);
+}
+
 // Where the checkpoints go, locked and checked (writable; not another run's) before anything is trained:
 // train.checkpoint_dir; else, with opt.experiment, the run folder of the checkpoint resumed (the run goes on
-// where it was) or a new run folder; else nowhere.
+// where it was) or a new run folder; else nowhere. The run's paths are checked first (check_run_paths).
 std::optional<formats::CheckpointDir> open_checkpoint_dir(const Config& cfg, const TrainOptions& opt,
                                                           const std::optional<ResumePoint>& from) {
   std::optional<formats::CheckpointDir::Resumed> resumed;
   if (from) resumed = formats::CheckpointDir::Resumed{from->first.run_id, from->second, from->first.step};
   const std::filesystem::path& given = cfg.train.checkpoint_dir;
+  const std::filesystem::path run = from ? from->second.parent_path() : std::filesystem::path();
+  const std::filesystem::path root = !given.empty() ? given
+                                     : from && !opt.experiment.empty()
+                                         ? (run.empty() ? "." : run)
+                                         : std::filesystem::path();  // none, or a new run folder
+  check_run_paths(cfg, opt, from, root);
   if (given.empty() && opt.experiment.empty()) {
     if (cfg.train.checkpoint_every > 0)
       throw std::runtime_error(fmt::format("train.checkpoint_every: {} needs train.checkpoint_dir (where to write them)",
@@ -201,8 +267,7 @@ std::optional<formats::CheckpointDir> open_checkpoint_dir(const Config& cfg, con
     return std::nullopt;
   }
   if (given.empty() && !from) return formats::CheckpointDir::new_run(opt.experiment, config_hash(cfg));
-  const std::filesystem::path run = from ? from->second.parent_path() : std::filesystem::path();
-  return std::optional<formats::CheckpointDir>(std::in_place, !given.empty() ? given : run.empty() ? "." : run, config_hash(cfg), resumed,
+  return std::optional<formats::CheckpointDir>(std::in_place, root, config_hash(cfg), resumed,
                                                opt.overwrite_checkpoints);
 }
 
@@ -223,6 +288,9 @@ class Run {
   offload::CostModel measure_cost();
   void announce();
   void start_or_resume();
+  void check_resumed_data();
+  void open_metrics();
+  std::filesystem::path last_good_checkpoint() const;
   void load_weights_of(const std::filesystem::path& checkpoint);
   std::vector<memory::TensorView> pending_gradients() const;
   std::vector<std::string> updated_in_step() const;
@@ -254,6 +322,7 @@ class Run {
   const std::vector<ParamSettings> param_settings_;  // per parameter, its group's settings; empty without optim.groups
   const cpu_optim::CpuAdamW adamw_;
   const Batches batches_;
+  const std::vector<formats::TrainState::DataFile> data_files_;  // what checkpoints record of the data (none for eval)
   const device::ResolvedDevice device_choice_;
   std::string cost_cache_;
   offload::CostModel cost_;
@@ -303,21 +372,18 @@ void initialize_weights(const Config& cfg, const models::ModelSpec& spec, memory
 }
 
 Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
-    : cfg_(cfg),
-      opt_(opt),
-      eval_(eval),
-      progress_(opt.progress),
-      resume_from_(read_resume_point(cfg, opt)),
-      checkpoints_(eval ? std::nullopt : open_checkpoint_dir(cfg, opt, resume_from_)),
-      threads_(cfg.threads()),
+    : cfg_(cfg), opt_(opt), eval_(eval), progress_(opt.progress), resume_from_(read_resume_point(cfg, opt)),
+      checkpoints_(eval ? std::nullopt : open_checkpoint_dir(cfg, opt, resume_from_)), threads_(cfg.threads()),
       tbb_threads_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)),
-      spec_(with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.optim.groups)),
+      spec_(with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()),
+                        cfg.optim.groups)),
       param_settings_(cfg.optim.groups.empty() ? std::vector<ParamSettings>()
                                                : resolve_param_groups(cfg.optim.groups, spec_, cfg.optim.weight_decay)),
-      adamw_(adamw_options(cfg)),
-      batches_(cfg, progress_),
+      adamw_(adamw_options(cfg)), batches_(cfg, progress_),
+      data_files_(eval ? std::vector<formats::TrainState::DataFile>() : data_files(cfg, batches_.source())),
       device_choice_(chosen_device(cfg, progress_)),
-      cost_(during(progress_, on_cuda() ? "measuring the CUDA device (op times, links, AdamW)" : "measuring the host device",
+      cost_(during(progress_,
+                   on_cuda() ? "measuring the CUDA device (op times, links, AdamW)" : "measuring the host device",
                    [this] { return measure_cost(); })),
       budget_(gpu_budget(cfg.offload.gpu_budget, device_choice_.kind)),
       plan_(during(progress_, "planning (offload.policy: " + cfg.offload.policy + ")",
@@ -340,17 +406,21 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
                                          ExecutorOptions{static_cast<float>(cfg.optim.grad_clip), param_settings_}, trace_.get());
                        })),
       scaler_(cfg.train.precision == "fp16" ? cfg.train.loss_scale_init : 1.0, cfg.train.loss_scale_growth_interval),
-      schedule_{cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant : cpu_optim::LrSchedule::Kind::Cosine,
-                static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps, cfg.train.steps},
+      schedule_{cfg.optim.schedule == "constant" ? cpu_optim::LrSchedule::Kind::Constant
+                                                 : cpu_optim::LrSchedule::Kind::Cosine,
+                static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps,
+                cfg.train.steps},
       hash_(config_hash(cfg)) {
   during(progress_, "initialising the weights", [&] { initialize_weights(cfg, spec_, host_, progress_); });
+  if (checkpoints_)
+    checkpoints_->on_warning([this](const std::string& warning) { progress_.message("ferry: warning: " + warning); });
   announce();
   start_or_resume();
   allocations_after_set_up_ = memory::DeviceAllocations::count();
   sum_.device_allocations_at_start_up = allocations_after_set_up_ - allocations_at_entry_;
   if (checkpoints_) sum_.checkpoint_dir = checkpoints_->root(), sum_.run_folder = in_run_folder();
   sum_.metrics = !opt.metrics.empty() ? opt.metrics : in_run_folder() ? checkpoints_->root() / "metrics.jsonl" : std::filesystem::path();
-  if (!sum_.metrics.empty()) metrics_.emplace(sum_.metrics, opt.resume.empty(), opt.metrics.empty() ? "metrics" : "--metrics");
+  if (!sum_.metrics.empty()) open_metrics();
   if (!opt.save_cost_model.empty()) {
     save_cost_model(opt.save_cost_model, cost_, cfg);
     progress_.message("cost model written to " + opt.save_cost_model.string());
@@ -417,6 +487,81 @@ void Run::load_weights_of(const std::filesystem::path& checkpoint) {
   weights_from_ = fmt::format("{} (step {})", dir.string(), state.step);
 }
 
+// The metrics lines of steps up to `step`, kept: the file as it was, or rewritten atomically without the later
+// ones (logged by a run that stopped, or was killed, after its last checkpoint: they are trained again). A
+// torn last line (killed while writing it) goes too; any other line that is not ferry's metrics is an error,
+// as the file would not be the run's. Returns the number of lines removed.
+int keep_metrics_through(const std::filesystem::path& path, int64_t step, const std::string& what) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return 0;  // none yet, or a device (/dev/null)
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string kept, line;
+  int removed = 0, number = 0;
+  for (size_t at = 0; at < text.size(); at += line.size() + 1) {
+    line = text.substr(at, text.find('\n', at) - at);
+    ++number;
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    const bool metrics = j.is_object() && j.contains("step") && j["step"].is_number_integer();
+    const bool torn = at + line.size() >= text.size();  // no newline after it
+    if (!metrics && !torn)
+      throw std::runtime_error(
+          fmt::format("{}: '{}' line {} is not a metrics line of ferry train ('{}'); a resumed run cuts its metrics "
+                      "back to the checkpoint's step, and this file is not the run's: name the run's own, or a new "
+                      "file",
+                      what, path.string(), number, line.substr(0, 60)));
+    if (metrics && j["step"].get<int64_t>() <= step) kept += line + "\n";
+    else ++removed;
+  }
+  if (removed > 0) write_file_atomically(path, kept, what);
+  return removed;
+}
+
+// The metrics file: a fresh run's starts empty; a resumed run's is cut back to the checkpoint's step, then
+// appended to, so that each step is logged once.
+void Run::open_metrics() {
+  const std::string what = opt_.metrics.empty() ? "metrics" : "--metrics";
+  if (resume_from_)
+    if (const int removed = keep_metrics_through(sum_.metrics, resumed_.step, what))
+      progress_.message(
+          fmt::format("{}: {} line(s) after step {} removed from '{}': logged before the run stopped, those steps are "
+                      "trained, and logged, again",
+                      what, removed, resumed_.step, sum_.metrics.string()));
+  metrics_.emplace(sum_.metrics, !resume_from_, what);
+}
+
+// A resumed run's data against those its checkpoint recorded: other data are an error (with
+// resume_with_changed_data, a warning), since the run would train on them and compare its losses with a
+// start measured on the earlier ones. (A checkpoint of an earlier build records none.)
+void Run::check_resumed_data() {
+  const auto& [state, dir] = *resume_from_;
+  const std::vector<std::string> changed = formats::changed_data(state.data, data_files_);
+  if (changed.empty() || state.step == cfg_.train.steps) return;  // a finished run trains nothing
+  const std::string which = fmt::format("{}", fmt::join(changed, "; "));
+  if (!opt_.resume_with_changed_data)
+    throw std::runtime_error(
+        fmt::format("--resume: the data are not those '{}' was trained on: {}. Resumed, the run would train on other "
+                    "data and compare its losses "
+                    "with a start measured on the earlier ones: restore the data, or pass --resume-with-changed-data "
+                    "to go on with these",
+                    dir.string(), which));
+  progress_.message(fmt::format(
+      "ferry: warning: --resume-with-changed-data: {}; training goes on with these data (the validation loss "
+      "at step 0 was measured on the earlier ones)",
+      which));
+}
+
+// The newest complete checkpoint on disk to resume from: this run's, else the one it resumed from; empty: none.
+std::filesystem::path Run::last_good_checkpoint() const {
+  if (checkpoints_) try {
+      return formats::find_checkpoint(checkpoints_->root());
+    } catch (const std::runtime_error&) {}
+  if (resume_from_ && std::filesystem::is_regular_file(resume_from_->second / "state.json"))
+    return resume_from_->second;
+  return {};
+}
+
 void Run::start_or_resume() {
   if (eval_) {
     weights_from_ = !cfg_.model.init_from.empty() ? "model.init_from " + cfg_.model.init_from.string()
@@ -426,6 +571,7 @@ void Run::start_or_resume() {
     return;
   }
   if (resume_from_) {
+    check_resumed_data();
     // Straight into the host buckets (the pending update's gradients once the executor holds one). The
     // checkpoint was checked against the config when it was found (read_resume_point).
     const auto& [state, dir] = *resume_from_;
@@ -491,12 +637,26 @@ void Run::checkpoint(int step) {
   state.origin = origin_of_run(cfg_, batches_.source());
   state.val_loss = sum_.val_loss;  // the last evaluated: what a resumed, already complete run reports
   state.config = config_identity(cfg_);
+  state.data = data_files_;
   if (const auto u = executor_.pending_update()) {  // delayed: the last step's update travels with the checkpoint
     state.pending = formats::TrainState::PendingUpdate{u->adam_step, u->lr, u->decision.report.grad_norm, u->decision.grad_scale,
                                                        u->decision.report.skipped, updated_in_step()};
     for (const auto& g : pending_gradients()) from.pending.push_back(g);
   }
-  sum_.last_checkpoint = checkpoints_->save(spec_, from, state, cfg_.train.keep_checkpoints);
+  try {
+    sum_.last_checkpoint = checkpoints_->save(spec_, from, state, cfg_.train.keep_checkpoints);
+  } catch (const std::exception& e) {
+    if (opt_.stop && opt_.stop->load()) throw;  // cut_short says what is saved
+    const std::filesystem::path last = last_good_checkpoint();
+    throw std::runtime_error(fmt::format(
+        "the checkpoint of step {} failed: {}; {}", step, e.what(),
+        last.empty()
+            ? std::string(
+                  "no checkpoint of this run is on disk to resume from: fix the cause (a full disk?) and train again")
+            : fmt::format("the last good checkpoint is '{}': fix the cause (a full disk?), then continue from it with "
+                          "--resume {}",
+                          last.string(), last.string())));
+  }
 }
 
 void Run::log(int step, const StepResult& r, double step_s, double lr, double loss_scale, std::optional<float> val) {
@@ -655,9 +815,9 @@ void Run::evaluate_start() {
 // A stop that cut a step or its checkpoint short (a copy that could not finish in time): what was lost and
 // where to resume from.
 device::Interrupted Run::cut_short(int step, const std::exception& e) const {
-  const std::string resume = !sum_.last_checkpoint.empty() ? "resume with --resume " + sum_.last_checkpoint.string()
-                             : resume_from_              ? "the checkpoint it resumed from, " + resume_from_->second.string() + ", is intact"
-                                                          : std::string("no checkpoint was written");
+  const std::filesystem::path last = last_good_checkpoint();
+  const std::string resume =
+      last.empty() ? std::string("no checkpoint was written") : "resume with --resume " + last.string();
   return device::Interrupted(fmt::format("stopped before step {} and its checkpoint were complete ({}); {}", step, e.what(), resume));
 }
 
@@ -721,6 +881,8 @@ EvalSummary evaluate(const Config& config, const EvalOptions& options) {
   Run run(config, quiet, &options);
   return run.evaluate_only();
 }
+
+std::vector<PathUse> run_inputs(const Config& config) { return inputs_of(config); }
 
 formats::StartingPoint starting_point(const Config& config) {
   const dataset::DataRequest request = data_request(config);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "foundation/output_paths.h"
 
 namespace ferry::formats {
 struct StartingPoint;  // formats/export.h
@@ -17,10 +18,15 @@ struct StartingPoint;  // formats/export.h
 namespace ferry::engine {
 
 struct TrainOptions {
-  std::filesystem::path metrics;  // JSON lines, one per step; empty: none, or metrics.jsonl in a run folder (appended to when resuming)
+  // JSON lines, one per step; empty: none, or metrics.jsonl in a run folder. Resuming, the file is cut back to
+  // the checkpoint's step (the steps logged after it are trained, and logged, again), then appended to.
+  std::filesystem::path metrics;
   std::filesystem::path save_cost_model;  // the cost model the run planned with, as an offload.cost_model file; empty: none
   std::FILE* progress = stderr;   // status line and messages; null: silent
   std::filesystem::path resume;   // a checkpoint folder, a checkpoint_dir or run folder, an experiment folder: continue from it
+  bool resume_with_changed_data =
+      false;                          // data whose size or CRC32C differ from the checkpoint's: a warning, not an error
+  std::filesystem::path config_file;  // the experiment file the config came from: no output may be written over it
   // Without train.checkpoint_dir, a run writes into a run folder: a new run into the next one of this
   // experiment folder (runs/gpt-tiny/1, /2, ...), a resumed run into its checkpoint's. Empty: no checkpoints.
   std::filesystem::path experiment;
@@ -72,7 +78,13 @@ struct TrainSummary {
   double stall_s = 0;              // over all steps of this call
 };
 
+// Every output (metrics, trace, cost model, checkpoints) is checked against every input and each other
+// before anything is written (formats/output_paths.h).
 TrainSummary train(const Config& config, const TrainOptions& options);
+
+// What a run of `config` reads: data.path (and a shard's sidecar), the tokenizer's files and the text's cached
+// tokens, model.init_from and offload.cost_model; for commands that must not write over them.
+std::vector<PathUse> run_inputs(const Config& config);
 
 // `ferry eval`: the validation loss of a model without a training step, on the device as training evaluates.
 struct EvalOptions {

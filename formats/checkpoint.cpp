@@ -91,6 +91,18 @@ class StateFields {
       fail(key, fmt::format("is \"{}\"; expected 8 lowercase hex digits", s));
     return static_cast<uint32_t>(std::stoul(s, nullptr, 16));
   }
+  // An array of objects, each read with its place in the field's name ("data[0].bytes"); absent: none.
+  std::vector<StateFields> objects(const std::string& key) const {
+    if (!has(key)) return {};
+    if (!at(key).is_array()) fail(key, fmt::format("is {}; expected an array of objects", at(key).dump()));
+    std::vector<StateFields> out;
+    for (size_t i = 0; i < at(key).size(); ++i) {
+      const std::string item = fmt::format("{}[{}]", key, i);
+      if (!at(key)[i].is_object()) fail(item, fmt::format("is {}; expected an object", at(key)[i].dump()));
+      out.emplace_back(at(key)[i], origin_, prefix_ + item + ".");
+    }
+    return out;
+  }
   StateFields object(const std::string& key) const {
     if (!at(key).is_object()) fail(key, fmt::format("is {}; expected an object", at(key).dump()));
     return StateFields(at(key), origin_, prefix_ + key + ".");
@@ -163,6 +175,16 @@ void read_config_and_files(const StateFields& f, TrainState& s) {
   if (!s.files.count("model.safetensors")) files.fail("model.safetensors", "is missing");
 }
 
+std::vector<TrainState::DataFile> read_data(const StateFields& f) {
+  std::vector<TrainState::DataFile> data;
+  for (const StateFields& d : f.objects("data"))
+    data.push_back(
+        {d.text("role"),
+         d.text("path"),
+         {static_cast<uint64_t>(d.integer("bytes", 0, std::numeric_limits<int64_t>::max())), d.crc("crc32c")}});
+  return data;
+}
+
 // state.json without its own checksum, as the checksum covers it (nlohmann's dump is canonical: sorted
 // keys, shortest round-trip numbers, so a parsed file dumps to the same text).
 uint32_t own_checksum(json j) {
@@ -211,6 +233,9 @@ json state_json(const TrainState& state) {
   if (const json origin = origin_json(state.origin); !origin.empty()) j["origin"] = origin;
   for (const auto& [key, value] : state.config) j["config"][key] = value;
   for (const auto& [name, sum] : state.files) j["files"][name] = {{"bytes", sum.bytes}, {"crc32c", hex32(sum.crc32c)}};
+  for (const auto& d : state.data)
+    j["data"].push_back(
+        {{"role", d.role}, {"path", d.path.string()}, {"bytes", d.sum.bytes}, {"crc32c", hex32(d.sum.crc32c)}});
   if (state.pending) {
     const auto& u = *state.pending;
     j["pending_update"] = {{"adam_step", u.adam_step}, {"lr", u.lr}, {"grad_scale", u.grad_scale}, {"skipped", u.skipped}};
@@ -317,6 +342,7 @@ TrainState parse_train_state(const std::string& text, const std::string& origin)
   s.pending = read_pending(f, s.optimizer_steps);
   s.origin = read_origin(f);
   read_config_and_files(f, s);
+  s.data = read_data(f);
   // Checked last, so that a value out of range is named as such. Files of earlier builds have neither.
   if (f.has("state_crc32c") && f.crc("state_crc32c") != own_checksum(j))
     throw std::runtime_error("'" + origin + "' is damaged: state_crc32c " + f.at("state_crc32c").get<std::string>() +
@@ -363,6 +389,21 @@ void check_resumable(const TrainState& s, const std::filesystem::path& dir, cons
   if (s.step > expected.steps)
     throw std::runtime_error(fmt::format("--resume: '{}' is at step {}, beyond train.steps {} of this config; its state.json "
                                          "is damaged", dir.string(), s.step, expected.steps));
+}
+
+std::vector<std::string> changed_data(const std::vector<TrainState::DataFile>& recorded,
+                                      const std::vector<TrainState::DataFile>& now) {
+  std::vector<std::string> changed;
+  for (const TrainState::DataFile& was : recorded) {
+    const auto is =
+        std::find_if(now.begin(), now.end(), [&](const TrainState::DataFile& d) { return d.role == was.role; });
+    if (is == now.end() || (is->sum.bytes == was.sum.bytes && is->sum.crc32c == was.sum.crc32c)) continue;
+    changed.push_back(fmt::format("{} '{}' has {} bytes, CRC32C {}; the checkpoint's{} had {} bytes, CRC32C {}",
+                                  is->role, is->path.string(), is->sum.bytes, hex32(is->sum.crc32c),
+                                  is->path == was.path ? "" : " ('" + was.path.string() + "')", was.sum.bytes,
+                                  hex32(was.sum.crc32c)));
+  }
+  return changed;
 }
 
 bool verify_checkpoint_file(const std::filesystem::path& dir, const TrainState& state, const std::string& file) {
@@ -413,8 +454,9 @@ StateToWrite views_of(const models::ParameterStore& params, std::span<const floa
 }
 StateToRead views_of(models::ParameterStore& params, std::span<float> m, std::span<float> v) { return views(params, m, v); }
 
-void write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec, const StateToWrite& from,
-                            TrainState state) {
+std::map<std::string, FileChecksum> write_checkpoint_files(const std::filesystem::path& dir,
+                                                           const models::ModelSpec& spec, const StateToWrite& from,
+                                                           TrainState state) {
   const size_t n = spec.params.size();
   if (from.weights.size() != n || from.m.size() != n || from.v.size() != n || (state.pending && from.pending.size() != n))
     throw std::logic_error("write_checkpoint_files: a view per parameter is needed");
@@ -439,7 +481,11 @@ void write_checkpoint_files(const std::filesystem::path& dir, const models::Mode
     sync_to_disk(dir / f, false);
     state.files[f] = checksum_file(dir / f);  // what reached the file, read back
   }
-  write_file_atomically(dir / "state.json", state_json(state).dump(2) + "\n", "checkpoint");  // synced, and its folder
+  const std::string text = state_json(state).dump(2) + "\n";
+  write_file_atomically(dir / "state.json", text, "checkpoint");  // synced, and its folder
+  std::map<std::string, FileChecksum> written = state.files;
+  written["state.json"] = {text.size(), crc32c(0, std::as_bytes(std::span(text.data(), text.size())))};
+  return written;
 }
 
 std::filesystem::path save_checkpoint(const std::filesystem::path& root, const models::ModelSpec& spec,

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/crc32c.h"
+#include "foundation/crc32c.h"
 #include "formats/safetensors.h"
 #include "models/registry.h"
 #include "memory/tensor_view.h"
@@ -58,6 +58,14 @@ struct TrainState {
     bool lowercase = true;  // WordPiece's case rule
   };
   Origin origin{};
+  // The files the run's tokens came from (data.path, its cached tokens, the tokenizer's files), as they were
+  // when the checkpoint was written: a resumed run's must match. Empty in checkpoints of earlier builds.
+  struct DataFile {
+    std::string role;            // "data.path", "the token cache", "data.vocab", "data.merges"
+    std::filesystem::path path;  // absolute
+    FileChecksum sum;
+  };
+  std::vector<DataFile> data{};
 };
 
 // What a resumed run must match: the settings behind the config hash, and its step count.
@@ -110,9 +118,11 @@ StateToWrite views_of(const models::ParameterStore& params, std::span<const floa
 StateToRead views_of(models::ParameterStore& params, std::span<float> m, std::span<float> v);
 
 // Writes a checkpoint's files into the existing, empty folder `dir`, each fsynced, state.json last with the
-// others' checksums. With state.pending, also the pending update's gradients.
-void write_checkpoint_files(const std::filesystem::path& dir, const models::ModelSpec& spec, const StateToWrite& from,
-                            TrainState state);
+// others' checksums. With state.pending, also the pending update's gradients. Returns every file written,
+// state.json included, with its size and CRC32C.
+std::map<std::string, FileChecksum> write_checkpoint_files(const std::filesystem::path& dir,
+                                                           const models::ModelSpec& spec, const StateToWrite& from,
+                                                           TrainState state);
 
 // Reads the checkpoint folder `dir` (whose state is `state`) into the parts of `into` that are not empty:
 // weights, m and v together, and the pending gradients (state.pending), each file checked against its
@@ -129,6 +139,12 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root, const m
 // A checkpoint whose settings differ from `expected` (each differing key named with both values), or whose
 // step is beyond expected.steps, is an error.
 void check_resumable(const TrainState& state, const std::filesystem::path& dir, const ResumeCheck& expected);
+
+// The files of `recorded` (a checkpoint's data) that differ in size or CRC32C from this run's file of the
+// same role in `now`, each in words (both paths, sizes and checksums); empty when all match or none is
+// recorded (a checkpoint of an earlier build).
+std::vector<std::string> changed_data(const std::vector<TrainState::DataFile>& recorded,
+                                      const std::vector<TrainState::DataFile>& now);
 
 // `path` is a checkpoint folder, or a checkpoint dir (its newest is taken). Checks it against `expected`
 // (a differing setting is named with both values) and every file against its checksum, then restores

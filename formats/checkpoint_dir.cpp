@@ -1,5 +1,6 @@
 // CheckpointDir: the manifest (written atomically), the lock that keeps two live runs out of one dir, the
-// start-up checks (writable, not another run's), and saving with rotation among this run's own folders.
+// start-up checks (writable, not another run's), and saving with rotation among this run's own folders, which
+// deletes only the files the manifest records, unchanged.
 #include "formats/checkpoint_dir.h"
 
 #include "foundation/atomic_file.h"
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <fmt/format.h>
@@ -52,6 +54,62 @@ std::string list_names(std::vector<std::string> names) {
 }
 
 std::string temporary_folder_name(const std::string& name, const std::string& run_id) { return name + "." + run_id + ".tmp"; }
+
+std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }
+
+// A file name the manifest may record in a step folder: one name inside it, never a path out of it.
+bool plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+// The manifest's "written": per folder, per file, its size and CRC32C; nothing when `j` is not that.
+std::optional<std::map<std::string, std::map<std::string, FileChecksum>>> read_written(const json& j) {
+  std::map<std::string, std::map<std::string, FileChecksum>> written;
+  if (!j.is_object()) return std::nullopt;
+  for (const auto& [folder, files] : j.items()) {
+    if (!step_of_folder_name(folder) || !files.is_object()) return std::nullopt;
+    for (const auto& [file, sum] : files.items()) {
+      if (!plain_file_name(file) || !sum.is_object() || !sum.contains("bytes") || !sum["bytes"].is_number_unsigned() ||
+          !sum.contains("crc32c") || !sum["crc32c"].is_string())
+        return std::nullopt;
+      const std::string crc = sum["crc32c"].get<std::string>();
+      if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos) return std::nullopt;
+      written[folder][file] = {sum["bytes"].get<uint64_t>(), static_cast<uint32_t>(std::stoul(crc, nullptr, 16))};
+    }
+  }
+  return written;
+}
+
+// The files a checkpoint folder records in its state.json (valid, checked against its own checksum), and
+// state.json itself: what a manifest of an earlier build, which records no files, stands for. None when
+// the folder holds no valid state.json (then nothing in it is taken for Ferry's).
+std::map<std::string, FileChecksum> files_its_state_records(const std::filesystem::path& folder) {
+  try {
+    std::ifstream in(folder / "state.json", std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) return {};
+    std::map<std::string, FileChecksum> files = parse_train_state(text.str(), (folder / "state.json").string()).files;
+    files["state.json"] = checksum_file(folder / "state.json");
+    return files;
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+// Whether `path` is still the regular file of `sum`'s size and CRC32C (a link is never taken for one).
+bool unchanged(const std::filesystem::path& path, const FileChecksum& sum) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec)) ||
+      std::filesystem::file_size(path, ec) != sum.bytes || ec)
+    return false;
+  try {
+    return checksum_file(path).crc32c == sum.crc32c;
+  } catch (const std::runtime_error&) {
+    return false;  // unreadable: not known to be ours
+  }
+}
 
 std::string refusal(const std::filesystem::path& root, const RunManifest& manifest, const std::vector<std::string>& theirs,
                     const std::optional<CheckpointDir::Resumed>& resumed) {
@@ -138,6 +196,11 @@ std::optional<RunManifest> read_run_manifest(const std::filesystem::path& root) 
     if (!name.is_string() || !step_of_folder_name(name.get<std::string>())) throw damaged("checkpoints holds " + name.dump());
     m.checkpoints.push_back(name.get<std::string>());
   }
+  if (j.contains("written")) {
+    auto written = read_written(j["written"]);
+    if (!written) throw damaged("written is not, per step folder, its files' names with bytes and crc32c");
+    m.written = std::move(*written);
+  }
   return m;
 }
 
@@ -198,8 +261,8 @@ CheckpointDir::~CheckpointDir() {
 
 CheckpointDir::CheckpointDir(CheckpointDir&& other) noexcept
     : root_(std::move(other.root_)), config_hash_(std::move(other.config_hash_)), run_id_(std::move(other.run_id_)),
-      listed_(std::move(other.listed_)), replaced_(std::move(other.replaced_)), created_(std::move(other.created_)),
-      lock_fd_(std::exchange(other.lock_fd_, -1)) {
+      listed_(std::move(other.listed_)), replaced_(std::move(other.replaced_)), written_(std::move(other.written_)),
+      warn_(std::move(other.warn_)), created_(std::move(other.created_)), lock_fd_(std::exchange(other.lock_fd_, -1)) {
   other.created_.clear();  // (a moved-from vector is only valid, not necessarily empty)
 }
 
@@ -231,6 +294,7 @@ void CheckpointDir::lock_and_probe() {
 }
 
 void CheckpointDir::adopt(const std::optional<RunManifest>& manifest, const std::optional<Resumed>& resumed, bool overwrite) {
+  if (manifest) written_ = manifest->written;  // this run's files, or those of the run it may replace
   if (manifest && resumed && !resumed->run_id.empty() && manifest->run_id == resumed->run_id) {
     run_id_ = manifest->run_id;  // the same run, continued: its folders stay its own
     listed_ = manifest->checkpoints;
@@ -280,7 +344,16 @@ void CheckpointDir::remove_leftover_temporaries(const std::vector<std::string>& 
 }
 
 void CheckpointDir::write_manifest() const {
-  const json j{{"ferry_run", 1}, {"run_id", run_id_}, {"config_hash", config_hash_}, {"checkpoints", listed_}};
+  json written = json::object();
+  for (const std::string& name : listed_)
+    if (const auto it = written_.find(name); it != written_.end())
+      for (const auto& [file, sum] : it->second)
+        written[name][file] = {{"bytes", sum.bytes}, {"crc32c", hex32(sum.crc32c)}};
+  const json j{{"ferry_run", 1},
+               {"run_id", run_id_},
+               {"config_hash", config_hash_},
+               {"checkpoints", listed_},
+               {"written", written}};
   write_file_atomically(root_ / kRunManifest, j.dump(2) + "\n", "checkpoint");
 }
 
@@ -292,22 +365,35 @@ std::filesystem::path CheckpointDir::save(const models::ModelSpec& spec, const S
   if (!contains(listed_, name) && !contains(replaced_, name) && std::filesystem::exists(std::filesystem::symlink_status(final_dir, ec)))
     throw std::runtime_error("train.checkpoint_dir: '" + final_dir.string() + "' appeared while this run trained, and this "
                              "run did not write it; Ferry does not replace it: move it elsewhere");
-  for (const auto& other : replaced_) std::filesystem::remove_all(root_ / other);  // --overwrite-checkpoints
+  for (const auto& other : replaced_)  // --overwrite-checkpoints
+    if (const auto kept = remove_written(other); !kept.empty())
+      warn(fmt::format(
+          "--overwrite-checkpoints kept '{}': it holds {}, which the run that wrote it did not write; its checkpoint "
+          "files are deleted: move or delete the rest yourself",
+          (root_ / other).string(), list_names(kept)));
   replaced_.clear();
   // Listed before it exists: a folder of this name is this run's even if the run dies while writing it.
   std::erase(listed_, name);
   listed_.push_back(name);
   write_manifest();
+  const int64_t step = state.step;
+  std::map<std::string, FileChecksum> files;
   try {
     std::filesystem::remove_all(tmp);
     std::filesystem::create_directory(tmp);
-    write_checkpoint_files(tmp, spec, from, std::move(state));
+    files = write_checkpoint_files(tmp, spec, from, std::move(state));
+    // This run's earlier checkpoint of the step (resumed from an older one): its files, and nothing else.
+    if (const auto kept = remove_written(name); !kept.empty())
+      throw std::runtime_error(
+          fmt::format("train.checkpoint_dir: '{}' holds {}, which this run did not write, where the checkpoint of "
+                      "step {} goes; Ferry does not delete it: move it elsewhere",
+                      final_dir.string(), list_names(kept), step));
   } catch (...) {
     std::filesystem::remove_all(tmp, ec);  // leave nothing half-written behind
     throw;
   }
-  std::filesystem::remove_all(final_dir);  // this run's earlier checkpoint of the step (resumed from an older one)
   std::filesystem::rename(tmp, final_dir);
+  written_[name] = std::move(files);
   sync_to_disk(root_, true);
   rotate(keep);
   return final_dir;
@@ -321,10 +407,47 @@ void CheckpointDir::rotate(int keep) {
       kept.insert(kept.begin(), *it);
       continue;
     }
-    std::filesystem::remove_all(root_ / *it);
+    if (const auto left = remove_written(*it); !left.empty())  // no longer a checkpoint: forgotten, and said
+      warn(fmt::format(
+          "checkpoint rotation kept '{}': it holds {}, which this run did not write; its checkpoint files are "
+          "deleted: move or delete the rest yourself",
+          (root_ / *it).string(), list_names(left)));
   }
+  std::erase_if(written_, [&](const auto& entry) { return !contains(kept, entry.first); });
   listed_ = std::move(kept);
   write_manifest();
+}
+
+std::vector<std::string> CheckpointDir::remove_written(const std::string& name) {
+  const std::filesystem::path folder = root_ / name;
+  const auto recorded = written_.find(name);
+  const std::map<std::string, FileChecksum> files =
+      recorded != written_.end() ? recorded->second : files_its_state_records(folder);
+  written_.erase(name);
+  std::error_code ec;
+  const auto status = std::filesystem::symlink_status(folder, ec);
+  if (!std::filesystem::exists(status)) return {};
+  if (!std::filesystem::is_directory(status))
+    return {"a " + std::string(std::filesystem::is_symlink(status) ? "link" : "file") + " of that name"};
+  std::vector<std::string> changed;
+  for (const auto& [file, sum] : files) {
+    if (!std::filesystem::exists(std::filesystem::symlink_status(folder / file, ec))) continue;
+    if (unchanged(folder / file, sum)) std::filesystem::remove(folder / file, ec);
+    else changed.push_back(file);
+  }
+  if (std::filesystem::remove(folder, ec)) return {};  // emptied: gone
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(folder, ec)) {
+    const std::string entry = e.path().filename().string();
+    left.push_back(entry + (e.is_directory(ec) ? "/" : "") +
+                   (contains(changed, entry) ? " (changed since it was written)" : ""));
+  }
+  return left;
+}
+
+void CheckpointDir::warn(const std::string& message) const {
+  if (warn_) warn_(message);
+  else std::fprintf(stderr, "ferry: warning: %s\n", message.c_str());
 }
 
 }  // namespace ferry::formats

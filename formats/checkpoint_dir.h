@@ -1,11 +1,14 @@
-// A checkpoint dir and the one run that writes it: ferry-run.json names the run and the step folders it
-// wrote, in the order written; rotation deletes only those, and a new run refuses a dir holding another
-// run's checkpoints (or step folders no manifest lists) unless told to overwrite them. Run folders: a run
-// given no train.checkpoint_dir gets a checkpoint dir of its own, the next numbered folder of its experiment.
+// A checkpoint dir and the one run that writes it: ferry-run.json names the run, the step folders it wrote,
+// in the order written, and each file it wrote there with its size and CRC32C; rotation deletes only those
+// files, unchanged, and a new run refuses a dir holding another run's checkpoints (or step folders no
+// manifest lists) unless told to overwrite them. Run folders: a run given no train.checkpoint_dir gets a
+// checkpoint dir of its own, the next numbered folder of its experiment.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -21,6 +24,9 @@ struct RunManifest {
   std::string run_id;
   std::string config_hash;               // of the run's settings (informative)
   std::vector<std::string> checkpoints;  // folder names, oldest written first; some may not exist (yet)
+  // Per folder, the files the run wrote there (state.json included). Manifests of earlier builds have none:
+  // the folder's state.json, when it is valid, stands in.
+  std::map<std::string, std::map<std::string, FileChecksum>> written;
 };
 
 // root/ferry-run.json, or nothing when there is none; a damaged one is an error naming it.
@@ -59,13 +65,18 @@ class CheckpointDir {
   CheckpointDir(const CheckpointDir&) = delete;
   CheckpointDir& operator=(const CheckpointDir&) = delete;
 
-  // Writes root/step-NNNNNNNN (state.run_id set to this run's), records it in the manifest, and deletes
-  // this run's older checkpoints beyond the newest `keep`. Returns the folder written.
+  // Writes root/step-NNNNNNNN (state.run_id set to this run's), records it and its files in the manifest,
+  // and deletes this run's older checkpoints beyond the newest `keep`: the files recorded, while they still
+  // have their recorded size and CRC32C, then the folder if that empties it. Anything else in it (a folder
+  // the user put there, a file changed since) is kept, and a warning names it. Returns the folder written.
   std::filesystem::path save(const models::ModelSpec& spec, const StateToWrite& from, TrainState state, int keep);
   std::filesystem::path save(const models::ModelSpec& spec, const models::ParameterStore& params, std::span<const float> m,
                              std::span<const float> v, TrainState state, int keep) {
     return save(spec, views_of(params, m, v), std::move(state), keep);
   }
+
+  // Where the warnings of rotation go (default: stderr, "ferry: warning: ...").
+  void on_warning(std::function<void(const std::string&)> warn) { warn_ = std::move(warn); }
 
   const std::string& run_id() const { return run_id_; }
   const std::filesystem::path& root() const { return root_; }
@@ -77,12 +88,18 @@ class CheckpointDir {
   void remove_leftover_temporaries(const std::vector<std::string>& run_ids) const;
   void write_manifest() const;
   void rotate(int keep);
+  // Deletes in root/name each file recorded as written there while it still has its recorded size and
+  // CRC32C, then the folder if that empties it. Returns what stays there (empty: the folder is gone).
+  std::vector<std::string> remove_written(const std::string& name);
+  void warn(const std::string& message) const;
 
   std::filesystem::path root_;
   std::string config_hash_;
   std::string run_id_;
   std::vector<std::string> listed_;    // this run's folders, oldest written first
   std::vector<std::string> replaced_;  // another run's, deleted before this run's first checkpoint
+  std::map<std::string, std::map<std::string, FileChecksum>> written_;  // listed_'s and replaced_'s files
+  std::function<void(const std::string&)> warn_;
   std::vector<std::filesystem::path> created_;  // innermost first: removed by the destructor if left empty
   int lock_fd_ = -1;
 };

@@ -52,8 +52,8 @@ void sleep_until_unless_stopped(Clock::time_point until, Clock::time_point done_
   for (;;) {
     const auto now = Clock::now();
     if (stop_requested() && done_by > requested_at() + kStopGrace)
-      throw Interrupted(fmt::format("{} would end {:.3g} s from now; abandoned to stop (Ctrl-C or SIGTERM)", what,
-                                    std::chrono::duration<double>(done_by - now).count()));
+      throw Interrupted(fmt::format("{} would end {:.3g} s from now; abandoned to stop (Ctrl-C, SIGTERM or SIGHUP)",
+                                    what, std::chrono::duration<double>(done_by - now).count()));
     if (now >= until) return;
     std::this_thread::sleep_until(std::min(until, now + kSlice));
   }

@@ -1,4 +1,4 @@
-// The process-wide stop request (Ctrl-C, SIGTERM): set from a signal handler; the trainer finishes its step
+// The process-wide stop request (Ctrl-C, SIGTERM, SIGHUP): set from a signal handler; the trainer finishes its step
 // and checkpoints, and a wait that might not end by itself (a throttled copy) gives up instead of hanging.
 #pragma once
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # stop_train.sh FERRY WAIT SIGNALS -- TRAIN_ARGS...: starts `ferry train TRAIN_ARGS`, waits until its output
-# matches WAIT (grep -E; "-": no output to wait for, 1 s) and 0.3 s more, sends SIGNALS ("INT", "TERM", "INT INT": 0.2 s apart), then
+# matches WAIT (grep -E; "-": no output to wait for, 1 s) and 0.3 s more, sends SIGNALS ("INT", "TERM", "HUP", "INT INT": 0.2 s apart), then
 # prints its output and "exited with status N within a second"; a run still alive a second after the
 # last signal is killed (status 99). Exits with ferry's status.
 set -uo pipefail

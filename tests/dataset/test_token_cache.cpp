@@ -150,6 +150,34 @@ TEST(TokenCache, ADamagedCachedShardIsRebuilt) {
   EXPECT_EQ(shard_tokens(again.shard), load_tokenizer(gpt2())->encode("the cat sat on the mat\n"));
 }
 
+// Issue 32: zeroing the token bytes of a cached shard (its header kept) made every later run train on zeros,
+// "from the cache". The sidecar records the shard's checksum: changed bytes are found, said, and tokenised again.
+TEST(TokenCache, ACachedShardWhoseTokensChangedIsRebuiltAndSaidSo) {
+  Scratch s;
+  const auto text = s.dir / "corpus.txt";
+  write_text(text, "the cat sat on the mat\nthe ferry crossed the sea\n");
+  const CachedTokens first = cached_tokens(text, gpt2(), s.dir / "cache");
+  ASSERT_TRUE(first.info.checksum.has_value());
+  EXPECT_EQ(first.info.checksum->crc32c, checksum_file(first.shard).crc32c);
+  EXPECT_EQ(read_shard_info(first.shard)->checksum->bytes, std::filesystem::file_size(first.shard));
+  const auto size = std::filesystem::file_size(first.shard);
+  {
+    std::fstream shard(first.shard, std::ios::binary | std::ios::in | std::ios::out);
+    shard.seekp(1024);
+    shard << std::string(size - 1024, '\0');  // every token 0, the header as it was
+  }
+  std::vector<std::string> reports;
+  const CachedTokens again =
+      cached_tokens(text, gpt2(), s.dir / "cache", [&](const std::string& r) { reports.push_back(r); });
+  EXPECT_TRUE(again.built);
+  EXPECT_EQ(shard_tokens(again.shard), load_tokenizer(gpt2())->encode(testing::file_text(text)));
+  ASSERT_FALSE(reports.empty());
+  EXPECT_NE(reports[0].find("the cached tokens '" + first.shard.string() + "' changed on disk since they were written"),
+            std::string::npos)
+      << reports[0];
+  EXPECT_FALSE(cached_tokens(text, gpt2(), s.dir / "cache").built);  // intact again: reused
+}
+
 // The committed BPE with one more merge, of a newline and a space ("\n " as one token), so that a part cut
 // inside a whitespace run would tokenise differently.
 TokenizerFiles gpt2_joining_newline_and_space(const std::filesystem::path& dir) {

@@ -11,13 +11,14 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "engine/config.h"
 #include "dataset/dataset.h"
-#include "formats/crc32c.h"
+#include "foundation/crc32c.h"
 #include "formats/checkpoint_dir.h"
 #include "formats/export.h"
 #include "formats/safetensors.h"
@@ -28,6 +29,7 @@
 #include "memory/arena.h"
 #include "engine/ops/cpu_runner.h"
 #include "models/gpt2.h"
+#include "full_disk.h"
 #include "test_helpers.h"
 
 namespace ferry::engine {
@@ -208,12 +210,12 @@ std::string hex32(uint32_t v) {
 void record_checksums_again(const std::filesystem::path& folder) {
   auto j = nlohmann::json::parse(file_text(folder / "state.json"));
   for (auto& [name, entry] : j["files"].items()) {
-    const formats::FileChecksum sum = formats::checksum_file(folder / name);
+    const FileChecksum sum = checksum_file(folder / name);
     entry = {{"bytes", sum.bytes}, {"crc32c", hex32(sum.crc32c)}};
   }
   j.erase("state_crc32c");
   const std::string text = j.dump();
-  j["state_crc32c"] = hex32(formats::crc32c(0, std::as_bytes(std::span(text.data(), text.size()))));
+  j["state_crc32c"] = hex32(crc32c(0, std::as_bytes(std::span(text.data(), text.size()))));
   std::ofstream(folder / "state.json", std::ios::trunc) << j.dump(2);
 }
 
@@ -638,6 +640,157 @@ TEST(RunFolders, CheckpointEveryWithNowhereToWriteIsRefused) {
   cfg.train.checkpoint_every = 5;
   EXPECT_NE(train_error(cfg, quiet_options()).find("train.checkpoint_every: 5 needs train.checkpoint_dir (where to write them)"),
             std::string::npos);
+}
+
+// Issue 32: --metrics, --trace and --save-cost-model could name the training text, the config or a file of
+// the checkpoint being resumed (then damaged), and two of them one file. Each is refused before anything is
+// written: the inputs are as they were, and no checkpoint dir was made.
+TEST(Trainer, NoOutputIsWrittenOverAnInputOrAnotherOutput) {
+  const auto root = testing::scratch_path("outputs_over_inputs");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  std::filesystem::copy_file(kText, root / "train.txt");
+  std::ofstream(root / "tiny.yaml") << "model: {n_layer: 1}\n";
+  Config cfg = tiny_config(2, 1);
+  cfg.data.path = root / "train.txt";
+  cfg.train.checkpoint_dir = root / "ckpt";
+  const auto refused = [&](const TrainOptions& opt, const std::string& expected) {
+    EXPECT_NE(train_error(cfg, opt).find(expected), std::string::npos) << train_error(cfg, opt);
+    EXPECT_EQ(file_text(root / "train.txt"), file_text(kText));
+    EXPECT_EQ(file_text(root / "tiny.yaml"), "model: {n_layer: 1}\n");
+  };
+  TrainOptions opt = quiet_options();
+  opt.config_file = root / "tiny.yaml";
+  opt.metrics = root / "train.txt";
+  refused(opt, "--metrics: '" + (root / "train.txt").string() +
+                   "' is the data.path file, which this command reads; writing there would "
+                   "destroy it: choose another path");
+  opt.metrics = root / "m.jsonl";
+  opt.trace = root / "ckpt" / ".." / "m.jsonl";
+  refused(opt, "--trace: '" + opt.trace.string() + "' is also where --metrics writes");
+  opt.trace.clear();
+  opt.save_cost_model = root / "tiny.yaml";
+  refused(opt, "--save-cost-model: '" + (root / "tiny.yaml").string() + "' is the --config file");
+  opt.save_cost_model.clear();
+  opt.metrics = root / "ckpt" / "ferry-run.json";
+  refused(opt, "is also where the run's manifest (ferry-run.json) writes");
+  EXPECT_FALSE(std::filesystem::exists(root / "ckpt"));
+  EXPECT_FALSE(std::filesystem::exists(root / "m.jsonl"));
+
+  // The checkpoint being resumed: no output inside its folder.
+  TrainOptions stop = quiet_options();
+  stop.stop_after = 1;
+  train(cfg, stop);
+  const auto weights = root / "ckpt" / "step-00000001" / "model.safetensors";
+  const std::string before = file_text(weights);
+  opt.metrics = weights;
+  opt.resume = root / "ckpt";
+  refused(opt, "--metrics: '" + weights.string() + "' lies inside the checkpoint resumed (--resume) folder '" +
+                   (root / "ckpt" / "step-00000001").string() + "'");
+  EXPECT_EQ(file_text(weights), before);
+  std::filesystem::remove_all(root);
+}
+
+// Issue 32: state.json recorded only the data file's name, so a run resumed on a changed text (or random bytes
+// of the same size) trained on them and compared its losses with the old start. Each data file's size and
+// CRC32C are recorded; other data are an error naming the file, unless accepted explicitly.
+TEST(Checkpoints, ResumingOnOtherDataIsAnErrorNamingTheFileUnlessAccepted) {
+  const auto root = testing::scratch_path("changed_data");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  const auto text = root / "train.txt";
+  std::filesystem::copy_file(kText, text);
+  Config cfg = checkpointing_config(4, 3, root / "ckpt", 2, 3);
+  cfg.data.path = text;
+  TrainOptions stop = quiet_options();
+  stop.stop_after = 2;
+  train(cfg, stop);
+  const formats::TrainState state = formats::read_checkpoint_state(root / "ckpt").first;
+  ASSERT_EQ(state.data.size(), 1u);
+  EXPECT_EQ(state.data[0].role, "data.path");
+  EXPECT_EQ(state.data[0].path, std::filesystem::absolute(text).lexically_normal());
+  EXPECT_EQ(state.data[0].sum.bytes, std::filesystem::file_size(text));
+  EXPECT_EQ(state.data[0].sum.crc32c, checksum_file(text).crc32c);
+
+  std::string other = file_text(kText);
+  std::mt19937 bytes(7);
+  for (char& c : other) c = static_cast<char>(bytes() % 256);  // the same size, other bytes
+  std::ofstream(text, std::ios::binary | std::ios::trunc) << other;
+  TrainOptions resume = quiet_options();
+  resume.resume = root / "ckpt";
+  const std::string what = train_error(cfg, resume);
+  EXPECT_NE(what.find("--resume: the data are not those '" + (root / "ckpt" / "step-00000002").string() +
+                      "' was trained on: data.path '" + state.data[0].path.string() + "' has " +
+                      std::to_string(other.size()) + " bytes, CRC32C "),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("restore the data, or pass --resume-with-changed-data"), std::string::npos) << what;
+  resume.resume_with_changed_data = true;
+  EXPECT_EQ(train(cfg, resume).losses.size(), 2u);
+  EXPECT_EQ(formats::read_checkpoint_state(root / "ckpt").first.data[0].sum.crc32c, checksum_file(text).crc32c);
+  std::filesystem::remove_all(root);
+}
+
+// Issue 32: a resumed run's metrics repeated the steps logged after its checkpoint. The file is cut back to the
+// checkpoint's step, then appended to: each step once, in order.
+TEST(Trainer, AResumedRunsMetricsHoldEachStepOnce) {
+  const auto root = testing::scratch_path("metrics_once");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  const Config cfg = checkpointing_config(6, 2, root / "ckpt", 2, 3);
+  TrainOptions opt = quiet_options();
+  opt.metrics = root / "m.jsonl";
+  train(cfg, opt);
+  ASSERT_EQ(metric_lines(opt.metrics).size(), 7u);
+  opt.resume = root / "ckpt" / "step-00000002";  // as if killed after step 6 with its last checkpoint at step 2
+  train(cfg, opt);
+  const auto lines = metric_lines(opt.metrics);
+  ASSERT_EQ(lines.size(), 7u);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(lines[i]["step"], i);
+  // A file that is not the run's metrics is not rewritten.
+  std::ofstream(opt.metrics, std::ios::trunc) << "the user's notes\n" << lines[0].dump() << "\n";
+  EXPECT_NE(train_error(cfg, opt).find("line 1 is not a metrics line of ferry train ('the user's notes')"),
+            std::string::npos);
+  EXPECT_EQ(file_text(opt.metrics).substr(0, 17), "the user's notes\n");
+  std::filesystem::remove_all(root);
+}
+
+// Issue 32: a final checkpoint that failed on a full disk said nothing of where to resume from. The error names
+// the last good checkpoint on disk (here the one resumed from), or says there is none.
+TEST(Checkpoints, AFailedCheckpointNamesTheLastGoodOneToResumeFrom) {
+  const auto root = testing::scratch_path("failed_checkpoint");
+  std::filesystem::remove_all(root);
+  const Config cfg = checkpointing_config(4, 6, root / "ckpt", 0, 1);
+  TrainOptions stop = quiet_options();
+  stop.stop_after = 2;
+  train(cfg, stop);
+  const auto good = root / "ckpt" / "step-00000002";
+  // Room for the weights, not for the moments (twice their size): as a disk that fills up.
+  const uint64_t limit = (std::filesystem::file_size(good / "model.safetensors") +
+                          std::filesystem::file_size(good / "optimizer.safetensors")) /
+                         2;
+  TrainOptions resume = quiet_options();
+  resume.resume = root / "ckpt";
+  std::string what;
+  {
+    const testing::FileSizeLimit full(limit);
+    what = train_error(cfg, resume);
+  }
+  EXPECT_NE(what.find("the checkpoint of step 4 failed: "), std::string::npos) << what;
+  EXPECT_NE(what.find("File too large"), std::string::npos) << what;
+  EXPECT_NE(what.find("the last good checkpoint is '" + good.string() +
+                      "': fix the cause (a full disk?), then continue from it with "
+                      "--resume " +
+                      good.string()),
+            std::string::npos)
+      << what;
+  EXPECT_EQ(formats::find_checkpoint(root / "ckpt"), good);
+  {
+    const testing::FileSizeLimit full(limit);
+    what = train_error(checkpointing_config(4, 6, root / "fresh", 0, 1), quiet_options());
+  }
+  EXPECT_NE(what.find("no checkpoint of this run is on disk to resume from"), std::string::npos) << what;
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

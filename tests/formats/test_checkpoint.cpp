@@ -17,7 +17,7 @@
 
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_dir.h"
-#include "formats/crc32c.h"
+#include "foundation/crc32c.h"
 #include "models/registry.h"
 #include "foundation/rng.h"
 #include "test_helpers.h"
@@ -202,6 +202,120 @@ TEST(CheckpointDir, RotatesOnlyItsOwnFoldersNewestWrittenLast) {
   EXPECT_EQ(find_checkpoint(root), root / "step-00000002");
   EXPECT_EQ(entries(root), (std::vector<std::string>{"ferry-run.json", "notes.txt", "step-00000001-final", "step-00000002",
                                                      "step-00000003"}));
+  std::filesystem::remove_all(root);
+}
+
+// Issue 32: rotation deleted a folder the user had put inside a step folder (step-00000006/hf-export). It
+// deletes the files the manifest records, only while they have their recorded size and CRC32C, and keeps,
+// and names in a warning, anything else.
+TEST(CheckpointDir, RotationDeletesOnlyTheFilesItWroteUnchangedAndNamesWhatItKept) {
+  const auto root = testing::scratch_path("ckpt-rotation-keeps");
+  std::filesystem::remove_all(root);
+  const Tiny t;
+  std::vector<std::string> warnings;
+  CheckpointDir dir(root, "h", std::nullopt, false);
+  dir.on_warning([&](const std::string& w) { warnings.push_back(w); });
+  dir.save(t.spec, t.params, t.m, t.v, t.state(1), 1);
+  const auto manifest = read_run_manifest(root);
+  EXPECT_EQ(manifest->written.at("step-00000001").at("model.safetensors").bytes,
+            std::filesystem::file_size(root / "step-00000001" / "model.safetensors"));
+  EXPECT_EQ(manifest->written.at("step-00000001").at("state.json").crc32c,
+            checksum_file(root / "step-00000001" / "state.json").crc32c);
+  std::filesystem::create_directories(root / "step-00000001" / "hf-export");
+  std::ofstream(root / "step-00000001" / "hf-export" / "config.json") << "{}\n";
+  dir.save(t.spec, t.params, t.m, t.v, t.state(2), 1);  // rotates step 1 out
+  EXPECT_EQ(entries(root / "step-00000001"), std::vector<std::string>{"hf-export"});
+  EXPECT_EQ(file_text(root / "step-00000001" / "hf-export" / "config.json"), "{}\n");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("checkpoint rotation kept '" + (root / "step-00000001").string() +
+                             "': it holds hf-export/, which this run "
+                             "did not write; its checkpoint files are deleted"),
+            std::string::npos)
+      << warnings[0];
+  // A file of the run's own replaced by another of the same name is not the run's any more: kept.
+  std::ofstream(root / "step-00000002" / "optimizer.safetensors", std::ios::trunc) << "the user's own\n";
+  dir.save(t.spec, t.params, t.m, t.v, t.state(3), 1);
+  EXPECT_EQ(entries(root / "step-00000002"), std::vector<std::string>{"optimizer.safetensors"});
+  EXPECT_EQ(file_text(root / "step-00000002" / "optimizer.safetensors"), "the user's own\n");
+  EXPECT_NE(warnings.back().find("optimizer.safetensors (changed since it was written)"), std::string::npos)
+      << warnings.back();
+  EXPECT_EQ(read_run_manifest(root)->checkpoints, std::vector<std::string>{"step-00000003"});
+  EXPECT_EQ(read_run_manifest(root)->written.size(), 1u);
+  std::filesystem::remove_all(root);
+}
+
+// Issue 32: a hand-edited ferry-run.json listing a user's folder made rotation delete it. Listed, it is still
+// only the files recorded, with their checksums, that go; a manifest of an earlier build (no "written") stands
+// on the folder's valid state.json; a recorded name leaving its folder is a damaged manifest.
+TEST(CheckpointDir, AHandEditedManifestCannotMakeRotationDeleteTheUsersFiles) {
+  const auto root = testing::scratch_path("ckpt-hand-edited");
+  std::filesystem::remove_all(root);
+  const Tiny t;
+  std::string run;
+  {
+    CheckpointDir dir(root, "h", std::nullopt, false);
+    run = dir.run_id();
+    dir.save(t.spec, t.params, t.m, t.v, t.state(1), 3);
+  }
+  std::filesystem::create_directories(root / "step-00000000");
+  std::ofstream(root / "step-00000000" / "notes.txt") << "the user's\n";
+  auto j = nlohmann::json::parse(file_text(root / kRunManifest));
+  j["checkpoints"] = {"step-00000000", "step-00000001"};
+  j.erase("written");  // as an earlier build wrote it: the names only
+  std::ofstream(root / kRunManifest, std::ios::trunc) << j.dump();
+  std::vector<std::string> warnings;
+  {
+    CheckpointDir dir(root, "h", CheckpointDir::Resumed{run, root / "step-00000001", 1}, false);
+    dir.on_warning([&](const std::string& w) { warnings.push_back(w); });
+    dir.save(t.spec, t.params, t.m, t.v, t.state(2), 1);  // rotates out step 0 (the user's) and step 1 (the run's)
+  }
+  EXPECT_EQ(file_text(root / "step-00000000" / "notes.txt"), "the user's\n");
+  EXPECT_FALSE(std::filesystem::exists(root / "step-00000001"));  // its state.json named its files
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("step-00000000': it holds notes.txt"), std::string::npos) << warnings[0];
+  // Recorded with a checksum it does not have, the user's file stays too; a name out of the folder is refused.
+  j = nlohmann::json::parse(file_text(root / kRunManifest));
+  j["checkpoints"] = {"step-00000000", "step-00000002"};
+  j["written"]["step-00000000"] = {{"notes.txt", {{"bytes", 11}, {"crc32c", "00000000"}}}};
+  std::ofstream(root / kRunManifest, std::ios::trunc) << j.dump();
+  {
+    CheckpointDir dir(root, "h", CheckpointDir::Resumed{run, root / "step-00000002", 2}, false);
+    dir.save(t.spec, t.params, t.m, t.v, t.state(3), 1);
+  }
+  EXPECT_EQ(file_text(root / "step-00000000" / "notes.txt"), "the user's\n");
+  j["written"]["step-00000000"] = {{"../ferry-run.json", {{"bytes", 11}, {"crc32c", "00000000"}}}};
+  std::ofstream(root / kRunManifest, std::ios::trunc) << j.dump();
+  const std::string what = error_of([&] { read_run_manifest(root); });
+  EXPECT_NE(what.find("ferry-run.json' is damaged (written is not"), std::string::npos) << what;
+  std::filesystem::remove_all(root);
+}
+
+// The data a run trained on, in state.json: each file's path, size and CRC32C, and what differs in words.
+TEST(Checkpoint, RecordsItsDataAndNamesTheFilesThatChanged) {
+  const auto root = testing::scratch_path("ckpt-data");
+  std::filesystem::remove_all(root);
+  const Tiny t;
+  TrainState s = t.state(3);
+  s.data = {{"data.path", "/d/train.txt", {100, 0xabcdef01u}}, {"the token cache", "/c/train.bin", {1074, 7}}};
+  save_checkpoint(root, t.spec, t.params, t.m, t.v, s, 1);
+  const TrainState read = read_checkpoint_state(root).first;
+  ASSERT_EQ(read.data.size(), 2u);
+  EXPECT_EQ(read.data[0].role, "data.path");
+  EXPECT_EQ(read.data[0].path, "/d/train.txt");
+  EXPECT_EQ(read.data[0].sum.bytes, 100u);
+  EXPECT_EQ(read.data[0].sum.crc32c, 0xabcdef01u);
+  EXPECT_EQ(read.data[1].sum.crc32c, 7u);
+  std::vector<TrainState::DataFile> now = read.data;
+  EXPECT_TRUE(changed_data(read.data, now).empty());
+  now[0].path = "/e/train.txt";  // moved, same bytes: the same data
+  EXPECT_TRUE(changed_data(read.data, now).empty());
+  now[0].sum.crc32c ^= 1;
+  const auto changed = changed_data(read.data, now);
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_EQ(changed[0],
+            "data.path '/e/train.txt' has 100 bytes, CRC32C abcdef00; the checkpoint's ('/d/train.txt') had 100 bytes, "
+            "CRC32C abcdef01");
+  EXPECT_TRUE(changed_data({}, now).empty());  // a checkpoint of an earlier build records none
   std::filesystem::remove_all(root);
 }
 

@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "formats/checkpoint.h"
-#include "formats/crc32c.h"
+#include "foundation/crc32c.h"
 #include "models/registry.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-using ferry::formats::crc32c;
+using ferry::crc32c;
 
 constexpr const char* kFiles[] = {"step-00000001/state.json", "step-00000001/model.safetensors",
                                   "step-00000001/optimizer.safetensors", "step-00000001/pending_update.safetensors",
@@ -44,7 +44,7 @@ void fix_up_checksums(const fs::path& folder) {
   j["files"] = nlohmann::json::object();
   for (const char* name : {"model.safetensors", "optimizer.safetensors", "pending_update.safetensors"}) {
     if (!fs::exists(folder / name)) continue;
-    const auto sum = ferry::formats::checksum_file(folder / name);
+    const auto sum = ferry::checksum_file(folder / name);
     j["files"][name] = {{"bytes", sum.bytes}, {"crc32c", hex32(sum.crc32c)}};
   }
   j.erase("state_crc32c");

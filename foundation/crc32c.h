@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <span>
 
-namespace ferry::formats {
+namespace ferry {
 
 // The CRC32C of `data`, continuing from `crc` (0 for a fresh checksum): crc32c(crc32c(0, a), b) is the
 // checksum of a followed by b.
@@ -21,4 +21,4 @@ struct FileChecksum {
 // The size and CRC32C of a whole file, read in chunks; an unreadable file is an error naming it.
 FileChecksum checksum_file(const std::filesystem::path& path);
 
-}  // namespace ferry::formats
+}  // namespace ferry

@@ -1,6 +1,6 @@
 // CRC32C: the SSE4.2 crc32 instruction where the CPU has it (chosen at run time, so the binary runs on
 // any x86-64), else a byte-wise table; both give the same value.
-#include "formats/crc32c.h"
+#include "foundation/crc32c.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include <nmmintrin.h>
 #endif
 
-namespace ferry::formats {
+namespace ferry {
 namespace {
 
 constexpr uint32_t kReflectedPolynomial = 0x82F63B78u;
@@ -84,4 +84,4 @@ FileChecksum checksum_file(const std::filesystem::path& path) {
   return sum;
 }
 
-}  // namespace ferry::formats
+}  // namespace ferry
