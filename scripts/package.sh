@@ -32,8 +32,8 @@ MAX_GLIBC=2.36 MAX_GLIBCXX=3.4.30 MAX_CXXABI=1.3.13
 
 say() { printf 'package: %s\n' "$*" >&2; }
 die() { printf 'package: error: %s\n' "$*" >&2; exit 1; }
-for tool in patchelf xz objdump strip; do
-  command -v "$tool" >/dev/null || die "$tool is missing: apt-get install ${tool/objdump/binutils}"
+for tool in patchelf:patchelf xz:xz-utils objdump:binutils strip:binutils; do
+  command -v "${tool%:*}" >/dev/null || die "${tool%:*} is missing: apt-get install ${tool#*:}"
 done
 [[ $XZ_LEVEL =~ ^[0-9]$ ]] || die "XZ_LEVEL: '$XZ_LEVEL' is not an xz level; expected 0 to 9"
 
@@ -44,7 +44,9 @@ source "$ROOT/scripts/cuda_build.sh"
 # dist-info lists it (a CUDA toolkit assembled from NVIDIA's PyPI wheels), else the toolkit's EULA.
 origin_of() {
   local real=$1 pkg version record dist
-  if pkg=$(dpkg-query -S "$real" 2>/dev/null | head -1 | cut -d: -f1) && [[ -n $pkg ]]; then
+  # dpkg knows a file under one spelling of merged /usr (/lib/... or /usr/lib/...)
+  pkg=$( (dpkg-query -S "$real" || dpkg-query -S "${real#/usr}") 2>/dev/null | head -1 | cut -d: -f1 || true)
+  if [[ -n $pkg ]]; then
     version=$(dpkg-query -W -f='${Version}' "$pkg")
     printf '%s %s (Debian package)\t%s\n' "$pkg" "$version" "/usr/share/doc/$pkg/copyright"
     return
