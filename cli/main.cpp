@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/version.h"
 
 namespace {
 
@@ -26,6 +27,8 @@ int usage_exit(const CLI::App& app, const CLI::Error& e) { return app.exit(e) ==
 int main(int argc, char** argv) {
   CLI::App app{kDescription, "ferry"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", ferry::cli::version_text,
+                       "Print the version, the commit, the CUDA build and the CPU AdamW kernel, and exit");
   const std::vector<ferry::cli::Command> commands{ferry::cli::add_train(app, argv[0]), ferry::cli::add_plan(app),
                                                   ferry::cli::add_sample(app), ferry::cli::add_export(app),
                                                   ferry::cli::add_tokenize(app), ferry::cli::add_eval(app),

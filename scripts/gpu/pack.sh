@@ -25,39 +25,13 @@ DEV_DEBS=(libdnnl-dev libtbb-dev libtbbbind-2-5 libyaml-cpp-dev libfmt-dev nlohm
 say() { printf 'pack: %s\n' "$*" >&2; }
 die() { printf 'pack: error: %s\n' "$*" >&2; exit 1; }
 
-# 1. cudnn-frontend's headers (header-only): the build compiles cuDNN SDPA with them, and a rebuild there needs
-# them. A wheel from /tmp/cfe, else PyPI's; without one, attention runs the flash kernel only.
-whl=$(ls /tmp/cfe/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1 || true)
-if [[ -z $whl ]]; then
-  mkdir -p /tmp/cfe
-  python3 -m pip download -q --no-deps --only-binary=:all: -d /tmp/cfe nvidia-cudnn-frontend >&2 || say "pip download nvidia-cudnn-frontend failed: no cuDNN SDPA in this bundle"
-  whl=$(ls /tmp/cfe/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1 || true)
-fi
-cfe_version=none
-cfe_dir=$BUILD_DIR/cudnn-frontend
-sdpa=()
-if [[ -n $whl ]]; then
-  rm -rf "$cfe_dir" && mkdir -p "$cfe_dir"
-  python3 -m zipfile -e "$whl" "$cfe_dir" >/dev/null
-  [[ -f $cfe_dir/include/cudnn_frontend.h ]] || die "$whl holds no include/cudnn_frontend.h"
-  cfe_version=$(basename "$whl" | cut -d- -f2)
-  sdpa=(-DFERRY_CUDNN_FRONTEND_INCLUDE="$cfe_dir/include")
-fi
-
-# 2. The build: Release, CUDA on, architecture 90 (H100/H200), cuDNN SDPA where its headers are.
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${launcher[@]}" "${sdpa[@]}" >&2
-elif [[ ${#sdpa[@]} -gt 0 ]]; then
-  cmake -S "$ROOT" -B "$BUILD_DIR" "${sdpa[@]}" >&2  # an existing build gets the headers too
-fi
-cache() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD_DIR/CMakeCache.txt"; }
-[[ $(cache CMAKE_BUILD_TYPE) == Release ]] || die "$BUILD_DIR is a $(cache CMAKE_BUILD_TYPE) build; the bundle needs Release (BUILD_DIR=another folder)"
-[[ $(cache CMAKE_CUDA_ARCHITECTURES) == *90* ]] || die "$BUILD_DIR builds CUDA for '$(cache CMAKE_CUDA_ARCHITECTURES)', not 90 (H100/H200): reconfigure with -DCMAKE_CUDA_ARCHITECTURES=90"
-[[ $(cache CMAKE_CUDA_COMPILER) != "" ]] || die "$BUILD_DIR has no CUDA compiler: configure with -DFERRY_CUDA=ON where nvcc exists"
-say "building ${TARGETS[*]} in $BUILD_DIR ($JOBS jobs)"
-ninja -C "$BUILD_DIR" -j"$JOBS" "${TARGETS[@]}" >&2
+# 1-2. cudnn-frontend's headers and the build: Release, CUDA on, architecture 90 (H100/H200), cuDNN SDPA where
+# its headers are (an existing build gets them too), as scripts/package.sh builds a release.
+# shellcheck source=scripts/cuda_build.sh
+source "$ROOT/scripts/cuda_build.sh"
+CUDA_BUILD_ADD_SDPA=1 cuda_build "${TARGETS[@]}"
+cfe_version=$CFE_VERSION
+cfe_dir=$CFE_DIR
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE"/{bin,debs,dev-debs}
@@ -70,16 +44,8 @@ for t in "${TARGETS[@]}"; do
   [[ -n $bin ]] || die "no binary $t under $BUILD_DIR"
   strip --strip-unneeded -o "$BUNDLE/bin/$t" "$bin"
 done
-# The device code must be Hopper's own (sm_90 cubins), not PTX for the driver to compile. cuobjdump: the
-# toolkit's, else the one Triton's wheel carries.
-cuobjdump=$(command -v cuobjdump || python3 -c 'import os, triton; print(os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump"))' 2>/dev/null || true)
-sm90=unchecked
-if [[ -x $cuobjdump ]]; then
-  for t in ferry test_device test_kernels_cuda; do
-    "$cuobjdump" --list-elf "$BUNDLE/bin/$t" | grep sm_90 >/dev/null || die "$t holds no sm_90 code ($cuobjdump --list-elf)"
-  done
-  sm90="yes (cuobjdump --list-elf: ferry, test_device, test_kernels_cuda)"
-fi
+check_sm90 "$BUNDLE/bin/ferry" "$BUNDLE/bin/test_device" "$BUNDLE/bin/test_kernels_cuda"
+sm90=$SM90
 
 # The binaries travel xz-compressed (37 MB stripped, about 6 MB packed); env.sh's unpack_bundle expands them.
 tar -C "$BUNDLE" -cf - bin | xz -T"$JOBS" -6 >"$BUNDLE/bin.tar.xz"

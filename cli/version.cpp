@@ -1,0 +1,46 @@
+// `ferry --version`, from the build's generated headers (cli/build_info.h.in, cli/git_commit.cmake) and two
+// run-time probes: the GPUs the CUDA runtime sees and the CPU AdamW kernel chosen for this CPU.
+#include "cli/version.h"
+
+#include <fmt/format.h>
+
+#include <exception>
+#include <string>
+
+#include "cli/build_info.h"
+#include "cli/git_commit.h"
+#include "cpu_optim/isa.h"
+#include "engine/device/cuda_devices.h"
+
+namespace ferry::cli {
+namespace {
+
+std::string cuda_line() {
+#ifdef FERRY_WITH_CUDA
+  const char* attention = FERRY_CUDNN_SDPA ? "cuDNN SDPA where libcudnn.so.9 loads, else Ferry's flash kernel"
+                                           : "Ferry's flash kernel (cuDNN SDPA not compiled in)";
+  return fmt::format("CUDA: built with CUDA {} for {}; attention: {}; GPUs visible: {}", FERRY_CUDA_TOOLKIT,
+                     FERRY_CUDA_ARCHITECTURES, attention, device::cuda_device_count());
+#else
+  return fmt::format("CUDA: not in this build (FERRY_CUDA={}); device: cpu only", FERRY_CUDA_SETTING);
+#endif
+}
+
+// FERRY_CPU_ISA may name a kernel this CPU cannot run: say so here rather than fail.
+std::string adamw_line() {
+  try {
+    return fmt::format("CPU AdamW: {} kernel", cpu_optim::to_string(cpu_optim::resolve_isa("auto")));
+  } catch (const std::exception& e) {
+    return fmt::format("CPU AdamW: {}", e.what());
+  }
+}
+
+}  // namespace
+
+std::string version_text() {
+  const std::string commit = FERRY_GIT_COMMIT;
+  return fmt::format("ferry {} ({}{} build)\n{}\n{}", FERRY_VERSION, commit.empty() ? "" : "git " + commit + ", ",
+                     FERRY_BUILD_TYPE, cuda_line(), adamw_line());
+}
+
+}  // namespace ferry::cli
