@@ -5,8 +5,8 @@
 
 namespace ferry::cli {
 
-// Several lines: "ferry <version> (git <commit>, <type> build)", the CUDA build (toolkit, architectures, cuDNN SDPA) with the
-// GPUs visible now, and the CPU AdamW kernel this CPU gets.
+// Several lines: "ferry <version> (git <commit>, <type> build)", the CUDA build (toolkit, architectures, cuDNN SDPA)
+// with the GPUs visible now, and the CPU AdamW kernel this CPU gets.
 std::string version_text();
 
 }  // namespace ferry::cli

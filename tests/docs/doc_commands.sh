@@ -5,7 +5,8 @@
 #
 # Blocks: ```sh runs; ```sh gpu (needs a GPU) and ```sh long (minutes long) are skipped, and listed. In README's
 # fresh-machine block, the set-up and build steps (scripts/setup.sh, cmake, ctest) are what CI itself runs
-# (.ci/run, checked below); the rest of each line runs here.
+# (.ci/run, checked below); the rest of each line runs here, its `ferry train` for FERRY_DOC_TRAIN_STEPS steps
+# when that is set (ctest's docs.commands: the full default experiment is DefaultExperiment's own test).
 set -uo pipefail
 if [ $# -ne 2 ]; then
   echo "usage: doc_commands.sh SOURCE_DIR BUILD_DIR" >&2
@@ -67,6 +68,7 @@ runnable_part() {
   for step in $(printf '%s\n' "$line" | sed 's/ && /\n/g'); do
     case "$step" in
       scripts/setup.sh*|"cmake "*|"ctest "*) ;;
+      "./build/ferry train "*) rest=${rest:+$rest && }$step${FERRY_DOC_TRAIN_STEPS:+ --steps $FERRY_DOC_TRAIN_STEPS} ;;
       *) rest=${rest:+$rest && }$step ;;
     esac
   done
