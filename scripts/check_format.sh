@@ -34,7 +34,7 @@ if ! git rev-parse -q --verify "$base^{commit}" >/dev/null; then
 fi
 
 # Each changed file with its added or edited line ranges (--lines=FIRST:LAST), from a diff without context.
-declare -A ranges
+declare -A ranges=()  # empty when the change touches no C++ (set -u needs it assigned)
 file=""
 while IFS= read -r line; do
   if [[ $line == "+++ b/"* ]]; then
