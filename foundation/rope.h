@@ -22,7 +22,8 @@ struct RopeScaling {
 // Pair i in [0, head_size/2) rotates at theta^(-2i/head_size) radians per position. Computed in double and
 // rounded once: Hugging Face computes the same value in fp32 (pow of an fp32 exponent), within an ulp of this.
 FERRY_HD inline float rope_inv_freq(int64_t i, int64_t head_size, const RopeScaling& s) {
-  const double base = 1.0 / pow(static_cast<double>(s.theta), static_cast<double>(2 * i) / static_cast<double>(head_size));
+  const double base =
+      1.0 / pow(static_cast<double>(s.theta), static_cast<double>(2 * i) / static_cast<double>(head_size));
   if (s.factor == 0.0f) return static_cast<float>(base);
   const double pi = 3.14159265358979323846;
   const double wavelen = 2.0 * pi / base;
@@ -30,7 +31,8 @@ FERRY_HD inline float rope_inv_freq(int64_t i, int64_t head_size, const RopeScal
   const double high_freq_wavelen = s.original_max_position / s.high_freq_factor;
   if (wavelen < high_freq_wavelen) return static_cast<float>(base);            // high frequency: kept
   if (wavelen > low_freq_wavelen) return static_cast<float>(base / s.factor);  // low frequency: slowed
-  const double smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  const double smooth =
+      (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
   return static_cast<float>((1.0 - smooth) * base / s.factor + smooth * base);
 }
 

@@ -20,7 +20,10 @@ TEST(RopeInvFreq, DefaultIsThetaToTheMinusTwoIOverHeadSize) {
 // the band between blends the two, so the frequency falls monotonically across i as it does unscaled.
 TEST(RopeInvFreq, Llama3ScalingKeepsHighSlowsLowAndBlendsBetween) {
   const RopeScaling plain{.theta = 500000.0f};
-  const RopeScaling llama3{.theta = 500000.0f, .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+  const RopeScaling llama3{.theta = 500000.0f,
+                           .factor = 8.0f,
+                           .low_freq_factor = 1.0f,
+                           .high_freq_factor = 4.0f,
                            .original_max_position = 8192.0f};
   const double pi = 3.14159265358979323846;
   int kept = 0, slowed = 0, blended = 0;
@@ -51,10 +54,16 @@ TEST(RopeInvFreq, Llama3ScalingKeepsHighSlowsLowAndBlendsBetween) {
 TEST(RopeInvFreq, Llama3BlendMeetsBothNeighbours) {
   // head_size 2 has one pair, frequency theta^0 = 1, wavelength 2 pi; choose the context so 2 pi sits on an edge
   const double pi = 3.14159265358979323846;
-  const RopeScaling at_high{.theta = 10.0f, .factor = 4.0f, .low_freq_factor = 1.0f, .high_freq_factor = 2.0f,
+  const RopeScaling at_high{.theta = 10.0f,
+                            .factor = 4.0f,
+                            .low_freq_factor = 1.0f,
+                            .high_freq_factor = 2.0f,
                             .original_max_position = static_cast<float>(4 * pi)};  // high edge: 4 pi / 2 = 2 pi
   EXPECT_NEAR(rope_inv_freq(0, 2, at_high), 1.0f, 1e-6);
-  const RopeScaling at_low{.theta = 10.0f, .factor = 4.0f, .low_freq_factor = 1.0f, .high_freq_factor = 2.0f,
+  const RopeScaling at_low{.theta = 10.0f,
+                           .factor = 4.0f,
+                           .low_freq_factor = 1.0f,
+                           .high_freq_factor = 2.0f,
                            .original_max_position = static_cast<float>(2 * pi)};  // low edge: 2 pi / 1
   EXPECT_NEAR(rope_inv_freq(0, 2, at_low), 0.25f, 1e-6);
 }
