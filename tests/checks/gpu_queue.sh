@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# tests/checks/gpu_queue.sh BUILD_DIR: the GPU queue here, as far as no GPU is needed. The committed list's
+# `todo` rows all name something runnable (the dry run); a misspelt row stops a call before anything runs;
+# collect.sh puts a call's results where they belong, marks the rows that ran and leaves out stray files.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=$(realpath "$1")
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+fail() { echo "gpu_queue: FAILED: $*" >&2; exit 1; }
+dry() { FERRY_GPU_DRY_RUN=1 FERRY_GPU_BIN=$BUILD OUT=$scratch/out bash "$ROOT/scripts/gpu/queue.sh" "$@"; }
+
+# 1. The committed list.
+dry 2>"$scratch/err" || fail "the dry run of bench/gpu-queue.md: $(cat "$scratch/err")"
+grep -q "would run" "$scratch/out/queue.md" || fail "the dry run would run no row: $(cat "$scratch/out/queue.md")"
+
+# 2. A row whose command names nothing runnable: exit 2, the row named, nothing run.
+sed 's/`default_path`/`defualt_path`/' "$ROOT/bench/gpu-queue.md" >"$scratch/typo.md"
+rc=0
+FERRY_GPU_QUEUE=$scratch/typo.md dry 2>"$scratch/err" || rc=$?
+((rc == 2)) || fail "a misspelt row: exit $rc, expected 2"
+grep -q "default-path: 'defualt_path' names no item function" "$scratch/err" || fail "the misspelt row is not named: $(cat "$scratch/err")"
+
+# 3. collect.sh on what a call brings back: one row done, one failed, a result, a stray file.
+mkdir -p "$scratch/call/res/bench/results" "$scratch/call/res/gtest" "$scratch/tree/bench" "$scratch/back"
+cp "$ROOT/bench/gpu-queue.md" "$scratch/tree/bench/gpu-queue.md"
+echo '{"ms": 1}' >"$scratch/call/res/bench/results/step-gpt2-124m-h100.json"
+echo stray >"$scratch/call/res/elsewhere.txt"
+echo '{}' >"$scratch/call/res/gtest/test_device.json"
+printf 'gpu-tests-kernels\t0\t61\th100\t2026-11-27\ndefault-path\t1\t30\th100\t2026-11-27\n' >"$scratch/call/res/queue-status.tsv"
+tar -C "$scratch/call/res" -czf "$scratch/back/results.tar.gz" .
+echo "# queue" >"$scratch/back/queue.md"
+FERRY_GPU_COLLECT_INTO=$scratch/tree bash "$ROOT/scripts/gpu/collect.sh" "$scratch/back" >"$scratch/collect.out"
+cmp -s "$scratch/tree/bench/results/step-gpt2-124m-h100.json" "$scratch/call/res/bench/results/step-gpt2-124m-h100.json" || fail "the result was not collected"
+[[ ! -e $scratch/tree/elsewhere.txt ]] && grep -q "left out elsewhere.txt" "$scratch/collect.out" || fail "the stray file was not left out"
+[[ -f $scratch/tree/bench/results/gpu-queue-2026-11-27-h100.md ]] || fail "the call's summary was not kept"
+grep -q '^| gpu-tests-kernels |.*| done 2026-11-27 h100 (61 s) |$' "$scratch/tree/bench/gpu-queue.md" || fail "gpu-tests-kernels not marked done"
+grep -q '^| default-path |.*| failed 2026-11-27 h100 (exit 1) |$' "$scratch/tree/bench/gpu-queue.md" || fail "default-path not marked failed"
+grep -q '^| gpu-tests-device |.*| todo |$' "$scratch/tree/bench/gpu-queue.md" || fail "a row that did not run changed"
+# A done row is no longer in the queue.
+FERRY_GPU_QUEUE=$scratch/tree/bench/gpu-queue.md dry
+grep -q "gpu-tests-kernels" "$scratch/out/queue.md" && fail "a done row is queued again"
+echo "gpu_queue: ok"
