@@ -12,6 +12,7 @@
 #include "bench/bench_common.h"
 #include "cpu_optim/adamw.h"
 #include "memory/host_buffer.h"
+#include "foundation/console.h"
 
 namespace ferry::bench {
 namespace {
@@ -134,8 +135,8 @@ void time_adam_run(const Mode& mode, cpu_optim::Isa isa, int threads, int reps, 
                             {"ratio", gbps / bandwidth}, {"bytes_per_param", mode.bytes_per_param()}});
   report.table << fmt::format("| {} | {} | {} | {:.0f} | {:.1f} / {:.1f} | {:.1f} | {:.2f} |\n", mode.name,
                               cpu_optim::to_string(isa), threads, pps / 1e6, gbps, gbps_best, bandwidth, gbps / bandwidth);
-  fmt::print(stderr, "{} thread(s) {} {}: {:.1f} GB/s vs {:.1f} GB/s plain\n", threads, mode.name,
-             cpu_optim::to_string(isa), gbps, bandwidth);
+  console::print(stderr, "{} thread(s) {} {}: {:.1f} GB/s vs {:.1f} GB/s plain\n", threads, mode.name,
+                 cpu_optim::to_string(isa), gbps, bandwidth);
 }
 
 // 1 thread and all cores, or the one count asked for.
@@ -179,7 +180,7 @@ int run_adam_bench(int64_t n, int threads_opt, int reps, const std::string& json
     plain_pass(arena, buf);  // warm-up
     for (const auto& [mode, isa] : adam_runs(modes)) time_adam_run(mode, isa, threads, reps, arena, buf, report);
   }
-  fmt::print("{}", report.table.str());
+  console::print("{}", report.table.str());
   write_adam_results(report, n, reps, all, json_path, markdown_path, command);
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "engine/progress.h"
 #include "engine/trainer.h"
 #include "memory/host_buffer.h"
+#include "foundation/console.h"
 
 namespace ferry::bench {
 
@@ -34,7 +35,7 @@ int run_experiment_bench(const std::string& config_path, const std::vector<std::
   const std::string header =
       "| config | model | steps | wall time | tokens/s | val loss at start | val loss at end | change | device arena | peak RSS |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n";
-  fmt::print("{}{}\n", header, row);
+  console::print("{}{}\n", header, row);
   if (!json_path.empty()) {
     const nlohmann::json j{{"benchmark", "experiment"}, {"config", config_path}, {"model", cfg.model.kind}, {"steps", s.steps},
                            {"wall_s", s.wall_s}, {"tokens_per_s", s.tokens_per_s}, {"val_loss_start", s.val_loss_start},

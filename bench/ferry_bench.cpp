@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "bench/bench_common.h"
+#include "foundation/console.h"
 
 namespace {
 
@@ -44,9 +45,8 @@ CLI::App* add_offload_command(CLI::App& app, ferry::bench::OffloadBenchOptions& 
   return offload;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Parses the command line and runs the chosen benchmark; returns its exit status.
+int run(int argc, char** argv) {
   CLI::App app{"ferry-bench: Ferry's benchmarks. Results go to stdout and, with --json, to a file.", "ferry-bench"};
   app.require_subcommand(1);
   std::string config, json, markdown;
@@ -135,7 +135,15 @@ int main(int argc, char** argv) {
       return ferry::bench::run_device_step_bench(config, step_overrides, step_device, batch, seq, steps, warmup, json, markdown, command);
     return ferry::bench::run_step_bench(config, batch, seq, steps, warmup, threads, json, markdown, command);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "ferry-bench: error: {}\n", e.what());
+    ferry::console::print(stderr, "ferry-bench: error: {}\n", e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+// The tables on stdout are a benchmark's result: stdout that could not take them fails it (74), as for ferry plan.
+int main(int argc, char** argv) {
+  ferry::console::start();
+  return ferry::console::finish(run(argc, argv), true, "ferry-bench");
 }

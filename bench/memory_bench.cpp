@@ -15,6 +15,7 @@
 #include "engine/config.h"
 #include "engine/trainer.h"
 #include "memory/host_buffer.h"
+#include "foundation/console.h"
 
 namespace ferry::bench {
 namespace {
@@ -81,7 +82,7 @@ int run_memory_bench(const std::string& config_path, const std::vector<std::stri
       o.push_back("train.eval_batches=1");
       engine::Config cfg = engine::load_config(config_path, o);
       cfg.train.checkpoint_dir.clear(), cfg.train.checkpoint_every = 0;  // the run's state, not a checkpoint's
-      fmt::print(stderr, "{} ({}): training {} steps in a child process\n", shape.name, precision, steps);
+      console::print(stderr, "{} ({}): training {} steps in a child process\n", shape.name, precision, steps);
       const auto [s, rss] = run_child(cfg);
       nlohmann::json run{{"shape", shape.name}, {"precision", precision}, {"sets", o}, {"peak_rss_bytes", rss}};
       if (s.contains("error")) {
@@ -100,7 +101,7 @@ int run_memory_bench(const std::string& config_path, const std::vector<std::stri
       runs.push_back(run);
     }
   }
-  fmt::print("{}", table.str());
+  console::print("{}", table.str());
   const std::string about = fmt::format("Machine: {}, {} hardware threads. Date: {}.", cpu_model(), std::thread::hardware_concurrency(), today());
   if (!json_path.empty())
     write_result(json_path, "--json",

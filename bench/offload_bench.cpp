@@ -17,6 +17,7 @@
 #include "models/registry.h"
 #include "engine/trainer.h"
 #include "memory/host_buffer.h"
+#include "foundation/console.h"
 
 namespace ferry::bench {
 namespace {
@@ -130,11 +131,11 @@ int run_offload_bench(const OffloadBenchOptions& o) {
       if (policy == "resident" && overlap != "backward") continue;  // AdamW on the device
       auto [run, row] = run_one(o, policy, overlap, ctx);
       table << row << "\n";
-      fmt::print(stderr, "{}\n", row);
+      console::print(stderr, "{}\n", row);
       runs.push_back(std::move(run));
     }
   }
-  fmt::print("{}{}\n", table.str(), ctx.peak_note);
+  console::print("{}{}\n", table.str(), ctx.peak_note);
   const std::string machine = fmt::format("Machine: {}, {} hardware threads. Date: {}.", cpu_model(), std::thread::hardware_concurrency(), today());
   if (!o.json.empty()) {
     nlohmann::json j{{"benchmark", "offload"}, {"machine", cpu_model()}, {"threads", std::thread::hardware_concurrency()},

@@ -12,6 +12,7 @@
 #include "engine/device/cuda_devices.h"
 #include "memory/arena.h"
 #include "memory/pinned_pool.h"
+#include "foundation/console.h"
 
 #ifdef FERRY_WITH_CUDA
 #include <cuda_runtime.h>
@@ -68,7 +69,7 @@ int run_pcie_bench(int reps, const std::string& json_path, const std::string& ma
     sizes.push_back({{"bytes", bytes}, {"h2d_gbps", up}, {"d2h_gbps", down}});
     const std::string row = fmt::format("| {} | {:.1f} | {:.1f} |", memory::format_bytes(bytes), up, down);
     table << row << "\n";
-    fmt::print(stderr, "{}\n", row);
+    console::print(stderr, "{}\n", row);
   }
   auto size90 = [&](bool h2d) {
     const double top = h2d ? rows.back().second.first : rows.back().second.second;
@@ -81,7 +82,7 @@ int run_pcie_bench(int reps, const std::string& json_path, const std::string& ma
                                          runtime / 1000, runtime % 1000 / 10);
   const std::string summary = fmt::format("90% of the 1 GiB rate from {} (h2d) and {} (d2h)", memory::format_bytes(up90),
                                           memory::format_bytes(down90));
-  fmt::print("{}\n{}\n{}\n", device, table.str(), summary);
+  console::print("{}\n{}\n{}\n", device, table.str(), summary);
   if (!json_path.empty())
     write_result(json_path, "--json",
                  nlohmann::json{{"benchmark", "pcie"}, {"device", device}, {"sizes", sizes}, {"h2d_90pct_bytes", up90},

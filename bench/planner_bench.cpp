@@ -12,6 +12,7 @@
 #include "memory/planner.h"
 #include "models/gpt2.h"
 #include "foundation/rng.h"
+#include "foundation/console.h"
 
 namespace ferry::bench {
 namespace {
@@ -138,7 +139,7 @@ int run_planner_bench(const std::string& json_path, const std::string& markdown_
                          gib(plan.peak), gib(plan.lower_bound), ratio, median(times) * 1e3, gib(ff),
                          double(ff) / double(plan.lower_bound));
   }
-  fmt::print("{}", table.str());
+  console::print("{}", table.str());
   if (!json_path.empty()) {
     nlohmann::json j{{"benchmark", "planner"}, {"cases", results}, {"machine", {{"cpu", cpu_model()}}},
                      {"date", today()}, {"command", command}};

@@ -13,6 +13,7 @@
 #include "models/bert.h"
 #include "models/gpt2.h"
 #include "offload/policies.h"
+#include "foundation/console.h"
 
 namespace ferry::bench {
 namespace {
@@ -159,11 +160,11 @@ int run_policies_bench(const PoliciesBenchOptions& o) {
         Row row = run_row(o, cost, shape, spec, batch, accum, gib);
         for (auto& c : row.cases) cases.push_back(std::move(c));
         table << row.markdown << "\n";
-        fmt::print(stderr, "{}\n", row.markdown);
+        console::print(stderr, "{}\n", row.markdown);
       }
     }
   }
-  fmt::print("{}", table.str());
+  console::print("{}", table.str());
   if (!o.json.empty()) {
     nlohmann::json j{{"benchmark", "policies"}, {"cost_model", cost.to_json()}, {"overlap", o.overlap},
                      {"mixed_tiers", o.mixed_tiers}, {"cases", cases}, {"date", today()}, {"command", o.command}};

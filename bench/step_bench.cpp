@@ -28,6 +28,7 @@
 #include "models/gpt2.h"
 #include "kernels/cpu/matmul.h"
 #include "foundation/rng.h"
+#include "foundation/console.h"
 
 #ifdef FERRY_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -84,7 +85,7 @@ StepTimes time_steps(const models::ModelSpec& spec, models::ParameterStore& para
     if (timed) times.by_op["optimizer (norm + adamw)"] += seconds_since(t_opt);
     const double dt = seconds_since(t0);
     if (timed) times.seconds.push_back(dt);
-    fmt::print(stderr, "  step {}/{}: {:.1f} ms{}\n", s, warmup + steps, dt * 1e3, timed ? "" : " (warm-up)");
+    console::print(stderr, "  step {}/{}: {:.1f} ms{}\n", s, warmup + steps, dt * 1e3, timed ? "" : " (warm-up)");
   }
   return times;
 }
@@ -135,15 +136,16 @@ double ms_per_step(const StepResult& r, double total_s) { return total_s / r.ste
 
 void print_summary(const StepResult& r) {
   const auto& a = r.matmul.op->attrs;
-  fmt::print("model {} ({:.1f}M params) batch {}x{} threads {}\n", r.config_path, r.spec.param_count() / 1e6, r.B, r.T,
-             r.threads);
-  fmt::print("  step:   {:.1f} ms median of {}, {:.1f} GFLOP/step, {:.1f} GFLOP/s\n", r.step_s * 1e3, r.steps,
-             r.spec.step_flops() / 1e9, r.step_gflops);
-  fmt::print("  matmul: {} ({}x{} @ {}x{}): {:.1f} GFLOP/s (median of {})\n", r.matmul.op->name, a.rows, a.in, a.in,
-             a.out, r.matmul.gflops, r.matmul.runs);
-  fmt::print("  ratio:  {:.2f} of the matmul rate\n", r.ratio);
-  fmt::print("  time per step by op:\n");
-  for (const auto& [name, total] : r.times.by_op) fmt::print("    {:<26} {:8.1f} ms\n", name, ms_per_step(r, total));
+  console::print("model {} ({:.1f}M params) batch {}x{} threads {}\n", r.config_path, r.spec.param_count() / 1e6, r.B,
+                 r.T, r.threads);
+  console::print("  step:   {:.1f} ms median of {}, {:.1f} GFLOP/step, {:.1f} GFLOP/s\n", r.step_s * 1e3, r.steps,
+                 r.spec.step_flops() / 1e9, r.step_gflops);
+  console::print("  matmul: {} ({}x{} @ {}x{}): {:.1f} GFLOP/s (median of {})\n", r.matmul.op->name, a.rows, a.in, a.in,
+                 a.out, r.matmul.gflops, r.matmul.runs);
+  console::print("  ratio:  {:.2f} of the matmul rate\n", r.ratio);
+  console::print("  time per step by op:\n");
+  for (const auto& [name, total] : r.times.by_op)
+    console::print("    {:<26} {:8.1f} ms\n", name, ms_per_step(r, total));
 }
 
 std::string to_json(const StepResult& r) {
@@ -210,8 +212,8 @@ int run_step_bench(const std::string& config_path, int B, int T, int steps, int 
   for (auto& t : tokens) t = static_cast<int32_t>(rng.below(gpt.vocab_size));
   for (auto& t : targets) t = static_cast<int32_t>(rng.below(gpt.vocab_size));
   runner.set_batch(tokens, targets);
-  fmt::print(stderr, "step: {} ({:.1f}M params), batch {}x{}, {} threads, {} warm-up + {} timed steps\n", spec.kind,
-             spec.param_count() / 1e6, B, T, threads, warmup, steps);
+  console::print(stderr, "step: {} ({:.1f}M params), batch {}x{}, {} threads, {} warm-up + {} timed steps\n", spec.kind,
+                 spec.param_count() / 1e6, B, T, threads, warmup, steps);
 
   StepResult r{config_path, spec, command, B, T, steps, threads};
   r.times = time_steps(spec, params, runner, threads, warmup, steps);
@@ -277,16 +279,18 @@ DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Ki
   DeviceStep r;
   r.device = dev->name();
   if (kind == device::DeviceChoice::Kind::Cuda) r.gpu = cuda_gpu_name(0);
-  fmt::print(stderr, "step: {} ({:.1f}M params) on {}, plan {}, batch {}x{} x{} accum, {}, {} warm-up + {} timed steps\n", spec.kind,
-             spec.param_count() / 1e6, r.device, plan.schedule.policy, cfg.train.batch_size, cfg.sequence(), cfg.train.grad_accum,
-             cfg.train.precision, warmup, steps);
+  console::print(stderr,
+                 "step: {} ({:.1f}M params) on {}, plan {}, batch {}x{} x{} accum, {}, {} warm-up + {} timed steps\n",
+                 spec.kind, spec.param_count() / 1e6, r.device, plan.schedule.policy, cfg.train.batch_size,
+                 cfg.sequence(), cfg.train.grad_accum, cfg.train.precision, warmup, steps);
   for (int s = 1; s <= warmup + steps; ++s) {
     const auto t0 = Clock::now();
     const float loss = executor.step(batch, s, cfg.optim.lr).loss;
     dev->synchronize();
     const double dt = seconds_since(t0);
     if (s > warmup) r.seconds.push_back(dt);
-    fmt::print(stderr, "  step {}/{}: {:.1f} ms, loss {:.4f}{}\n", s, warmup + steps, dt * 1e3, loss, s > warmup ? "" : " (warm-up)");
+    console::print(stderr, "  step {}/{}: {:.1f} ms, loss {:.4f}{}\n", s, warmup + steps, dt * 1e3, loss,
+                   s > warmup ? "" : " (warm-up)");
   }
   r.step_s = median(r.seconds);
   const int64_t tokens = int64_t(cfg.train.batch_size) * cfg.sequence() * cfg.train.grad_accum;
@@ -312,11 +316,13 @@ int run_device_step_bench(const std::string& config_path, const std::vector<std:
   const double tokens_per_s = double(cfg.train.batch_size) * cfg.sequence() * cfg.train.grad_accum / r.step_s;
   const std::string mfu_text = r.peak ? fmt::format("{:.1f}% of {} ({:.0f} TFLOP/s)", 100 * mfu(r.flops, r.step_s, *r.peak), r.peak->name, r.peak->flops / 1e12)
                                       : std::string("not computed (no peak known for this device)");
-  fmt::print("model {} ({} {}) batch {}x{} on {}\n  step: {:.1f} ms median of {}, {:.0f} tokens/s, {:.1f} model TFLOP/s\n  MFU: {}\n  ({})\n",
-             config_path, cfg.model.kind, cfg.train.precision, cfg.train.batch_size, cfg.sequence(), r.device, r.step_s * 1e3, steps, tokens_per_s,
-             r.flops.model / r.step_s / 1e12, mfu_text, kMfuFormula);
+  console::print(
+      "model {} ({} {}) batch {}x{} on {}\n  step: {:.1f} ms median of {}, {:.0f} tokens/s, {:.1f} model TFLOP/s\n  "
+      "MFU: {}\n  ({})\n",
+      config_path, cfg.model.kind, cfg.train.precision, cfg.train.batch_size, cfg.sequence(), r.device, r.step_s * 1e3,
+      steps, tokens_per_s, r.flops.model / r.step_s / 1e12, mfu_text, kMfuFormula);
   const std::string breakdown = op_breakdown_markdown(by_kind, r.step_s);
-  fmt::print("\n{}", breakdown);
+  console::print("\n{}", breakdown);
   std::vector<double> step_ms;
   for (double s : r.seconds) step_ms.push_back(s * 1e3);
   nlohmann::json j{{"benchmark", "step"}, {"device", r.device}, {"gpu", r.gpu}, {"policy", cfg.offload.policy},

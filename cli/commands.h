@@ -14,6 +14,9 @@ namespace ferry::cli {
 struct Command {
   CLI::App* app;            // the subcommand: true when chosen on the command line
   std::function<int()> run;  // runs it with the parsed options; returns the exit status, throws on error
+  // plan, eval, sample, config: what they print is what they are run for, so stdout that could not take it
+  // fails them (console::finish); train, export and tokenize are run for the files they write.
+  bool stdout_is_result = false;
 };
 
 Command add_train(CLI::App& app, const std::string& program);  // cli/train.cpp; program: argv[0], for the commands it prints

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "engine/config_schema.h"
+#include "foundation/console.h"
 
 namespace ferry::cli {
 
@@ -14,10 +15,12 @@ Command add_config(CLI::App& app) {
   auto markdown = std::make_shared<bool>(false);
   auto* config = app.add_subcommand("config", "List every key of an experiment file: type, allowed values, default, meaning");
   config->add_flag("--markdown", *markdown, "Print the list as docs/config.md (regenerate it with: ferry config --markdown > docs/config.md)");
-  return {config, [markdown] {
-            fmt::print("{}", *markdown ? engine::config_markdown() : engine::config_keys_text());
+  return {config,
+          [markdown] {
+            console::print("{}", *markdown ? engine::config_markdown() : engine::config_keys_text());
             return 0;
-          }};
+          },
+          true};
 }
 
 }  // namespace ferry::cli

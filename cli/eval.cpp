@@ -12,6 +12,7 @@
 #include "cli/option_checks.h"
 #include "engine/config.h"
 #include "engine/trainer.h"
+#include "foundation/console.h"
 
 namespace ferry::cli {
 namespace {
@@ -28,8 +29,8 @@ int run_eval(EvalArgs args) {
   engine::EvalOptions opt;
   opt.checkpoint = args.checkpoint;
   const engine::EvalSummary e = engine::evaluate(cfg, opt);
-  fmt::print("val loss {:.4f} (perplexity {:.2f}) over {} batch(es), {} tokens | weights: {}\n", e.val_loss, std::exp(double(e.val_loss)),
-             e.batches, e.tokens, e.weights);
+  console::print("val loss {:.4f} (perplexity {:.2f}) over {} batch(es), {} tokens | weights: {}\n", e.val_loss,
+                 std::exp(double(e.val_loss)), e.batches, e.tokens, e.weights);
   return 0;
 }
 
@@ -47,7 +48,7 @@ Command add_eval(CLI::App& app) {
   eval->add_option("--batches", args->batches, "Validation batches (default train.eval_batches)")->transform(integer_in(1, INT32_MAX));
   eval->add_option("--set", args->overrides, "Override any config key, e.g. --set train.batch_size=4 (repeatable)");
   eval->footer("Example: ferry eval --config configs/gpt-tiny.yaml --checkpoint runs/gpt-tiny");
-  return {eval, [args] { return run_eval(*args); }};
+  return {eval, [args] { return run_eval(*args); }, true};
 }
 
 }  // namespace ferry::cli

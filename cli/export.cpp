@@ -13,6 +13,7 @@
 #include "engine/trainer.h"
 #include "formats/export.h"
 #include "foundation/output_paths.h"
+#include "foundation/console.h"
 
 namespace ferry::cli {
 namespace {
@@ -36,24 +37,26 @@ struct ExportArgs {
 
 void print_report(const formats::ExportReport& r, const ExportArgs& args) {
   if (!r.folder.empty())
-    fmt::print("exported {} (step {}{}) into {}\n", r.folder.string(), r.step,
-               r.verified ? ", checksums verified" : ", written before checksums: not verified", args.out);
+    console::print("exported {} (step {}{}) into {}\n", r.folder.string(), r.step,
+                   r.verified ? ", checksums verified" : ", written before checksums: not verified", args.out);
   else
-    fmt::print("exported the weights a run of {} starts from (no step trained: {}) into {}\n", args.config_path,
-               r.source.empty() ? "the initialisation of train.seed" : "model.init_from's, byte for byte", args.out);
+    console::print("exported the weights a run of {} starts from (no step trained: {}) into {}\n", args.config_path,
+                   r.source.empty() ? "the initialisation of train.seed" : "model.init_from's, byte for byte",
+                   args.out);
   if (!r.initialised.empty())
-    fmt::print("initialised from train.seed (model.init_from lacks them; model.init_missing): {}\n", fmt::join(r.initialised, ", "));
-  fmt::print("wrote: {}\n", fmt::join(r.files, ", "));
-  if (!r.replaced.empty()) fmt::print("replaced (--overwrite): {}\n", fmt::join(r.replaced, ", "));
-  if (!r.kept.empty()) fmt::print("kept, not written by this export: {}\n", fmt::join(r.kept, ", "));
+    console::print("initialised from train.seed (model.init_from lacks them; model.init_missing): {}\n",
+                   fmt::join(r.initialised, ", "));
+  console::print("wrote: {}\n", fmt::join(r.files, ", "));
+  if (!r.replaced.empty()) console::print("replaced (--overwrite): {}\n", fmt::join(r.replaced, ", "));
+  if (!r.kept.empty()) console::print("kept, not written by this export: {}\n", fmt::join(r.kept, ", "));
   if (!r.source.empty()) {
     const std::string tensors = r.carried.empty() ? "" : fmt::format(" and {} tensor(s) Ferry does not train: {}", r.carried.size(),
                                                                        fmt::join(r.carried, ", "));
-    fmt::print("from the source '{}': config.json's settings{}\n", r.source.string(), tensors);
-    if (!r.carried_files.empty()) fmt::print("copied from the source: {}\n", fmt::join(r.carried_files, ", "));
-    if (!r.left_out.empty()) fmt::print("not copied from the source: {}\n", fmt::join(r.left_out, ", "));
+    console::print("from the source '{}': config.json's settings{}\n", r.source.string(), tensors);
+    if (!r.carried_files.empty()) console::print("copied from the source: {}\n", fmt::join(r.carried_files, ", "));
+    if (!r.left_out.empty()) console::print("not copied from the source: {}\n", fmt::join(r.left_out, ", "));
   }
-  if (!r.note.empty()) fmt::print("note: {}\n", r.note);
+  if (!r.note.empty()) console::print("note: {}\n", r.note);
 }
 
 // --out against what the export reads (the checkpoint, its source model and tokenizer files, or the config's
@@ -120,8 +123,10 @@ Command add_export(CLI::App& app) {
   exporter->footer(kExportFooter);
   return {exporter, [args] {
             if (args->checkpoint.empty() && args->config_path.empty()) {
-              fmt::print(stderr, "--checkpoint or --config is required: the checkpoint to export, or the experiment whose starting "
-                                 "weights to export\nRun with --help for more information.\n");
+              console::print(
+                  stderr,
+                  "--checkpoint or --config is required: the checkpoint to export, or the experiment whose starting "
+                  "weights to export\nRun with --help for more information.\n");
               return 2;
             }
             return run_export(*args);

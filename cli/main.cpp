@@ -1,5 +1,6 @@
 // ferry: the command-line trainer. Builds the app from the subcommands (one file each), runs the chosen one
-// and turns an error into `ferry: error: ...` and exit status 1; a command line that does not parse exits 2.
+// and turns an error into `ferry: error: ...` and exit status 1; a command line that does not parse exits 2;
+// output that stdout could not take fails a command run for its output (74; console::finish).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -10,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/version.h"
+#include "foundation/console.h"
 
 namespace {
 
@@ -20,11 +22,15 @@ constexpr const char* kDescription =
 // A command line that does not parse (an unknown command or option, a value out of range) is a usage error:
 // exit status 2, whatever CLI11's own code for it, so that scripts can tell it from bad input found while
 // running (1). --help exits 0.
-int usage_exit(const CLI::App& app, const CLI::Error& e) { return app.exit(e) == 0 ? 0 : 2; }
+// --help and --version are run for what they print.
+int usage_exit(const CLI::App& app, const CLI::Error& e) {
+  return ferry::console::finish(app.exit(e) == 0 ? 0 : 2, true, "ferry");
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  ferry::console::start();
   CLI::App app{kDescription, "ferry"};
   app.require_subcommand(1);
   app.set_version_flag("--version", ferry::cli::version_text,
@@ -45,13 +51,16 @@ int main(int argc, char** argv) {
     return usage_exit(app, e);
   }
 
-  try {
-    for (const auto& command : commands)
-      if (*command.app) return command.run();
-  } catch (const std::exception& e) {
-    std::fflush(stderr);
-    fmt::print(stderr, "\nferry: error: {}\n", e.what());
-    return 1;
+  for (const auto& command : commands) {
+    if (!*command.app) continue;
+    int status = 1;
+    try {
+      status = command.run();
+    } catch (const std::exception& e) {
+      ferry::console::flush(stdout);  // what the command printed comes before why it stopped
+      ferry::console::print(stderr, "\nferry: error: {}\n", e.what());
+    }
+    return ferry::console::finish(status, command.stdout_is_result, "ferry");
   }
   return 0;
 }

@@ -25,6 +25,7 @@
 #include "models/registry.h"
 #include "memory/host_buffer.h"
 #include "offload/policies.h"
+#include "foundation/console.h"
 
 namespace ferry::cli {
 namespace {
@@ -93,11 +94,12 @@ offload::CostModel plan_cost_model(const engine::Config& cfg, const models::Mode
 engine::HostMemoryEstimate print_chosen(const engine::Config& cfg, const models::ModelSpec& spec, const offload::StepPlan& plan,
                                         const offload::SimResult& r, double bound, const offload::PlanRequest& request,
                                         const PlanTarget& target, nlohmann::json& j) {
-  fmt::print("device memory: peak {} of the {} budget\n", memory::format_bytes(r.peak_device_bytes), memory::format_bytes(request.budget_bytes));
-  fmt::print("plan: {}; overlap {}\n", plan.schedule.label(),
-             plan.overlap_note.empty() ? offload::to_string(request.overlap) : plan.overlap_note);
-  fmt::print("activation checkpointing ({}): {} of {} blocks\n", cfg.train.activation_checkpointing, plan.problem.checkpointed_layers,
-             cfg.model.n_layer);
+  console::print("device memory: peak {} of the {} budget\n", memory::format_bytes(r.peak_device_bytes),
+                 memory::format_bytes(request.budget_bytes));
+  console::print("plan: {}; overlap {}\n", plan.schedule.label(),
+                 plan.overlap_note.empty() ? offload::to_string(request.overlap) : plan.overlap_note);
+  console::print("activation checkpointing ({}): {} of {} blocks\n", cfg.train.activation_checkpointing,
+                 plan.problem.checkpointed_layers, cfg.model.n_layer);
   const offload::TierTotals tiers = offload::tier_totals(plan.problem, plan.schedule);
   std::string line = "tiers:";
   for (offload::Tier t : {offload::Tier::Device, offload::Tier::WeightsResident, offload::Tier::Streamed}) {
@@ -106,16 +108,20 @@ engine::HostMemoryEstimate print_chosen(const engine::Config& cfg, const models:
                         memory::format_bytes(tiers.bytes[i]), t == offload::Tier::Device ? "device" : "CPU", i < 2 ? ";" : "");
     j["tiers"][offload::to_string(t)] = {{"params", tiers.params[i]}, {"weight_bytes", tiers.bytes[i]}};
   }
-  fmt::print("{}\n", line);
-  fmt::print("copies: {} host-to-device and {} device-to-host per step\n", memory::format_bytes(r.h2d_bytes), memory::format_bytes(r.d2h_bytes));
-  fmt::print("predicted step: {:.4f} s (lower bound {:.4f} s, {:.2f}x); compute {:.4f} s, stalls {:.4f} s, CPU AdamW {:.4f} s\n",
-             r.step_s, bound, r.step_s / bound, r.compute_busy_s, r.stall_s, r.cpu_busy_s);
+  console::print("{}\n", line);
+  console::print("copies: {} host-to-device and {} device-to-host per step\n", memory::format_bytes(r.h2d_bytes),
+                 memory::format_bytes(r.d2h_bytes));
+  console::print(
+      "predicted step: {:.4f} s (lower bound {:.4f} s, {:.2f}x); "
+      "compute {:.4f} s, stalls {:.4f} s, CPU AdamW {:.4f} s\n",
+      r.step_s, bound, r.step_s / bound, r.compute_busy_s, r.stall_s, r.cpu_busy_s);
   std::vector<int> ops(plan.problem.n_ops);
   for (int i = 0; i < plan.problem.n_ops; ++i) ops[i] = i;
   std::stable_sort(ops.begin(), ops.end(), [&](int a, int b) { return r.stall_before_op[a] > r.stall_before_op[b]; });
   for (int k = 0; k < 5 && k < plan.problem.n_ops && r.stall_before_op[ops[k]] > 0; ++k)
-    fmt::print("  stall {:.2f} ms before {}{}\n", r.stall_before_op[ops[k]] * 1e3, spec.ops[plan.problem.op_source[ops[k]]].name,
-               plan.problem.op_recompute[ops[k]] ? " (recompute)" : "");
+    console::print("  stall {:.2f} ms before {}{}\n", r.stall_before_op[ops[k]] * 1e3,
+                   spec.ops[plan.problem.op_source[ops[k]]].name,
+                   plan.problem.op_recompute[ops[k]] ? " (recompute)" : "");
   return engine::estimate_host_memory(spec, plan, target.host_device);
 }
 
@@ -126,16 +132,18 @@ int print_verdict(const std::string& device_error, const engine::HostMemoryEstim
   int64_t available = -1;
   if (host) {
     available = engine::available_host_memory();
-    fmt::print("host memory: {}; {} available\n", host->describe(), available < 0 ? "unknown" : memory::format_bytes(available));
+    console::print("host memory: {}; {} available\n", host->describe(),
+                   available < 0 ? "unknown" : memory::format_bytes(available));
     j.update({{"host_memory_bytes", host->total()}, {"host_memory_available_bytes", available}});
     why = engine::host_memory_shortfall(*host, host->total(), available);
   }
   if (why.empty()) {
-    fmt::print("fits: yes (device memory: peak {} of the {} budget; host memory: {} of {} available)\n", memory::format_bytes(peak),
-               memory::format_bytes(budget), memory::format_bytes(host->total()), available < 0 ? "unknown" : memory::format_bytes(available));
+    console::print("fits: yes (device memory: peak {} of the {} budget; host memory: {} of {} available)\n",
+                   memory::format_bytes(peak), memory::format_bytes(budget), memory::format_bytes(host->total()),
+                   available < 0 ? "unknown" : memory::format_bytes(available));
     return 0;
   }
-  fmt::print("fits: no: {}\n", why);
+  console::print("fits: no: {}\n", why);
   j.update({{"fits", false}, {"error", why}});
   return 3;
 }
@@ -156,19 +164,23 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   const int64_t budget = request.budget_bytes, bucket_bytes = cfg.bucket_bytes();
   const offload::OffloadProblem problem(spec, cost, bucket_bytes, budget);  // without checkpointing
 
-  fmt::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}{}\n",
-             spec.kind, cfg.model.n_layer, cfg.model.n_embd, spec.param_count() / 1e6, cfg.train.batch_size, cfg.sequence(),
-             offload::to_string(chosen), memory::format_bytes(budget), given.note.empty() ? "" : " (" + given.note + ")");
-  fmt::print("device: {}\n", target.says);
-  fmt::print("cost model: {}{}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "",
-             cache.empty() ? "" : ", cached in " + cache);
-  fmt::print("parameters: {} bucket(s) of up to {}, {} of working copies{}\n", problem.n_buckets,
-             memory::format_bytes(bucket_bytes), memory::format_bytes(problem.total_weight_bytes()),
-             problem.trained_params() < problem.total_params()  // optim.groups froze some: planned without gradients or updates
-                 ? fmt::format("; {:.2f}M frozen (no gradients, copies back or AdamW)", (problem.total_params() - problem.trained_params()) / 1e6)
-                 : "");
-  fmt::print("activations: {} alive at the busiest op without checkpointing\n",
-             memory::format_bytes(*std::max_element(problem.activation_live.begin(), problem.activation_live.end())));
+  console::print("ferry plan: {} ({} layers, n_embd {}), {:.1f}M parameters, batch {}x{}, policy {}, budget {}{}\n",
+                 spec.kind, cfg.model.n_layer, cfg.model.n_embd, spec.param_count() / 1e6, cfg.train.batch_size,
+                 cfg.sequence(), offload::to_string(chosen), memory::format_bytes(budget),
+                 given.note.empty() ? "" : " (" + given.note + ")");
+  console::print("device: {}\n", target.says);
+  console::print("cost model: {}{}{}\n", cost.name, cost.assumed ? " (assumed figures, not measured)" : "",
+                 cache.empty() ? "" : ", cached in " + cache);
+  console::print("parameters: {} bucket(s) of up to {}, {} of working copies{}\n", problem.n_buckets,
+                 memory::format_bytes(bucket_bytes), memory::format_bytes(problem.total_weight_bytes()),
+                 problem.trained_params() <
+                         problem.total_params()  // optim.groups froze some: planned without gradients or updates
+                     ? fmt::format("; {:.2f}M frozen (no gradients, copies back or AdamW)",
+                                   (problem.total_params() - problem.trained_params()) / 1e6)
+                     : "");
+  console::print(
+      "activations: {} alive at the busiest op without checkpointing\n",
+      memory::format_bytes(*std::max_element(problem.activation_live.begin(), problem.activation_live.end())));
 
   const double bound = offload::lower_bound_step_s(spec, cost, request);  // over the checkpointing it allows
   nlohmann::json all = nlohmann::json::array();
@@ -206,7 +218,7 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
     all.push_back(j);
   }
   line.resize(line.size() - 2);  // the last " |"
-  fmt::print("{}\n", line);
+  console::print("{}\n", line);
   const int status = print_verdict(device_error, host ? &*host : nullptr, peak, budget, main);
   if (!opt.json.empty()) {
     main["policies"] = all;
@@ -237,13 +249,16 @@ Command add_plan(CLI::App& app) {
                                          "predicted_step_s, lower_bound_step_s, h2d_bytes, d2h_bytes, resident_bytes, "
                                          "offloaded_bytes, and every policy under policies)");
   plan->add_option("--set", args->overrides, "Override any config key, e.g. --set offload.bucket_mb=64 (repeatable)");
-  plan->footer("Exit status: 0 when the plan fits (the device budget and the host memory), 3 when it does not; the\n"
-               "last line says which: 'fits: yes: ...' or 'fits: no: device memory: ...' / 'fits: no: host memory: ...'.\n"
-               "The device is the one ferry train takes here (device: auto: a visible GPU, measured at start-up in\n"
-               "seconds; else the host device, its rates measured once and cached, a small model's ops profiled as\n"
-               "ferry train profiles them, a second or more). offload.cost_model: a JSON cost\n"
-               "model (configs/cost_models/h100-assumed.json plans for an H100 on any machine without a GPU).");
-  return {plan, [args] {
+  plan->footer(
+      "Exit status: 0 when the plan fits (the device budget and the host memory), 3 when it does not; the\n"
+      "last line says which: 'fits: yes: ...' or 'fits: no: device memory: ...' / 'fits: no: host memory: ...'.\n"
+      "74 instead of 0 when stdout could not take the plan (a full disk, a closed stdout).\n"
+      "The device is the one ferry train takes here (device: auto: a visible GPU, measured at start-up in\n"
+      "seconds; else the host device, its rates measured once and cached, a small model's ops profiled as\n"
+      "ferry train profiles them, a second or more). offload.cost_model: a JSON cost\n"
+      "model (configs/cost_models/h100-assumed.json plans for an H100 on any machine without a GPU).");
+  return {plan,
+          [args] {
             PlanOptions opt;
             opt.policy = args->policy;
             opt.json = args->json;
@@ -253,13 +268,15 @@ Command add_plan(CLI::App& app) {
               throw std::runtime_error(std::string("--budget: ") + e.what());
             }
             const engine::Config cfg = engine::load_config(args->config, args->overrides);
-            for (const std::string& warning : engine::config_warnings(cfg)) fmt::print(stderr, "ferry: warning: {}\n", warning);
+            for (const std::string& warning : engine::config_warnings(cfg))
+              console::print(stderr, "ferry: warning: {}\n", warning);
             std::vector<PathUse> paths = engine::run_inputs(cfg);  // the plan's run's, never written over either
             paths.push_back({"--config", args->config});
             paths.push_back({"--json", args->json, PathUse::Kind::Output});
             refuse_outputs_over_inputs(paths);
             return print_plan(cfg, opt);
-          }};
+          },
+          true};
 }
 
 }  // namespace ferry::cli

@@ -21,6 +21,7 @@
 #include "engine/ops/cpu_runner.h"
 #include "models/registry.h"
 #include "foundation/rng.h"
+#include "foundation/console.h"
 
 namespace ferry::cli {
 
@@ -33,9 +34,11 @@ void warn_if_not_finite(const models::ModelSpec& spec, const models::ParameterSt
     const auto v = params.value(p);
     const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
     if (bad == v.end()) continue;
-    fmt::print(stderr, "ferry: warning: '{}': tensor {} holds {} (element {}): the weights are not finite, so the text below is "
-               "meaningless; sample an earlier checkpoint, or retrain with a lower optim.lr\n",
-               file.string(), spec.params[p].name, *bad, bad - v.begin());
+    console::print(
+        stderr,
+        "ferry: warning: '{}': tensor {} holds {} (element {}): the weights are not finite, so the text below is "
+        "meaningless; sample an earlier checkpoint, or retrain with a lower optim.lr\n",
+        file.string(), spec.params[p].name, *bad, bad - v.begin());
     return;
   }
 }
@@ -51,7 +54,7 @@ std::string why_not_sampleable(const formats::TrainState& state) {
   return {};
 }
 
-std::string sample(const SampleOptions& o, const std::function<void(std::string_view)>& on_text) {
+std::string sample(const SampleOptions& o, const std::function<bool(std::string_view)>& on_text) {
   if (o.tokens < 0) throw std::invalid_argument(fmt::format("--tokens: {} is out of range; expected an integer >= 0", o.tokens));
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
     throw std::invalid_argument(fmt::format("--temperature: {} is not allowed; expected a finite number >= 0", o.temperature));
@@ -63,18 +66,20 @@ std::string sample(const SampleOptions& o, const std::function<void(std::string_
   bool verified = false;  // a checkpoint of an earlier build records no checksums
   models::ParameterStore params = formats::read_checkpoint_weights(dir, state, spec, &verified);
   if (!verified)
-    fmt::print(stderr, "note: '{}' was written before checkpoints recorded checksums; its weights are not verified\n", dir.string());
+    console::print(stderr,
+                   "note: '{}' was written before checkpoints recorded checksums; its weights are not verified\n",
+                   dir.string());
   warn_if_not_finite(spec, params, dir / "model.safetensors");
   ops::CpuRunner runner(spec, params);
 
   std::vector<int32_t> text;
   for (unsigned char ch : o.prompt) text.push_back(ch);
   if (text.empty()) text.push_back('\n');  // something to condition on
-  if (on_text && !o.prompt.empty()) on_text(o.prompt);
+  bool heard = !on_text || o.prompt.empty() || on_text(o.prompt);  // false: no one takes the text any more
   Rng rng(o.seed);
   std::vector<int32_t> window(T), targets(T, 0);
   std::vector<double> probs(V);
-  for (int n = 0; n < o.tokens; ++n) {
+  for (int n = 0; n < o.tokens && heard; ++n) {
     const int64_t len = std::min<int64_t>(T, static_cast<int64_t>(text.size()));
     std::fill(window.begin(), window.end(), 0);
     std::copy(text.end() - len, text.end(), window.begin());
@@ -99,7 +104,7 @@ std::string sample(const SampleOptions& o, const std::function<void(std::string_
         }
     }
     text.push_back(next);
-    if (on_text) on_text(std::string(1, text_of(next)));
+    if (on_text) heard = on_text(std::string(1, text_of(next)));
   }
   std::string out;
   for (int32_t t : text) out.push_back(text_of(t));
@@ -125,15 +130,16 @@ Command add_sample(CLI::App& app) {
   sample_cmd->add_option("--top-k", o.top_k, "Sample among the k most likely tokens; 0: all (default 0)")
       ->transform(integer_in(0, INT32_MAX, "(0: the whole vocabulary)"));
   sample_cmd->add_option("--seed", o.seed, "Seed of the sampling (default 1)")->transform(integer_in(0, UINT64_MAX));
-  return {sample_cmd, [args] {
+  return {sample_cmd,
+          [args] {
             args->options.checkpoint = args->checkpoint;
-            sample(args->options, [](std::string_view text) {  // printed as it comes: a slow model shows its progress
-              std::fwrite(text.data(), 1, text.size(), stdout);
-              std::fflush(stdout);
-            });
-            std::fputc('\n', stdout);
+            // printed as it comes: a slow model shows its progress; stdout that takes no more (`| head -1`) stops it
+            sample(args->options,
+                   [](std::string_view text) { return console::write(stdout, text) && console::flush(stdout); });
+            console::write(stdout, "\n");
             return 0;
-          }};
+          },
+          true};
 }
 
 }  // namespace ferry::cli

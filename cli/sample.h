@@ -23,8 +23,9 @@ struct SampleOptions {
 };
 
 // The prompt followed by the generated text. Deterministic for a seed. `on_text`, when given, hears the
-// prompt, then each token's text as soon as it is generated (what `ferry sample` prints as it goes).
-std::string sample(const SampleOptions& options, const std::function<void(std::string_view)>& on_text = {});
+// prompt, then each token's text as soon as it is generated (what `ferry sample` prints as it goes); when it
+// returns false (stdout takes no more), generation stops there.
+std::string sample(const SampleOptions& options, const std::function<bool(std::string_view)>& on_text = {});
 
 // Why `ferry sample` cannot continue text from this checkpoint; empty when it can.
 std::string why_not_sampleable(const formats::TrainState& state);

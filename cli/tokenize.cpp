@@ -18,6 +18,7 @@
 #include "engine/config.h"
 #include "foundation/output_paths.h"
 #include "memory/host_buffer.h"
+#include "foundation/console.h"
 
 namespace ferry::cli {
 namespace {
@@ -62,17 +63,20 @@ std::string read_input(const std::string& path, int64_t limit) {
 // shard's sidecar; a WordPiece vocabulary without one needs an id of its own beyond it.
 void print_config_advice(const TokenizeArgs& args, int vocab_size, int32_t mask) {
   if (args.kind != "wordpiece") {
-    fmt::print("set model.vocab_size to at least {}\n", vocab_size);
+    console::print("set model.vocab_size to at least {}\n", vocab_size);
     return;
   }
   if (mask >= 0) {
-    fmt::print("set model.vocab_size to at least {}; BERT's [MASK] is {} (the vocabulary's; training reads it from {})\n", vocab_size,
-               mask, dataset::shard_info_path(args.out).string());
+    console::print(
+        "set model.vocab_size to at least {}; BERT's [MASK] is {} (the vocabulary's; training reads it from {})\n",
+        vocab_size, mask, dataset::shard_info_path(args.out).string());
     return;
   }
-  fmt::print("set model.vocab_size to at least {}; '{}' has no [MASK]: for BERT, set data.mask_token_id: {} and model.vocab_size: {} "
-             "(an id beyond the vocabulary)\n",
-             vocab_size, args.vocab, vocab_size, vocab_size + 1);
+  console::print(
+      "set model.vocab_size to at least {}; '{}' has no [MASK]: for BERT, set data.mask_token_id: {} and "
+      "model.vocab_size: {} "
+      "(an id beyond the vocabulary)\n",
+      vocab_size, args.vocab, vocab_size, vocab_size + 1);
 }
 
 int run_tokenize(const TokenizeArgs& args) {
@@ -89,15 +93,16 @@ int run_tokenize(const TokenizeArgs& args) {
   const dataset::TokenizerFiles files{args.kind, args.vocab, args.merges, !args.cased};
   const auto tokenizer = dataset::load_tokenizer(files);
   const std::string text = read_input(args.input, limit);
-  const auto ids = dataset::tokenize_in_parts(text, *tokenizer, [](const std::string& line) { fmt::print("{}\n", line); });
+  const auto ids =
+      dataset::tokenize_in_parts(text, *tokenizer, [](const std::string& line) { console::print("{}\n", line); });
   dataset::write_token_shard(args.out, ids);
   const dataset::ShardInfo info = dataset::describe_shard(files, *tokenizer);
   dataset::write_shard_info(args.out, info);  // what made it: the [MASK] id and the vocabulary for training and export
-  fmt::print("{}: {} bytes -> {} tokens (vocabulary {}); its tokenizer recorded in {}\n", args.out, text.size(), ids.size(),
-             tokenizer->vocab_size(), dataset::shard_info_path(args.out).string());
+  console::print("{}: {} bytes -> {} tokens (vocabulary {}); its tokenizer recorded in {}\n", args.out, text.size(),
+                 ids.size(), tokenizer->vocab_size(), dataset::shard_info_path(args.out).string());
   print_config_advice(args, tokenizer->vocab_size(), info.mask_token_id);
   if (!dataset::reads_as_token_shard(args.out, dataset::DataFormat::Auto))
-    fmt::print("note: data.path reads a token shard by its .bin name; for '{}' set data.format: shard\n", args.out);
+    console::print("note: data.path reads a token shard by its .bin name; for '{}' set data.format: shard\n", args.out);
   return 0;
 }
 

@@ -26,6 +26,7 @@
 #include "engine/trainer.h"
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_dir.h"
+#include "foundation/console.h"
 
 namespace ferry::cli {
 namespace {
@@ -131,22 +132,24 @@ std::string resume_folder(const TrainArgs& args, const engine::Config& cfg, cons
 // Where the run saved, and the commands to run next, copy-paste ready.
 void print_next_steps(const TrainArgs& args, const engine::TrainSummary& s) {
   if (s.last_checkpoint.empty()) return;
-  fmt::print("saved: {}{}\n", s.last_checkpoint.string(), s.metrics.empty() ? "" : " | metrics: " + s.metrics.string());
+  console::print("saved: {}{}\n", s.last_checkpoint.string(),
+                 s.metrics.empty() ? "" : " | metrics: " + s.metrics.string());
   const std::string folder = s.checkpoint_dir.string();  // its newest checkpoint is the one just saved
   if (s.interrupted) {
     std::vector<std::string> words = config_words(args, true);
     if (!args.metrics_path.empty()) words.insert(words.end(), {"--metrics", args.metrics_path});  // appended to
     words.insert(words.end(), {"--resume", folder});
-    fmt::print("continue it:\n  {}\n", command_line(args, "train", words));
+    console::print("continue it:\n  {}\n", command_line(args, "train", words));
     return;
   }
-  fmt::print("next:\n");
+  console::print("next:\n");
   if (why_not_sampleable(formats::read_checkpoint_state(s.last_checkpoint).first).empty())
-    fmt::print("  {}\n", command_line(args, "sample", {"--checkpoint", folder, "--prompt", "The "}));
+    console::print("  {}\n", command_line(args, "sample", {"--checkpoint", folder, "--prompt", "The "}));
   std::vector<std::string> eval = config_words(args, false);
   eval.insert(eval.end(), {"--checkpoint", folder});
-  fmt::print("  {}\n", command_line(args, "eval", eval));
-  fmt::print("  {}\n", command_line(args, "export", {"--checkpoint", folder, "--out", (s.checkpoint_dir / "hf").string()}));
+  console::print("  {}\n", command_line(args, "eval", eval));
+  console::print("  {}\n",
+                 command_line(args, "export", {"--checkpoint", folder, "--out", (s.checkpoint_dir / "hf").string()}));
 }
 
 int run_train(TrainArgs args) {
@@ -155,7 +158,8 @@ int run_train(TrainArgs args) {
   if (args.steps > 0) overrides.push_back("train.steps=" + std::to_string(args.steps));
   if (!args.seed.empty()) overrides.push_back("train.seed=" + args.seed);
   engine::Config cfg = engine::load_config(args.config_path, overrides);
-  for (const std::string& warning : engine::config_warnings(cfg)) fmt::print(stderr, "ferry: warning: {}\n", warning);
+  for (const std::string& warning : engine::config_warnings(cfg))
+    console::print(stderr, "ferry: warning: {}\n", warning);
   engine::TrainOptions opt;
   const std::filesystem::path experiment = std::filesystem::path(kRunsFolder) / std::filesystem::path(args.config_path).stem();
   if (args.no_checkpoints) cfg.train.checkpoint_dir.clear(), cfg.train.checkpoint_every = 0;
@@ -174,21 +178,22 @@ int run_train(TrainArgs args) {
     s = engine::train(cfg, opt);
   } catch (const std::exception& e) {
     if (!device::stop_requested()) throw;
-    fmt::print(stderr, "\nferry: interrupted: {}\n", e.what());
+    console::print(stderr, "\nferry: interrupted: {}\n", e.what());
     return kInterruptedStatus;
   }
   if (s.already_complete) {  // --resume named the run's final checkpoint: what it recorded
-    fmt::print("nothing to train: {} is the final checkpoint ({} steps), left as it is | {}\n", s.last_checkpoint.string(), s.steps,
-               validation_text(s));
+    console::print("nothing to train: {} is the final checkpoint ({} steps), left as it is | {}\n",
+                   s.last_checkpoint.string(), s.steps, validation_text(s));
     return 0;
   }
   if (s.interrupted) {
-    fmt::print("interrupted after step {}{}\n", s.steps, s.last_checkpoint.empty() ? " (--no-checkpoints: nothing saved)" : "");
+    console::print("interrupted after step {}{}\n", s.steps,
+                   s.last_checkpoint.empty() ? " (--no-checkpoints: nothing saved)" : "");
     print_next_steps(args, s);
     return kInterruptedStatus;
   }
-  fmt::print("done: {} steps in {} | train loss {:.4f} | {} | {:.0f} tokens/s\n", s.steps, engine::format_duration(s.wall_s),
-             s.train_loss, validation_text(s), s.tokens_per_s);
+  console::print("done: {} steps in {} | train loss {:.4f} | {} | {:.0f} tokens/s\n", s.steps,
+                 engine::format_duration(s.wall_s), s.train_loss, validation_text(s), s.tokens_per_s);
   print_next_steps(args, s);
   return 0;
 }

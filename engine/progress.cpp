@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "memory/host_buffer.h"
+#include "foundation/console.h"
 
 namespace ferry::engine {
 
@@ -35,28 +36,28 @@ void Progress::update(int step, int total, float loss, double tokens_per_s, doub
                                        std::to_string(total).size(), total, loss, tokens_per_s,
                                        extra.empty() ? "" : extra + " | ", format_duration(elapsed_s), format_duration(eta));
   if (tty_) {
-    fmt::print(out_, "\r\033[2K{}", line);
+    console::print(out_, "\r\033[2K{}", line);
     dirty_ = true;
   } else {
-    fmt::print(out_, "{}\n", line);
+    console::print(out_, "{}\n", line);
   }
-  std::fflush(out_);
+  console::flush(out_);
 }
 
 void Progress::message(const std::string& line) {
   if (!out_) return;
   const std::lock_guard lock(mutex_);
   finish();
-  fmt::print(out_, "{}\n", line);
-  std::fflush(out_);
+  console::print(out_, "{}\n", line);
+  console::flush(out_);
 }
 
 void Progress::finish() {
   if (!out_) return;
   const std::lock_guard lock(mutex_);
-  if (dirty_) fmt::print(out_, "\n");
+  if (dirty_) console::print(out_, "\n");
   dirty_ = false;
-  std::fflush(out_);
+  console::flush(out_);
 }
 
 }  // namespace ferry::engine

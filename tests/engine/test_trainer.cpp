@@ -394,12 +394,21 @@ TEST(Sample, ContinuesAPromptFromACheckpointDeterministically) {
   EXPECT_EQ(a.rfind("The ", 0), 0u);
   // Streamed (issue 29: printed only at the end): the prompt, then each token as it is generated.
   std::vector<std::string> pieces;
-  EXPECT_EQ(cli::sample(o, [&](std::string_view text) { pieces.emplace_back(text); }), a);
+  EXPECT_EQ(cli::sample(o,
+                        [&](std::string_view text) {
+                          pieces.emplace_back(text);
+                          return true;
+                        }),
+            a);
   ASSERT_EQ(pieces.size(), 1u + 40u);
   EXPECT_EQ(pieces.front(), "The ");
   std::string streamed;
   for (const auto& p : pieces) streamed += p;
   EXPECT_EQ(streamed, a);
+  // A listener that takes no more (stdout's reader left) stops the generation there, not 40 tokens later.
+  int heard = 0;
+  EXPECT_EQ(cli::sample(o, [&](std::string_view) { return ++heard < 3; }), a.substr(0, 4 + 2));
+  EXPECT_EQ(heard, 3);
   o.seed = 10;
   EXPECT_NE(cli::sample(o), a);
   o.temperature = 0;  // greedy decoding ignores the seed

@@ -3,8 +3,6 @@
 // crash. The input: a flags byte, then up to five records (u32 little-endian length, bytes), one per file
 // in kFiles' order; with flag 1 the harness rewrites state.json's checksums to match the files, so that
 // mutations get past them to the safetensors and weight loaders.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +18,7 @@
 #include "formats/checkpoint.h"
 #include "foundation/crc32c.h"
 #include "models/registry.h"
+#include "tests/fuzz/fuzz_files.h"
 
 namespace {
 
@@ -70,33 +69,14 @@ void read_checkpoint(const fs::path& root) {
                                         {state.config_hash, state.config, std::numeric_limits<int>::max()});
 }
 
-// This process's checkpoint dir, removed when the fuzzer exits.
-struct ScratchDir {
-  fs::path path = fs::temp_directory_path() / ("ferry_fuzz_checkpoint_" + std::to_string(::getpid()));
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const ScratchDir scratch;
+  static const ferry::fuzz::ScratchDir scratch("ferry_fuzz_checkpoint");
   const fs::path& root = scratch.path;
   fs::remove_all(root);
   fs::create_directories(root / "step-00000001");
-  const uint8_t flags = size > 0 ? data[0] : 0;
-  size_t at = size > 0 ? 1 : 0;
-  for (const char* file : kFiles) {
-    if (size - at < 4) break;
-    uint32_t length = 0;
-    std::memcpy(&length, data + at, 4);
-    at += 4;
-    length = static_cast<uint32_t>(std::min<size_t>(length, size - at));
-    std::ofstream(root / file, std::ios::binary).write(reinterpret_cast<const char*>(data + at), length);
-    at += length;
-  }
+  const uint8_t flags = ferry::fuzz::write_records(data, size, root, kFiles);
   if (flags & 1) fix_up_checksums(root / "step-00000001");
   try {
     read_checkpoint(root);

@@ -16,7 +16,7 @@ launcher=()
 if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 
 # target, then the corpus folders and files that seed it
-targets=(fuzz_checkpoint_state fuzz_checkpoint fuzz_safetensors fuzz_config fuzz_token_shard)
+targets=(fuzz_checkpoint_state fuzz_checkpoint fuzz_safetensors fuzz_config fuzz_token_shard fuzz_hf_folder fuzz_token_cache)
 seeds() {
   case $1 in
     fuzz_checkpoint_state) echo tests/fuzz/corpus/checkpoint_state ;;
@@ -24,6 +24,8 @@ seeds() {
     fuzz_safetensors) echo tests/fuzz/corpus/safetensors tests/data/gpt2_tiny.safetensors ;;
     fuzz_config) echo tests/fuzz/corpus/config configs/*.yaml ;;
     fuzz_token_shard) echo tests/fuzz/corpus/token_shard ;;
+    fuzz_hf_folder) echo tests/fuzz/corpus/hf_folder ;;
+    fuzz_token_cache) echo tests/fuzz/corpus/token_cache ;;
   esac
 }
 
