@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Downloads the pinned baselines (requirements.txt) from PyPI into bench/baselines/wheels-gpu/ (ignored by git)
-# for the GPU machine's Python (FERRY_BASELINE_PYTHON_VERSION, default 312), which has no package index: carry
-# the folder with the bundle (run(carry=["gpu_bundle", "bench/baselines/wheels-gpu"]); both together must stay
-# under the device tool's 64 MiB). FERRY_BASELINES_GEMINI=1 also fetches Colossal-AI into wheels-gemini/.
+# Downloads the pinned baselines from PyPI for the GPU machine's Python (FERRY_BASELINE_PYTHON_VERSION, default
+# 312), which has no package index: DeepSpeed (requirements.txt) into bench/baselines/wheels-gpu/ and Colossal-AI
+# (gemini-requirements.txt) into wheels-gemini/, both ignored by git. Carry them with the bundle:
+# run(carry=["gpu_bundle", "bench/baselines/wheels-gpu", "bench/baselines/wheels-gemini"]), under the device
+# tool's 64 MiB together.
 set -euo pipefail
 cd "$(dirname "$0")"
 # --no-deps: torch, transformers and the CUDA libraries are the GPU machine's own; every other dependency is
@@ -16,5 +17,5 @@ fetch() {  # fetch REQUIREMENTS DIR
       --platform any --only-binary=:all: --no-binary deepspeed,colossalai,contexttimer 2>&1 | tail -1
 }
 fetch requirements.txt wheels-gpu
-[[ ${FERRY_BASELINES_GEMINI:-0} == 1 ]] && fetch gemini-requirements.txt wheels-gemini
-du -sh wheels-gpu
+fetch gemini-requirements.txt wheels-gemini
+du -sh wheels-gpu wheels-gemini

@@ -131,5 +131,41 @@ cpu_adam_pair() {
   python3 bench/baselines/cpu_adam.py --params 1560000000 --reps 5 --json "$r/cpu_adam-deepspeed-$GPU.json" --markdown "$r/cpu_adam-deepspeed-$GPU.md"
 }
 
+# gemini_ready: Colossal-AI from the carried bench/baselines/wheels-gemini/ into $BASELINE_SITE, installed without
+# its torch <= 2.5.1 pin, an empty stand-in for bitsandbytes (imported for GaLore only, 43 MB), and HybridAdam's
+# kernels (CPU Adam, fused GPU Adam) JIT-built with nvcc for sm_90, the build's output kept.
+gemini_ready() {
+  baselines_ready || return
+  export MAX_JOBS=$(nproc) TORCH_CUDA_ARCH_LIST=9.0
+  local out=$RES/bench/results/compare-$GPU stub=$BASELINE_SITE/bitsandbytes
+  if [[ ! -f $BASELINE_SITE/.gemini ]]; then
+    [[ -d $ROOT/bench/baselines/wheels-gemini ]] || { echo "no bench/baselines/wheels-gemini: run bench/baselines/fetch.sh here and carry it"; return 1; }
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$BASELINE_SITE" \
+      "$ROOT"/bench/baselines/wheels-gemini/* || return
+    mkdir -p "$stub/optim" && : >"$stub/__init__.py" && : >"$stub/optim/__init__.py" &&
+      echo 'class Optimizer2State: pass  # stand-in: only GaLore subclasses it' >"$stub/optim/optimizer.py"
+    touch "$BASELINE_SITE/.gemini"
+  fi
+  [[ -f $out/gemini-build.txt ]] && return 0
+  python3 -c 'import time, colossalai; from colossalai.kernel.kernel_loader import CPUAdamLoader, FusedOptimizerLoader
+t = time.time(); CPUAdamLoader().load(); FusedOptimizerLoader().load()
+print("colossalai", colossalai.__version__, "kernels built or loaded in %.1f s" % (time.time() - t))' >"$out/gemini-build.tmp" 2>&1 ||
+    { tail -40 "$out/gemini-build.tmp"; return 1; }
+  mv "$out/gemini-build.tmp" "$out/gemini-build.txt"
+  tail -2 "$out/gemini-build.txt"
+}
+
+# gemini_row ROW GEMINI_ARGS...: Ferry greedy `pipelined` and one gemini.py run, as compare_row does for DeepSpeed.
+gemini_row() {
+  local row=$1; shift
+  local common=(--model gpt2-1.5b --batch 4 --budget 16GiB --steps 10 --warmup 3 --lr-warmup-steps 3)
+  gemini_ready || return
+  local init out=$RES/bench/results/compare-$GPU/$row.jsonl
+  init=$(ferry_init gpt2-1.5b) || return
+  python3 bench/baselines/ferry_run.py "${common[@]}" --policy greedy --overlap pipelined --ferry "$BIN/ferry" \
+    --init-from "$init" --json "$out" || return
+  python3 bench/baselines/gemini.py "${common[@]}" --init-from "$init" --json "$out" "$@"
+}
+
 export -f sanitize gtests default_path step_vs_torch cost_model offload_row max_model_ferry baselines_ready ferry_init compare_row \
-  cpu_adam_pair
+  cpu_adam_pair gemini_ready gemini_row
