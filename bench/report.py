@@ -93,8 +93,9 @@ def row_line(r, base):
     ratio = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "-"
     predicted = f" ({r['predicted_step_s']:.3f})" if r.get("predicted_step_s") else ""
     rss = gib(r["host_peak_rss_bytes"]) if r.get("host_peak_rss_bytes") else "-"
+    gpu = gib(r["peak_gpu_bytes"]) if r.get("peak_gpu_bytes") is not None else "-"  # none on --device cpu
     return (f"| {r['system']} | {r['step_s']:.3f}{predicted} | {r['tokens_per_s']:.0f} | {r['tflops']:.1f} | "
-            f"{gib(r['peak_gpu_bytes'])} | {rss} | {r['final_loss']:.3f} | {ratio} | {settings(r)} |")
+            f"{gpu} | {rss} | {r['final_loss']:.3f} | {ratio} | {settings(r)} |")
 
 
 def group_tables(key, rows):

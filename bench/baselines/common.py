@@ -268,6 +268,8 @@ def environment():
            "torch_threads": torch.get_num_threads()}
     if torch.cuda.is_available():
         env.update(device=torch.cuda.get_device_name(0), cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
+    else:
+        env.update(device=f"CPU only ({env['cpu']})")
     return env
 
 
