@@ -333,6 +333,28 @@ def timed_steps(a, step):
     return times, losses
 
 
+class Phases:
+    """Each step's seconds per phase (forward, backward, optimizer step), each phase ended by a synchronize: where
+    a system's step goes. The synchronizes wait only for work the step's end waits for anyway."""
+
+    def __init__(self):
+        self.seconds = {}
+        self.t0 = 0.0
+
+    def start(self):
+        synchronize()
+        self.t0 = time.perf_counter()
+
+    def end(self, name):
+        synchronize()
+        now = time.perf_counter()
+        self.seconds.setdefault(name, []).append(round(now - self.t0, 4))
+        self.t0 = now
+
+    def medians(self, warmup):
+        return {name: statistics.median(times[warmup:]) for name, times in self.seconds.items() if times[warmup:]}
+
+
 class Stopwatch:
     """Start-up stages and their seconds (model built, engine initialised, ...), kept for the result line."""
 

@@ -52,19 +52,24 @@ def train(a, booster, HybridAdam):
     scheduler = common.lr_scheduler(a, optimizer)
     model, optimizer, _, _, scheduler = booster.boost(model, optimizer, lr_scheduler=scheduler)
     data = common.batches(a, torch.device("cuda"))
+    phases = common.Phases()
 
     def step():
         batch, how = next(data)
+        phases.start()
         loss = common.loss_of(model, batch, how)
+        phases.end("forward")
         booster.backward(loss, optimizer)
+        phases.end("backward")
         optimizer.clip_grad_by_norm(a.grad_clip)
         optimizer.step()
         optimizer.zero_grad()
         scheduler.step()
+        phases.end("optimizer_step")
         return loss.detach()
 
     times, losses = common.timed_steps(a, step)
-    return params, attention, times, losses
+    return params, attention, times, losses, {"phase_s": phases.seconds, "phase_median_s": phases.medians(a.warmup)}
 
 
 def main():
@@ -92,11 +97,12 @@ def main():
     settings = {"colossalai": colossalai.__version__, "plugin": plugin_settings(a), "omp_num_threads": threads}
     params = 0
     try:
-        params, attention, times, losses = train(a, booster, HybridAdam)
+        params, attention, times, losses, phases = train(a, booster, HybridAdam)
     except torch.cuda.OutOfMemoryError as e:
         return common.report(a, system, [], [], params, error=f"out of GPU memory at the budget: {str(e)[:200]}",
                              extra={**settings, "startup_s": clock.stages})
-    return common.report(a, system, times, losses, params, extra={**settings, "attention": attention, "startup_s": clock.stages})
+    return common.report(a, system, times, losses, params,
+                         extra={**settings, **phases, "attention": attention, "startup_s": clock.stages})
 
 
 if __name__ == "__main__":

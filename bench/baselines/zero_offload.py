@@ -68,10 +68,27 @@ def ds_config(a):
 
 
 def check_options(a):
+    if not 0.0 <= a.ratio <= 1.0:
+        sys.exit(f"zero_offload: --ratio {a.ratio:g} is the CPU's share of the optimizer: give a number from 0 to 1")
     if a.ratio < 1.0 and a.stage != 3:
         sys.exit(f"zero_offload: --ratio {a.ratio:g} needs --stage 3 (DeepSpeed splits the optimizer only in ZeRO-3)")
     if a.zenflow and a.stage != 2:
         sys.exit("zero_offload: --zenflow runs on ZeRO-2 here (its tutorial's setting); drop --stage 3")
+
+
+def checked_config(a):
+    """The DeepSpeed config, and whether DeepSpeed's own config model accepts it (where DeepSpeed is installed)."""
+    config = ds_config(a)
+    try:
+        import deepspeed
+        from deepspeed.runtime.config import DeepSpeedConfig
+    except ImportError:
+        return {"ds_config": config, "parsed": "not checked: deepspeed is not installed here"}
+    try:
+        DeepSpeedConfig(config)
+    except Exception as e:  # noqa: BLE001 - pydantic's ValidationError and DeepSpeed's own config errors
+        sys.exit(f"zero_offload: DeepSpeed {deepspeed.__version__} refuses this config: {e}")
+    return {"ds_config": config, "parsed": f"accepted by DeepSpeed {deepspeed.__version__}"}
 
 
 def cpu_adam_build():
@@ -112,16 +129,21 @@ def train(a, deepspeed, clock):
                                            lr_scheduler=lambda opt: common.lr_scheduler(a, opt))
     clock.lap("initialize_s")
     data = common.batches(a, engine.device)
+    phases = common.Phases()
 
     def step():
         batch, how = next(data)
+        phases.start()
         loss = common.loss_of(engine, batch, how)
-        engine.backward(loss)
-        engine.step()
+        phases.end("forward")
+        engine.backward(loss)  # with overlap_comm, the gradients' copies to the CPU overlap this
+        phases.end("backward")
+        engine.step()  # DeepSpeedCPUAdam on the CPU's share, the parameters' copy back
+        phases.end("optimizer_step")
         return loss.detach()
 
     times, losses = common.timed_steps(a, step)
-    return params, attention, times, losses
+    return params, attention, times, losses, {"phase_s": phases.seconds, "phase_median_s": phases.medians(a.warmup)}
 
 
 def main():
@@ -130,7 +152,7 @@ def main():
     check_options(a)
     system = system_name(a)
     if a.dry_run:
-        return common.dry_run(a, system, ds_config(a))
+        return common.dry_run(a, system, checked_config(a))
     import torch
 
     common.single_process_group(29511)
@@ -150,12 +172,12 @@ def main():
     common.enforce_budget(a)
     params = 0
     try:
-        params, attention, times, losses = train(a, deepspeed, clock)
+        params, attention, times, losses, phases = train(a, deepspeed, clock)
     except torch.cuda.OutOfMemoryError as e:
         return common.report(a, system, [], [], params, error=f"out of GPU memory at the budget: {str(e)[:200]}",
                              extra={**settings, "startup_s": clock.stages})
     return common.report(a, system, times, losses, params,
-                         extra={**settings, "attention": attention, "startup_s": clock.stages})
+                         extra={**settings, **phases, "attention": attention, "startup_s": clock.stages})
 
 
 if __name__ == "__main__":
