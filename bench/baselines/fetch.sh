@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Downloads the pinned baselines from PyPI for the GPU machine's Python (FERRY_BASELINE_PYTHON_VERSION, default
 # 312), which has no package index: DeepSpeed (requirements.txt) into bench/baselines/wheels-gpu/ and Colossal-AI
-# (gemini-requirements.txt) into wheels-gemini/, both ignored by git. Carry them with the bundle:
+# (gemini-requirements.txt) into wheels-gemini/, both ignored by git; DeepSpeed 0.19.6 for the ZenFlow rows
+# (zenflow-requirements.txt) into wheels-gpu/zenflow/. Carry them with the bundle:
 # run(carry=["gpu_bundle", "bench/baselines/wheels-gpu", "bench/baselines/wheels-gemini"]), under the device
 # tool's 64 MiB together.
 set -euo pipefail
@@ -17,5 +18,6 @@ fetch() {  # fetch REQUIREMENTS DIR
       --platform any --only-binary=:all: --no-binary deepspeed,colossalai,contexttimer 2>&1 | tail -1
 }
 fetch requirements.txt wheels-gpu
+fetch zenflow-requirements.txt wheels-gpu/zenflow
 fetch gemini-requirements.txt wheels-gemini
 du -sh wheels-gpu wheels-gemini

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 [ -d wheels-gpu ] || { echo "bench/baselines/wheels-gpu is missing: run bench/baselines/fetch.sh on a machine with PyPI and carry it"; exit 1; }
-wheels=(wheels-gpu/*)
+wheels=(wheels-gpu/*.*)  # the files: wheels-gpu/zenflow/ holds the DeepSpeed ZenFlow runs need
 [ -d wheels-gemini ] && wheels+=(wheels-gemini/*)
 # no build isolation: the source distributions (deepspeed, colossalai) build with the machine's setuptools, offline
 pip install --user --no-index --no-deps --no-build-isolation "${wheels[@]}" 2>&1 | tail -1

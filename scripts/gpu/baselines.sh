@@ -12,7 +12,7 @@ cd "$ROOT"
 trap 'write_summary "$OUT/compare-runs.jsonl"' EXIT
 use_baseline_python
 install() {
-  local wheels=("$ROOT"/bench/baselines/wheels-gpu/*)
+  local wheels=("$ROOT"/bench/baselines/wheels-gpu/*.*)  # files: wheels-gpu/zenflow/ is zenflow_row's
   [[ -d $ROOT/bench/baselines/wheels-gemini ]] && wheels+=("$ROOT"/bench/baselines/wheels-gemini/*)
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$BASELINE_SITE" "${wheels[@]}" &&
     python3 -c 'import deepspeed; print("deepspeed", deepspeed.__version__)'

@@ -23,7 +23,7 @@ if [[ $systems == *ferry* ]]; then
 fi
 install() {
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$BASELINE_SITE" \
-    "$ROOT"/bench/baselines/wheels-gpu/* && python3 -c 'import deepspeed'
+    "$ROOT"/bench/baselines/wheels-gpu/*.* && python3 -c 'import deepspeed'
 }
 if [[ $systems == *deepspeed* ]]; then
   step "install the baselines (pip, offline)" 150 install

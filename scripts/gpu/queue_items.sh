@@ -85,8 +85,8 @@ baselines_ready() {
   mkdir -p "$out"
   if [[ ! -f $BASELINE_SITE/.ready ]]; then
     [[ -d $ROOT/bench/baselines/wheels-gpu ]] || { echo "no bench/baselines/wheels-gpu: run bench/baselines/fetch.sh here and carry it"; return 1; }
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$BASELINE_SITE" \
-      "$ROOT"/bench/baselines/wheels-gpu/* || return
+    find "$ROOT/bench/baselines/wheels-gpu" -maxdepth 1 -type f -print0 | xargs -0 python3 -m pip install -q --no-index \
+      --no-deps --no-build-isolation --no-cache-dir --target "$BASELINE_SITE" || return
     touch "$BASELINE_SITE/.ready"
   fi
   [[ -f $out/deepspeed-build.txt ]] && return 0
@@ -120,7 +120,21 @@ compare_row() {
   init=$(ferry_init gpt2-1.5b) || return
   python3 bench/baselines/ferry_run.py "${common[@]}" --policy "$policy" --overlap "$overlap" --ferry "$BIN/ferry" \
     --init-from "$init" --json "$out" || return
-  python3 bench/baselines/zero_offload.py "${common[@]}" --init-from "$init" --json "$out" "$@"
+  PYTHONPATH=${BASELINE_PYTHONPATH:-$PYTHONPATH} python3 bench/baselines/zero_offload.py "${common[@]}" --init-from "$init" \
+    --json "$out" "$@"
+}
+
+# zenflow_row ROW ARGS...: compare_row with DeepSpeed 0.19.6 (the carried wheels-gpu/zenflow/) in place of 0.19.8:
+# from 0.19.7 on, ZeRO-1/2 hand the model its bf16 weights with a plain view of ZenFlow's transposed flat buffer
+# (stage_1_and_2.py: _update_model_bit16_weights), so every 2-D weight is scrambled at initialize.
+zenflow_row() {
+  local site=/tmp/site-zenflow
+  baselines_ready || return
+  if [[ ! -f $site/.ready ]]; then
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$site" \
+      "$ROOT"/bench/baselines/wheels-gpu/zenflow/* && touch "$site/.ready" || return
+  fi
+  BASELINE_PYTHONPATH=$site:$BASELINE_SITE TORCH_EXTENSIONS_DIR=/tmp/torch-extensions-zenflow compare_row "$@"
 }
 
 # DeepSpeedCPUAdam and Ferry's CPU AdamW over GPT-2 1.5B's parameters on every core, same row.
@@ -168,4 +182,4 @@ gemini_row() {
 }
 
 export -f sanitize gtests default_path step_vs_torch cost_model offload_row max_model_ferry baselines_ready ferry_init compare_row \
-  cpu_adam_pair gemini_ready gemini_row
+  cpu_adam_pair gemini_ready gemini_row zenflow_row
