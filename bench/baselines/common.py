@@ -1,17 +1,22 @@
 """What every baseline runner shares: the model shapes (the same as Ferry's configs), building the Hugging
-Face model, the data (the bundled text as byte tokens, as Ferry's configs read it), the GPU budget, the
-timing, and the result line. A result is one JSON object per run, appended to --json.
+Face model (or loading Ferry's exported starting weights), Ferry's own batches and learning-rate schedule, the
+GPU budget, the timing, and the result line. A result is one JSON object per run, appended to --json, with
+every step's time and loss and the versions and settings that made it.
 """
 import argparse
 import contextlib
 import json
+import math
 import os
+import platform
 import resource
 import statistics
+import sys
 import time
 
 # name -> (kind, n_layer, n_embd, n_head, vocab, seq_len); the configs Ferry trains (configs/*.yaml)
 MODELS = {
+    "gpt-tiny": ("gpt2", 4, 128, 4, 256, 128),
     "gpt2-124m": ("gpt2", 12, 768, 12, 50257, 1024),
     "gpt2-350m": ("gpt2", 24, 1024, 16, 50257, 1024),
     "gpt2-774m": ("gpt2", 36, 1280, 20, 50257, 1024),
@@ -23,6 +28,8 @@ MODELS = {
 }
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEXT = os.path.join(HERE, "..", "..", "configs", "data", "fortunes.txt")
+VAL_FRACTION = 0.05  # every config's data.val_fraction: Ferry trains on the text's first 95%
+MASK64 = 2**64 - 1
 
 
 def parse_bytes(text):
@@ -42,12 +49,21 @@ def arguments(system, extra=None):
     p.add_argument("--steps", type=int, default=20, help="training steps (the first --warmup are not timed)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--budget", default="16GiB", help="GPU memory budget, e.g. 16GiB (enforced per process)")
-    p.add_argument("--activation-checkpointing", action="store_true")
-    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=False,
+                   help="recompute each block in the backward (Hugging Face's gradient checkpointing)")
+    p.add_argument("--init-from", metavar="DIR",
+                   help="start from this Hugging Face folder (`ferry export --config ...`: Ferry's starting weights)")
+    p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (configs/gpt2-1.5b.yaml's)")
+    p.add_argument("--min-lr", type=float, help="the cosine's floor (default: lr / 10, as Ferry's optim.min_lr)")
+    p.add_argument("--lr-warmup-steps", type=int, default=100, help="linear warmup steps (Ferry's optim.warmup_steps)")
+    p.add_argument("--lr-schedule", choices=["cosine", "constant"], default="cosine",
+                   help="after the warmup, over the run's --steps (Ferry's optim.schedule)")
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--json", help="append the result as one JSON line to this file")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                   help="cpu: no budget, a check of the set-up on a machine without a GPU (Ferry: its host device)")
     p.add_argument("--dry-run", action="store_true",
                    help="build the model on the meta device and print its parameter count; no GPU needed")
     for args, kwargs in extra or []:
@@ -58,56 +74,139 @@ def arguments(system, extra=None):
     a.n_layer = a.n_layer or n_layer
     a.seq = a.seq or seq_len
     a.budget_bytes = parse_bytes(a.budget)
+    a.min_lr = a.lr / 10 if a.min_lr is None else a.min_lr
     if a.steps <= a.warmup:
         p.error("--steps must be larger than --warmup")
     return a
 
 
 def build_model(a, device=None):
-    """The Hugging Face model of the shape (GPT2LMHeadModel or BertForMaskedLM), dropout off."""
+    """The Hugging Face model of the shape (GPT2LMHeadModel or BertForMaskedLM), dropout off, SDPA attention and
+    GPT-2's tanh GELU in PyTorch's fused form (`gelu_pytorch_tanh`: the same function as `gelu_new`, one kernel);
+    from --init-from's folder when given, else initialised by Hugging Face."""
     import torch
     from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
-    ctx = torch.device(device) if device else contextlib.nullcontext()
-    with ctx:
-        if a.kind == "gpt2":
-            cfg = GPT2Config(vocab_size=a.vocab, n_positions=a.seq_len, n_embd=a.n_embd, n_layer=a.n_layer,
-                             n_head=a.n_head, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
-                             attn_pdrop=0.0, tie_word_embeddings=True)
-            return GPT2LMHeadModel(cfg)
-        cfg = BertConfig(vocab_size=a.vocab, hidden_size=a.n_embd, num_hidden_layers=a.n_layer,
-                         num_attention_heads=a.n_head, intermediate_size=4 * a.n_embd,
-                         max_position_embeddings=a.seq_len, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        return BertForMaskedLM(cfg)
+    no_dropout = ({"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0} if a.kind == "gpt2" else
+                  {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
+    act = {"activation_function": "gelu_pytorch_tanh"} if a.kind == "gpt2" else {}
+    cls = GPT2LMHeadModel if a.kind == "gpt2" else BertForMaskedLM
+    if getattr(a, "init_from", None) and device != "meta":
+        model = cls.from_pretrained(a.init_from, torch_dtype=torch.float32, attn_implementation="sdpa", **no_dropout, **act)
+        check_shape(a, model.config)
+        return model
+    if a.kind == "gpt2":
+        cfg = GPT2Config(vocab_size=a.vocab, n_positions=a.seq_len, n_embd=a.n_embd, n_layer=a.n_layer, n_head=a.n_head,
+                         tie_word_embeddings=True, **no_dropout, **act)
+    else:
+        cfg = BertConfig(vocab_size=a.vocab, hidden_size=a.n_embd, num_hidden_layers=a.n_layer, num_attention_heads=a.n_head,
+                         intermediate_size=4 * a.n_embd, max_position_embeddings=a.seq_len, **no_dropout)
+    cfg._attn_implementation = "sdpa"
+    with torch.device(device) if device else contextlib.nullcontext():
+        return cls(cfg)
+
+
+def check_shape(a, cfg):
+    """--init-from's folder must hold the shape the run names: its parameters are counted as the shape's."""
+    got = (cfg.n_layer, cfg.n_embd, cfg.vocab_size) if a.kind == "gpt2" else (cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size)
+    if got != (a.n_layer, a.n_embd, a.vocab):
+        raise SystemExit(f"--init-from {a.init_from}: its config.json has (layers, width, vocab) {got}, not --model {a.model}'s "
+                         f"{(a.n_layer, a.n_embd, a.vocab)}; export that shape (ferry export --config configs/{a.model}.yaml)")
+
+
+def attention_backend(model):
+    """The attention implementation the model runs (`sdpa`, `eager`, ...), as transformers resolved it."""
+    return getattr(model.config, "_attn_implementation", None) or "unknown"
 
 
 def parameter_count(model):
     return sum(p.numel() for p in model.parameters())  # tied weights are counted once, as Ferry counts them
 
 
+class FerryRng:
+    """Ferry's generator (foundation/rng.h: SplitMix64), so that the baselines train on Ferry's very batches."""
+
+    GOLDEN = 0x9E3779B97F4A7C15
+
+    def __init__(self, seed):
+        self.state = seed & MASK64
+
+    def next_u64(self):
+        self.state = (self.state + self.GOLDEN) & MASK64
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        return z ^ (z >> 31)
+
+    def below(self, n):
+        return int((self.next_u64() >> 11) * 2.0**-53 * float(n))  # Rng::below: a double's product, truncated
+
+
+def ferry_windows(train, seed, index, batch, seq):
+    """The offsets of Ferry's training batch `index` (dataset/dataset.cpp: TextDataset::train_batch)."""
+    rng = FerryRng(seed ^ ((0xD1B54A32D192ED03 * (index + 1)) & MASK64))
+    windows = len(train) - seq
+    return [rng.below(windows) for _ in range(batch)]
+
+
 def batches(a, device):
-    """The bundled text as byte tokens in windows drawn by the seed; BERT gets Ferry's masked-LM recipe."""
+    """GPT: Ferry's batches, window for window (the text's first 95% as byte tokens, offsets drawn as Ferry draws
+    them from train.seed and the step), so the same steps see the same tokens. BERT: the same 15% / 80-10-10
+    masking recipe, drawn by torch's generator (not Ferry's draws)."""
     import torch
 
-    data = torch.tensor(list(open(TEXT, "rb").read()), dtype=torch.long)
+    text = open(TEXT, "rb").read()
+    data = torch.tensor(list(text), dtype=torch.long)
+    if a.kind == "gpt2":
+        train = data[: len(data) - int(len(data) * VAL_FRACTION)]
+        index = 0
+        while True:
+            starts = ferry_windows(train, a.seed, index, a.batch, a.seq)
+            x = torch.stack([train[s:s + a.seq] for s in starts])
+            y = torch.stack([train[s + 1:s + a.seq + 1] for s in starts])
+            yield {"input_ids": x.to(device), "labels": y.to(device)}, "shifted"
+            index += 1
     gen = torch.Generator().manual_seed(a.seed)
     mask_id = a.vocab - 1
     while True:
         starts = torch.randint(0, len(data) - a.seq - 1, (a.batch,), generator=gen)
         x = torch.stack([data[s:s + a.seq] for s in starts])
-        if a.kind == "gpt2":
-            y = torch.stack([data[s + 1:s + a.seq + 1] for s in starts])
-            yield {"input_ids": x.to(device), "labels": y.to(device)}, "shifted"
-        else:
-            chosen = torch.rand(x.shape, generator=gen) < 0.15
-            how = torch.rand(x.shape, generator=gen)
-            labels = torch.where(chosen, x, torch.full_like(x, -100))
-            inp = x.clone()
-            inp[chosen & (how < 0.8)] = mask_id
-            rand = torch.randint(0, 256, x.shape, generator=gen)
-            swap = chosen & (how >= 0.8) & (how < 0.9)
-            inp[swap] = rand[swap]
-            yield {"input_ids": inp.to(device), "labels": labels.to(device)}, "mlm"
+        chosen = torch.rand(x.shape, generator=gen) < 0.15
+        how = torch.rand(x.shape, generator=gen)
+        labels = torch.where(chosen, x, torch.full_like(x, -100))
+        inp = x.clone()
+        inp[chosen & (how < 0.8)] = mask_id
+        rand = torch.randint(0, 256, x.shape, generator=gen)
+        swap = chosen & (how >= 0.8) & (how < 0.9)
+        inp[swap] = rand[swap]
+        yield {"input_ids": inp.to(device), "labels": labels.to(device)}, "mlm"
+
+
+def lr_at(a, s):
+    """Ferry's learning rate at step s (0-based; cpu_optim/lr_schedule.cpp): linear warmup to --lr, then a cosine
+    to --min-lr over the rest of the run's --steps, or constant."""
+    if s < a.lr_warmup_steps:
+        return a.lr * (s + 1) / a.lr_warmup_steps
+    if a.lr_schedule == "constant":
+        return a.lr
+    progress = min(1.0, (s - a.lr_warmup_steps) / max(1, a.steps - a.lr_warmup_steps))
+    return a.min_lr + (a.lr - a.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def lr_scheduler(a, optimizer):
+    """A LambdaLR stepping Ferry's schedule: step k (0-based) runs at lr_at(k), as Ferry's step k+1 does."""
+    import torch
+
+    for group in optimizer.param_groups:
+        group["lr"] = a.lr
+        group["initial_lr"] = a.lr
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(a, s) / a.lr)
+
+
+def schedule_settings(a):
+    return {"lr": a.lr, "min_lr": a.min_lr, "lr_warmup_steps": a.lr_warmup_steps, "lr_schedule": a.lr_schedule,
+            "seed": a.seed, "data": "configs/data/fortunes.txt, Ferry's batches" if a.kind == "gpt2" else
+            "configs/data/fortunes.txt, torch-drawn masking", "init_from": a.init_from or "Hugging Face's initialisation"}
 
 
 def loss_of(model, batch, how):
@@ -126,9 +225,20 @@ def single_process_group(port):
         os.environ.setdefault(key, value)
 
 
-def enforce_budget(budget_bytes):
+def use_every_core():
+    """OMP_NUM_THREADS = the machine's cores, before torch is imported (DeepSpeed's launcher would set it; these
+    runners start without a launcher). Returns the value in force."""
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count()))
+    return int(os.environ["OMP_NUM_THREADS"])
+
+
+def enforce_budget(a):
+    """The GPU budget as the caching allocator's limit; nothing on --device cpu."""
     import torch
 
+    if a.device == "cpu":
+        return 0
+    budget_bytes = a.budget_bytes
     if not torch.cuda.is_available():
         raise SystemExit("no CUDA device: the runs need the GPU machine (--dry-run works anywhere)")
     total = torch.cuda.get_device_properties(0).total_memory
@@ -141,17 +251,43 @@ def flops_per_token(a, params):
     return 6 * params + 12 * a.n_layer * a.seq * a.n_embd
 
 
-def dry_run(a, system):
+def dry_run(a, system, settings=None):
+    """The shape's parameter count and, when given, the system's settings (e.g. DeepSpeed's config): no GPU."""
     model = build_model(a, device="meta")
-    print(json.dumps({"system": system, "model": a.model, "n_layer": a.n_layer, "params": parameter_count(model)}))
+    print(json.dumps({"system": system, "model": a.model, "n_layer": a.n_layer, "params": parameter_count(model),
+                      "attention": attention_backend(model), **({"settings": settings} if settings else {})}))
+
+
+def environment():
+    """What the numbers depend on besides the settings: versions, the CPU and its threads, the GPU."""
+    import torch
+    import transformers
+
+    env = {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+           "cpu": cpu_name(), "cpu_cores": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+           "torch_threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        env.update(device=torch.cuda.get_device_name(0), cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
+    else:
+        env.update(device=f"CPU only ({env['cpu']})")
+    return env
+
+
+def cpu_name():
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
 
 
 def report(a, system, step_times, losses, params, error=None, extra=None):
-    """Prints and appends the run's result line; `error`: why the run did not train."""
+    """Prints and appends the run's result line: the median step after --warmup, every step's time and loss,
+    the schedule, the environment and `extra` (the system's settings); `error`: why the run did not train."""
     import torch
 
     result = {"system": system, "model": a.model, "n_layer": a.n_layer, "params": params, "batch": a.batch,
-              "seq": a.seq, "budget_bytes": a.budget_bytes, "activation_checkpointing": a.activation_checkpointing}
+              "seq": a.seq, "budget_bytes": a.budget_bytes, "activation_checkpointing": a.activation_checkpointing,
+              "exact": True, "schedule": schedule_settings(a)}
     if error:
         result.update(error=error, trained=False)
     else:
@@ -160,10 +296,12 @@ def report(a, system, step_times, losses, params, error=None, extra=None):
         tokens = a.batch * a.seq
         result.update(trained=True, step_s=step_s, tokens_per_s=tokens / step_s,
                       tflops=flops_per_token(a, params) * tokens / step_s / 1e12,
-                      peak_gpu_bytes=torch.cuda.max_memory_allocated(),
-                      host_peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                      first_loss=losses[0], final_loss=losses[-1], steps=len(losses),
-                      device=torch.cuda.get_device_name(0))
+                      first_loss=losses[0], final_loss=losses[-1], steps=len(losses), timed_steps=len(timed),
+                      step_times_s=step_times, losses=losses)
+    if torch.cuda.is_available():
+        result.update(peak_gpu_bytes=torch.cuda.max_memory_allocated(), peak_gpu_reserved_bytes=torch.cuda.max_memory_reserved())
+    result["host_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result.update(environment())
     result.update(extra or {})
     line = json.dumps(result)
     print(line, flush=True)
@@ -173,16 +311,59 @@ def report(a, system, step_times, losses, params, error=None, extra=None):
     return result
 
 
-def timed_steps(a, step):
-    """Runs step() a.steps times; returns the step times (s) and losses."""
+def synchronize():
     import torch
 
-    times, losses = [], []
-    for _ in range(a.steps):
+    if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def timed_steps(a, step):
+    """Runs step() a.steps times; returns the step times (s) and losses. Each step's line goes to stderr as it
+    ends, so a run killed at its time limit still shows how far it got."""
+    times, losses = [], []
+    for k in range(a.steps):
+        synchronize()
         t0 = time.perf_counter()
         loss = step()
-        torch.cuda.synchronize()
+        synchronize()
         times.append(time.perf_counter() - t0)
         losses.append(float(loss))
+        print(f"step {k + 1}/{a.steps}: {times[-1]:.3f} s, loss {losses[-1]:.4f}", file=sys.stderr, flush=True)
     return times, losses
+
+
+class Phases:
+    """Each step's seconds per phase (forward, backward, optimizer step), each phase ended by a synchronize: where
+    a system's step goes. The synchronizes wait only for work the step's end waits for anyway."""
+
+    def __init__(self):
+        self.seconds = {}
+        self.t0 = 0.0
+
+    def start(self):
+        synchronize()
+        self.t0 = time.perf_counter()
+
+    def end(self, name):
+        synchronize()
+        now = time.perf_counter()
+        self.seconds.setdefault(name, []).append(round(now - self.t0, 4))
+        self.t0 = now
+
+    def medians(self, warmup):
+        return {name: statistics.median(times[warmup:]) for name, times in self.seconds.items() if times[warmup:]}
+
+
+class Stopwatch:
+    """Start-up stages and their seconds (model built, engine initialised, ...), kept for the result line."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.stages = {}
+
+    def lap(self, name):
+        now = time.perf_counter()
+        self.stages[name] = round(now - self.t0, 2)
+        print(f"{name}: {self.stages[name]:.1f} s", file=sys.stderr, flush=True)
+        self.t0 = now

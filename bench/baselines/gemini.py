@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Colossal-AI Gemini on one GPU: the static all-offload placement (shard_param_frac=1,
-offload_optim_frac=1, offload_param_frac=1: the old `cpu` placement) or Gemini's `auto` placement, bf16,
-HybridAdam in AdamW mode; the GPU budget is enforced with set_per_process_memory_fraction.
+"""Colossal-AI Gemini on one GPU: the `auto` placement (Gemini moves chunks by the memory it sees), or the
+`static` placement with its three fractions (shard_param_frac, offload_optim_frac, offload_param_frac; all 1:
+everything on the CPU, Gemini's weakest), bf16, HybridAdam in AdamW mode (its CPU and GPU Adam), Hugging Face's
+model with SDPA attention and `gelu_pytorch_tanh`, Ferry's batches and learning-rate schedule; the GPU budget is
+enforced with set_per_process_memory_fraction. Colossal-AI 0.5.0 pins torch <= 2.5.1: where it does not import,
+the result line says why.
 
-    python3 bench/baselines/gemini.py --model gpt2-1.5b --placement static --budget 16GiB --json results.jsonl
+    python3 bench/baselines/gemini.py --model gpt2-1.5b --placement auto --budget 16GiB --json results.jsonl
+    python3 bench/baselines/gemini.py --model gpt2-1.5b --placement static --offload-optim-frac 0.5 --offload-param-frac 0
     python3 bench/baselines/gemini.py --model bert-large --dry-run
 """
 import os
@@ -12,56 +16,93 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
+OPTIONS = [
+    (("--placement",), {"choices": ["static", "auto"], "default": "auto",
+                        "help": "auto: Gemini decides; static: the three fractions below"}),
+    (("--shard-param-frac",), {"type": float, "default": 1.0, "help": "static: share of the parameters sharded"}),
+    (("--offload-optim-frac",), {"type": float, "default": 1.0, "help": "static: share of the optimizer state on the CPU"}),
+    (("--offload-param-frac",), {"type": float, "default": 1.0, "help": "static: share of the parameters on the CPU"}),
+]
+
+
+def system_name(a):
+    if a.placement == "auto":
+        return "gemini-auto"
+    return f"gemini-static-o{a.offload_optim_frac:g}-p{a.offload_param_frac:g}"
+
+
+def plugin_settings(a):
+    settings = {"placement_policy": a.placement, "precision": "bf16", "pin_memory": True}
+    if a.placement == "static":
+        settings.update(shard_param_frac=a.shard_param_frac, offload_optim_frac=a.offload_optim_frac,
+                        offload_param_frac=a.offload_param_frac)
+    return settings
+
+
+def train(a, booster, HybridAdam):
+    import torch
+
+    model = common.build_model(a)
+    params = common.parameter_count(model)
+    attention = common.attention_backend(model)
+    if a.activation_checkpointing:
+        model.gradient_checkpointing_enable()
+    optimizer = HybridAdam(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=a.weight_decay,
+                           adamw_mode=True)
+    scheduler = common.lr_scheduler(a, optimizer)
+    model, optimizer, _, _, scheduler = booster.boost(model, optimizer, lr_scheduler=scheduler)
+    data = common.batches(a, torch.device("cuda"))
+    phases = common.Phases()
+
+    def step():
+        batch, how = next(data)
+        phases.start()
+        loss = common.loss_of(model, batch, how)
+        phases.end("forward")
+        booster.backward(loss, optimizer)
+        phases.end("backward")
+        optimizer.clip_grad_by_norm(a.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad()
+        scheduler.step()
+        phases.end("optimizer_step")
+        return loss.detach()
+
+    times, losses = common.timed_steps(a, step)
+    return params, attention, times, losses, {"phase_s": phases.seconds, "phase_median_s": phases.medians(a.warmup)}
+
 
 def main():
-    a = common.arguments("gemini", [(("--placement",), {"choices": ["static", "auto"], "default": "static",
-                                                       "help": "static: everything offloaded; auto: Gemini decides"})])
-    system = f"gemini-{a.placement}"
+    threads = common.use_every_core()
+    a = common.arguments("gemini", OPTIONS)
+    system = system_name(a)
     if a.dry_run:
-        return common.dry_run(a, system)
+        return common.dry_run(a, system, plugin_settings(a))
     import torch
 
     common.single_process_group(29512)
-    params = 0
+    clock = common.Stopwatch()
     try:
         import colossalai
         from colossalai.booster import Booster
         from colossalai.booster.plugin import GeminiPlugin
         from colossalai.nn.optimizer import HybridAdam
     except Exception as e:  # noqa: BLE001 - Colossal-AI pins old torch/transformers; record why it cannot run
-        return common.report(a, system, [], [], params, error=f"colossalai not importable: {type(e).__name__}: {e}")
+        return common.report(a, system, [], [], 0, error=f"colossalai not importable: {type(e).__name__}: {e}")
+    clock.lap("import_s")
     colossalai.launch_from_torch()
     torch.manual_seed(a.seed)
-    common.enforce_budget(a.budget_bytes)
-    if a.placement == "static":
-        plugin = GeminiPlugin(placement_policy="static", shard_param_frac=1.0, offload_optim_frac=1.0,
-                              offload_param_frac=1.0, precision="bf16", pin_memory=True)
-    else:
-        plugin = GeminiPlugin(placement_policy="auto", precision="bf16", pin_memory=True)
-    booster = Booster(plugin=plugin)
+    common.enforce_budget(a)
+    booster = Booster(plugin=GeminiPlugin(**plugin_settings(a)))
+    settings = {"colossalai": colossalai.__version__, "plugin": plugin_settings(a), "omp_num_threads": threads}
+    params = 0
     try:
-        model = common.build_model(a)
-        params = common.parameter_count(model)
-        if a.activation_checkpointing:
-            model.gradient_checkpointing_enable()
-        optimizer = HybridAdam(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=a.weight_decay,
-                               adamw_mode=True)
-        model, optimizer, *_ = booster.boost(model, optimizer)
-        data = common.batches(a, torch.device("cuda"))
-
-        def step():
-            batch, how = next(data)
-            loss = common.loss_of(model, batch, how)
-            booster.backward(loss, optimizer)
-            optimizer.clip_grad_by_norm(a.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad()
-            return loss.detach()
-
-        times, losses = common.timed_steps(a, step)
+        params, attention, times, losses, phases = train(a, booster, HybridAdam)
     except torch.cuda.OutOfMemoryError as e:
-        return common.report(a, system, [], [], params, error=f"out of GPU memory at the budget: {str(e)[:200]}")
-    return common.report(a, system, times, losses, params, extra={"colossalai": colossalai.__version__, "torch": torch.__version__})
+        return common.report(a, system, [], [], params, error=f"out of GPU memory at the budget: {str(e)[:200]}",
+                             extra={**settings, "startup_s": clock.stages})
+    return common.report(a, system, times, losses, params,
+                         extra={**settings, **phases, "attention": attention, "startup_s": clock.stages})
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 # the reason), for bench/report.py --max-model. A 7B-class run takes minutes to start (weights initialised on the
 # CPU), so a call tries a few depths: MAX_MODEL_LAYERS (default "32 40"), MAX_MODEL_SYSTEMS (default
 # "ferry-greedy deepspeed-zero-offload"), MAX_MODEL_BUDGET (default 16GiB), MAX_MODEL_SECONDS per run (240).
-# Carry gpu_bundle (Ferry) and bench/baselines/wheels-gpu (the baselines; installed as baselines.sh does).
+# Carry gpu_bundle (Ferry) and bench/baselines/wheels-gpu (DeepSpeed; Gemini is not carried: docs/benchmarks.md).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SCRIPT=max_model
@@ -21,8 +21,12 @@ if [[ $systems == *ferry* ]]; then
   chmod +x /tmp/ferry-with-libs
   export LD_LIBRARY_PATH=$python_libs
 fi
-if [[ $systems == *deepspeed* || $systems == *gemini* ]]; then
-  step "install the baselines (pip, offline)" 150 install_baselines
+install() {
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$BASELINE_SITE" \
+    "$ROOT"/bench/baselines/wheels-gpu/*.* && python3 -c 'import deepspeed'
+}
+if [[ $systems == *deepspeed* ]]; then
+  step "install the baselines (pip, offline)" 150 install
 fi
 for layers in ${MAX_MODEL_LAYERS:-32 40}; do
   for system in $systems; do

@@ -71,4 +71,115 @@ sanitize() {
   return $rc
 }
 
-export -f sanitize gtests default_path step_vs_torch cost_model offload_row max_model_ferry
+# --- The baselines (issue 30): DeepSpeed from the carried bench/baselines/wheels-gpu/, each row with the matching
+# Ferry run in the same row, every result a line of bench/results/compare-$GPU/<row>.jsonl (bench/report.py).
+# The machine's cores for OpenMP, DeepSpeed's JIT-built ops kept for the call's later rows.
+export TORCH_EXTENSIONS_DIR=/tmp/torch-extensions
+
+# baselines_ready: DeepSpeed and its dependencies installed into $BASELINE_SITE (once a machine), and
+# DeepSpeedCPUAdam built for this CPU (DeepSpeed's JIT build with ninja and -march=native, as its users get it),
+# with ds_report and the build's output kept in compare-$GPU/deepspeed-build.txt.
+baselines_ready() {
+  export PYTHONPATH=$BASELINE_SITE PYTHONUNBUFFERED=1
+  local out=$RES/bench/results/compare-$GPU
+  mkdir -p "$out"
+  if [[ ! -f $BASELINE_SITE/.ready ]]; then
+    [[ -d $ROOT/bench/baselines/wheels-gpu ]] || { echo "no bench/baselines/wheels-gpu: run bench/baselines/fetch.sh here and carry it"; return 1; }
+    find "$ROOT/bench/baselines/wheels-gpu" -maxdepth 1 -type f -print0 | xargs -0 python3 -m pip install -q --no-index \
+      --no-deps --no-build-isolation --no-cache-dir --target "$BASELINE_SITE" || return
+    touch "$BASELINE_SITE/.ready"
+  fi
+  [[ -f $out/deepspeed-build.txt ]] && return 0
+  { echo "# DeepSpeed on $GPU: ds_report, then DeepSpeedCPUAdam's build ($(date -u +%FT%TZ))"
+    python3 -c 'import sys; from deepspeed.env_report import cli_main; sys.argv = ["ds_report"]; cli_main()'
+    python3 -c 'import time; from deepspeed.ops.op_builder import CPUAdamBuilder as B; b = B(); t = time.time(); b.load(verbose=True)
+print("cpu_adam: simd", b.simd_width(), "arch", b.cpu_arch(), "cxx_args", b.cxx_args(), "load s %.1f" % (time.time() - t))'
+  } >"$out/deepspeed-build.tmp" 2>&1 || { cat "$out/deepspeed-build.tmp"; return 1; }
+  mv "$out/deepspeed-build.tmp" "$out/deepspeed-build.txt"
+  tail -3 "$out/deepspeed-build.txt"
+}
+
+# ferry_init MODEL: the weights Ferry starts MODEL from, exported once a call as the Hugging Face folder every
+# system of a row starts from (Ferry as model.init_from, the baselines with --init-from).
+ferry_init() {
+  local dir=/tmp/ferry-init/$1
+  [[ -f $dir/model.safetensors ]] && { echo "$dir"; return; }
+  rm -rf "$dir" && mkdir -p "$(dirname "$dir")"
+  "$BIN/ferry" export --config "$ROOT/configs/$1.yaml" --out "$dir" >&2 && echo "$dir"
+}
+
+# compare_row ROW FERRY_POLICY FERRY_OVERLAP BASELINE_ARGS...: the Ferry run and one zero_offload.py run, both
+# lines into compare-$GPU/ROW.jsonl. What they share: GPT-2 1.5B, batch 4 x 1024, 16 GiB, the same starting
+# weights, batches and call; 10 steps, the last 7 timed; Ferry's learning-rate schedule shortened to the run (3
+# warmup steps, then the cosine to lr / 10), so that the loss curves move.
+compare_row() {
+  local row=$1 policy=$2 overlap=$3; shift 3
+  local common=(--model gpt2-1.5b --batch 4 --budget 16GiB --steps 10 --warmup 3 --lr-warmup-steps 3)
+  baselines_ready || return
+  local init out=$RES/bench/results/compare-$GPU/$row.jsonl
+  init=$(ferry_init gpt2-1.5b) || return
+  python3 bench/baselines/ferry_run.py "${common[@]}" --policy "$policy" --overlap "$overlap" --ferry "$BIN/ferry" \
+    --init-from "$init" --json "$out" || return
+  PYTHONPATH=${BASELINE_PYTHONPATH:-$PYTHONPATH} python3 bench/baselines/zero_offload.py "${common[@]}" --init-from "$init" \
+    --json "$out" "$@"
+}
+
+# zenflow_row ROW ARGS...: compare_row with DeepSpeed 0.19.6 (the carried wheels-gpu/zenflow/) in place of 0.19.8:
+# from 0.19.7 on, ZeRO-1/2 hand the model its bf16 weights with a plain view of ZenFlow's transposed flat buffer
+# (stage_1_and_2.py: _update_model_bit16_weights), so every 2-D weight is scrambled at initialize.
+zenflow_row() {
+  local site=/tmp/site-zenflow
+  baselines_ready || return
+  if [[ ! -f $site/.ready ]]; then
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$site" \
+      "$ROOT"/bench/baselines/wheels-gpu/zenflow/* && touch "$site/.ready" || return
+  fi
+  BASELINE_PYTHONPATH=$site:$BASELINE_SITE TORCH_EXTENSIONS_DIR=/tmp/torch-extensions-zenflow compare_row "$@"
+}
+
+# DeepSpeedCPUAdam and Ferry's CPU AdamW over GPT-2 1.5B's parameters on every core, same row.
+cpu_adam_pair() {
+  local r=$RES/bench/results
+  baselines_ready || return
+  "$BIN/ferry-bench" adam --params 1560000000 --threads 0 --reps 3 --json "$r/cpu_adam-$GPU.json" --markdown "$r/cpu_adam-$GPU.md" || return
+  python3 bench/baselines/cpu_adam.py --params 1560000000 --reps 5 --json "$r/cpu_adam-deepspeed-$GPU.json" --markdown "$r/cpu_adam-deepspeed-$GPU.md"
+}
+
+# gemini_ready: Colossal-AI from the carried bench/baselines/wheels-gemini/ into $BASELINE_SITE, installed without
+# its torch <= 2.5.1 pin, an empty stand-in for bitsandbytes (imported for GaLore only, 43 MB), and HybridAdam's
+# kernels (CPU Adam, fused GPU Adam) JIT-built with nvcc for sm_90, the build's output kept.
+gemini_ready() {
+  baselines_ready || return
+  export MAX_JOBS=$(nproc) TORCH_CUDA_ARCH_LIST=9.0
+  local out=$RES/bench/results/compare-$GPU stub=$BASELINE_SITE/bitsandbytes
+  if [[ ! -f $BASELINE_SITE/.gemini ]]; then
+    [[ -d $ROOT/bench/baselines/wheels-gemini ]] || { echo "no bench/baselines/wheels-gemini: run bench/baselines/fetch.sh here and carry it"; return 1; }
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$BASELINE_SITE" \
+      "$ROOT"/bench/baselines/wheels-gemini/* || return
+    mkdir -p "$stub/optim" && : >"$stub/__init__.py" && : >"$stub/optim/__init__.py" &&
+      echo 'class Optimizer2State: pass  # stand-in: only GaLore subclasses it' >"$stub/optim/optimizer.py"
+    touch "$BASELINE_SITE/.gemini"
+  fi
+  [[ -f $out/gemini-build.txt ]] && return 0
+  python3 -c 'import time, colossalai; from colossalai.kernel.kernel_loader import CPUAdamLoader, FusedOptimizerLoader
+t = time.time(); CPUAdamLoader().load(); FusedOptimizerLoader().load()
+print("colossalai", colossalai.__version__, "kernels built or loaded in %.1f s" % (time.time() - t))' >"$out/gemini-build.tmp" 2>&1 ||
+    { tail -40 "$out/gemini-build.tmp"; return 1; }
+  mv "$out/gemini-build.tmp" "$out/gemini-build.txt"
+  tail -2 "$out/gemini-build.txt"
+}
+
+# gemini_row ROW GEMINI_ARGS...: Ferry greedy `pipelined` and one gemini.py run, as compare_row does for DeepSpeed.
+gemini_row() {
+  local row=$1; shift
+  local common=(--model gpt2-1.5b --batch 4 --budget 16GiB --steps 10 --warmup 3 --lr-warmup-steps 3)
+  gemini_ready || return
+  local init out=$RES/bench/results/compare-$GPU/$row.jsonl
+  init=$(ferry_init gpt2-1.5b) || return
+  python3 bench/baselines/ferry_run.py "${common[@]}" --policy greedy --overlap pipelined --ferry "$BIN/ferry" \
+    --init-from "$init" --json "$out" || return
+  python3 bench/baselines/gemini.py "${common[@]}" --init-from "$init" --json "$out" "$@"
+}
+
+export -f sanitize gtests default_path step_vs_torch cost_model offload_row max_model_ferry baselines_ready ferry_init compare_row \
+  cpu_adam_pair gemini_ready gemini_row zenflow_row
