@@ -150,22 +150,11 @@ gpu_tag() {
   echo "$name" | grep -oiE 'H100|H200|A100|L40S|[A-Z][0-9]{2,4}' | head -1 | tr 'A-Z' 'a-z'
 }
 
-# Where install_baselines puts the baselines (no index there), and the environment their Python runs in:
+# Where the baselines are installed (no index there; scripts/gpu/queue_items.sh, baselines.sh, max_model.sh), and the environment their Python runs in:
 # that site on the path, unbuffered output (progress lines reach the log of a run killed at its limit), and
 # Colossal-AI's kernel build for sm_90 on the machine's 16 cores.
 BASELINE_SITE=/tmp/site
 use_baseline_python() { export PYTHONPATH=$BASELINE_SITE PYTHONUNBUFFERED=1 MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0; }
 
-# The baselines from the carried bench/baselines/wheels-gpu/ into $BASELINE_SITE. Colossal-AI's optimizer
-# package imports bitsandbytes' 8-bit optimizer base for GaLore, which Gemini never uses; bitsandbytes
-# (43 MB) does not fit the carry, so an empty base class stands in for it.
-install_baselines() {
-  local stub=$BASELINE_SITE/bitsandbytes
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$BASELINE_SITE" "$ROOT"/bench/baselines/wheels-gpu/* &&
-    mkdir -p "$stub/optim" && : >"$stub/__init__.py" && : >"$stub/optim/__init__.py" &&
-    echo 'class Optimizer2State: pass  # stand-in: only GaLore subclasses it' >"$stub/optim/optimizer.py" &&
-    PYTHONPATH=$BASELINE_SITE python3 -c 'import deepspeed, colossalai; print("deepspeed", deepspeed.__version__, "colossalai", colossalai.__version__)'
-}
-
 export ROOT BUNDLE OUT PREFIX LOG DRY BASELINE_SITE
-export -f log cuda_library_dirs smoke_test rebuild install_baselines
+export -f log cuda_library_dirs smoke_test rebuild

@@ -4,7 +4,8 @@
 # queue.md (the summary), queue.log, results.tar.gz (what the rows wrote, laid out like the repository, and
 # queue-status.tsv); scripts/gpu/collect.sh unpacks them here and marks the rows.
 #
-#   run(carry=["gpu_bundle"], command="bash scripts/gpu/queue.sh", timeout_s=540)
+#   run(carry=["gpu_bundle", "bench/baselines/wheels-gpu", "bench/baselines/wheels-gemini"],
+#       command="bash scripts/gpu/queue.sh", timeout_s=540)   # wheels: bench/baselines/fetch.sh, here
 #   FERRY_GPU_DRY_RUN=1 FERRY_GPU_BIN=build bash scripts/gpu/queue.sh   # here: check the list, print the plan
 set -uo pipefail
 
