@@ -50,6 +50,12 @@ void refuse_grouped_query(const AttentionDims& d) {
   if (d.kv_row_stride != 0 && d.kv_row_stride != d.row_stride) not_yet("attention with k, v rows apart from q's");
 }
 
+// An invalid value from the rope kernel is its head size (odd, or past 512): name it.
+std::string rope_what(const char* pass, const kernels::RopeDims& d) {
+  return fmt::format("cuda::rope_{} (B={} T={} heads={} head_size={}: the head size must be even and at most 512)",
+                     pass, d.batch, d.seq, d.heads, d.head_size);
+}
+
 std::string linear_shape(int64_t rows, int64_t in, int64_t out) { return fmt::format("({} x {} -> {})", rows, in, out); }
 
 }  // namespace
@@ -180,12 +186,42 @@ void CudaKernels::gelu_backward(const kernels::GeluBackward& a) {
   check(cuda::gelu_backward(ptr(a.dx), ptr(a.dout), ptr(a.x), a.n, a.exact, a.x.dtype, stream_), "cuda::gelu_backward");
 }
 
-void CudaKernels::rmsnorm_forward(const kernels::RmsNormForward&) { not_yet("rmsnorm forward"); }
-void CudaKernels::rmsnorm_backward(const kernels::RmsNormBackward&) { not_yet("rmsnorm backward"); }
-void CudaKernels::rope_forward(const kernels::RopeForward&) { not_yet("rope forward"); }
-void CudaKernels::rope_backward(const kernels::RopeBackward&) { not_yet("rope backward"); }
-void CudaKernels::swiglu_forward(const kernels::SwiGluForward&) { not_yet("swiglu forward"); }
-void CudaKernels::swiglu_backward(const kernels::SwiGluBackward&) { not_yet("swiglu backward"); }
+void CudaKernels::rmsnorm_forward(const kernels::RmsNormForward& a) {
+  check(cuda::rmsnorm_forward(ptr(a.out), as<float>(a.rstd), ptr(a.x), ptr(a.w), a.rows, a.channels, a.eps, a.x.dtype,
+                              stream_),
+        "cuda::rmsnorm_forward");
+}
+
+void CudaKernels::rmsnorm_backward(const kernels::RmsNormBackward& a) {
+  const int64_t floats = a.dw.data ? rmsnorm_backward_scratch_floats(a.rows, a.channels) : 0;
+  auto* s = reinterpret_cast<float*>(scratch(floats * int64_t{sizeof(float)}, "rmsnorm backward"));
+  check(cuda::rmsnorm_backward(ptr(a.dx), ptr(a.dw), ptr(a.dout), ptr(a.x), ptr(a.w), as<float>(a.rstd), a.rows,
+                               a.channels, s, a.x.dtype, stream_),
+        "cuda::rmsnorm_backward");
+}
+
+void CudaKernels::rope_forward(const kernels::RopeForward& a) {
+  const kernels::RopeDims& d = a.dims;
+  check(cuda::rope_forward(ptr(a.out), ptr(a.x), d.batch, d.seq, d.heads, d.head_size, d.row_stride, d.scaling,
+                           a.x.dtype, stream_),
+        rope_what("forward", d));
+}
+
+void CudaKernels::rope_backward(const kernels::RopeBackward& a) {
+  const kernels::RopeDims& d = a.dims;
+  check(cuda::rope_backward(ptr(a.dx), ptr(a.dout), d.batch, d.seq, d.heads, d.head_size, d.row_stride, d.scaling,
+                            a.dout.dtype, stream_),
+        rope_what("backward", d));
+}
+
+void CudaKernels::swiglu_forward(const kernels::SwiGluForward& a) {
+  check(cuda::swiglu_forward(ptr(a.out), ptr(a.gate), ptr(a.up), a.n, a.gate.dtype, stream_), "cuda::swiglu_forward");
+}
+void CudaKernels::swiglu_backward(const kernels::SwiGluBackward& a) {
+  check(
+      cuda::swiglu_backward(ptr(a.dgate), ptr(a.dup), ptr(a.dout), ptr(a.gate), ptr(a.up), a.n, a.dout.dtype, stream_),
+      "cuda::swiglu_backward");
+}
 
 void CudaKernels::residual_forward(const kernels::ResidualForward& a) {
   check(cuda::residual_forward(ptr(a.out), ptr(a.a), ptr(a.b), a.n, a.a.dtype, stream_), "cuda::residual_forward");
