@@ -34,20 +34,9 @@ T* as(kernels::Operand o) {
 const int32_t* ids(kernels::Operand o) { return as<const int32_t>(o); }
 
 std::string shape_of(const AttentionShape& s, DType dtype) {
-  return fmt::format("B={} T={} C={} heads={} row_stride={} {} {}", s.B, s.T, s.C, s.NH, s.row_stride,
-                     s.causal ? "causal" : "bidirectional", to_string(dtype));
-}
-
-// The Llama ops' CUDA kernels are not written yet (issue 34): say so rather than compute nothing.
-[[noreturn]] void not_yet(const char* op) {
-  throw std::runtime_error(std::string(op) +
-                           " has no CUDA kernel yet (issue 34); train Llama models on the host device "
-                           "(device: cpu) until it lands");
-}
-
-void refuse_grouped_query(const AttentionDims& d) {
-  if (d.kv_heads != 0 && d.kv_heads != d.heads) not_yet("grouped-query attention (kv_heads < heads)");
-  if (d.kv_row_stride != 0 && d.kv_row_stride != d.row_stride) not_yet("attention with k, v rows apart from q's");
+  return fmt::format("B={} T={} C={} heads={} row_stride={} kv_heads={} kv_row_stride={} {} {}", s.B, s.T, s.C, s.NH,
+                     s.row_stride, s.kv_heads, s.kv_row_stride, s.causal ? "causal" : "bidirectional",
+                     to_string(dtype));
 }
 
 // An invalid value from the rope kernel is its head size (odd, or past 512): name it.
@@ -61,7 +50,7 @@ std::string linear_shape(int64_t rows, int64_t in, int64_t out) { return fmt::fo
 }  // namespace
 
 AttentionShape attention_shape(const AttentionDims& d) {
-  return {d.batch, d.seq, d.channels, d.heads, d.row_stride, d.causal};
+  return {d.batch, d.seq, d.channels, d.heads, d.row_stride, d.causal, d.kv_heads, d.kv_row_stride};
 }
 
 AttentionKernel choose_attention_kernel(const AttentionShape& s, DType dtype) {
@@ -86,7 +75,7 @@ LtMatmuls& CudaKernels::lt() {
 }
 
 AttentionKernel CudaKernels::attention_kernel(const AttentionShape& s, DType dtype) {
-  const auto key = std::make_tuple(s.B, s.T, s.C, s.NH, s.row_stride, s.causal, dtype);
+  const auto key = std::make_tuple(s.B, s.T, s.C, s.NH, s.row_stride, s.causal, dtype, s.kv_heads, s.kv_row_stride);
   auto found = attention_kernels_.find(key);
   if (found == attention_kernels_.end()) found = attention_kernels_.emplace(key, choose_attention_kernel(s, dtype)).first;
   return found->second;
@@ -155,7 +144,6 @@ void CudaKernels::linear_backward(const kernels::LinearBackward& a) {
 // The log-sum-exp (B,NH,T) fp32 lives where the op's probabilities would (the plan sizes that tensor for it when
 // its cost model says fused_attention; a full (B,NH,T,T) tensor holds it too).
 void CudaKernels::attention_forward(const kernels::AttentionForward& a) {
-  refuse_grouped_query(a.dims);
   const AttentionShape s = attention_shape(a.dims);
   const DType t = a.out.dtype;
   const AttentionKernel kernel = attention_kernel(s, t);
@@ -167,7 +155,6 @@ void CudaKernels::attention_forward(const kernels::AttentionForward& a) {
 }
 
 void CudaKernels::attention_backward(const kernels::AttentionBackward& a) {
-  refuse_grouped_query(a.dims);
   const AttentionShape s = attention_shape(a.dims);
   const DType t = a.dout.dtype;
   const AttentionKernel kernel = attention_kernel(s, t);

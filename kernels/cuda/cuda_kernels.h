@@ -77,7 +77,8 @@ class CudaKernels final : public kernels::OpKernels {
   int64_t workspace_bytes_ = 0;
   float* loss_mean_ = nullptr;
   std::unique_ptr<LtMatmuls> lt_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, DType>, AttentionKernel> attention_kernels_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, DType, int64_t, int64_t>, AttentionKernel>
+      attention_kernels_;
 };
 
 }  // namespace ferry::kernels::cuda
