@@ -18,9 +18,12 @@ namespace ferry::kernels::cuda {
 // NH heads of hs = C/NH; key_mask (B,T) int32 (0: padding) or null; causal: GPT-2. The flash kernel takes
 // head sizes up to 128 (others: cudaErrorInvalidValue) and any mask; cuDNN's padding mask is a key count per
 // batch row, so with CudnnSdpa the padding must be trailing (BERT's batches: tokens, then padding).
+// Grouped-query attention (Llama): k, v are (B,T,kv_heads*hs) views with rows kv_row_stride apart, query
+// head h reading key/value head h / (NH/kv_heads); 0 in either: kv_heads = NH, kv_row_stride = row_stride.
 struct AttentionShape {
   int64_t B, T, C, NH, row_stride;
   bool causal;
+  int64_t kv_heads = 0, kv_row_stride = 0;
 };
 
 enum class AttentionKernel { Flash, CudnnSdpa };

@@ -63,8 +63,8 @@ struct Plan {
   int64_t workspace = 0;
 };
 
-// (B, T, C, NH, row_stride, causal, padding mask, dtype, backward)
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, bool>;
+// (B, T, C, NH, row_stride, causal, padding mask, dtype, backward, kv_heads, kv_row_stride)
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, bool, int64_t, int64_t>;
 
 // The process's cuDNN: library, version, one handle, the plans built so far (under the mutex: handle and
 // plans are shared by every caller). Never destroyed: plans released at exit would call into cuDNN while
@@ -143,7 +143,12 @@ void set_output(fe::graph::Tensor_attributes& t, Uid uid, const sdpa::View& v) {
   t.set_output(true).set_uid(uid).set_dim({v.dim.begin(), v.dim.end()}).set_stride({v.stride.begin(), v.stride.end()});
 }
 
-sdpa::Views views_of(const AttentionShape& s) { return sdpa::views(s.B, s.T, s.C, s.NH, s.row_stride); }
+sdpa::Views views_of(const AttentionShape& s) {
+  return sdpa::views(s.B, s.T, s.C, s.NH, s.row_stride, s.kv_heads, s.kv_row_stride);
+}
+
+int64_t kv_channels(const AttentionShape& s) { return (s.kv_heads ? s.kv_heads : s.NH) * (s.C / s.NH); }
+int64_t kv_row_stride(const AttentionShape& s) { return s.kv_row_stride ? s.kv_row_stride : s.row_stride; }
 
 std::shared_ptr<fe::graph::Tensor_attributes> seq_len(fe::graph::Graph& g, const char* name, Uid uid, int64_t B) {
   return g.tensor(fe::graph::Tensor_attributes()
@@ -169,7 +174,7 @@ std::shared_ptr<fe::graph::Graph> new_graph(DType dtype) {
 std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, bool mask, DType dtype) {
   auto g = new_graph(dtype);
   const sdpa::Views w = views_of(s);
-  auto q = tensor(*g, "q", kQ, w.qkv), k = tensor(*g, "k", kK, w.qkv), v = tensor(*g, "v", kV, w.qkv);
+  auto q = tensor(*g, "q", kQ, w.q), k = tensor(*g, "k", kK, w.kv), v = tensor(*g, "v", kV, w.kv);
   auto options = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_causal_mask(s.causal).set_attn_scale(
       scale_of(s));
   if (mask)
@@ -182,11 +187,12 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, bool ma
   return g;
 }
 
-// Backward: dq, dk, dv into (B,T,C) buffers (cuDNN overwrites them); deterministic algorithm.
+// Backward: dq, dk, dv into (B,T,C) and (B,T,KV*hs) buffers (cuDNN overwrites them, summing a key/value
+// head's query heads); deterministic algorithm.
 std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, bool mask, DType dtype) {
   auto g = new_graph(dtype);
   const sdpa::Views w = views_of(s);
-  auto q = tensor(*g, "q", kQ, w.qkv), k = tensor(*g, "k", kK, w.qkv), v = tensor(*g, "v", kV, w.qkv);
+  auto q = tensor(*g, "q", kQ, w.q), k = tensor(*g, "k", kK, w.kv), v = tensor(*g, "v", kV, w.kv);
   auto o = tensor(*g, "o", kO, w.out), dout = tensor(*g, "dO", kDO, w.out);
   auto stats = tensor(*g, "stats", kStats, w.stats);
   stats->set_data_type(fe::DataType_t::FLOAT);
@@ -200,14 +206,24 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, bool m
         seq_len(*g, "seq_kv", kSeqKv, s.B));
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
   set_output(*dq, kDQ, w.out);
-  set_output(*dk, kDK, w.out);
-  set_output(*dv, kDV, w.out);
+  set_output(*dk, kDK, w.kv_grads);
+  set_output(*dv, kDV, w.kv_grads);
   return g;
 }
 
 // The plan of a shape, built on first use (null where cuDNN cannot run it). Caller holds the mutex.
 const Plan* plan_locked(Cudnn& c, const AttentionShape& s, bool mask, DType dtype, bool backward) {
-  const PlanKey key{s.B, s.T, s.C, s.NH, s.row_stride, s.causal, mask, static_cast<int>(dtype), backward};
+  const PlanKey key{s.B,
+                    s.T,
+                    s.C,
+                    s.NH,
+                    s.row_stride,
+                    s.causal,
+                    mask,
+                    static_cast<int>(dtype),
+                    backward,
+                    s.kv_heads,
+                    s.kv_row_stride};
   auto it = c.plans.find(key);
   if (it != c.plans.end()) return it->second.get();
   std::unique_ptr<Plan> plan;
@@ -225,7 +241,8 @@ const Plan* plan_locked(Cudnn& c, const AttentionShape& s, bool mask, DType dtyp
 }
 
 sdpa::Scratch layout(const AttentionShape& s, DType dtype, bool backward, int64_t workspace) {
-  return sdpa::scratch(s.B, s.T, s.C, static_cast<size_t>(dtype_bytes(dtype)), backward, static_cast<size_t>(workspace));
+  return sdpa::scratch(s.B, s.T, s.C, kv_channels(s), static_cast<size_t>(dtype_bytes(dtype)), backward,
+                       static_cast<size_t>(workspace));
 }
 
 // The largest workspace over the masked and unmasked plans (the caller plans scratch before it knows).
@@ -263,7 +280,8 @@ cudaError_t execute(Cudnn& c, const Plan& p, std::unordered_map<int64_t, void*>&
 
 bool cudnn_sdpa_supports(const AttentionShape& s, DType dtype) {
   const int64_t hs = s.C / s.NH;
-  if ((dtype != DType::BF16 && dtype != DType::F16) || hs > 128 || hs % 8 != 0 || s.row_stride % 8 != 0 || s.C % 8 != 0)
+  if ((dtype != DType::BF16 && dtype != DType::F16) || hs > 128 || hs % 8 != 0 || s.row_stride % 8 != 0 ||
+      s.C % 8 != 0 || kv_row_stride(s) % 8 != 0)
     return false;
   Cudnn& c = cudnn();
   if (!c.handle) return false;
@@ -303,7 +321,7 @@ cudaError_t cudnn_sdpa_backward(void* dq, void* dk, void* dv, const void* dout, 
   if (!p) return cudaErrorNotSupported;
   const sdpa::Scratch l = layout(s, dtype, true, p->workspace);
   if (scratch_bytes < l.total) return cudaErrorInvalidValue;
-  void* g[3] = {at(scratch, l.grads), at(scratch, l.grads + l.grad_bytes), at(scratch, l.grads + 2 * l.grad_bytes)};
+  void* g[3] = {at(scratch, l.dq), at(scratch, l.dk), at(scratch, l.dv)};
   std::unordered_map<int64_t, void*> pack = {
       {kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)},   {kV, const_cast<void*>(v)},
       {kO, const_cast<void*>(out)}, {kDO, const_cast<void*>(dout)}, {kStats, const_cast<float*>(lse)},
@@ -315,7 +333,10 @@ cudaError_t cudnn_sdpa_backward(void* dq, void* dk, void* dv, const void* dout, 
   // device): most likely cuDNN's sm90 kernel stores them by TMA, which initcheck does not see. Sanitize
   // Ferry's own kernels with FERRY_ATTENTION=flash.
   void* dst[3] = {dq, dk, dv};
-  for (int i = 0; i < 3 && e == cudaSuccess; ++i) e = accumulate_view(dst[i], g[i], s.B, s.T, s.C, s.row_stride, dtype, stream);
+  const int64_t channels[3] = {s.C, kv_channels(s), kv_channels(s)};
+  const int64_t strides[3] = {s.row_stride, kv_row_stride(s), kv_row_stride(s)};
+  for (int i = 0; i < 3 && e == cudaSuccess; ++i)
+    e = accumulate_view(dst[i], g[i], s.B, s.T, channels[i], strides[i], dtype, stream);
   return e;
 }
 

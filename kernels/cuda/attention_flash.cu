@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Geometry g, T* out, f
   const int64_t qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * kTile;
   int t, ty, tx;
   thread_coords(&t, &ty, &tx);
-  const int64_t head = b * g.T * g.rs + h * g.hs;
+  const int64_t head = b * g.T * g.rs + h * g.hs, kv = b * g.T * g.krs + kv_head(g, h) * g.hs;
   const int32_t* mask = key_mask ? key_mask + b * g.T : nullptr;
   load_tile(sm.q, g.pitch, q + head, g.rs, q0, g.T, g.hs, t);
   ForwardThread<kCols> th;
@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Geometry g, T* out, f
   for (int64_t kt = 0; kt < key_tile_end(g, qt); ++kt) {
     const int64_t k0 = kt * kTile;
     __syncthreads();  // the previous tile's readers are done
-    load_tile(sm.k, g.pitch, k + head, g.rs, k0, g.T, g.hs, t);
-    load_tile(sm.v, g.pitch, v + head, g.rs, k0, g.T, g.hs, t);
+    load_tile(sm.k, g.pitch, k + kv, g.krs, k0, g.T, g.hs, t);
+    load_tile(sm.v, g.pitch, v + kv, g.krs, k0, g.T, g.hs, t);
     load_key_ok(sm.key_ok, mask, k0, g.T, t);
     __syncthreads();
     float mx[kMicro];
@@ -94,38 +94,44 @@ __device__ void load_queries(const Smem& sm, const Geometry& g, const BackwardIn
 
 template <class T>
 __device__ void load_keys(const Smem& sm, const Geometry& g, const BackwardInputs<T>& in, int64_t k0, int t) {
-  load_tile(sm.k, g.pitch, in.k, g.rs, k0, g.T, g.hs, t);
-  load_tile(sm.v, g.pitch, in.v, g.rs, k0, g.T, g.hs, t);
+  load_tile(sm.k, g.pitch, in.k, g.krs, k0, g.T, g.hs, t);
+  load_tile(sm.v, g.pitch, in.v, g.krs, k0, g.T, g.hs, t);
   load_key_ok(sm.key_ok, in.mask, k0, g.T, t);
 }
 
 template <class T>
 __device__ BackwardInputs<T> inputs_at(const Geometry& g, BackwardInputs<T> in, int64_t b, int64_t h) {
   const int64_t head = b * g.T * g.rs + h * g.hs, head_out = b * g.T * g.C + h * g.hs, stats = (b * g.NH + h) * g.T;
-  return {in.q + head, in.k + head, in.v + head, in.dout + head_out, in.mask ? in.mask + b * g.T : nullptr,
+  const int64_t kv = b * g.T * g.krs + kv_head(g, h) * g.hs;
+  return {in.q + head,    in.k + kv,   in.v + kv, in.dout + head_out, in.mask ? in.mask + b * g.T : nullptr,
           in.lse + stats, in.d + stats};
 }
 
+// One block per key tile of key/value head kv: the query heads that read it add up in the accumulators, head
+// after head (no two blocks write one dk or dv row).
 template <class T, int kCols>
 __global__ void __launch_bounds__(kThreads) key_value_kernel(Geometry g, T* dk, T* dv, BackwardInputs<T> all) {
   extern __shared__ float smem[];
   const Smem sm = carve(smem, Pass::KeyValue, g.pitch);
-  const int64_t kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, k0 = kt * kTile;
+  const int64_t kt = blockIdx.x, kv = blockIdx.y, b = blockIdx.z, k0 = kt * kTile;
   int t, ty, tx;
   thread_coords(&t, &ty, &tx);
-  const BackwardInputs<T> in = inputs_at(g, all, b, h);
-  load_keys(sm, g, in, k0, t);
+  const int64_t h0 = first_query_head(g, kv);
+  load_keys(sm, g, inputs_at(g, all, b, h0), k0, t);
   KeyValueThread<kCols> th;
   key_value_init(th);
-  for (int64_t qt = query_tile_begin(g, kt); qt < tile_count(g.T); ++qt) {
-    __syncthreads();
-    load_queries(sm, g, in, qt * kTile, t);
-    __syncthreads();
-    key_value_scores(sm, g, qt * kTile, k0, ty, tx);
-    __syncthreads();
-    key_value_accumulate(th, sm, g, ty, tx);
+  for (int64_t h = h0; h < first_query_head(g, kv + 1); ++h) {
+    const BackwardInputs<T> in = inputs_at(g, all, b, h);
+    for (int64_t qt = query_tile_begin(g, kt); qt < tile_count(g.T); ++qt) {
+      __syncthreads();
+      load_queries(sm, g, in, qt * kTile, t);
+      __syncthreads();
+      key_value_scores(sm, g, qt * kTile, k0, ty, tx);
+      __syncthreads();
+      key_value_accumulate(th, sm, g, ty, tx);
+    }
   }
-  const int64_t head = b * g.T * g.rs + h * g.hs;
+  const int64_t head = b * g.T * g.krs + kv * g.hs;
   key_value_write(th, dk + head, dv + head, g, k0, ty, tx);
 }
 
@@ -175,13 +181,19 @@ __global__ void __launch_bounds__(kElementwiseBlock) accumulate_view_kernel(Elem
 bool valid_shape(const AttentionShape& s) {
   if (s.B < 0 || s.T < 0 || s.NH <= 0 || s.C <= 0 || s.C % s.NH != 0) return false;
   const int64_t hs = s.C / s.NH;
-  return hs <= kMaxHeadSize && s.row_stride >= s.C && s.NH <= 65535 && s.B <= 65535 && tile_count(s.T) <= kMaxGridX;
+  const int64_t KV = s.kv_heads ? s.kv_heads : s.NH, krs = s.kv_row_stride ? s.kv_row_stride : s.row_stride;
+  return hs <= kMaxHeadSize && s.row_stride >= s.C && s.NH <= 65535 && s.B <= 65535 && tile_count(s.T) <= kMaxGridX &&
+         KV > 0 && s.NH % KV == 0 && krs >= KV * hs;
 }
 
-Geometry geometry(const AttentionShape& s) { return make_geometry(s.B, s.T, s.C, s.NH, s.row_stride, s.causal); }
+Geometry geometry(const AttentionShape& s) {
+  return make_geometry(s.B, s.T, s.C, s.NH, s.row_stride, s.causal, s.kv_heads, s.kv_row_stride);
+}
 
-dim3 tile_grid(const Geometry& g) {
-  return dim3(static_cast<unsigned>(tile_count(g.T)), static_cast<unsigned>(g.NH), static_cast<unsigned>(g.B));
+// Blocks: tiles x heads (the query heads; the key/value heads for the dK/dV pass) x batch rows.
+dim3 tile_grid(const Geometry& g, Pass pass) {
+  const int64_t heads = pass == Pass::KeyValue ? g.KV : g.NH;
+  return dim3(static_cast<unsigned>(tile_count(g.T)), static_cast<unsigned>(heads), static_cast<unsigned>(g.B));
 }
 
 // Launches kernel with its dynamic shared memory (over 48 KiB: the opt-in attribute first).
@@ -190,7 +202,7 @@ cudaError_t launch_tiles(Kernel kernel, const Geometry& g, Pass pass, cudaStream
   const size_t bytes = static_cast<size_t>(smem_floats(pass, g.pitch)) * sizeof(float);
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
-  kernel<<<tile_grid(g), kThreads, bytes, stream>>>(g, args...);
+  kernel<<<tile_grid(g, pass), kThreads, bytes, stream>>>(g, args...);
   return cudaGetLastError();
 }
 

@@ -38,20 +38,39 @@ constexpr int kMicro = kTile / kSide;     // 4: a thread's micro-tile is 4 x 4
 constexpr int kMaxHeadSize = 128;
 constexpr int kProbPitch = kTile + 1;     // odd: rows of the P / dS tiles start in different banks
 
-// One attention call as the kernels see it. Elements: q/k/v (b, t, h, c) at b*T*rs + t*rs + h*hs + c;
-// out/dout at b*T*C + t*C + h*hs + c; lse, D (b, h, t) at (b*NH + h)*T + t.
+// One attention call as the kernels see it. Elements: q (b, t, h, c) at b*T*rs + t*rs + h*hs + c; k/v
+// (b, t, kv, c) at b*T*krs + t*krs + kv*hs + c, kv = kv_head(h) (grouped-query attention: KV < NH heads,
+// each read by NH/KV consecutive query heads); out/dout at b*T*C + t*C + h*hs + c; lse, D (b, h, t) at
+// (b*NH + h)*T + t.
 struct Geometry {
   int64_t B, T, NH, hs, rs, C;
   float scale;
   bool causal;
   int pitch;  // floats between rows of a q/k/v/dout tile in shared memory: hs + 1 (odd for even hs, so
               // the 16 lanes reading rows tx + 16 j at one channel hit 16 different banks)
+  int64_t KV, krs;
 };
 
-inline Geometry make_geometry(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t row_stride, bool causal) {
+// kv_heads, kv_row_stride 0: as many as the query heads, rows as q's.
+inline Geometry make_geometry(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t row_stride, bool causal,
+                              int64_t kv_heads = 0, int64_t kv_row_stride = 0) {
   const int64_t hs = C / NH;
-  return {B, T, NH, hs, row_stride, C, div_f(1.0f, sqrt_f(static_cast<float>(hs))), causal, static_cast<int>(hs + 1)};
+  return {B,
+          T,
+          NH,
+          hs,
+          row_stride,
+          C,
+          div_f(1.0f, sqrt_f(static_cast<float>(hs))),
+          causal,
+          static_cast<int>(hs + 1),
+          kv_heads ? kv_heads : NH,
+          kv_row_stride ? kv_row_stride : row_stride};
 }
+
+// The key/value head query head h reads, and the first of the query heads that read key/value head kv.
+FERRY_HD inline int64_t kv_head(const Geometry& g, int64_t h) { return h / (g.NH / g.KV); }
+FERRY_HD inline int64_t first_query_head(const Geometry& g, int64_t kv) { return kv * (g.NH / g.KV); }
 
 FERRY_HD inline int64_t tile_count(int64_t T) { return (T + kTile - 1) / kTile; }
 // Key tiles query tile qt meets: all, or with the causal mask those up to its own (tiles are equal).
@@ -323,8 +342,9 @@ FERRY_HD inline ProbGrad prob_grad(const Smem& sm, const Geometry& g, int64_t q0
   return {p, score_grad(p, dp, sm.d[iq], g.scale)};
 }
 
-// dK/dV pass (one block per key tile): the thread's rows are keys ty*4 + r, its columns the tile's queries
-// tx + 16 j. P^T and dS^T go to shared memory, row = key.
+// dK/dV pass (one block per key tile of a key/value head, over the query heads that read it one after the
+// other): the thread's rows are keys ty*4 + r, its columns the tile's queries tx + 16 j. P^T and dS^T go to shared
+// memory, row = key.
 FERRY_HD inline void key_value_scores(const Smem& sm, const Geometry& g, int64_t q0, int64_t k0, int ty, int tx) {
   float s[kMicro][kMicro], dp[kMicro][kMicro];
   micro_dots(s, sm.k, sm.q, g.pitch, g.hs, ty, tx);
@@ -357,12 +377,12 @@ FERRY_HD void key_value_accumulate(KeyValueThread<kCols>& th, const Smem& sm, co
   micro_accumulate(th.dk, sm.ds, sm.q, g.pitch, g.hs, ty, tx);
 }
 
-// dk, dv (pointing at (b, row 0, h, 0) of their views) += the accumulators.
+// dk, dv (pointing at (b, row 0, kv, 0) of their views) += the accumulators.
 template <class T, int kCols>
 FERRY_HD void key_value_write(const KeyValueThread<kCols>& th, T* dk, T* dv, const Geometry& g, int64_t k0, int ty,
                               int tx) {
-  accumulate_rows(dk, g.rs, th.dk, g, k0, ty, tx);
-  accumulate_rows(dv, g.rs, th.dv, g, k0, ty, tx);
+  accumulate_rows(dk, g.krs, th.dk, g, k0, ty, tx);
+  accumulate_rows(dv, g.krs, th.dv, g, k0, ty, tx);
 }
 
 // dQ pass (one block per query tile): rows are queries ty*4 + r, columns keys tx + 16 j; dS to shared memory.

@@ -16,16 +16,21 @@ struct View {
   std::array<int64_t, 4> dim, stride;
 };
 
-// q, k, v: rows row_stride apart (GPT-2's packed qkv: 3C, the k and v pointers C and 2C in); out, dout and
-// the backward's dq/dk/dv buffers: (B,T,C); stats (B,NH,T,1) fp32, cuDNN's per-query log-sum-exp.
+// q: rows row_stride apart (GPT-2's packed qkv: 3C, the k and v pointers C and 2C in); k, v: KV heads (fewer
+// than NH in grouped-query attention: cuDNN maps query head h to key/value head h / (NH/KV), as Ferry does),
+// rows kv_row_stride apart; out, dout and the backward's dq buffer: (B,T,C); its dk, dv buffers (B,T,KV*hs);
+// stats (B,NH,T,1) fp32, cuDNN's per-query log-sum-exp. KV, kv_row_stride 0: NH, row_stride.
 struct Views {
-  View qkv, out, stats;
+  View q, kv, out, kv_grads, stats;
 };
 
-inline Views views(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t row_stride) {
-  const int64_t hs = C / NH;
+inline Views views(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t row_stride, int64_t KV = 0,
+                   int64_t kv_row_stride = 0) {
+  const int64_t hs = C / NH, kv = KV ? KV : NH, krs = kv_row_stride ? kv_row_stride : row_stride;
   return {{{B, NH, T, hs}, {T * row_stride, hs, row_stride, 1}},
+          {{B, kv, T, hs}, {T * krs, hs, krs, 1}},
           {{B, NH, T, hs}, {T * C, hs, C, 1}},
+          {{B, kv, T, hs}, {T * kv * hs, hs, kv * hs, 1}},
           {{B, NH, T, 1}, {NH * T, T, 1, 1}}};
 }
 
@@ -41,23 +46,26 @@ FERRY_HD inline int32_t keys_before_padding(const int32_t* mask_row, int64_t T) 
   return static_cast<int32_t>(n);
 }
 
-// cuDNN writes dq/dk/dv into (B,T,C) buffers; element e of one goes to the (B,T,C) view with rows
-// row_stride apart at this index (the backward adds it there: ours accumulate, cuDNN's overwrite).
+// cuDNN writes dq into a (B,T,C) buffer, dk and dv into (B,T,KV*hs) ones; element e of one, C its channels,
+// goes to the view with rows row_stride apart at this index (the backward adds it there: ours accumulate,
+// cuDNN's overwrite).
 FERRY_HD inline int64_t view_index(int64_t e, int64_t C, int64_t row_stride) { return (e / C) * row_stride + e % C; }
 
-// The scratch of one call: [seq_q (B) | seq_kv (B) | dq | dk | dv (backward only, B*T*C elements each) |
-// cuDNN's workspace], every part 256-byte aligned.
+// The scratch of one call: [seq_q (B) | seq_kv (B) | dq (B*T*C) | dk | dv (B*T*kv_channels each; dq, dk, dv
+// backward only) | cuDNN's workspace], every part 256-byte aligned.
 struct Scratch {
-  size_t seq_q, seq_kv, grads, grad_bytes, workspace, total;
+  size_t seq_q, seq_kv, dq, dk, dv, workspace, total;
 };
 
 inline size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-inline Scratch scratch(int64_t B, int64_t T, int64_t C, size_t element_bytes, bool backward, size_t workspace) {
+inline Scratch scratch(int64_t B, int64_t T, int64_t C, int64_t kv_channels, size_t element_bytes, bool backward,
+                       size_t workspace) {
   const size_t lens = align256(static_cast<size_t>(B) * sizeof(int32_t));
-  const size_t grad = backward ? align256(static_cast<size_t>(B * T * C) * element_bytes) : 0;
-  const size_t ws = 2 * lens + 3 * grad;
-  return {0, lens, 2 * lens, grad, ws, ws + align256(workspace)};
+  const size_t dq = backward ? align256(static_cast<size_t>(B * T * C) * element_bytes) : 0;
+  const size_t dkv = backward ? align256(static_cast<size_t>(B * T * kv_channels) * element_bytes) : 0;
+  const size_t ws = 2 * lens + dq + 2 * dkv;
+  return {0, lens, 2 * lens, 2 * lens + dq, 2 * lens + dq + dkv, ws, ws + align256(workspace)};
 }
 
 }  // namespace ferry::kernels::cuda::sdpa

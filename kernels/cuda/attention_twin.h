@@ -39,8 +39,8 @@ void forward_block(const Geometry& g, T* out, float* lse, const T* q, const T* k
   for (int64_t kt = 0; kt < key_tile_end(g, qt); ++kt) {
     const int64_t k0 = kt * kTile;
     for (int t = 0; t < kThreads; ++t) {
-      load_tile(sm.k, g.pitch, k, g.rs, k0, g.T, g.hs, t);
-      load_tile(sm.v, g.pitch, v, g.rs, k0, g.T, g.hs, t);
+      load_tile(sm.k, g.pitch, k, g.krs, k0, g.T, g.hs, t);
+      load_tile(sm.v, g.pitch, v, g.krs, k0, g.T, g.hs, t);
       load_key_ok(sm.key_ok, mask, k0, g.T, t);
     }
     for (int t = 0; t < kThreads; ++t) forward_scores(th[t], mx[t].data(), sm, g, q0, k0, t / kSide, t % kSide);
@@ -68,13 +68,13 @@ void load_queries(const Smem& sm, const Geometry& g, const T* q, const T* dout, 
 template <class T>
 void load_keys(const Smem& sm, const Geometry& g, const T* k, const T* v, const int32_t* mask, int64_t k0) {
   for (int t = 0; t < kThreads; ++t) {
-    load_tile(sm.k, g.pitch, k, g.rs, k0, g.T, g.hs, t);
-    load_tile(sm.v, g.pitch, v, g.rs, k0, g.T, g.hs, t);
+    load_tile(sm.k, g.pitch, k, g.krs, k0, g.T, g.hs, t);
+    load_tile(sm.v, g.pitch, v, g.krs, k0, g.T, g.hs, t);
     load_key_ok(sm.key_ok, mask, k0, g.T, t);
   }
 }
 
-// Pointers at (b, h) of every input of the backward passes.
+// Pointers at (b, h) of every input of the backward passes (k, v at h's key/value head).
 template <class T>
 struct Head {
   const T *q, *k, *v, *dout;
@@ -82,18 +82,21 @@ struct Head {
   const float *lse, *d;
 };
 
+// The block of key tile kt of one key/value head: `members` are the query heads that read it, in order.
 template <class T, int kCols>
-void key_value_block(const Geometry& g, T* dk, T* dv, const Head<T>& in, int64_t kt, std::vector<float>& smem) {
+void key_value_block(const Geometry& g, T* dk, T* dv, const std::vector<Head<T>>& members, int64_t kt,
+                     std::vector<float>& smem) {
   const Smem sm = carve(smem.data(), Pass::KeyValue, g.pitch);
   const int64_t k0 = kt * kTile;
-  load_keys(sm, g, in.k, in.v, in.mask, k0);
+  load_keys(sm, g, members[0].k, members[0].v, members[0].mask, k0);
   std::vector<KeyValueThread<kCols>> th(kThreads);
   for (auto& x : th) key_value_init(x);
-  for (int64_t qt = query_tile_begin(g, kt); qt < tile_count(g.T); ++qt) {
-    load_queries(sm, g, in.q, in.dout, in.lse, in.d, qt * kTile);
-    for (int t = 0; t < kThreads; ++t) key_value_scores(sm, g, qt * kTile, k0, t / kSide, t % kSide);
-    for (int t = 0; t < kThreads; ++t) key_value_accumulate(th[t], sm, g, t / kSide, t % kSide);
-  }
+  for (const Head<T>& in : members)
+    for (int64_t qt = query_tile_begin(g, kt); qt < tile_count(g.T); ++qt) {
+      load_queries(sm, g, in.q, in.dout, in.lse, in.d, qt * kTile);
+      for (int t = 0; t < kThreads; ++t) key_value_scores(sm, g, qt * kTile, k0, t / kSide, t % kSide);
+      for (int t = 0; t < kThreads; ++t) key_value_accumulate(th[t], sm, g, t / kSide, t % kSide);
+    }
   for (int t = 0; t < kThreads; ++t) key_value_write(th[t], dk, dv, g, k0, t / kSide, t % kSide);
 }
 
@@ -117,10 +120,10 @@ void forward(const Geometry& g, T* out, float* lse, const T* q, const T* k, cons
   std::vector<float> smem(smem_floats(Pass::Forward, g.pitch));
   for (int64_t b = 0; b < g.B; ++b)
     for (int64_t h = 0; h < g.NH; ++h) {
-      const int64_t head = b * g.T * g.rs + h * g.hs;
+      const int64_t head = b * g.T * g.rs + h * g.hs, kv = b * g.T * g.krs + kv_head(g, h) * g.hs;
       for (int64_t qt = 0; qt < tile_count(g.T); ++qt)
-        forward_block<T, kCols>(g, out + b * g.T * g.C + h * g.hs, lse + (b * g.NH + h) * g.T, q + head, k + head,
-                                v + head, key_mask ? key_mask + b * g.T : nullptr, qt, smem);
+        forward_block<T, kCols>(g, out + b * g.T * g.C + h * g.hs, lse + (b * g.NH + h) * g.T, q + head, k + kv, v + kv,
+                                key_mask ? key_mask + b * g.T : nullptr, qt, smem);
     }
 }
 
@@ -136,15 +139,20 @@ void backward(const Geometry& g, T* dq, T* dk, T* dv, const T* dout, const T* q,
   std::vector<float> smem(smem_floats(Pass::KeyValue, g.pitch));  // the larger of the two passes
   auto head_of = [&](int64_t b, int64_t h) {
     const int64_t head = b * g.T * g.rs + h * g.hs, stats = (b * g.NH + h) * g.T;
-    return Head<T>{q + head, k + head, v + head, dout + b * g.T * g.C + h * g.hs,
-                   key_mask ? key_mask + b * g.T : nullptr, lse + stats, d.data() + stats};
+    const int64_t kv = b * g.T * g.krs + kv_head(g, h) * g.hs;
+    return Head<T>{
+        q + head,    k + kv,          v + kv, dout + b * g.T * g.C + h * g.hs, key_mask ? key_mask + b * g.T : nullptr,
+        lse + stats, d.data() + stats};
   };
   for (int64_t b = 0; b < g.B; ++b)  // the dK/dV pass, then the dQ pass (two launches)
-    for (int64_t h = 0; h < g.NH; ++h)
+    for (int64_t kv = 0; kv < g.KV; ++kv) {
+      std::vector<Head<T>> members;
+      for (int64_t h = first_query_head(g, kv); h < first_query_head(g, kv + 1); ++h) members.push_back(head_of(b, h));
       for (int64_t kt = 0; kt < tile_count(g.T); ++kt) {
-        const int64_t head = b * g.T * g.rs + h * g.hs;
-        key_value_block<T, kCols>(g, dk + head, dv + head, head_of(b, h), kt, smem);
+        const int64_t head = b * g.T * g.krs + kv * g.hs;
+        key_value_block<T, kCols>(g, dk + head, dv + head, members, kt, smem);
       }
+    }
   for (int64_t b = 0; b < g.B; ++b)
     for (int64_t h = 0; h < g.NH; ++h)
       for (int64_t qt = 0; qt < tile_count(g.T); ++qt)
@@ -153,7 +161,8 @@ void backward(const Geometry& g, T* dq, T* dk, T* dv, const T* dout, const T* q,
 
 }  // namespace detail
 
-// out (B,T,C), lse (B,NH,T) from q, k, v ((B,T,C) views, rows g.rs apart), key_mask (B,T) or null.
+// out (B,T,C), lse (B,NH,T) from q ((B,T,C) view, rows g.rs apart), k, v ((B,T,KV*hs) views, rows g.krs
+// apart), key_mask (B,T) or null.
 template <class T>
 void attention_forward(const attn::Geometry& g, T* out, float* lse, const T* q, const T* k, const T* v,
                        const int32_t* key_mask) {

@@ -62,6 +62,9 @@ struct MomentsMerge {
 struct SoftmaxMerge {
   __device__ SoftmaxState operator()(SoftmaxState a, SoftmaxState b) const { return softmax_merge(a, b); }
 };
+struct SumMerge {
+  __device__ float operator()(float a, float b) const { return sum_merge(a, b); }
+};
 struct SumPairMerge {
   __device__ SumPair operator()(SumPair a, SumPair b) const { return sum_pair_merge(a, b); }
 };

@@ -34,8 +34,15 @@ T* as(kernels::Operand o) {
 const int32_t* ids(kernels::Operand o) { return as<const int32_t>(o); }
 
 std::string shape_of(const AttentionShape& s, DType dtype) {
-  return fmt::format("B={} T={} C={} heads={} row_stride={} {} {}", s.B, s.T, s.C, s.NH, s.row_stride,
-                     s.causal ? "causal" : "bidirectional", to_string(dtype));
+  return fmt::format("B={} T={} C={} heads={} row_stride={} kv_heads={} kv_row_stride={} {} {}", s.B, s.T, s.C, s.NH,
+                     s.row_stride, s.kv_heads, s.kv_row_stride, s.causal ? "causal" : "bidirectional",
+                     to_string(dtype));
+}
+
+// An invalid value from the rope kernel is its head size (odd, or past 512): name it.
+std::string rope_what(const char* pass, const kernels::RopeDims& d) {
+  return fmt::format("cuda::rope_{} (B={} T={} heads={} head_size={}: the head size must be even and at most 512)",
+                     pass, d.batch, d.seq, d.heads, d.head_size);
 }
 
 std::string linear_shape(int64_t rows, int64_t in, int64_t out) { return fmt::format("({} x {} -> {})", rows, in, out); }
@@ -43,7 +50,7 @@ std::string linear_shape(int64_t rows, int64_t in, int64_t out) { return fmt::fo
 }  // namespace
 
 AttentionShape attention_shape(const AttentionDims& d) {
-  return {d.batch, d.seq, d.channels, d.heads, d.row_stride, d.causal};
+  return {d.batch, d.seq, d.channels, d.heads, d.row_stride, d.causal, d.kv_heads, d.kv_row_stride};
 }
 
 AttentionKernel choose_attention_kernel(const AttentionShape& s, DType dtype) {
@@ -68,7 +75,7 @@ LtMatmuls& CudaKernels::lt() {
 }
 
 AttentionKernel CudaKernels::attention_kernel(const AttentionShape& s, DType dtype) {
-  const auto key = std::make_tuple(s.B, s.T, s.C, s.NH, s.row_stride, s.causal, dtype);
+  const auto key = std::make_tuple(s.B, s.T, s.C, s.NH, s.row_stride, s.causal, dtype, s.kv_heads, s.kv_row_stride);
   auto found = attention_kernels_.find(key);
   if (found == attention_kernels_.end()) found = attention_kernels_.emplace(key, choose_attention_kernel(s, dtype)).first;
   return found->second;
@@ -164,6 +171,43 @@ void CudaKernels::gelu_forward(const kernels::GeluForward& a) {
 }
 void CudaKernels::gelu_backward(const kernels::GeluBackward& a) {
   check(cuda::gelu_backward(ptr(a.dx), ptr(a.dout), ptr(a.x), a.n, a.exact, a.x.dtype, stream_), "cuda::gelu_backward");
+}
+
+void CudaKernels::rmsnorm_forward(const kernels::RmsNormForward& a) {
+  check(cuda::rmsnorm_forward(ptr(a.out), as<float>(a.rstd), ptr(a.x), ptr(a.w), a.rows, a.channels, a.eps, a.x.dtype,
+                              stream_),
+        "cuda::rmsnorm_forward");
+}
+
+void CudaKernels::rmsnorm_backward(const kernels::RmsNormBackward& a) {
+  const int64_t floats = a.dw.data ? rmsnorm_backward_scratch_floats(a.rows, a.channels) : 0;
+  auto* s = reinterpret_cast<float*>(scratch(floats * int64_t{sizeof(float)}, "rmsnorm backward"));
+  check(cuda::rmsnorm_backward(ptr(a.dx), ptr(a.dw), ptr(a.dout), ptr(a.x), ptr(a.w), as<float>(a.rstd), a.rows,
+                               a.channels, s, a.x.dtype, stream_),
+        "cuda::rmsnorm_backward");
+}
+
+void CudaKernels::rope_forward(const kernels::RopeForward& a) {
+  const kernels::RopeDims& d = a.dims;
+  check(cuda::rope_forward(ptr(a.out), ptr(a.x), d.batch, d.seq, d.heads, d.head_size, d.row_stride, d.scaling,
+                           a.x.dtype, stream_),
+        rope_what("forward", d));
+}
+
+void CudaKernels::rope_backward(const kernels::RopeBackward& a) {
+  const kernels::RopeDims& d = a.dims;
+  check(cuda::rope_backward(ptr(a.dx), ptr(a.dout), d.batch, d.seq, d.heads, d.head_size, d.row_stride, d.scaling,
+                            a.dout.dtype, stream_),
+        rope_what("backward", d));
+}
+
+void CudaKernels::swiglu_forward(const kernels::SwiGluForward& a) {
+  check(cuda::swiglu_forward(ptr(a.out), ptr(a.gate), ptr(a.up), a.n, a.gate.dtype, stream_), "cuda::swiglu_forward");
+}
+void CudaKernels::swiglu_backward(const kernels::SwiGluBackward& a) {
+  check(
+      cuda::swiglu_backward(ptr(a.dgate), ptr(a.dup), ptr(a.dout), ptr(a.gate), ptr(a.up), a.n, a.dout.dtype, stream_),
+      "cuda::swiglu_backward");
 }
 
 void CudaKernels::residual_forward(const kernels::ResidualForward& a) {

@@ -1,7 +1,9 @@
-// The elementwise kernels: embedding forward, GELU forward/backward, residual forward/backward and the device
-// AdamW. One grid-stride map (launch.h) for all; per-element math from math.h, adamw.h and precision.h.
+// The elementwise kernels: embedding forward, GELU, SwiGLU, RoPE and residual forward/backward and the device
+// AdamW. One grid-stride map (launch.h) for all; per-element math from math.h, rope_ops.h, adamw.h and
+// precision.h.
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/rope_ops.h"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -39,6 +41,29 @@ template <class T>
 __global__ void __launch_bounds__(kElementwiseBlock) gelu_backward_kernel(ElementwiseMap m, T* dx, const T* dout,
                                                                           const T* x, bool exact) {
   for_each_element(m, [&](int64_t i) { store(dx, i, load(dx, i) + load(dout, i) * gelu_backward_f(load(x, i), exact)); });
+}
+
+template <class T>
+__global__ void __launch_bounds__(kElementwiseBlock)
+    swiglu_forward_kernel(ElementwiseMap m, T* out, const T* gate, const T* up) {
+  for_each_element(m, [&](int64_t i) { store(out, i, swiglu_forward_f(load(gate, i), load(up, i))); });
+}
+
+template <class T>
+__global__ void __launch_bounds__(kElementwiseBlock)
+    swiglu_backward_kernel(ElementwiseMap m, T* dgate, T* dup, const T* dout, const T* gate, const T* up) {
+  for_each_element(m, [&](int64_t i) {
+    const SwiGluGrads g = swiglu_backward_f(load(gate, i), load(up, i), load(dout, i));
+    store(dgate, i, load(dgate, i) + g.dgate);
+    store(dup, i, load(dup, i) + g.dup);
+  });
+}
+
+// One thread per rotated pair; sign -1 and accumulate for backward.
+template <class T>
+__global__ void __launch_bounds__(kElementwiseBlock)
+    rope_kernel(ElementwiseMap m, RopeArgs a, T* out, const T* x, float sign, bool accumulate) {
+  for_each_element(m, [&](int64_t e) { rope_pair(a, out, x, e, sign, accumulate); });
 }
 
 template <class T>
@@ -121,6 +146,55 @@ cudaError_t gelu_backward(void* dx, const void* dout, const void* x, int64_t N, 
     gelu_backward_kernel<S><<<grid_of(m), m.block, 0, stream>>>(m, static_cast<S*>(dx), static_cast<const S*>(dout),
                                                                 static_cast<const S*>(x), exact);
   }));
+}
+
+cudaError_t swiglu_forward(void* out, const void* gate, const void* up, int64_t N, DType dtype, cudaStream_t stream) {
+  if (N == 0) return cudaSuccess;
+  const ElementwiseMap m = elementwise_map(N);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    swiglu_forward_kernel<S><<<grid_of(m), m.block, 0, stream>>>(m, static_cast<S*>(out), static_cast<const S*>(gate),
+                                                                 static_cast<const S*>(up));
+  }));
+}
+
+cudaError_t swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up, int64_t N,
+                            DType dtype, cudaStream_t stream) {
+  if (N == 0) return cudaSuccess;
+  const ElementwiseMap m = elementwise_map(N);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    swiglu_backward_kernel<S><<<grid_of(m), m.block, 0, stream>>>(
+        m, static_cast<S*>(dgate), static_cast<S*>(dup), static_cast<const S*>(dout), static_cast<const S*>(gate),
+        static_cast<const S*>(up));
+  }));
+}
+
+namespace {
+
+cudaError_t rope(void* out, const void* x, int64_t B, int64_t T, int64_t H, int64_t hs, int64_t row_stride,
+                 const RopeScaling& scaling, float sign, bool accumulate, DType dtype, cudaStream_t stream) {
+  RopeArgs a;
+  if (!rope_args(&a, B, T, H, hs, row_stride, scaling)) return cudaErrorInvalidValue;
+  if (rope_pairs(a) == 0) return cudaSuccess;
+  const ElementwiseMap m = elementwise_map(rope_pairs(a));
+  return launched(with_storage(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    rope_kernel<S>
+        <<<grid_of(m), m.block, 0, stream>>>(m, a, static_cast<S*>(out), static_cast<const S*>(x), sign, accumulate);
+  }));
+}
+
+}  // namespace
+
+cudaError_t rope_forward(void* out, const void* x, int64_t B, int64_t T, int64_t H, int64_t hs, int64_t row_stride,
+                         const RopeScaling& scaling, DType dtype, cudaStream_t stream) {
+  return rope(out, x, B, T, H, hs, row_stride, scaling, 1.0f, false, dtype, stream);
+}
+
+cudaError_t rope_backward(void* dx, const void* dout, int64_t B, int64_t T, int64_t H, int64_t hs, int64_t row_stride,
+                          const RopeScaling& scaling, DType dtype, cudaStream_t stream) {
+  return rope(dx, dout, B, T, H, hs, row_stride, scaling, -1.0f, true, dtype, stream);
 }
 
 cudaError_t residual_forward(void* out, const void* a, const void* b, int64_t N, DType dtype, cudaStream_t stream) {

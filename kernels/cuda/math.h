@@ -1,8 +1,10 @@
 // Per-element math shared by the CUDA kernels and their host twins: exp/log/tanh/erf written in fma and
 // exact operations (libm and CUDA's libdevice differ in the last bits, so neither can be the common ground),
-// GELU (tanh and erf forms) forward and backward, the online-softmax state and the LayerNorm moments.
+// GELU (tanh and erf forms) forward and backward, SwiGLU and RoPE's sine and cosine, the online-softmax state
+// and the LayerNorm moments.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "foundation/precision.h"
@@ -112,6 +114,45 @@ FERRY_HD inline float gelu_backward_f(float x, bool exact) {
   const float th = tanh_f(kGeluS * fma_f(kGeluK * x * x, x, x));
   const float inner = kGeluS * fma_f(3.0f * kGeluK * x, x, 1.0f);
   return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * inner;
+}
+
+// ---- SwiGLU (Llama's MLP): out = silu(g) * u, silu(g) = g sigmoid(g); the CPU op's expressions.
+FERRY_HD inline float sigmoid_f(float g) { return div_f(1.0f, 1.0f + exp_f(-g)); }  // e^{88+} = inf: 0
+
+FERRY_HD inline float swiglu_forward_f(float g, float u) { return g * sigmoid_f(g) * u; }
+
+// d out / d g = u sigmoid(g) (1 + g (1 - sigmoid(g))); d out / d u = silu(g); each times dout.
+struct SwiGluGrads {
+  float dgate, dup;
+};
+FERRY_HD inline SwiGluGrads swiglu_backward_f(float g, float u, float dout) {
+  const float sig = sigmoid_f(g);
+  return {dout * u * sig * (1.0f + g * (1.0f - sig)), dout * g * sig};
+}
+
+// ---- sin and cos of an fp32 angle (RoPE's t * inv_freq, up to about 1e6 radians for long contexts): x =
+// n pi/2 + r reduced in double (pi/2 in two parts, n * the first exact for |n| < 2^20), then Cephes' sinf
+// and cosf polynomials in r, |r| <= pi/4; absolute error ~1e-7.
+struct SinCos {
+  float sin, cos;
+};
+FERRY_HD inline SinCos sincos_f(float x) {
+  const double xd = x;
+  const double n = floor(xd * 0.63661977236758134308 + 0.5);
+  const auto r = static_cast<float>((xd - n * 1.57079632673412561417e+00) - n * 6.07710050650619224932e-11);
+  const float z = r * r;
+  float sp = fma_f(z, -1.9515295891e-4f, 8.3321608736e-3f);
+  sp = fma_f(z, sp, -1.6666654611e-1f);
+  const float sin_r = fma_f(r * z, sp, r);
+  float cp = fma_f(z, 2.443315711809948e-5f, -1.388731625493765e-3f);
+  cp = fma_f(z, cp, 4.166664568298827e-2f);
+  const float cos_r = fma_f(z * z, cp, fma_f(-0.5f, z, 1.0f));
+  switch (static_cast<int64_t>(n) & 3) {  // the quadrant (two's complement: -1 & 3 = 3)
+    case 0: return {sin_r, cos_r};
+    case 1: return {cos_r, -sin_r};
+    case 2: return {-sin_r, -cos_r};
+    default: return {-cos_r, sin_r};
+  }
 }
 
 // ---- Online softmax over a row: the running maximum m and sum of e^{x - m}. The empty state is

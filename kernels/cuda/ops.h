@@ -8,8 +8,9 @@
 
 #include <cstdint>
 
-#include "memory/dtype.h"
+#include "foundation/rope.h"
 #include "kernels/adamw_math.h"
+#include "memory/dtype.h"
 
 namespace ferry::kernels::cuda {
 
@@ -32,6 +33,27 @@ int64_t layernorm_backward_scratch_floats(int64_t N, int64_t C);
 cudaError_t layernorm_backward(void* dx, void* dw, void* db, const void* dout, const void* x, const void* w,
                                const float* mean, const float* rstd, int64_t N, int64_t C, float* scratch,
                                DType dtype, cudaStream_t stream);
+
+// RMSNorm (Llama): x, out (N,C); w (C); rstd (N) fp32. out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps).
+cudaError_t rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int64_t N, int64_t C, float eps,
+                            DType dtype, cudaStream_t stream);
+// Floats of scratch rmsnorm_backward needs (column partials of dw; none when dw is null: frozen).
+int64_t rmsnorm_backward_scratch_floats(int64_t N, int64_t C);
+// dx (N,C) += ...; dw (C) += ... (may be null).
+cudaError_t rmsnorm_backward(void* dx, void* dw, const void* dout, const void* x, const void* w, const float* rstd,
+                             int64_t N, int64_t C, float* scratch, DType dtype, cudaStream_t stream);
+
+// Rotary position embedding of q or k (kernels/cpu/ops.h's rope_forward): x, out (B,T,H,hs), the rows of one
+// token row_stride elements apart in both; hs even, at most 512. dx += the rotation of dout by -angle.
+cudaError_t rope_forward(void* out, const void* x, int64_t B, int64_t T, int64_t H, int64_t hs, int64_t row_stride,
+                         const RopeScaling& scaling, DType dtype, cudaStream_t stream);
+cudaError_t rope_backward(void* dx, const void* dout, int64_t B, int64_t T, int64_t H, int64_t hs, int64_t row_stride,
+                          const RopeScaling& scaling, DType dtype, cudaStream_t stream);
+
+// SwiGLU (Llama's MLP): out (N) = silu(gate) * up; dgate += dout * up * silu'(gate), dup += dout * silu(gate).
+cudaError_t swiglu_forward(void* out, const void* gate, const void* up, int64_t N, DType dtype, cudaStream_t stream);
+cudaError_t swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up, int64_t N,
+                            DType dtype, cudaStream_t stream);
 
 // x, out (N); exact: the erf form (BERT), else tanh (GPT-2). dx += dout * gelu'(x).
 cudaError_t gelu_forward(void* out, const void* x, int64_t N, bool exact, DType dtype, cudaStream_t stream);

@@ -1,4 +1,4 @@
-// The row and reduction kernels: LayerNorm forward/backward, softmax cross-entropy forward/backward, the
+// The row and reduction kernels: LayerNorm and RMSNorm forward/backward, softmax cross-entropy forward/backward, the
 // gradients' sum of squares. Bodies in row_ops.h, reduction order in block_reduce.cuh: each kernel must equal
 // its host twin (twins.h) bitwise.
 #include "kernels/cuda/block_reduce.cuh"
@@ -24,6 +24,24 @@ __global__ void __launch_bounds__(kRowBlock) ln_backward_rows_kernel(RowMap m, T
   const SumPair s = block_reduce(ln_backward_fold(m, dout, x, w, mean[r], rstd[r], r, t), SumPair{0.0f, 0.0f},
                                  SumPairMerge{});
   ln_backward_write(m, dx, dout, x, w, mean[r], rstd[r], r, t, s);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock)
+    rms_forward_kernel(RowMap m, T* out, float* rstd, const T* x, const T* w, float eps) {
+  const int64_t r = blockIdx.x;
+  const int t = static_cast<int>(threadIdx.x);
+  const float s = block_reduce(rms_forward_fold(m, x, r, t), 0.0f, SumMerge{});
+  rms_forward_write(m, out, rstd, x, w, r, t, s, eps);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock)
+    rms_backward_rows_kernel(RowMap m, T* dx, const T* dout, const T* x, const T* w, const float* rstd) {
+  const int64_t r = blockIdx.x;
+  const int t = static_cast<int>(threadIdx.x);
+  const float s = block_reduce(rms_backward_fold(m, dout, x, w, rstd[r], r, t), 0.0f, SumMerge{});
+  rms_backward_write(m, dx, dout, x, w, rstd[r], r, t, s);
 }
 
 template <class T>
@@ -116,6 +134,40 @@ cudaError_t layernorm_backward(void* dx, void* dw, void* db, const void* dout, c
     column_partials_kernel<T><<<grid, cm.block, 0, stream>>>(cm, pw, pb, d, static_cast<const T*>(x), mean, rstd);
     if (dw) column_finish_kernel<T><<<grid_of(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(dw), pw);
     if (db) column_finish_kernel<T><<<grid_of(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(db), pb);
+  }));
+}
+
+cudaError_t rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int64_t N, int64_t C, float eps,
+                            DType dtype, cudaStream_t stream) {
+  if (!rows_fit(N)) return cudaErrorInvalidValue;
+  if (N == 0) return cudaSuccess;
+  const RowMap m = row_map(N, C);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    rms_forward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(
+        m, static_cast<T*>(out), rstd, static_cast<const T*>(x), static_cast<const T*>(w), eps);
+  }));
+}
+
+int64_t rmsnorm_backward_scratch_floats(int64_t N, int64_t C) { return column_map(N, C).chunks * C; }
+
+// dw's column sums are LayerNorm's partials of dout * xhat with no mean (xhat = x * rstd) and no db.
+cudaError_t rmsnorm_backward(void* dx, void* dw, const void* dout, const void* x, const void* w, const float* rstd,
+                             int64_t N, int64_t C, float* scratch, DType dtype, cudaStream_t stream) {
+  const ColumnMap cm = column_map(N, C);
+  if (!rows_fit(N) || cm.chunks > 65535) return cudaErrorInvalidValue;  // grid.y limit
+  if (N == 0) return cudaSuccess;
+  const RowMap m = row_map(N, C);
+  return launched(with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* d = static_cast<const T*>(dout);
+    rms_backward_rows_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(
+        m, static_cast<T*>(dx), d, static_cast<const T*>(x), static_cast<const T*>(w), rstd);
+    if (!dw) return;  // a frozen RMSNorm: only dx
+    const dim3 grid(grid_of(cm.grid_x), grid_of(cm.chunks));
+    column_partials_kernel<T>
+        <<<grid, cm.block, 0, stream>>>(cm, scratch, nullptr, d, static_cast<const T*>(x), nullptr, rstd);
+    column_finish_kernel<T><<<grid_of(cm.grid_x), cm.block, 0, stream>>>(cm, static_cast<T*>(dw), scratch);
   }));
 }
 

@@ -79,8 +79,62 @@ FERRY_HD void ln_backward_write(const RowMap& m, T* dx, const T* dout, const T* 
   }
 }
 
-// ---- Column partials of (rows, C): pw[chunk, c] = sum over the chunk's rows of dout * xhat (skipped when x is
-// null: embedding's token-type row), pb[chunk, c] = sum of dout; then dst[c] += partials in chunk order.
+// ---- RMSNorm forward, row r: the sum of squares of the thread's elements; then out = x * rstd * w,
+// rstd = 1/sqrt(sum / C + eps) (the CPU op's expressions). x, out (N,C) T; w (C) T; rstd (N) fp32.
+FERRY_HD inline float sum_merge(float a, float b) { return a + b; }
+
+template <class T>
+FERRY_HD float rms_forward_fold(const RowMap& m, const T* x, int64_t r, int t) {
+  float s = 0.0f;
+  for (int64_t k = 0; k < m.per_thread; ++k)
+    if (row_col(m, t, k) < m.cols) {
+      const float v = load(x, row_index(m, r, t, k));
+      s = s + v * v;
+    }
+  return s;
+}
+
+template <class T>
+FERRY_HD void rms_forward_write(const RowMap& m, T* out, float* rstd, const T* x, const T* w, int64_t r, int t,
+                                float sum_squares, float eps) {
+  const float rs = div_f(1.0f, sqrt_f(div_f(sum_squares, static_cast<float>(m.cols)) + eps));
+  for (int64_t k = 0; k < m.per_thread; ++k) {
+    const int64_t c = row_col(m, t, k);
+    if (c >= m.cols) break;
+    const int64_t i = row_index(m, r, t, k);
+    store(out, i, load(x, i) * rs * load(w, c));
+  }
+  if (t == 0) rstd[r] = rs;
+}
+
+// ---- RMSNorm backward, row part: dx (N,C) += rstd (g - xhat mean(g xhat)), g = dout * w, xhat = x * rstd.
+template <class T>
+FERRY_HD float rms_backward_fold(const RowMap& m, const T* dout, const T* x, const T* w, float rs, int64_t r, int t) {
+  float s = 0.0f;
+  for (int64_t k = 0; k < m.per_thread; ++k) {
+    const int64_t c = row_col(m, t, k);
+    if (c >= m.cols) break;
+    const int64_t i = row_index(m, r, t, k);
+    s = s + load(dout, i) * load(w, c) * load(x, i) * rs;
+  }
+  return s;
+}
+
+template <class T>
+FERRY_HD void rms_backward_write(const RowMap& m, T* dx, const T* dout, const T* x, const T* w, float rs, int64_t r,
+                                 int t, float sum) {
+  const float gx_mean = div_f(sum, static_cast<float>(m.cols));
+  for (int64_t k = 0; k < m.per_thread; ++k) {
+    const int64_t c = row_col(m, t, k);
+    if (c >= m.cols) break;
+    const int64_t i = row_index(m, r, t, k);
+    store(dx, i, load(dx, i) + rs * (load(dout, i) * load(w, c) - load(x, i) * rs * gx_mean));
+  }
+}
+
+// ---- Column partials of (rows, C): pw[chunk, c] = sum over the chunk's rows of dout * xhat, xhat = (x - mean)
+// * rstd (skipped when x is null: embedding's token-type row; mean null: RMSNorm's, x * rstd), pb[chunk, c] =
+// sum of dout (skipped when pb is null); then dst[c] += partials in chunk order.
 template <class T>
 FERRY_HD void column_partials(const ColumnMap& m, float* pw, float* pb, const T* dout, const T* x, const float* mean,
                               const float* rstd, int64_t bx, int t, int64_t chunk) {
@@ -89,11 +143,11 @@ FERRY_HD void column_partials(const ColumnMap& m, float* pw, float* pb, const T*
   float sw = 0.0f, sb = 0.0f;
   for (int64_t r = chunk_begin(m, chunk); r < chunk_end(m, chunk); ++r) {
     const float d = load(dout, r * m.cols + c);
-    if (x) sw = sw + d * ((load(x, r * m.cols + c) - mean[r]) * rstd[r]);
+    if (x) sw = sw + d * ((load(x, r * m.cols + c) - (mean ? mean[r] : 0.0f)) * rstd[r]);
     sb = sb + d;
   }
   if (x) pw[chunk * m.cols + c] = sw;
-  pb[chunk * m.cols + c] = sb;
+  if (pb) pb[chunk * m.cols + c] = sb;
 }
 
 template <class T>

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cuda/reduce.h"
+#include "kernels/cuda/rope_ops.h"
 #include "kernels/cuda/row_ops.h"
 
 namespace ferry::kernels::cuda::twin {
@@ -44,6 +45,38 @@ void layernorm_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T*
     for (int64_t bx = 0; bx < cm.grid_x; ++bx)
       for (int t = 0; t < cm.block; ++t) column_partials(cm, pw.data(), pb.data(), dout, x, mean, rstd, bx, t, chunk);
   for (int64_t c = 0; c < C; ++c) column_finish(cm, dw, pw.data(), c), column_finish(cm, db, pb.data(), c);
+}
+
+// x, out (N,C); w (C); rstd (N)
+template <class T>
+void rmsnorm_forward(T* out, float* rstd, const T* x, const T* w, int64_t N, int64_t C, float eps) {
+  const RowMap m = row_map(N, C);
+  std::vector<float> partial(m.block);
+  for (int64_t r = 0; r < N; ++r) {
+    for (int t = 0; t < m.block; ++t) partial[t] = rms_forward_fold(m, x, r, t);
+    const float s = block_reduce_twin(partial.data(), m.block, 0.0f, sum_merge);
+    for (int t = 0; t < m.block; ++t) rms_forward_write(m, out, rstd, x, w, r, t, s, eps);
+  }
+}
+
+// dx (N,C) +=; dw (C, may be null) += through the column partials (rmsnorm_backward_scratch_floats).
+template <class T>
+void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const float* rstd, int64_t N, int64_t C) {
+  const RowMap m = row_map(N, C);
+  std::vector<float> partial(m.block);
+  for (int64_t r = 0; r < N; ++r) {
+    for (int t = 0; t < m.block; ++t) partial[t] = rms_backward_fold(m, dout, x, w, rstd[r], r, t);
+    const float s = block_reduce_twin(partial.data(), m.block, 0.0f, sum_merge);
+    for (int t = 0; t < m.block; ++t) rms_backward_write(m, dx, dout, x, w, rstd[r], r, t, s);
+  }
+  if (!dw) return;
+  const ColumnMap cm = column_map(N, C);
+  std::vector<float> pw(cm.chunks * C);
+  for (int64_t chunk = 0; chunk < cm.chunks; ++chunk)
+    for (int64_t bx = 0; bx < cm.grid_x; ++bx)
+      for (int t = 0; t < cm.block; ++t)
+        column_partials(cm, pw.data(), static_cast<float*>(nullptr), dout, x, nullptr, rstd, bx, t, chunk);
+  for (int64_t c = 0; c < C; ++c) column_finish(cm, dw, pw.data(), c);
 }
 
 // The block's softmax state of row r (what every thread of the kernel holds after the reduction).
@@ -124,6 +157,39 @@ void gelu_forward(T* out, const T* x, int64_t N, bool exact) {
 template <class T>
 void gelu_backward(T* dx, const T* dout, const T* x, int64_t N, bool exact) {
   for (int64_t i = 0; i < N; ++i) store(dx, i, load(dx, i) + load(dout, i) * gelu_backward_f(load(x, i), exact));
+}
+
+template <class T>
+void swiglu_forward(T* out, const T* gate, const T* up, int64_t N) {
+  for (int64_t i = 0; i < N; ++i) store(out, i, swiglu_forward_f(load(gate, i), load(up, i)));
+}
+
+template <class T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t N) {
+  for (int64_t i = 0; i < N; ++i) {
+    const SwiGluGrads g = swiglu_backward_f(load(gate, i), load(up, i), load(dout, i));
+    store(dgate, i, load(dgate, i) + g.dgate);
+    store(dup, i, load(dup, i) + g.dup);
+  }
+}
+
+// x, out (B,T,H,hs) rows row_stride apart; false where the kernel refuses the head size.
+template <class T>
+bool rope_forward(T* out, const T* x, int64_t B, int64_t T_, int64_t H, int64_t hs, int64_t row_stride,
+                  const RopeScaling& scaling) {
+  RopeArgs a;
+  if (!rope_args(&a, B, T_, H, hs, row_stride, scaling)) return false;
+  for (int64_t e = 0; e < rope_pairs(a); ++e) rope_pair(a, out, x, e, 1.0f, false);
+  return true;
+}
+
+template <class T>
+bool rope_backward(T* dx, const T* dout, int64_t B, int64_t T_, int64_t H, int64_t hs, int64_t row_stride,
+                   const RopeScaling& scaling) {
+  RopeArgs a;
+  if (!rope_args(&a, B, T_, H, hs, row_stride, scaling)) return false;
+  for (int64_t e = 0; e < rope_pairs(a); ++e) rope_pair(a, dx, dout, e, -1.0f, true);
+  return true;
 }
 
 template <class T>

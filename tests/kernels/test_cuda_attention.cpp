@@ -1,6 +1,7 @@
 // The flash attention's host twin (kernels/cuda/attention_twin.h) against the CPU attention op
 // (kernels/cpu/attention.cpp): fp32 tightly, bf16/fp16 storage within their rounding; causal and padded, a
-// query with no visible key, T not a multiple of the tile, packed qkv (row_stride 3C), head sizes 32, 64, 96.
+// query with no visible key, T not a multiple of the tile, packed qkv (row_stride 3C), head sizes 32, 64, 96,
+// grouped-query attention (Llama: fewer key/value heads, packed or in their own narrower tensors).
 // cuDNN's SDPA as described to it (attention_sdpa_desc.h) through a naive host attention.
 // With CUDA: the kernels against the twin bitwise and run to run (skipped where no device is present), and
 // cuDNN's SDPA against the twin within bf16 tolerance where cuDNN loads.
@@ -29,38 +30,47 @@
 namespace ferry::kernels::cuda {
 namespace {
 
-// A case: shapes, masks, and whether q, k, v are one packed (B,T,3C) tensor (GPT-2) or three (B,T,C) (BERT).
+// A case: shapes, masks, and whether q, k, v are one packed (B,T,C+2KVC) tensor (GPT-2, a fused Llama q/k/v)
+// or three, (B,T,C) and (B,T,KVC) (BERT), KVC = KV * hs.
 struct Case {
   int64_t B, T, C, NH;
   bool packed, causal;
-  int mask;  // 0: none; 1: trailing padding per batch row; 2: as 1 and key 0 of batch row 0 is padding too
+  int mask;        // 0: none; 1: trailing padding per batch row; 2: as 1 and key 0 of batch row 0 is padding too
+  int64_t KV = 0;  // key/value heads; 0: NH
+  int64_t kv_heads() const { return KV ? KV : NH; }
+  int64_t kv_channels() const { return kv_heads() * (C / NH); }
 };
 
 // Odd T (1, 37, 70, 130: tiles of 64 not full), 1..3 key tiles; hs 32, 64, 96 (both instantiations).
 const Case kCases[] = {
-    {2, 37, 64, 2, true, true, 0},     // GPT-2: causal, packed, hs 32
-    {2, 130, 128, 2, false, false, 1}, // BERT: padding, hs 64, 3 tiles
-    {2, 70, 192, 2, true, true, 2},    // causal + padding: query 0 of batch 0 sees no key; hs 96
-    {1, 1, 64, 1, false, false, 0},    // a single token
-    {3, 64, 128, 2, false, true, 1},   // exactly one tile
-    {4, 20, 64, 2, false, false, 1},   // batch row 3 all padding: none of its queries sees a key
+    {2, 37, 64, 2, true, true, 0},       // GPT-2: causal, packed, hs 32
+    {2, 130, 128, 2, false, false, 1},   // BERT: padding, hs 64, 3 tiles
+    {2, 70, 192, 2, true, true, 2},      // causal + padding: query 0 of batch 0 sees no key; hs 96
+    {1, 1, 64, 1, false, false, 0},      // a single token
+    {3, 64, 128, 2, false, true, 1},     // exactly one tile
+    {4, 20, 64, 2, false, false, 1},     // batch row 3 all padding: none of its queries sees a key
+    {2, 70, 128, 4, true, true, 0, 2},   // Llama: 4 query heads on 2 key/value heads, packed, hs 32
+    {2, 37, 256, 4, false, true, 1, 1},  // multi-query: one key/value head in its own tensors, padding, hs 64
 };
 
-// Tensors of a case in fp32: q, k, v views into `in`, dq, dk, dv views into `grad` (same layout).
+// Tensors of a case in fp32: q, k, v views into `in`, dq, dk, dv views into `grad` (same layout); k and v
+// rows krs apart.
 struct Tensors {
   std::vector<float> in, grad, dout;
   std::vector<int32_t> mask;
-  int64_t rs, k_off, v_off;
+  int64_t rs, krs, k_off, v_off;
 };
 
 Tensors make_tensors(const Case& c, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> n(0.0f, 1.0f);
   Tensors t;
-  t.rs = c.packed ? 3 * c.C : c.C;
+  const int64_t KVC = c.kv_channels();
+  t.rs = c.packed ? c.C + 2 * KVC : c.C;
+  t.krs = c.packed ? t.rs : KVC;
   t.k_off = c.packed ? c.C : c.B * c.T * c.C;
-  t.v_off = 2 * t.k_off;
-  t.in.resize(3 * c.B * c.T * c.C);
+  t.v_off = t.k_off + (c.packed ? KVC : c.B * c.T * KVC);
+  t.in.resize(c.B * c.T * (c.C + 2 * KVC));
   for (float& x : t.in) x = 1.5f * n(gen);
   t.grad.resize(t.in.size());
   for (float& x : t.grad) x = n(gen);
@@ -75,7 +85,9 @@ Tensors make_tensors(const Case& c, uint32_t seed) {
   return t;
 }
 
-attn::Geometry geometry_of(const Case& c, int64_t rs) { return attn::make_geometry(c.B, c.T, c.C, c.NH, rs, c.causal); }
+attn::Geometry geometry_of(const Case& c, const Tensors& t) {
+  return attn::make_geometry(c.B, c.T, c.C, c.NH, t.rs, c.causal, c.kv_heads(), t.krs);
+}
 
 // The CPU op's out and gradients (dq, dk, dv accumulated into a copy of t.grad).
 struct Reference {
@@ -84,7 +96,8 @@ struct Reference {
 
 Reference cpu_reference(const Case& c, const Tensors& t) {
   const float* in = t.in.data();
-  const kernels::cpu::AttentionShape s{c.B, c.T, c.C, c.NH, t.rs, c.causal, c.mask ? t.mask.data() : nullptr};
+  const kernels::cpu::AttentionShape s{c.B,  c.T,  c.C, c.NH, t.rs, c.causal, c.mask ? t.mask.data() : nullptr,
+                                       c.KV, t.krs};
   Reference r{std::vector<float>(c.B * c.T * c.C), t.grad};
   std::vector<float> att(c.B * c.NH * c.T * c.T);
   kernels::cpu::attention_forward(r.out.data(), att.data(), in, in + t.k_off, in + t.v_off, s);
@@ -106,7 +119,8 @@ std::vector<double> reference_lse(const Case& c, const Tensors& t) {
           if ((c.causal && j > i) || (c.mask && t.mask[b * c.T + j] == 0)) continue;
           double dot = 0;
           for (int64_t ch = 0; ch < hs; ++ch)
-            dot += double{t.in[(b * c.T + i) * t.rs + h * hs + ch]} * t.in[t.k_off + (b * c.T + j) * t.rs + h * hs + ch];
+            dot += double{t.in[(b * c.T + i) * t.rs + h * hs + ch]} *
+                   t.in[t.k_off + (b * c.T + j) * t.krs + h / (c.NH / c.kv_heads()) * hs + ch];
           s.push_back(dot / std::sqrt(double(hs)));
         }
         double m = -INFINITY, sum = 0;
@@ -148,7 +162,7 @@ struct TwinResult {
 
 template <class T>
 TwinResult run_twin(const Case& c, const Tensors& t) {
-  const attn::Geometry g = geometry_of(c, t.rs);
+  const attn::Geometry g = geometry_of(c, t);
   const auto in = to_storage<T>(t.in), dout = to_storage<T>(t.dout);
   auto grad = to_storage<T>(t.grad);
   std::vector<T> out(c.B * c.T * c.C);
@@ -224,56 +238,61 @@ struct SdpaNaive {
   std::vector<float> out, stats, grad;
 };
 
-// The gradients of one (b, h, query i) row, into the (B,T,C) buffers g[0..2] (dq, dk, dv) through w.out.
+// The gradients of one (b, h, query i) row (kv: h's key/value head), into the buffers g[0..2] (dq (B,T,C)
+// through w.out, dk and dv (B,T,KVC) through w.kv_grads).
 void naive_row_backward(const sdpa::Views& w, const float* q, const float* k, const float* v, const float* dout,
-                        const std::vector<double>& p, int64_t b, int64_t h, int64_t i, int64_t hs, double scale,
-                        std::vector<double>* g) {
+                        const std::vector<double>& p, int64_t b, int64_t h, int64_t kv, int64_t i, int64_t hs,
+                        double scale, std::vector<double>* g) {
   double d = 0;  // rowsum(dout * out) = sum_j p_j (dout . v_j)
   std::vector<double> dp(p.size());
   for (size_t j = 0; j < p.size(); ++j) {
-    for (int64_t c = 0; c < hs; ++c) dp[j] += double{dout[offset(w.out, b, h, i, c)]} * v[offset(w.qkv, b, h, j, c)];
+    for (int64_t c = 0; c < hs; ++c) dp[j] += double{dout[offset(w.out, b, h, i, c)]} * v[offset(w.kv, b, kv, j, c)];
     d += p[j] * dp[j];
   }
   for (size_t j = 0; j < p.size(); ++j) {
     const double ds = p[j] * (dp[j] - d) * scale;
     for (int64_t c = 0; c < hs; ++c) {
-      g[0][offset(w.out, b, h, i, c)] += ds * k[offset(w.qkv, b, h, j, c)];
-      g[1][offset(w.out, b, h, j, c)] += ds * q[offset(w.qkv, b, h, i, c)];
-      g[2][offset(w.out, b, h, j, c)] += p[j] * dout[offset(w.out, b, h, i, c)];
+      g[0][offset(w.out, b, h, i, c)] += ds * k[offset(w.kv, b, kv, j, c)];
+      g[1][offset(w.kv_grads, b, kv, j, c)] += ds * q[offset(w.q, b, h, i, c)];
+      g[2][offset(w.kv_grads, b, kv, j, c)] += p[j] * dout[offset(w.out, b, h, i, c)];
     }
   }
 }
 
 SdpaNaive naive_sdpa(const Case& c, const Tensors& t) {
-  const sdpa::Views w = sdpa::views(c.B, c.T, c.C, c.NH, t.rs);
-  const int64_t hs = c.C / c.NH, n = c.B * c.T * c.C;
+  const sdpa::Views w = sdpa::views(c.B, c.T, c.C, c.NH, t.rs, c.KV, t.krs);
+  const int64_t hs = c.C / c.NH, n = c.B * c.T * c.C, n_kv = c.B * c.T * c.kv_channels();
   const double scale = 1.0 / std::sqrt(double(hs));
   const float *q = t.in.data(), *k = q + t.k_off, *v = q + t.v_off;
   SdpaNaive r{std::vector<float>(n), std::vector<float>(c.B * c.NH * c.T), t.grad};
-  std::vector<double> out(n), g[3] = {std::vector<double>(n), std::vector<double>(n), std::vector<double>(n)};
+  std::vector<double> out(n), g[3] = {std::vector<double>(n), std::vector<double>(n_kv), std::vector<double>(n_kv)};
   for (int64_t b = 0; b < c.B; ++b) {
     const int64_t keys = c.mask ? sdpa::keys_before_padding(t.mask.data() + b * c.T, c.T) : c.T;
     for (int64_t h = 0; h < c.NH; ++h)
       for (int64_t i = 0; i < c.T; ++i) {
+        const int64_t kv = h / (c.NH / c.kv_heads());
         const int64_t last = std::min(keys, c.causal ? i + 1 : c.T);
         std::vector<double> p(last);
         double m = -INFINITY, sum = 0;
         for (int64_t j = 0; j < last; ++j) {
-          for (int64_t ch = 0; ch < hs; ++ch) p[j] += double{q[offset(w.qkv, b, h, i, ch)]} * k[offset(w.qkv, b, h, j, ch)];
+          for (int64_t ch = 0; ch < hs; ++ch)
+            p[j] += double{q[offset(w.q, b, h, i, ch)]} * k[offset(w.kv, b, kv, j, ch)];
           p[j] *= scale, m = std::max(m, p[j]);
         }
         for (double& x : p) sum += (x = std::exp(x - m));
         for (double& x : p) x /= sum;
         r.stats[offset(w.stats, b, h, i, 0)] = static_cast<float>(m + std::log(sum));
         for (int64_t j = 0; j < last; ++j)
-          for (int64_t ch = 0; ch < hs; ++ch) out[offset(w.out, b, h, i, ch)] += p[j] * v[offset(w.qkv, b, h, j, ch)];
-        naive_row_backward(w, q, k, v, t.dout.data(), p, b, h, i, hs, scale, g);
+          for (int64_t ch = 0; ch < hs; ++ch) out[offset(w.out, b, h, i, ch)] += p[j] * v[offset(w.kv, b, kv, j, ch)];
+        naive_row_backward(w, q, k, v, t.dout.data(), p, b, h, kv, i, hs, scale, g);
       }
   }
   for (int64_t e = 0; e < n; ++e) {
     r.out[e] = static_cast<float>(out[e]);
-    const int64_t d = sdpa::view_index(e, c.C, t.rs);
-    r.grad[d] += static_cast<float>(g[0][e]);
+    r.grad[sdpa::view_index(e, c.C, t.rs)] += static_cast<float>(g[0][e]);
+  }
+  for (int64_t e = 0; e < n_kv; ++e) {
+    const int64_t d = sdpa::view_index(e, c.kv_channels(), t.krs);
     r.grad[t.k_off + d] += static_cast<float>(g[1][e]);
     r.grad[t.v_off + d] += static_cast<float>(g[2][e]);
   }
@@ -303,16 +322,23 @@ TEST(CudaAttentionSdpaDescriptors, KeyCountsStopAtTheFirstPadding) {
   EXPECT_EQ(sdpa::keys_before_padding(mask + 3, 4), 0);
 }
 
-// The scratch parts are 256-byte aligned, in order, disjoint, and within the total.
+// The scratch parts are 256-byte aligned, in order, disjoint, and within the total; dk and dv sized for the
+// key/value heads (grouped-query attention: fewer than q's).
 TEST(CudaAttentionSdpaDescriptors, ScratchPartsAreAlignedAndDisjoint) {
   for (bool backward : {false, true})
-    for (const auto [B, T, C, ws] : {std::array<int64_t, 4>{1, 1, 8, 0}, {3, 37, 96, 1000}, {16, 1024, 768, 1 << 20}}) {
-      const sdpa::Scratch s = sdpa::scratch(B, T, C, 2, backward, static_cast<size_t>(ws));
-      for (size_t part : {s.seq_q, s.seq_kv, s.grads, s.grad_bytes, s.workspace}) EXPECT_EQ(part % 256, 0u);
+    for (const auto [B, T, C, KVC, ws] : {std::array<int64_t, 5>{1, 1, 8, 8, 0},
+                                          {3, 37, 96, 96, 1000},
+                                          {16, 1024, 768, 768, 1 << 20},
+                                          {2, 100, 512, 128, 77}}) {
+      const sdpa::Scratch s = sdpa::scratch(B, T, C, KVC, 2, backward, static_cast<size_t>(ws));
+      for (size_t part : {s.seq_q, s.seq_kv, s.dq, s.dk, s.dv, s.workspace}) EXPECT_EQ(part % 256, 0u);
       EXPECT_GE(s.seq_kv - s.seq_q, static_cast<size_t>(B) * 4);
-      EXPECT_GE(s.grads - s.seq_kv, static_cast<size_t>(B) * 4);
-      EXPECT_EQ(s.grad_bytes, backward ? sdpa::align256(static_cast<size_t>(B * T * C) * 2) : 0u);
-      EXPECT_EQ(s.workspace, s.grads + 3 * s.grad_bytes);
+      EXPECT_GE(s.dq - s.seq_kv, static_cast<size_t>(B) * 4);
+      const size_t dq = backward ? sdpa::align256(static_cast<size_t>(B * T * C) * 2) : 0u;
+      const size_t dkv = backward ? sdpa::align256(static_cast<size_t>(B * T * KVC) * 2) : 0u;
+      EXPECT_EQ(s.dk - s.dq, dq);
+      EXPECT_EQ(s.dv - s.dk, dkv);
+      EXPECT_EQ(s.workspace - s.dv, dkv);
       EXPECT_GE(s.total, s.workspace + static_cast<size_t>(ws));
     }
 }
@@ -364,7 +390,7 @@ struct DeviceRun {
 
 template <class T>
 DeviceRun<T> run_device(AttentionKernel kernel, const Case& c, const Tensors& t) {
-  const AttentionShape s{c.B, c.T, c.C, c.NH, t.rs, c.causal};
+  const AttentionShape s{c.B, c.T, c.C, c.NH, t.rs, c.causal, c.KV, t.krs};
   const DType dt = dtype_of<T>();
   Device<T> in(to_storage<T>(t.in)), dout(to_storage<T>(t.dout)), grad(to_storage<T>(t.grad));
   Device<T> out(std::vector<T>(c.B * c.T * c.C));
@@ -435,7 +461,7 @@ TEST(CudaAttentionKernels, CudnnSdpaWithinBf16OfTwin) {
     const bool row_without_keys = c.mask && c.B > 3;
     if (c.mask == 2 || row_without_keys) continue;
     Tensors t = make_tensors(c, seed++);
-    const AttentionShape s{c.B, c.T, c.C, c.NH, t.rs, c.causal};
+    const AttentionShape s{c.B, c.T, c.C, c.NH, t.rs, c.causal, c.KV, t.krs};
     if (!cudnn_sdpa_available(s, DType::BF16)) GTEST_SKIP() << "cuDNN SDPA not available here";
     t.in = to_float(to_storage<Bf16>(t.in));
     t.dout = to_float(to_storage<Bf16>(t.dout));

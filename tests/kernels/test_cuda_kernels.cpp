@@ -190,6 +190,60 @@ TYPED_TEST(CudaKernels, ElementwiseEqualTwins) {
   expect_bitwise(db.get(), b, "db");
 }
 
+TYPED_TEST(CudaKernels, RmsNormEqualsTwin) {
+  FERRY_NEED_DEVICE();
+  using T = TypeParam;
+  for (const auto [N, C] : kShapes) {
+    const auto x = random_storage<T>(N * C, 30, 2.0f), w = random_storage<T>(C, 31);
+    std::vector<T> out(N * C);
+    std::vector<float> rstd(N);
+    Device<T> dx_(x), dw_(w), dout_(out);
+    Device<float> drstd(rstd);
+    ASSERT_EQ(rmsnorm_forward(dout_.p, drstd.p, dx_.p, dw_.p, N, C, 1e-6f, dtype_of<T>(), nullptr), cudaSuccess);
+    twin::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+    expect_bitwise(dout_.get(), out, "out");
+    expect_bitwise(drstd.get(), rstd, "rstd");
+    const auto g = random_storage<T>(N * C, 32);
+    auto gx = random_storage<T>(N * C, 33), gw = random_storage<T>(C, 34);
+    Device<T> dg(g), dgx(gx), dgw(gw);
+    Device<float> scratch(std::vector<float>(rmsnorm_backward_scratch_floats(N, C)));
+    ASSERT_EQ(rmsnorm_backward(dgx.p, dgw.p, dg.p, dx_.p, dw_.p, drstd.p, N, C, scratch.p, dtype_of<T>(), nullptr),
+              cudaSuccess);
+    twin::rmsnorm_backward(gx.data(), gw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C);
+    expect_bitwise(dgx.get(), gx, "dx");
+    expect_bitwise(dgw.get(), gw, "dw");
+  }
+}
+
+TYPED_TEST(CudaKernels, SwiGluAndRopeEqualTwins) {
+  FERRY_NEED_DEVICE();
+  using T = TypeParam;
+  const int64_t n = 1000003;
+  const auto gate = random_storage<T>(n, 35, 4.0f), up = random_storage<T>(n, 36), d = random_storage<T>(n, 37);
+  std::vector<T> out(n);
+  auto dgate = random_storage<T>(n, 38), dup = random_storage<T>(n, 39);
+  Device<T> dg_(gate), du_(up), dd_(d), dout_(out), ddgate(dgate), ddup(dup);
+  ASSERT_EQ(swiglu_forward(dout_.p, dg_.p, du_.p, n, dtype_of<T>(), nullptr), cudaSuccess);
+  ASSERT_EQ(swiglu_backward(ddgate.p, ddup.p, dd_.p, dg_.p, du_.p, n, dtype_of<T>(), nullptr), cudaSuccess);
+  twin::swiglu_forward(out.data(), gate.data(), up.data(), n);
+  twin::swiglu_backward(dgate.data(), dup.data(), d.data(), gate.data(), up.data(), n);
+  expect_bitwise(dout_.get(), out, "swiglu");
+  expect_bitwise(ddgate.get(), dgate, "dgate");
+  expect_bitwise(ddup.get(), dup, "dup");
+  // q inside a packed (B,T,(H+2KV)*hs) row, Llama 3's scaling, positions up to 4095.
+  const int64_t B = 2, Tn = 4096, H = 4, hs = 64, rs = (H + 4) * hs;
+  const RopeScaling scaling{500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f};
+  const auto x = random_storage<T>(B * Tn * rs, 40);
+  std::vector<T> r = random_storage<T>(B * Tn * rs, 41), dx = random_storage<T>(B * Tn * rs, 42);
+  Device<T> dx_(x), dr(r), ddx(dx);
+  ASSERT_EQ(rope_forward(dr.p, dx_.p, B, Tn, H, hs, rs, scaling, dtype_of<T>(), nullptr), cudaSuccess);
+  ASSERT_EQ(rope_backward(ddx.p, dx_.p, B, Tn, H, hs, rs, scaling, dtype_of<T>(), nullptr), cudaSuccess);
+  ASSERT_TRUE(twin::rope_forward(r.data(), x.data(), B, Tn, H, hs, rs, scaling));
+  ASSERT_TRUE(twin::rope_backward(dx.data(), x.data(), B, Tn, H, hs, rs, scaling));
+  expect_bitwise(dr.get(), r, "rope");
+  expect_bitwise(ddx.get(), dx, "rope backward");
+}
+
 // Device AdamW: master, m, v and the working copy equal the shared element applied on the host.
 TYPED_TEST(CudaKernels, AdamWEqualsTwin) {
   FERRY_NEED_DEVICE();
@@ -235,6 +289,10 @@ TEST(CudaLaunchFunctions, RefuseBadArgumentsBeforeLaunching) {
   EXPECT_EQ(embedding_backward(none, none, none, none, nullptr, 2, 3, 4, 10, none, DType::I32, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(sum_squares(nullptr, none, 10, none, DType::I32, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(rmsnorm_forward(none, none, none, none, 4, 8, 1e-5f, DType::I32, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(rope_forward(none, none, 1, 4, 2, 7, 14, RopeScaling{}, DType::F32, nullptr),
+            cudaErrorInvalidValue);  // odd
+  EXPECT_EQ(swiglu_forward(none, none, none, 5, DType::I32, nullptr), cudaErrorInvalidValue);
   float never_read = 0;  // a working copy in int32 is refused, so it is not touched
   EXPECT_EQ(adamw(none, none, none, none, DType::F32, &never_read, DType::I32, false, 10, kernels::AdamWCoefficients{},
                   nullptr),

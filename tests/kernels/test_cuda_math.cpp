@@ -57,6 +57,38 @@ TEST(CudaMath, GeluMatchesCpuOp) {
   }
 }
 
+// RoPE's sine and cosine: the angles of position t < 2^17 times a frequency <= 1, and the quadrant edges.
+TEST(CudaMath, SinCosWithinAbsoluteTolerance) {
+  std::mt19937 gen(4);
+  std::uniform_real_distribution<float> big(-131072.0f, 131072.0f);
+  std::vector<float> xs;
+  for (float x = -10.0f; x < 10.0f; x += 0.000917f) xs.push_back(x);
+  for (int i = 0; i < 200000; ++i) xs.push_back(big(gen));
+  for (int k = -8; k <= 8; ++k) xs.push_back(static_cast<float>(k * 1.5707963267948966));
+  for (float x : xs) {
+    const SinCos sc = sincos_f(x);
+    ASSERT_NEAR(sc.sin, std::sin(static_cast<double>(x)), 2.5e-7) << x;
+    ASSERT_NEAR(sc.cos, std::cos(static_cast<double>(x)), 2.5e-7) << x;
+  }
+  EXPECT_EQ(sincos_f(0.0f).sin, 0.0f);
+  EXPECT_EQ(sincos_f(0.0f).cos, 1.0f);
+}
+
+// SwiGLU: the sigmoid saturates without NaN (e^{-g} overflows to inf for g < -88).
+TEST(CudaMath, SwiGluMatchesCpuOp) {
+  const int64_t n = 20001;
+  std::vector<float> g(n), u(n, 1.5f), out(n), dg(n), du(n), dout(n, 1.0f);
+  for (int64_t i = 0; i < n; ++i) g[i] = -120.0f + 240.0f * static_cast<float>(i) / static_cast<float>(n - 1);
+  kernels::cpu::swiglu_forward(out.data(), g.data(), u.data(), n);
+  kernels::cpu::swiglu_backward(dg.data(), du.data(), dout.data(), g.data(), u.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const SwiGluGrads d = swiglu_backward_f(g[i], u[i], 1.0f);
+    ASSERT_NEAR(swiglu_forward_f(g[i], u[i]), out[i], 1e-6f + 1e-6f * std::abs(out[i])) << g[i];
+    ASSERT_NEAR(d.dgate, dg[i], 1e-6f + 1e-6f * std::abs(dg[i])) << g[i];
+    ASSERT_NEAR(d.dup, du[i], 1e-6f + 1e-6f * std::abs(du[i])) << g[i];
+  }
+}
+
 // Online softmax: any split of a row into pushed pieces, merged, gives the row's max and sum of e^{x-max};
 // the empty state is a neutral element; -inf entries and large logits neither overflow nor give NaN.
 TEST(CudaMath, OnlineSoftmaxMergeEqualsWholeRow) {

@@ -82,6 +82,52 @@ TEST(CudaTwins, LayerNormBackwardColumnChunks) {
   expect_near(db2, db, 1e-5f, 5e-5f, "db");
 }
 
+// RMSNorm: the shapes above, and rows enough for several column chunks of dw; a frozen weight (dw null).
+TEST(CudaTwins, RmsNormMatchesCpuOp) {
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({3 * kColumnChunkRows + 5, 33});
+  for (const auto [N, C] : shapes) {
+    const auto x = random_vector(N * C, 40, 2.0f, 1.0f), w = random_vector(C, 41), dout = random_vector(N * C, 42);
+    std::vector<float> out(N * C), rstd(N), out2(N * C), rstd2(N);
+    kernels::cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+    twin::rmsnorm_forward(out2.data(), rstd2.data(), x.data(), w.data(), N, C, 1e-6f);
+    expect_near(rstd2, rstd, 1e-5f, 0.0f, "rstd");
+    expect_near(out2, out, 1e-5f, 1e-5f, "out");
+    auto dx = random_vector(N * C, 43), dw = random_vector(C, 44);  // both accumulate
+    auto dx2 = dx, dw2 = dw, dx3 = dx;
+    kernels::cpu::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    twin::rmsnorm_backward(dx2.data(), dw2.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    expect_near(dx2, dx, 1e-5f, 2e-5f, "dx");
+    expect_near(dw2, dw, 1e-5f, 5e-5f, "dw");
+    twin::rmsnorm_backward(dx3.data(), static_cast<float*>(nullptr), dout.data(), x.data(), w.data(), rstd.data(), N,
+                           C);
+    EXPECT_EQ(dx3, dx2);
+  }
+}
+
+// RoPE on a packed row (q of a fused q/k/v: elements past the heads untouched), Llama 3's scaling, a long
+// sequence (large angles); backward adds the inverse rotation.
+TEST(CudaTwins, RopeMatchesCpuOp) {
+  const kernels::cpu::RopeShape shapes[] = {{2, 5, 3, 8, 3 * 8 + 8, {}},
+                                            {1, 3000, 2, 64, 128, {500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f}},
+                                            {2, 7, 4, 2, 11, {10000.0f, 32.0f, 1.0f, 4.0f, 4.0f}}};
+  for (const auto& s : shapes) {
+    const int64_t n = s.B * s.T * s.row_stride;
+    const auto x = random_vector(n, 45);
+    std::vector<float> out(n, 7.0f), out2(n, 7.0f);
+    kernels::cpu::rope_forward(out.data(), x.data(), s);
+    ASSERT_TRUE(twin::rope_forward(out2.data(), x.data(), s.B, s.T, s.H, s.hs, s.row_stride, s.scaling));
+    expect_near(out2, out, 0.0f, 2e-6f, "out");
+    auto dx = random_vector(n, 46), dx2 = dx;
+    kernels::cpu::rope_backward(dx.data(), x.data(), s);
+    ASSERT_TRUE(twin::rope_backward(dx2.data(), x.data(), s.B, s.T, s.H, s.hs, s.row_stride, s.scaling));
+    expect_near(dx2, dx, 0.0f, 2e-6f, "dx");
+  }
+  std::vector<float> buf(64);
+  EXPECT_FALSE(twin::rope_forward(buf.data(), buf.data(), 1, 2, 1, 5, 5, RopeScaling{}));  // odd head size
+  EXPECT_FALSE(twin::rope_forward(buf.data(), buf.data(), 1, 1, 1, 2 * kMaxRopePairs + 2, 0, RopeScaling{}));
+}
+
 // Odd vocabularies, ignored targets (< 0), large logits (an exp without the running max would overflow).
 TEST(CudaTwins, CrossEntropyMatchesCpuOp) {
   const Shape shapes[] = {{3, 1}, {4, 31}, {5, 257}, {4, 5003}};
@@ -177,6 +223,21 @@ TEST(CudaTwins, ResidualAndEmbeddingForwardMatchCpuOpBitwise) {
   EXPECT_EQ(sum2, sum);
   EXPECT_EQ(da2, da);
   EXPECT_EQ(db2, db);
+}
+
+// SwiGLU's twin against the CPU op (exp_f against libm's exp: within fp32 tolerance), accumulating.
+TEST(CudaTwins, SwiGluMatchesCpuOp) {
+  const int64_t N = 4099;
+  const auto gate = random_vector(N, 47, 4.0f), up = random_vector(N, 48), dout = random_vector(N, 49);
+  std::vector<float> out(N), out2(N);
+  kernels::cpu::swiglu_forward(out.data(), gate.data(), up.data(), N);
+  twin::swiglu_forward(out2.data(), gate.data(), up.data(), N);
+  expect_near(out2, out, 1e-6f, 1e-6f, "out");
+  auto dg = random_vector(N, 50), du = random_vector(N, 51), dg2 = dg, du2 = du;
+  kernels::cpu::swiglu_backward(dg.data(), du.data(), dout.data(), gate.data(), up.data(), N);
+  twin::swiglu_backward(dg2.data(), du2.data(), dout.data(), gate.data(), up.data(), N);
+  expect_near(dg2, dg, 1e-6f, 1e-6f, "dgate");
+  expect_near(du2, du, 1e-6f, 1e-6f, "dup");
 }
 
 }  // namespace
