@@ -21,11 +21,27 @@ DataFormat parse_data_format(std::string_view format) {
   if (format == "auto") return DataFormat::Auto;
   if (format == "text") return DataFormat::Text;
   if (format == "shard") return DataFormat::Shard;
-  throw std::invalid_argument("data.format: '" + std::string(format) + "' is not one of auto, text, shard");
+  if (format == "jsonl") return DataFormat::Jsonl;
+  throw std::invalid_argument("data.format: '" + std::string(format) + "' is not one of auto, text, shard, jsonl");
 }
 
 bool reads_as_token_shard(const std::filesystem::path& path, DataFormat format) {
   return format == DataFormat::Shard || (format == DataFormat::Auto && path.extension() == ".bin");
+}
+
+DataFormat text_format(const std::filesystem::path& path, DataFormat format) {
+  if (format == DataFormat::Auto) return path.extension() == ".jsonl" ? DataFormat::Jsonl : DataFormat::Text;
+  return format;
+}
+
+std::string_view format_name(DataFormat format) {
+  switch (format) {
+    case DataFormat::Auto: return "auto";
+    case DataFormat::Text: return "text";
+    case DataFormat::Shard: return "shard";
+    case DataFormat::Jsonl: return "jsonl";
+  }
+  return "?";
 }
 
 void write_token_shard(const std::filesystem::path& path, std::span<const int32_t> tokens) {

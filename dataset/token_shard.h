@@ -13,10 +13,14 @@ namespace ferry::dataset {
 constexpr int32_t kShardMagic = 20240520;
 
 // How data.path is read (data.format): `auto` goes by the name (a token shard is `*.bin`, as llm.c's and
-// `ferry tokenize`'s are), never by the bytes: a shard with a damaged header must be an error, not text.
-enum class DataFormat { Auto, Text, Shard };
-DataFormat parse_data_format(std::string_view format);  // "auto" | "text" | "shard"
+// `ferry tokenize`'s are; JSONL `*.jsonl`), never by the bytes: a shard with a damaged header must be an
+// error, not text. JSONL: one document a line, its `text` field.
+enum class DataFormat { Auto, Text, Shard, Jsonl };
+DataFormat parse_data_format(std::string_view format);  // "auto" | "text" | "shard" | "jsonl"
 bool reads_as_token_shard(const std::filesystem::path& path, DataFormat format);
+// What a file that is not a token shard is read as: Jsonl, or Text (`auto` by the name).
+DataFormat text_format(const std::filesystem::path& path, DataFormat format);
+std::string_view format_name(DataFormat format);
 
 // Writes atomically (a temporary file renamed into place). Token ids must fit in uint16.
 void write_token_shard(const std::filesystem::path& path, std::span<const int32_t> tokens);
