@@ -1,6 +1,6 @@
-// `ferry tokenize`: a text or JSONL file to a token shard (llm.c's format) with the byte, GPT-2 BPE,
-// WordPiece or a Hugging Face tokenizer.json's tokenizer, its sidecar (<shard>.json: the tokenizer, its files, [MASK]),
-// and the vocabulary size the config then needs. (Training tokenises raw text itself too, through the token cache.)
+// `ferry tokenize`: a text or JSONL file to a token shard (llm.c's format) with the byte, GPT-2 BPE, WordPiece
+// or a tokenizer.json's tokenizer, its sidecar (<shard>.json: the tokenizer, its files, [MASK]), and the
+// vocabulary size the config then needs. (Training tokenises raw text itself too, through the token cache.)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -109,8 +109,8 @@ int run_tokenize(const TokenizeArgs& args) {
 Command add_tokenize(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   auto* tokenize = app.add_subcommand("tokenize",
-                                      "Tokenise a text or JSONL file into a uint16 token shard (llm.c's "
-                                      "format) that data.path can name");
+                                      "Tokenise a text or JSONL file into a token shard (llm.c's format: uint16 "
+                                      "ids, uint32 beyond 65535) that data.path can name");
   tokenize
       ->add_option("--tokenizer", args->kind, "byte | gpt2 | wordpiece | hf (a tokenizer.json as it is; default byte)")
       ->check(CLI::IsMember({"byte", "gpt2", "wordpiece", "hf"}));

@@ -25,10 +25,7 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 TokenizerFiles wordpiece() { return {"wordpiece", testing::data_path("wordpiece_vocab.txt"), {}, true}; }
 TokenizerFiles gpt2() { return {"gpt2", testing::data_path("bpe_vocab.json"), testing::data_path("bpe_merges.txt"), true}; }
 
-std::vector<int32_t> shard_tokens(const std::filesystem::path& path) {
-  const TokenShard shard(path);
-  return {shard.tokens().begin(), shard.tokens().end()};
-}
+std::vector<int32_t> shard_tokens(const std::filesystem::path& path) { return TokenShard(path).ids(); }
 
 struct Scratch {
   std::filesystem::path dir = testing::scratch_path("token_cache");
