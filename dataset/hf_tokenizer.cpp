@@ -46,7 +46,29 @@ struct NormalizeStep {
 struct PreStep {
   std::optional<SplitPattern> split;
   bool prefix_space = false;
+  // Metaspace (SentencePiece-style files converted with legacy: false): spaces become `metaspace` ("▁"),
+  // which goes before a piece that lacks it (always; first: the text's first piece only), and, with
+  // metaspace_split, starts each piece.
+  std::string metaspace;
+  enum class Prepend { Always, First, Never } prepend = Prepend::Never;
+  bool metaspace_split = false;
 };
+
+PreStep split_step(std::optional<SplitPattern> split, bool prefix_space = false) {
+  PreStep step;
+  step.split = split, step.prefix_space = prefix_space;
+  return step;
+}
+
+// Metaspace's prepend_scheme (older files: add_prefix_space).
+PreStep::Prepend prepend_scheme(const json& p, const std::string& origin) {
+  const std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
+  if (scheme == "always") return PreStep::Prepend::Always;
+  if (scheme == "first") return PreStep::Prepend::First;
+  if (scheme == "never") return PreStep::Prepend::Never;
+  throw std::runtime_error(origin + ": pre_tokenizer Metaspace's prepend_scheme is '" + scheme +
+                           "', not always, first or never");
+}
 
 struct DecodeStep {
   enum Kind { ByteLevel, Replace, ByteFallback, Fuse, Strip } kind;
@@ -94,10 +116,15 @@ void parse_pre_tokenizer(const json& p, const std::string& origin, std::vector<P
       parse_pre_tokenizer(each, origin, steps, byte_level);
   } else if (type == "ByteLevel") {
     byte_level = true;
-    steps.push_back({p.value("use_regex", true) ? std::optional(SplitPattern::Gpt2) : std::nullopt,
-                     p.value("add_prefix_space", false)});
+    steps.push_back(split_step(p.value("use_regex", true) ? std::optional(SplitPattern::Gpt2) : std::nullopt,
+                               p.value("add_prefix_space", false)));
+  } else if (type == "Metaspace") {
+    PreStep step;
+    step.metaspace = p.value("replacement", "\u2581"), step.prepend = prepend_scheme(p, origin),
+    step.metaspace_split = p.value("split", true);
+    steps.push_back(step);
   } else if (type == "Digits" && p.value("individual_digits", false)) {
-    steps.push_back({SplitPattern::Digits, false});
+    steps.push_back(split_step(SplitPattern::Digits));
   } else if (type == "Split") {
     const json& pattern = p.value("pattern", json::object());
     const std::string regex = pattern.value("Regex", "");
@@ -106,10 +133,10 @@ void parse_pre_tokenizer(const json& p, const std::string& origin, std::vector<P
     if (known == std::end(kSplitPatterns) || p.value("behavior", "") != "Isolated" || p.value("invert", false))
       throw unsupported(origin, "pre_tokenizer", "Split " + pattern.dump() + " (" + p.value("behavior", "?") + ")",
                         "Split with the regex of Llama 3, Qwen2 or GPT-2, Isolated, not inverted");
-    steps.push_back({known->second, false});
+    steps.push_back(split_step(known->second));
   } else {
     throw unsupported(origin, "pre_tokenizer", type + (type == "Digits" ? " without individual_digits" : ""),
-                      "Split, Digits(individual_digits), ByteLevel and sequences of them");
+                      "Split, Digits(individual_digits), ByteLevel, Metaspace and sequences of them");
   }
 }
 
@@ -257,7 +284,7 @@ class HfTokenizer final : public Tokenizer {
       const std::string normalized = normalize(raw.text);
       for (const Segment& seg : split_added(normalized, normalized_added_)) {
         if (seg.id >= 0) out.push_back(seg.id);
-        else encode_segment(seg.text, out);
+        else encode_segment(seg.text, raw.text.data() == text.data() && seg.text.data() == normalized.data(), out);
       }
     }
     return out;
@@ -287,12 +314,17 @@ class HfTokenizer final : public Tokenizer {
     return s;
   }
 
-  void encode_segment(std::string_view text, std::vector<int32_t>& out) const {
+  // `first`: the segment starts the text (Metaspace's prepend_scheme first).
+  void encode_segment(std::string_view text, bool first, std::vector<int32_t>& out) const {
     std::vector<std::string> pieces{std::string(text)};
     for (const PreStep& step : pre_) {
       std::vector<std::string> next;
       for (std::string& piece : pieces) {
         if (step.prefix_space && !piece.starts_with(' ')) piece = " " + piece;
+        if (!step.metaspace.empty()) {
+          metaspace(step, first, piece, next);
+          continue;
+        }
         if (!step.split) {
           next.push_back(std::move(piece));
           continue;
@@ -310,6 +342,17 @@ class HfTokenizer final : public Tokenizer {
       for (unsigned char b : piece) symbols += byte_symbol_[b];
       model_.encode(symbols, out);
     }
+  }
+
+  static void metaspace(const PreStep& step, bool first, std::string& piece, std::vector<std::string>& out) {
+    piece = replace_all(piece, " ", step.metaspace);
+    const bool prepend = step.prepend == PreStep::Prepend::Always || (step.prepend == PreStep::Prepend::First && first);
+    if (prepend && !piece.starts_with(step.metaspace)) piece = step.metaspace + piece;
+    if (!step.metaspace_split) return out.push_back(std::move(piece));
+    size_t from = 0;  // each piece from a metaspace on (MergedWithNext)
+    for (size_t at = piece.find(step.metaspace, 1); at != std::string::npos; at = piece.find(step.metaspace, at + 1))
+      out.push_back(piece.substr(from, at - from)), from = at;
+    out.push_back(piece.substr(from));
   }
 
   std::vector<std::string> decode_steps(std::vector<std::string> tokens) const;
@@ -350,7 +393,7 @@ HfTokenizer::HfTokenizer(const json& j, const json& config, const std::string& o
                                   [](const PreStep& s) { return s.split && s.split != SplitPattern::Digits; });
   const bool marks_start =
       std::any_of(normalize_.begin(), normalize_.end(), [](const NormalizeStep& n) { return !n.prepend.empty(); }) ||
-      std::any_of(pre_.begin(), pre_.end(), [](const PreStep& s) { return s.prefix_space; });
+      std::any_of(pre_.begin(), pre_.end(), [](const PreStep& s) { return s.prefix_space || !s.metaspace.empty(); });
   in_parts_ = splits && !marks_start;
   ids_ = model_.vocab();
   for (const auto* list : {&raw_added_, &normalized_added_})

@@ -47,7 +47,8 @@ std::unique_ptr<Tokenizer> wordpiece_from_json(const nlohmann::json& vocab, cons
 std::unique_ptr<Tokenizer> gpt2_bpe_from_json(const nlohmann::json& vocab, const nlohmann::json& merges, const std::string& origin);
 // A Hugging Face tokenizer.json as the `tokenizers` library runs it (data.tokenizer: hf): byte-level BPE behind
 // a Split with Llama 3's or Qwen2's pattern, Digits or ByteLevel (Llama 3, Qwen2, SmolLM2, GPT-2), or
-// SentencePiece-style BPE with byte fallback (Llama 2, TinyLlama, Mistral); its added tokens; BOS and EOS from
+// SentencePiece-style BPE with byte fallback (Llama 2, TinyLlama, Mistral: Prepend + Replace normalizer, or
+// the Metaspace pre-tokenizer of files converted with legacy: false); its added tokens; BOS and EOS from
 // its post-processor and the tokenizer_config.json beside it. Anything else is refused by name. NFC (Qwen2's
 // normalizer) is taken as done: decomposed characters are tokenised as they are.
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& tokenizer_json);

@@ -9,7 +9,8 @@ emoji, digits, code, whitespace runs, \\r\\n).
 
     pip install tokenizers==0.23.3 && python3 tests/data/make_llama_tokenizer_reference.py [--retrain]
 
-Writes hf_tokenizers/<kind>/tokenizer.json (+ tokenizer_config.json) for llama3, qwen2, llama2 and smollm2,
+Writes hf_tokenizers/<kind>/tokenizer.json (+ tokenizer_config.json) for llama3, qwen2, llama2,
+llama2_metaspace and smollm2,
 and llama_tokenizer_expected.json: {"texts": [...], kind: [{"ids", "ids_special", "decoded"}]}, one entry per
 text: its ids without and with the post-processor's special tokens, and decode(ids) keeping special tokens
 (left out where it is the text). Without --retrain the committed
@@ -163,6 +164,17 @@ def llama2():
             {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True, "add_eos_token": False})
 
 
+def llama2_metaspace():
+    """Llama 2's model as transformers' LlamaConverter writes it with legacy=False (what re-saved Llama 2,
+    Mistral and TinyLlama tokenizers hold): no normalizer; Metaspace("▁", prepend_scheme "first", split false)
+    pre-tokenizer; the rest as llama2's (its committed file's vocabulary and merges)."""
+    with open(os.path.join(OUT, "llama2", "tokenizer.json"), encoding="utf-8") as f:
+        data = json.load(f)
+    data["normalizer"] = None
+    data["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+    return data, {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True, "add_eos_token": False}
+
+
 def smollm2():
     """HuggingFaceTB/SmolLM2-135M: GPT-2-style byte-level BPE: no normalizer; Digits(individual_digits) then
     ByteLevel with GPT-2's regex; ByteLevel post-processor (no BOS) and decoder; special added tokens first
@@ -187,13 +199,14 @@ def texts():
     with open(TEXT, encoding="utf-8", newline="") as f:
         text = f.read()
     extra = ["", " ", "\n", "\r\n", "a", "   x", "x   ", "don't DON'T", "12345678", "\u00e9\u0301 decomposed",
-             "<|endoftext|>hello<|endoftext|>", "<s> hi</s>", "<|begin_of_text|>Hi<|eot_id|>", "<|im_start|>user\nhi<|im_end|>",
+             "<|endoftext|>hello<|endoftext|>", "<s> hi</s>", "<s>hi</s>there", "<|begin_of_text|>Hi<|eot_id|>", "<|im_start|>user\nhi<|im_end|>",
              "not <s special", "\U0001F680\U0001F680 rocket \u4e2d"]
     return TOKENIZER_TEXTS + extra + [p for p in text.split("\n\n") if p] + [text]
 
 
 def main():
-    builders = {"llama3": llama3, "qwen2": qwen2, "llama2": llama2, "smollm2": smollm2}
+    builders = {"llama3": llama3, "qwen2": qwen2, "llama2": llama2, "llama2_metaspace": llama2_metaspace,
+                "smollm2": smollm2}
     expected = {"texts": texts()}
     for kind, build in builders.items():
         folder = os.path.join(OUT, kind)
