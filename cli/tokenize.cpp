@@ -1,6 +1,6 @@
-// `ferry tokenize`: a text file to a uint16 token shard (llm.c's format) with the byte, GPT-2 BPE or
-// WordPiece tokenizer, its sidecar (<shard>.json: the tokenizer, its files, [MASK]), and the vocabulary size
-// the config then needs. (Training tokenises raw text itself too, through the token cache.)
+// `ferry tokenize`: a text or JSONL file to a token shard (llm.c's format) with the byte, GPT-2 BPE, WordPiece
+// or a tokenizer.json's tokenizer, its sidecar (<shard>.json: the tokenizer, its files, [MASK]), and the
+// vocabulary size the config then needs. (Training tokenises raw text itself too, through the token cache.)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -24,7 +24,7 @@ namespace ferry::cli {
 namespace {
 
 struct TokenizeArgs {
-  std::string kind = "byte", vocab, merges, input, out, max_input = "1GiB";
+  std::string kind = "byte", vocab, merges, input, out, max_input = "1GiB", format = "auto";
   bool cased = false;
 };
 
@@ -83,6 +83,7 @@ int run_tokenize(const TokenizeArgs& args) {
   if (args.kind == "gpt2" && (args.vocab.empty() || args.merges.empty()))
     throw std::runtime_error("--tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt");
   if (args.kind == "wordpiece" && args.vocab.empty()) throw std::runtime_error("--tokenizer wordpiece needs --vocab vocab.txt");
+  if (args.kind == "hf" && args.vocab.empty()) throw std::runtime_error("--tokenizer hf needs --vocab tokenizer.json");
   refuse_to_overwrite_inputs(args);
   int64_t limit = 0;
   try {
@@ -93,8 +94,9 @@ int run_tokenize(const TokenizeArgs& args) {
   const dataset::TokenizerFiles files{args.kind, args.vocab, args.merges, !args.cased};
   const auto tokenizer = dataset::load_tokenizer(files);
   const std::string text = read_input(args.input, limit);
-  const auto ids =
-      dataset::tokenize_in_parts(text, *tokenizer, [](const std::string& line) { console::print("{}\n", line); });
+  const dataset::DataFormat format = dataset::text_format(args.input, dataset::parse_data_format(args.format));
+  const auto ids = dataset::tokenize_data(text, format, *tokenizer, "--input " + args.input,
+                                          [](const std::string& line) { console::print("{}\n", line); });
   dataset::write_token_shard(args.out, ids);
   const dataset::ShardInfo info = dataset::describe_shard(files, *tokenizer);
   dataset::write_shard_info(args.out, info);  // what made it: the [MASK] id and the vocabulary for training and export
@@ -110,14 +112,23 @@ int run_tokenize(const TokenizeArgs& args) {
 
 Command add_tokenize(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
-  auto* tokenize = app.add_subcommand("tokenize", "Tokenise a text file into a uint16 token shard (llm.c's format) "
-                                                  "that data.path can name");
-  tokenize->add_option("--tokenizer", args->kind, "byte | gpt2 | wordpiece (default byte)")
-      ->check(CLI::IsMember({"byte", "gpt2", "wordpiece"}));
-  tokenize->add_option("--vocab", args->vocab, "gpt2: vocab.json; wordpiece: vocab.txt")->check(CLI::ExistingFile);
+  auto* tokenize = app.add_subcommand("tokenize",
+                                      "Tokenise a text or JSONL file into a token shard (llm.c's format: uint16 "
+                                      "ids, uint32 beyond 65535) that data.path can name");
+  tokenize
+      ->add_option("--tokenizer", args->kind, "byte | gpt2 | wordpiece | hf (a tokenizer.json as it is; default byte)")
+      ->check(CLI::IsMember({"byte", "gpt2", "wordpiece", "hf"}));
+  tokenize->add_option("--vocab", args->vocab, "gpt2: vocab.json; wordpiece: vocab.txt; hf: tokenizer.json")
+      ->check(CLI::ExistingFile);
+  tokenize
+      ->add_option(
+          "--format", args->format,
+          "text | jsonl (one document a line, its \"text\" field, each ended by EOS) | auto: jsonl for a *.jsonl "
+          "input (default)")
+      ->check(CLI::IsMember({"auto", "text", "jsonl"}));
   tokenize->add_flag("--cased", args->cased, "wordpiece: keep case and accents (cased BERT vocabularies)");
   tokenize->add_option("--merges", args->merges, "gpt2: merges.txt")->check(CLI::ExistingFile);
-  tokenize->add_option("--input", args->input, "Text file")->required()->check(CLI::ExistingFile);
+  tokenize->add_option("--input", args->input, "Text or JSONL file")->required()->check(CLI::ExistingFile);
   tokenize->add_option("--out", args->out, "Shard to write (name it *.bin: data.path recognises shards by that)")->required();
   tokenize->add_option("--max-input", args->max_input, "Refuse a larger input, e.g. 4GiB (default 1GiB): it is held in memory");
   return {tokenize, [args] { return run_tokenize(*args); }};

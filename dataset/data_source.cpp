@@ -53,12 +53,19 @@ DataSource open_data_source(const DataRequest& r, const ReportFn& report) {
   DataSource s;
   s.known = true;
   if (r.tokenizer.kind == "byte") {
+    if (text_format(r.path, r.format) == DataFormat::Jsonl)
+      throw std::runtime_error(
+          fmt::format("data.path: '{}' is read as JSONL, whose documents are joined with the tokenizer's "
+                      "end-of-text token, and the byte tokenizer has none; set data.tokenizer (gpt2, wordpiece "
+                      "or hf) and data.vocab, or data.format: text to train on its bytes",
+                      r.path.string()));
     s.path = r.path, s.format = r.format, s.origin = "the byte tokenizer";
     s.vocabulary = make_byte_tokenizer();
     s.info = describe_shard(r.tokenizer, *s.vocabulary);
     return s;
   }
-  const CachedTokens cached = cached_tokens(r.path, r.tokenizer, r.cache_dir.empty() ? default_token_cache_dir() : r.cache_dir, report);
+  const CachedTokens cached = cached_tokens(
+      r.path, r.tokenizer, r.cache_dir.empty() ? default_token_cache_dir() : r.cache_dir, report, r.format);
   if (report && !cached.built) report(fmt::format("data.path: the {} tokens of '{}' from the cache '{}'", r.tokenizer.kind, r.path.string(),
                                                   cached.shard.string()));
   s.path = cached.shard, s.format = DataFormat::Shard, s.info = cached.info, s.origin = fmt::format("'{}'", r.tokenizer.vocab.string());
@@ -77,7 +84,8 @@ void check_given_mask(const DataSource& data, int32_t given) {
                                          "could not tell [MASK] from it; use an id of 256 or more (below model.vocab_size), or remove "
                                          "the key to use the last id",
                                          given, given));
-  if ((kind != "wordpiece" && kind != "gpt2") || !data.vocabulary || given >= data.info.vocab_size || given == data.info.mask_token_id)
+  if ((kind != "wordpiece" && kind != "gpt2" && kind != "hf") || !data.vocabulary || given >= data.info.vocab_size ||
+      given == data.info.mask_token_id)
     return;
   const std::string token = data.vocabulary->token_of(given);
   if (token.empty() || token.starts_with("[unused")) return;
@@ -97,13 +105,13 @@ int32_t bert_mask_id(const DataSource& data, int32_t given, int model_vocab, int
     return given;
   }
   const std::string kind = data.tokenizer_name();
-  if (kind == "wordpiece" || kind == "gpt2") {
+  if (kind == "wordpiece" || kind == "gpt2" || kind == "hf") {
     if (data.info.mask_token_id >= 0) return data.info.mask_token_id;
     if (data.info.vocab_size == 0)
       throw std::runtime_error(fmt::format("data.mask_token_id: not given, and no {} vocabulary is known for {} (no sidecar naming one, "
                                            "no data.vocab): set data.vocab to the vocabulary that made it, or data.mask_token_id",
                                            kind, data.origin));
-    if (kind == "gpt2" && model_vocab - 1 >= data.info.vocab_size) return model_vocab - 1;
+    if (kind != "wordpiece" && model_vocab - 1 >= data.info.vocab_size) return model_vocab - 1;
     throw std::runtime_error(fmt::format("data.mask_token_id: not given, and the {} vocabulary {} has no [MASK] token; add one to it, "
                                          "or set data.mask_token_id to an id beyond its {} tokens (e.g. {}, with model.vocab_size at "
                                          "least {})",

@@ -15,7 +15,7 @@ struct DataRequest {
   std::filesystem::path path;
   DataFormat format = DataFormat::Auto;
   TokenizerFiles tokenizer;       // data.tokenizer and its files
-  bool tokenizer_given = false;   // data.tokenizer was written (gpt2/wordpiece also say what made a shard)
+  bool tokenizer_given = false;   // data.tokenizer was written (gpt2/wordpiece/hf also say what made a shard)
   std::filesystem::path cache_dir;  // empty: default_token_cache_dir()
 };
 
@@ -29,8 +29,9 @@ struct DataSource {
   std::string tokenizer_name() const { return known ? info.tokenizer.kind : "unknown"; }
 };
 
-// Tokenises a text with gpt2/wordpiece through the token cache (reporting on `report`); reads a shard's
-// sidecar: a data.tokenizer gpt2 or wordpiece that contradicts it is an error naming both; byte (what the
+// Tokenises a text or JSONL with gpt2/wordpiece/hf through the token cache (reporting on `report`; JSONL with
+// the byte tokenizer is an error: it has no EOS to join documents); reads a shard's sidecar: a data.tokenizer
+// gpt2, wordpiece or hf that contradicts it is an error naming both; byte (what the
 // shipped configs say for their text) does not describe a shard (`report` says so when the sidecar differs).
 DataSource open_data_source(const DataRequest& request, const ReportFn& report = {});
 

@@ -24,8 +24,7 @@ void copy_window(const std::vector<int32_t>& src, int64_t start, int64_t T, Batc
 std::vector<int32_t> read_tokens(const std::filesystem::path& path, DataFormat format) {
   if (reads_as_token_shard(path, format)) {  // pre-tokenised (ferry tokenize, llm.c's tools)
     try {
-      const TokenShard shard(path);
-      return {shard.tokens().begin(), shard.tokens().end()};
+      return TokenShard(path).ids();
     } catch (const std::runtime_error& e) {
       throw std::runtime_error("data.path: " + std::string(e.what()) +
                                (format == DataFormat::Auto ? "; a *.bin data.path is read as a token shard: if it is text, set data.format: text" : ""));

@@ -73,9 +73,11 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const TokenizerFiles& f) {
   const bool simple = f.kind == "wordpiece" ? type_of("pre_tokenizer") == "BertPreTokenizer" && type_of("normalizer") == "BertNormalizer"
                                             : type_of("pre_tokenizer") == "ByteLevel";
   if (model.value("type", "") != want || !simple)
-    throw std::runtime_error(fmt::format("{}: a {} model behind the {} pre-tokenizer, which Ferry's {} does not reproduce (it reads "
-                                         "what BertTokenizer and GPT2Tokenizer save); give data.vocab as vocab.txt or vocab.json + merges.txt",
-                                         origin, model.value("type", "?"), type_of("pre_tokenizer"), f.kind));
+    throw std::runtime_error(
+        fmt::format("{}: a {} model behind the {} pre-tokenizer, which Ferry's {} does not reproduce (it reads "
+                    "what BertTokenizer and GPT2Tokenizer save); set data.tokenizer: hf to read it as the "
+                    "tokenizer.json it is, or give data.vocab as vocab.txt or vocab.json + merges.txt",
+                    origin, model.value("type", "?"), type_of("pre_tokenizer"), f.kind));
   json vocab = model.value("vocab", json::object());
   for (const auto& added : j.value("added_tokens", json::array()))
     if (added.is_object() && added.contains("content") && !vocab.contains(added["content"].get<std::string>()))
@@ -87,11 +89,12 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const TokenizerFiles& f) {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerFiles& f) {
+  if (f.kind == "hf") return load_hf_tokenizer(f.vocab);
   if (f.kind != "byte" && f.vocab.filename() == "tokenizer.json") return load_tokenizer_json(f);
   if (f.kind == "gpt2") return load_gpt2_bpe(f.vocab, f.merges);
   if (f.kind == "wordpiece") return load_wordpiece(f.vocab, f.lowercase);
   if (f.kind == "byte") return make_byte_tokenizer();
-  throw std::invalid_argument("data.tokenizer: '" + f.kind + "' is not one of byte, gpt2, wordpiece");
+  throw std::invalid_argument("data.tokenizer: '" + f.kind + "' is not one of byte, gpt2, wordpiece, hf");
 }
 
 std::filesystem::path shard_info_path(const std::filesystem::path& shard) { return shard.string() + ".json"; }
@@ -145,40 +148,113 @@ std::optional<ShardInfo> read_shard_info(const std::filesystem::path& shard) {
   } catch (const json::exception& e) {
     throw bad(std::string("is malformed (") + e.what() + ")");
   }
-  if (info.tokenizer.kind != "byte" && info.tokenizer.kind != "gpt2" && info.tokenizer.kind != "wordpiece")
-    throw bad("names tokenizer '" + info.tokenizer.kind + "', not byte, gpt2 or wordpiece");
+  if (info.tokenizer.kind != "byte" && info.tokenizer.kind != "gpt2" && info.tokenizer.kind != "wordpiece" &&
+      info.tokenizer.kind != "hf")
+    throw bad("names tokenizer '" + info.tokenizer.kind + "', not byte, gpt2, wordpiece or hf");
   return info;
 }
 
-std::vector<int32_t> tokenize_in_parts(std::string_view text, const Tokenizer& tokenizer, const ReportFn& report, size_t part_bytes) {
+namespace {
+
+// Progress of a tokenisation, every few seconds.
+class Progress {
+ public:
+  Progress(const ReportFn& report, size_t total) : report_(report), total_(total) {}
+  void at(size_t done, size_t tokens) {
+    if (!report_ || Clock::now() - last_ < std::chrono::seconds(2)) return;
+    last_ = Clock::now();
+    const double s = std::chrono::duration<double>(last_ - t0_).count();
+    report_(fmt::format("tokenising: {:.0f}% ({:.1f} of {:.1f} MB, {} tokens, {:.1f} MB/s)", 100.0 * done / total_,
+                        done / 1e6, total_ / 1e6, tokens, done / 1e6 / s));
+  }
+
+ private:
   using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  auto last = t0;
+  const ReportFn& report_;
+  size_t total_;
+  Clock::time_point t0_ = Clock::now(), last_ = t0_;
+};
+
+// JSONL: each line's "text" as a document, [BOS] tokens EOS.
+std::vector<int32_t> tokenize_jsonl(std::string_view bytes, const Tokenizer& tokenizer, const std::string& origin,
+                                    const ReportFn& report) {
+  if (tokenizer.eos_id() < 0)
+    throw std::runtime_error(
+        fmt::format("{}: JSONL documents are joined with the tokenizer's end-of-text token, and this tokenizer has "
+                    "none; name it as eos_token in a tokenizer_config.json beside the tokenizer.json, or use "
+                    "data.tokenizer gpt2 (<|endoftext|>), wordpiece ([SEP]) or hf",
+                    origin));
+  std::vector<int32_t> ids;
+  Progress progress(report, bytes.size());
+  size_t line_no = 0;
+  for (size_t from = 0; from < bytes.size();) {
+    const size_t nl = std::min(bytes.find('\n', from), bytes.size());
+    std::string_view line = bytes.substr(from, nl - from);
+    from = nl + 1, ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    json doc;
+    try {
+      doc = json::parse(line);
+    } catch (const json::parse_error& e) {
+      throw std::runtime_error(
+          fmt::format("{}:{}: not JSON ({}); JSONL holds one JSON object a line", origin, line_no, e.what()));
+    }
+    if (!doc.is_object() || !doc.contains("text") || !doc["text"].is_string())
+      throw std::runtime_error(
+          fmt::format("{}:{}: {}; each line must be an object with the document in a \"text\" string", origin, line_no,
+                      !doc.is_object()        ? "not a JSON object"
+                      : !doc.contains("text") ? "no \"text\" field"
+                                              : "\"text\" is not a string"));
+    if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+    const std::vector<int32_t> doc_ids = tokenizer.encode(doc["text"].get<std::string>());
+    ids.insert(ids.end(), doc_ids.begin(), doc_ids.end());
+    ids.push_back(tokenizer.eos_id());
+    progress.at(std::min(from, bytes.size()), ids.size());
+  }
+  return ids;
+}
+
+}  // namespace
+
+std::vector<int32_t> tokenize_in_parts(std::string_view text, const Tokenizer& tokenizer, const ReportFn& report,
+                                       size_t part_bytes) {
+  if (!tokenizer.encodes_in_parts()) part_bytes = text.size();  // one part: a cut would change the tokens
+  Progress progress(report, text.size());
   std::vector<int32_t> ids;
   for (size_t from = 0; from < text.size();) {
     const size_t to = part_end(text, from, part_bytes);
     const std::vector<int32_t> part = tokenizer.encode(text.substr(from, to - from));
     ids.insert(ids.end(), part.begin(), part.end());
     from = to;
-    if (report && Clock::now() - last > std::chrono::seconds(2)) {
-      last = Clock::now();
-      const double s = std::chrono::duration<double>(last - t0).count();
-      report(fmt::format("tokenising: {:.0f}% ({:.1f} of {:.1f} MB, {} tokens, {:.1f} MB/s)", 100.0 * from / text.size(), from / 1e6,
-                         text.size() / 1e6, ids.size(), from / 1e6 / s));
-    }
+    progress.at(from, ids.size());
   }
   return ids;
 }
 
-std::string token_cache_key(const std::filesystem::path& text, const TokenizerFiles& f) {
+std::vector<int32_t> tokenize_data(std::string_view bytes, DataFormat format, const Tokenizer& tokenizer,
+                                   const std::string& origin, const ReportFn& report) {
+  if (format == DataFormat::Jsonl) return tokenize_jsonl(bytes, tokenizer, origin, report);
+  std::vector<int32_t> ids;
+  if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+  const std::vector<int32_t> text = tokenize_in_parts(bytes, tokenizer, report);
+  ids.insert(ids.end(), text.begin(), text.end());
+  return ids;
+}
+
+std::string token_cache_key(const std::filesystem::path& text, const TokenizerFiles& f, DataFormat format) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(text, ec);
   if (ec) throw std::runtime_error("data.path: cannot read the size of '" + text.string() + "': " + ec.message());
   const auto mtime = std::filesystem::last_write_time(text, ec).time_since_epoch().count();
   if (ec) throw std::runtime_error("data.path: cannot read the modification time of '" + text.string() + "': " + ec.message());
   uint64_t h = fnv1a(fmt::format("ferry token cache v1|{}|{}|{}|{}|", f.kind, f.lowercase, size, mtime));
+  // Text keeps the key it had before JSONL was read; JSONL's documents are framed by BOS and EOS.
+  if (text_format(text, format) == DataFormat::Jsonl) h = fnv1a("format|jsonl|", h);
   if (!f.vocab.empty()) h = fnv1a(read_file(f.vocab, "data.vocab"), fnv1a("vocab|", h));
   if (!f.merges.empty()) h = fnv1a(read_file(f.merges, "data.merges"), fnv1a("merges|", h));
+  const std::filesystem::path config = f.vocab.parent_path() / "tokenizer_config.json";
+  if (f.kind == "hf" && std::filesystem::exists(config))
+    h = fnv1a(read_file(config, "data.vocab's tokenizer_config.json"), fnv1a("config|", h));
   return fmt::format("{:016x}", h);
 }
 
@@ -240,9 +316,10 @@ void remove_stale(const std::filesystem::path& cache_dir, const std::filesystem:
 
 }  // namespace
 
-CachedTokens cached_tokens(const std::filesystem::path& text, const TokenizerFiles& files, const std::filesystem::path& cache_dir,
-                           const ReportFn& report) {
-  const std::string key = token_cache_key(text, files);
+CachedTokens cached_tokens(const std::filesystem::path& text, const TokenizerFiles& files,
+                           const std::filesystem::path& cache_dir, const ReportFn& report, DataFormat format) {
+  format = text_format(text, format);
+  const std::string key = token_cache_key(text, files, format);
   const std::filesystem::path shard = token_cache_path(text, cache_dir, files, key);
   if (auto cached = reuse(shard, key, report)) return *cached;
   std::error_code ec;
@@ -253,9 +330,10 @@ CachedTokens cached_tokens(const std::filesystem::path& text, const TokenizerFil
                                          cache_dir.string(), text.string(), ec.message()));
   const auto tokenizer = load_tokenizer(files);
   const std::string bytes = read_file(text, "data.path");
-  if (report) report(fmt::format("data.path: tokenising '{}' ({:.1f} MB) with {} into {}", text.string(), bytes.size() / 1e6, files.kind,
-                                 shard.string()));
-  const std::vector<int32_t> ids = tokenize_in_parts(bytes, *tokenizer, report);
+  if (report)
+    report(fmt::format("data.path: tokenising '{}' ({:.1f} MB, {}) with {} into {}", text.string(), bytes.size() / 1e6,
+                       format_name(format), files.kind, shard.string()));
+  const std::vector<int32_t> ids = tokenize_data(bytes, format, *tokenizer, "data.path: " + text.string(), report);
   CachedTokens out{shard, describe_shard(files, *tokenizer, key), true};
   try {
     write_token_shard(shard, ids);

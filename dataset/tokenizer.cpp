@@ -1,6 +1,6 @@
 // Byte and GPT-2 BPE tokenizers. GPT-2 BPE: bytes map to printable unicode symbols (bytes_to_unicode),
-// text is split by GPT-2's pre-tokenizer pattern, and each piece is merged pair by pair in merge-rank
-// order. The pattern's \p{L}, \p{N} and \s are the classes of engine/unicode.h.
+// text is split by GPT-2's pre-tokenizer pattern (dataset/pretokenize.h), and each piece is merged pair by
+// pair in merge-rank order.
 #include "dataset/tokenizer.h"
 
 #include <fmt/format.h>
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "dataset/unicode.h"
+#include "dataset/pretokenize.h"
 #include "foundation/regular_file.h"
 
 namespace ferry::dataset {
@@ -36,98 +36,6 @@ class ByteTokenizer : public Tokenizer {
   }
   int vocab_size() const override { return 256; }
 };
-
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    s.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    s.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return s;
-}
-
-// GPT-2's reversible byte -> printable symbol map.
-std::vector<std::string> bytes_to_unicode() {
-  std::vector<int> bs;
-  for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
-  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
-  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
-  std::vector<std::string> map(256);
-  std::vector<bool> direct(256, false);
-  for (int b : bs) direct[b] = true, map[b] = utf8(static_cast<uint32_t>(b));
-  int n = 0;
-  for (int b = 0; b < 256; ++b)
-    if (!direct[b]) map[b] = utf8(static_cast<uint32_t>(256 + n++));
-  return map;
-}
-
-// GPT-2's pattern: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// over code points (classes from engine/unicode.h), cut back into byte ranges of the text.
-std::vector<std::string_view> pretokenize(std::string_view t) {
-  std::vector<size_t> at;  // byte offset of each code point, and the end
-  std::vector<CharClass> cls;
-  std::vector<char32_t> cps;
-  for (size_t i = 0; i < t.size();) {
-    const auto c = static_cast<unsigned char>(t[i]);
-    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    const size_t n = std::min(len, t.size() - i);
-    const std::vector<char32_t> one = utf8_decode(t.substr(i, n));
-    at.push_back(i);
-    cps.push_back(one.size() == 1 ? one[0] : 0xFFFD);
-    cls.push_back(classify(cps.back()));
-    i += one.size() == 1 ? n : 1;
-  }
-  const size_t n = cps.size();
-  at.push_back(t.size());
-  std::vector<std::string_view> out;
-  auto piece = [&](size_t from, size_t to) { out.push_back(t.substr(at[from], at[to] - at[from])); };
-  size_t i = 0;
-  while (i < n) {
-    if (cps[i] == '\'') {
-      bool contraction = false;
-      for (std::string_view suffix : {"re", "ve", "ll", "s", "t", "m", "d"}) {
-        bool match = i + suffix.size() < n;
-        for (size_t k = 0; match && k < suffix.size(); ++k) match = cps[i + 1 + k] == static_cast<char32_t>(suffix[k]);
-        if (match) {
-          piece(i, i + 1 + suffix.size());
-          i += 1 + suffix.size();
-          contraction = true;
-          break;
-        }
-      }
-      if (contraction) continue;
-    }
-    const size_t j = i + (cps[i] == ' ' && i + 1 < n && cls[i + 1] != CharClass::Space ? 1 : 0);
-    if (cls[j] != CharClass::Space) {
-      size_t k = j;
-      while (k < n && cls[k] == cls[j]) ++k;
-      piece(i, k);
-      i = k;
-      continue;
-    }
-    // A run of whitespace: all of it at the end of the text; otherwise all but its last character,
-    // which (if a space) starts the next piece.
-    size_t k = i;
-    while (k < n && cls[k] == CharClass::Space) ++k;
-    if (k == n) {
-      piece(i, k);
-      i = k;
-    } else if (k - i >= 2) {
-      piece(i, k - 1);
-      i = k - 1;
-    } else {
-      piece(i, i + 1);  // a lone non-space whitespace before a word
-      i = k;
-    }
-  }
-  return out;
-}
 
 class Gpt2Bpe : public Tokenizer {
  public:
@@ -161,7 +69,7 @@ class Gpt2Bpe : public Tokenizer {
 
   std::vector<int32_t> encode(std::string_view text) const override {
     std::vector<int32_t> out;
-    for (std::string_view piece : pretokenize(text))
+    for (std::string_view piece : split_pieces(text, SplitPattern::Gpt2))
       for (const std::string& sym : merge(piece)) {
         const auto it = ids_.find(sym);
         if (it == ids_.end()) throw std::runtime_error("bpe: symbol '" + sym + "' is not in the vocabulary");
@@ -190,6 +98,7 @@ class Gpt2Bpe : public Tokenizer {
     return it == ids_.end() ? -1 : it->second;
   }
   std::string token_of(int32_t id) const override { return id >= 0 && id < vocab_size_ ? tokens_[id] : std::string(); }
+  int32_t eos_id() const override { return id_of("<|endoftext|>"); }
 
  private:
   // BPE on one piece: start from byte symbols, merge the lowest-ranked adjacent pair until none is left.

@@ -1,5 +1,6 @@
 // Tokenizers: text to token ids and back. Byte-level (one token per byte), GPT-2's byte-level BPE
-// (vocab.json + merges.txt, as Hugging Face and OpenAI ship them) and BERT's WordPiece (vocab.txt).
+// (vocab.json + merges.txt, as Hugging Face and OpenAI ship them), BERT's WordPiece (vocab.txt), and the
+// BPE tokenizer.json files of today's decoder models (Llama 2/3, Mistral, Qwen2, SmolLM2).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,14 @@ class Tokenizer {
   // The byte tokenizer has no named tokens.
   virtual int32_t id_of(const std::string& /*token*/) const { return -1; }
   virtual std::string token_of(int32_t /*id*/) const { return {}; }
+  // The token put before a text (Llama's <s>, <|begin_of_text|>) and the one that ends a document (it joins
+  // documents when packing them); -1 when the tokenizer has none.
+  virtual int32_t bos_id() const { return -1; }
+  virtual int32_t eos_id() const { return -1; }
+  // Whether the parts of a text cut after a newline between two non-space characters encode to the whole
+  // text's tokens: true where the pre-tokenizer splits there; not for SentencePiece-style BPE, which marks
+  // the start of a text and merges across lines.
+  virtual bool encodes_in_parts() const { return true; }
 };
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
@@ -36,6 +45,13 @@ std::unique_ptr<Tokenizer> load_wordpiece(const std::filesystem::path& vocab_txt
 // GPT2Tokenizer save): `vocab` and `merges` are its model.vocab and model.merges; `origin` names the file.
 std::unique_ptr<Tokenizer> wordpiece_from_json(const nlohmann::json& vocab, const std::string& origin, bool lowercase);
 std::unique_ptr<Tokenizer> gpt2_bpe_from_json(const nlohmann::json& vocab, const nlohmann::json& merges, const std::string& origin);
+// A Hugging Face tokenizer.json as the `tokenizers` library runs it (data.tokenizer: hf): byte-level BPE behind
+// a Split with Llama 3's or Qwen2's pattern, Digits or ByteLevel (Llama 3, Qwen2, SmolLM2, GPT-2), or
+// SentencePiece-style BPE with byte fallback (Llama 2, TinyLlama, Mistral: Prepend + Replace normalizer, or
+// the Metaspace pre-tokenizer of files converted with legacy: false); its added tokens; BOS and EOS from
+// its post-processor and the tokenizer_config.json beside it. Anything else is refused by name. NFC (Qwen2's
+// normalizer) is taken as done: decomposed characters are tokenised as they are.
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& tokenizer_json);
 // Whether `file` is a Hugging Face tokenizer.json (a JSON object with a model section), whatever its name:
 // Ferry tells one by its name, so under another name it would be read as a vocab.txt or vocab.json.
 bool is_tokenizer_json(const std::filesystem::path& file);

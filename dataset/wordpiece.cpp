@@ -77,6 +77,7 @@ class WordPiece final : public Tokenizer {
   std::string token_of(int32_t id) const override {
     return id >= 0 && id < static_cast<int32_t>(tokens_.size()) ? tokens_[id] : std::string();
   }
+  int32_t eos_id() const override { return id_of("[SEP]"); }  // BERT's end of a segment
 
  private:
   std::vector<std::string> basic_split(std::string_view text) const {

@@ -146,9 +146,25 @@ std::string resolved_lowercase(const DataConfig& d) {
 // A tokenizer.json given as data.vocab under another name would be read as a vocab.txt or vocab.json, and
 // fail on its first line that is not one.
 void check_not_a_renamed_tokenizer_json(const DataConfig& d) {
-  if (d.vocab.empty() || d.vocab.filename() == "tokenizer.json" || !dataset::is_tokenizer_json(d.vocab)) return;
+  if (d.tokenizer == "hf" || d.vocab.empty() || d.vocab.filename() == "tokenizer.json" ||
+      !dataset::is_tokenizer_json(d.vocab))
+    return;
   throw ConfigError("data.vocab: " +
                     dataset::renamed_tokenizer_json(d.vocab, d.tokenizer == "gpt2" ? "vocab.json" : "vocab.txt"));
+}
+
+// Raw text needs its tokenizer's files: data.vocab (`vocab_name`), and gpt2's merges.txt unless it reads a
+// tokenizer.json; the error says where they were looked for (model.init_from's `folder`).
+void check_tokenizer_files_found(const DataConfig& d, const std::string& vocab_name, bool from_json,
+                                 const std::filesystem::path& folder) {
+  const std::string where = folder.empty()
+                                ? std::string("; or set model.init_from to a Hugging Face folder that holds it")
+                                : fmt::format(" (model.init_from's folder '{}' has none)", folder.string());
+  if (d.vocab.empty())
+    throw ConfigError(fmt::format("data.vocab: missing; data.tokenizer: {} on text needs its {}{}", d.tokenizer,
+                                  d.tokenizer == "hf" ? vocab_name : vocab_name + " or a tokenizer.json", where));
+  if (d.tokenizer == "gpt2" && d.merges.empty() && !from_json)
+    throw ConfigError(fmt::format("data.merges: missing; data.tokenizer: gpt2 on text needs merges.txt{}", where));
 }
 
 // data.vocab and data.merges, from model.init_from's folder when not given; data.lowercase: auto resolved.
@@ -157,8 +173,9 @@ void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_fr
   const std::string& kind = d.tokenizer;
   if (kind == "byte") {
     if (!d.vocab.empty() || !d.merges.empty())
-      throw ConfigError("data.vocab: the byte tokenizer has no vocabulary file; set data.tokenizer: wordpiece or gpt2, or remove "
-                        "data.vocab and data.merges");
+      throw ConfigError(
+          "data.vocab: the byte tokenizer has no vocabulary file; set data.tokenizer: wordpiece, gpt2 or hf, or remove "
+          "data.vocab and data.merges");
     return;
   }
   if (kind == "wordpiece" && !d.merges.empty()) throw ConfigError("data.merges: WordPiece has no merges (that is gpt2's); remove the key");
@@ -170,18 +187,13 @@ void resolve_tokenizer_files(DataConfig& d, const std::filesystem::path& init_fr
     if (file.empty() && source && source->has(name))
       file = source->file(name);  // refused by name when it is no regular file in it
   };
-  const std::string vocab_name = kind == "wordpiece" ? "vocab.txt" : "vocab.json";
+  const std::string vocab_name = kind == "wordpiece" ? "vocab.txt" : kind == "hf" ? "tokenizer.json" : "vocab.json";
   from_folder(d.vocab, vocab_name.c_str());
   if (kind == "gpt2" && !d.vocab.empty()) from_folder(d.merges, "merges.txt");
   if (d.vocab.empty()) from_folder(d.vocab, "tokenizer.json");  // what transformers 5 saves alone
-  const bool from_json = d.vocab.filename() == "tokenizer.json";
+  const bool from_json = kind == "hf" || d.vocab.filename() == "tokenizer.json";
   if (from_json && !d.merges.empty()) throw ConfigError("data.merges: a tokenizer.json holds its merges; remove the key");
-  const std::string where = folder.empty() ? std::string("; or set model.init_from to a Hugging Face folder that holds it")
-                                           : fmt::format(" (model.init_from's folder '{}' has none)", folder.string());
-  if (text && d.vocab.empty())
-    throw ConfigError(fmt::format("data.vocab: missing; data.tokenizer: {} on text needs its {} or a tokenizer.json{}", kind, vocab_name, where));
-  if (text && kind == "gpt2" && d.merges.empty() && !from_json)
-    throw ConfigError(fmt::format("data.merges: missing; data.tokenizer: gpt2 on text needs merges.txt{}", where));
+  if (text) check_tokenizer_files_found(d, vocab_name, from_json, folder);
   d.lowercase = resolved_lowercase(d);
 }
 

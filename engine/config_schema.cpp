@@ -408,27 +408,36 @@ std::vector<Key<Config>> model_keys() {
 
 std::vector<Key<Config>> data_keys() {
   return {
-      path("data.path", [](Config& c) -> auto& { return c.data.path; }, "file", RelativeTo::ConfigFile,
-           "the training text, or a token shard from ferry tokenize", {.default_value = "required"}),
-      choice("data.format", [](Config& c) -> auto& { return c.data.format; }, {"auto", "text", "shard"},
-             "how data.path is read; auto: a name ending in .bin is a token shard, anything else text"),
-      choice("data.tokenizer", [](Config& c) -> auto& { return c.data.tokenizer; }, {"byte", "gpt2", "wordpiece"},
-             "byte (a token per byte), gpt2 (byte-level BPE) or wordpiece (BERT's); text is tokenised once and cached; "
-             "for a shard it says what made it"),
-      existing_path("data.vocab", [](Config& c) -> auto& { return c.data.vocab; }, Exists::File,
-                    "the tokenizer's vocabulary: vocab.txt (wordpiece), vocab.json (gpt2) or a tokenizer.json",
+      path("data.path", [](Config & c) -> auto& { return c.data.path; }, "file", RelativeTo::ConfigFile,
+           "the training text, JSONL (one document a line, its \"text\" field), or a token shard from ferry tokenize",
+           {.default_value = "required"}),
+      choice(
+          "data.format", [](Config & c) -> auto& { return c.data.format; }, {"auto", "text", "shard", "jsonl"},
+          "how data.path is read; auto: a name ending in .bin is a token shard, in .jsonl JSONL, anything else text; "
+          "JSONL's documents are each ended by the tokenizer's EOS (after its BOS, if it puts one)"),
+      choice(
+          "data.tokenizer", [](Config & c) -> auto& { return c.data.tokenizer; }, {"byte", "gpt2", "wordpiece", "hf"},
+          "byte (a token per byte), gpt2 (byte-level BPE), wordpiece (BERT's) or hf (a Hugging Face tokenizer.json as "
+          "it is: Llama 2/3, Mistral, Qwen2, SmolLM2, GPT-2); text is tokenised once and cached; for a shard it says "
+          "what made it"),
+      existing_path(
+          "data.vocab", [](Config & c) -> auto& { return c.data.vocab; }, Exists::File,
+          "the tokenizer's vocabulary: vocab.txt (wordpiece), vocab.json (gpt2) or a tokenizer.json (hf, or gpt2 "
+          "and wordpiece as GPT2Tokenizer and BertTokenizer save it; a tokenizer_config.json beside it names BOS "
+          "and EOS)",
+          {.default_value = "model.init_from's folder's"}),
+      existing_path("data.merges", [](Config & c) -> auto& { return c.data.merges; }, Exists::File, "gpt2's merges.txt",
                     {.default_value = "model.init_from's folder's"}),
-      existing_path("data.merges", [](Config& c) -> auto& { return c.data.merges; }, Exists::File, "gpt2's merges.txt",
-                    {.default_value = "model.init_from's folder's"}),
-      choice("data.lowercase", [](Config& c) -> auto& { return c.data.lowercase; }, {"auto", "true", "false"},
-             "wordpiece: lowercase and strip accents (uncased models); auto: do_lower_case of the tokenizer_config.json "
-             "beside the vocabulary, else true"),
-      path("data.cache_dir", [](Config& c) -> auto& { return c.data.cache_dir; }, "folder", RelativeTo::ConfigFile,
+      choice(
+          "data.lowercase", [](Config & c) -> auto& { return c.data.lowercase; }, {"auto", "true", "false"},
+          "wordpiece: lowercase and strip accents (uncased models); auto: do_lower_case of the tokenizer_config.json "
+          "beside the vocabulary, else true"),
+      path("data.cache_dir", [](Config & c) -> auto& { return c.data.cache_dir; }, "folder", RelativeTo::ConfigFile,
            "where tokenised text is cached",
            {.default_value = "$FERRY_CACHE_DIR/tokens, else $XDG_CACHE_HOME/ferry/tokens, else ~/.cache/ferry/tokens"}),
-      number("data.val_fraction", [](Config& c) -> auto& { return c.data.val_fraction; }, 0, 0.5,
+      number("data.val_fraction", [](Config & c) -> auto& { return c.data.val_fraction; }, 0, 0.5,
              "the tail of the data held out for validation", {.noun = "a fraction"}),
-      integer("data.mask_token_id", [](Config& c) -> auto& { return c.data.mask_token_id; }, -1, 1 << 22,
+      integer("data.mask_token_id", [](Config & c) -> auto& { return c.data.mask_token_id; }, -1, 1 << 22,
               "the [MASK] id, below model.vocab_size",
               {.note = "-1: the vocabulary's [MASK], the last id for the byte tokenizer", .model_kind = "bert"}),
   };

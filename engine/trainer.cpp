@@ -122,9 +122,9 @@ std::vector<PathUse> inputs_of(const Config& cfg) {
   in.push_back({"data.vocab", d.vocab}), in.push_back({"data.merges", d.merges});
   if (shard) return in;
   try {  // the text's tokens as the token cache keeps them (a missing text or vocabulary: the run's own error follows)
-    const std::filesystem::path cached =
-        dataset::token_cache_path(d.path, d.cache_dir.empty() ? dataset::default_token_cache_dir() : d.cache_dir,
-                                  request.tokenizer, dataset::token_cache_key(d.path, request.tokenizer));
+    const std::filesystem::path cached = dataset::token_cache_path(
+        d.path, d.cache_dir.empty() ? dataset::default_token_cache_dir() : d.cache_dir, request.tokenizer,
+        dataset::token_cache_key(d.path, request.tokenizer, request.format));
     in.push_back({"the token cache", cached}),
         in.push_back({"the token cache's sidecar", dataset::shard_info_path(cached)});
   } catch (const std::runtime_error&) {}

@@ -25,10 +25,7 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 TokenizerFiles wordpiece() { return {"wordpiece", testing::data_path("wordpiece_vocab.txt"), {}, true}; }
 TokenizerFiles gpt2() { return {"gpt2", testing::data_path("bpe_vocab.json"), testing::data_path("bpe_merges.txt"), true}; }
 
-std::vector<int32_t> shard_tokens(const std::filesystem::path& path) {
-  const TokenShard shard(path);
-  return {shard.tokens().begin(), shard.tokens().end()};
-}
+std::vector<int32_t> shard_tokens(const std::filesystem::path& path) { return TokenShard(path).ids(); }
 
 struct Scratch {
   std::filesystem::path dir = testing::scratch_path("token_cache");
@@ -332,6 +329,61 @@ TEST(DataSource, RawTextWithWordPieceReadsTheCachedShard) {
   open_data_source({text, DataFormat::Auto, wordpiece(), true, {}}, [&](const std::string& l) { lines.push_back(l); });
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("from the cache"), std::string::npos) << lines[0];
+}
+
+TokenizerFiles llama3() { return {"hf", testing::data_path("hf_tokenizers/llama3/tokenizer.json"), {}, true}; }
+
+// JSONL: one document a line, its "text" (other fields ignored, blank lines skipped), each [BOS] tokens EOS;
+// the cache keys JSONL apart from the same bytes read as text; a raw text is one document after BOS.
+TEST(DataSource, JsonlDocumentsAreEachEndedByEos) {
+  Scratch s;
+  const auto jsonl = s.dir / "chat.jsonl";
+  write_text(jsonl,
+             "{\"text\": \"Hello world\", \"id\": 1}\n\n{\"meta\": {}, \"text\": \"Caf\\u00e9 \\u4e2d\\n12345\"}\r\n");
+  const auto tok = load_tokenizer(llama3());
+  const int32_t bos = tok->bos_id(), eos = tok->eos_id();
+  ASSERT_GE(bos, 0);
+  ASSERT_GE(eos, 0);
+  std::vector<int32_t> want{bos};
+  for (int32_t id : tok->encode("Hello world")) want.push_back(id);
+  want.push_back(eos), want.push_back(bos);
+  for (int32_t id : tok->encode("Caf\u00e9 \u4e2d\n12345")) want.push_back(id);
+  want.push_back(eos);
+  const DataSource d = open_data_source({jsonl, DataFormat::Auto, llama3(), true, {}});
+  EXPECT_EQ(d.tokenizer_name(), "hf");
+  EXPECT_EQ(shard_tokens(d.path), want);
+  EXPECT_EQ(read_shard_info(d.path)->tokenizer.kind, "hf");
+  // The same bytes as text: one document, keyed apart.
+  const DataSource as_text = open_data_source({jsonl, DataFormat::Text, llama3(), true, {}});
+  EXPECT_NE(as_text.path, d.path);
+  std::ifstream in(jsonl, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<int32_t> text_ids{bos};
+  for (int32_t id : tok->encode(bytes)) text_ids.push_back(id);
+  EXPECT_EQ(shard_tokens(as_text.path), text_ids);
+  EXPECT_NE(token_cache_key(jsonl, llama3(), DataFormat::Jsonl), token_cache_key(jsonl, llama3(), DataFormat::Text));
+  EXPECT_EQ(token_cache_key(jsonl, llama3(), DataFormat::Auto), token_cache_key(jsonl, llama3(), DataFormat::Jsonl));
+}
+
+// A line that is not JSON, lacks "text" or holds no string there is an error naming the file and the line;
+// the byte tokenizer (no EOS to join documents) is refused for JSONL.
+TEST(DataSource, BadJsonlLinesAreNamedByFileAndLine) {
+  Scratch s;
+  const auto jsonl = s.dir / "bad.jsonl";
+  const auto error = [&](const std::string& contents, const TokenizerFiles& files) {
+    write_text(jsonl, contents);
+    return error_of([&] { open_data_source({jsonl, DataFormat::Auto, files, true, s.dir / "cache"}); });
+  };
+  const std::string at = "data.path: " + jsonl.string() + ":";
+  EXPECT_NE(error("{\"text\": \"a\"}\n{\"text\": \"b\"\n", llama3()).find(at + "2: not JSON"), std::string::npos);
+  EXPECT_NE(error("{\"text\": \"a\"}\n\n{\"txt\": \"b\"}\n", llama3()).find(at + "3: no \"text\" field"),
+            std::string::npos);
+  EXPECT_NE(error("{\"text\": 7}\n", llama3()).find(at + "1: \"text\" is not a string"), std::string::npos);
+  EXPECT_NE(error("[1]\n", wordpiece()).find(at + "1: not a JSON object"),
+            std::string::npos);  // [SEP] ends its documents
+  EXPECT_NE(error("{\"text\": \"a\"}\n", {}).find("the byte tokenizer has none"), std::string::npos);
+  EXPECT_NE(error("{\"text\": \"a\"}\n", gpt2()).find("has none; name it as eos_token"), std::string::npos)
+      << "the test's GPT-2 vocabulary has no <|endoftext|>";
 }
 
 }  // namespace

@@ -131,9 +131,20 @@ TEST(TokenShard, RoundTripAndCorruptFiles) {
   ASSERT_TRUE(starts_with_shard_magic(dir / "shard.bin"));
   {
     const TokenShard shard(dir / "shard.bin");
-    EXPECT_EQ(std::vector<int32_t>(shard.tokens().begin(), shard.tokens().end()), tokens);
+    EXPECT_EQ(shard.ids(), tokens);
   }
-  EXPECT_THROW(write_token_shard(dir / "big.bin", std::vector<int32_t>{70000}), std::runtime_error);
+  EXPECT_EQ(std::filesystem::file_size(dir / "shard.bin"), 1024 + 2 * tokens.size()) << "uint16 while every id fits";
+  // Llama 3's and Qwen2's ids go beyond uint16: llm.c's uint32 shard (magic 20240801, version 7).
+  const std::vector<int32_t> wide{0, 128000, 151645, 65536, 7};
+  write_token_shard(dir / "wide.bin", wide);
+  EXPECT_TRUE(starts_with_shard_magic(dir / "wide.bin"));
+  EXPECT_EQ(std::filesystem::file_size(dir / "wide.bin"), 1024 + 4 * wide.size());
+  EXPECT_EQ(TokenShard(dir / "wide.bin").ids(), wide);
+  std::filesystem::resize_file(dir / "wide.bin", 1024 + 4 * 4 + 2);
+  EXPECT_NE(
+      testing::error_of([&] { TokenShard(dir / "wide.bin"); }).find("is 5 but the file holds 4 tokens and stray bytes"),
+      std::string::npos);
+  EXPECT_THROW(write_token_shard(dir / "negative.bin", std::vector<int32_t>{-1}), std::runtime_error);
   std::filesystem::resize_file(dir / "shard.bin", 1024 + 4);  // truncated
   try {
     TokenShard truncated(dir / "shard.bin");

@@ -457,6 +457,31 @@ TEST(Config, ATokenizerJsonUnderAnotherNameIsRecognised) {
   fs::remove_all(dir);
 }
 
+// data.tokenizer: hf reads a tokenizer.json under any name (no "renamed" error), from model.init_from's folder
+// when data.vocab is not given; it holds its merges, so data.merges is refused.
+TEST(Config, AnHfTokenizerIsATokenizerJsonFromDataVocabOrTheSourceFolder) {
+  namespace fs = std::filesystem;
+  const fs::path dir = testing::scratch_path("config_hf_tokenizer"), model = dir / "model";
+  fs::remove_all(dir);
+  fs::create_directories(model);
+  fs::copy_file(testing::data_path("hf_tokenizers/llama3/tokenizer.json"), dir / "llama3.json");
+  EXPECT_EQ(parse(kMinimal, {"data.tokenizer=hf", "data.vocab=" + (dir / "llama3.json").string()}).data.vocab,
+            dir / "llama3.json");
+  EXPECT_NE(error_of(kMinimal, {"data.tokenizer=hf", "data.vocab=" + (dir / "llama3.json").string(),
+                                "data.merges=" + testing::data_path("bpe_merges.txt").string()})
+                .find("data.merges: a tokenizer.json holds its merges; remove the key"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"data.tokenizer=hf"})
+                .find("data.vocab: missing; data.tokenizer: hf on text needs its tokenizer.json; or set "
+                      "model.init_from"),
+            std::string::npos);
+  fs::copy_file(testing::data_path("hf_gpt2_variant") / "config.json", model / "config.json");
+  fs::copy_file(testing::data_path("hf_tokenizers/llama3/tokenizer.json"), model / "tokenizer.json");
+  const std::string yaml = kMinimal + "model: {init_from: " + model.string() + "}\n";
+  EXPECT_EQ(parse(yaml, {"data.tokenizer=hf"}).data.vocab, model / "tokenizer.json");
+  fs::remove_all(dir);
+}
+
 TEST(Config, AYamlValueConfigJsonContradictsIsAnErrorNamingBoth) {
   const std::string file = (testing::data_path("hf_bert_variant") / "config.json").string();
   struct Case {

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Fine-tuning data end to end: a JSONL file (one document a line, its "text") with a Hugging Face
+# tokenizer.json (Llama 3's kind): `ferry tokenize` writes a shard of [BOS] tokens EOS per document and its
+# sidecar naming hf; `ferry train --steps 2` tokenises the JSONL through the token cache (keyed as jsonl) and
+# trains; a line without "text" is an error naming the file and the line.
+set -euo pipefail
+ferry=$1 config=$2 tokenizer=$3 text=$4 work=$5
+rm -rf "$work" && mkdir -p "$work"
+export FERRY_CACHE_DIR="$work/cache"
+fail() { echo "$1"; shift; cat "$@"; exit 1; }
+# Each line of the text a document, as JSON (with a field Ferry ignores).
+python_free_jsonl() {
+  local n=0
+  while IFS= read -r line; do
+    n=$((n + 1))
+    line=${line//\\/\\\\} line=${line//\"/\\\"} line=${line//$'\t'/\\t}
+    printf '{"id": %d, "text": "%s"}\n' "$n" "$line"
+  done
+}
+head -n 1500 "$text" | python_free_jsonl > "$work/train.jsonl"
+docs=$(wc -l < "$work/train.jsonl")
+
+"$ferry" tokenize --tokenizer hf --vocab "$tokenizer" --input "$work/train.jsonl" --out "$work/train.bin" > "$work/tokenize.log" 2>&1 ||
+  fail "ferry tokenize failed" "$work/tokenize.log"
+grep -q '"tokenizer": "hf"' "$work/train.bin.json" || fail "the sidecar does not name hf" "$work/train.bin.json"
+# Every document ends with EOS (<|end_of_text|>): as many as lines. The shard's uint16 ids after its
+# 1024-byte header, one a line.
+eos=$(grep -o '"eos_token": *"[^"]*"' "$(dirname "$tokenizer")/tokenizer_config.json" | sed 's/.*: *"//; s/"$//')
+eos_id=$(grep -o "\"id\":[0-9]*,\"content\":\"$eos\"" "$tokenizer" | sed 's/"id":\([0-9]*\).*/\1/')
+[ -n "$eos_id" ] || fail "no id for $eos in $tokenizer" /dev/null
+ends=$(tail -c +1025 "$work/train.bin" | od -An -v -tu2 -w2 | grep -cx " *$eos_id" || true)
+[ "$ends" = "$docs" ] || fail "$ends EOS ($eos_id) in the shard of $docs documents" "$work/tokenize.log"
+
+common=(--config "$config" --set data.path="$work/train.jsonl" --set data.tokenizer=hf --set data.vocab="$tokenizer"
+        --set model.vocab_size=768 --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set model.seq_len=32
+        --set train.batch_size=4 --set train.eval_batches=1 --steps 2)
+"$ferry" train "${common[@]}" --set train.checkpoint_dir="$work/ckpt" > "$work/train.log" 2>&1 || fail "ferry train failed" "$work/train.log"
+grep -q "tokenising '$work/train.jsonl' ([0-9.]* MB, jsonl) with hf" "$work/train.log" || fail "train did not tokenise the JSONL" "$work/train.log"
+grep -q "done: 2 steps" "$work/train.log" || fail "train did not run 2 steps" "$work/train.log"
+shard=$(ls "$work"/cache/tokens/train.jsonl.*.hf.*.bin)
+cmp -s <(tail -c +1025 "$shard") <(tail -c +1025 "$work/train.bin") || fail "the cache's tokens differ from ferry tokenize's" /dev/null
+
+printf '{"text": "fine"}\n{"txt": "no text"}\n' > "$work/bad.jsonl"
+if "$ferry" train "${common[@]}" --set data.path="$work/bad.jsonl" > "$work/bad.log" 2>&1; then fail "a line without text was accepted" "$work/bad.log"; fi
+grep -q "$work/bad.jsonl:2: no \"text\" field" "$work/bad.log" || fail "the error does not name the file and line" "$work/bad.log"
+echo "jsonl with tokenizer.json: tokenized, cached, trained; bad line named"
