@@ -28,6 +28,9 @@ const BackwardRule kRules[] = {
     {OpKind::Gelu,         true,     true,    {},                 2, 1},
     {OpKind::Residual,     true,     false,   {},                 2, 1},  // dy flows to both inputs as is
     {OpKind::CrossEntropy, false,    true,    {},                 4, 3},  // softmax(logits) - onehot(targets)
+    {OpKind::RmsNorm,      true,     true,    {1},                2, 1},  // rstd
+    {OpKind::Rope,         true,     false,   {},                 1, 1},  // dy rotated back: the angles need no input
+    {OpKind::SwiGlu,       true,     true,    {},                 2, 1},  // gate, up
 };
 
 const BackwardRule& rule_of(OpKind kind) {
