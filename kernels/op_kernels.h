@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "foundation/rope.h"
 #include "memory/dtype.h"
 
 namespace ferry::kernels {
@@ -37,8 +38,16 @@ struct LinearBackward { Operand dx, dw, dbias, dout, x, w; int64_t rows, in, out
 
 // q, k, v: (B,T,C) views whose rows are row_stride elements apart: GPT-2's packed qkv (B,T,3C) split at
 // 0, C, 2C (row_stride 3C), or BERT's three tensors (row_stride C). key_mask (B,T) int32 or null (causal).
-// out (B,T,C); probs (B,NH,T,T) saved for backward.
-struct AttentionDims { int64_t batch, seq, channels, heads, row_stride; bool causal; };
+// out (B,T,C); probs (B,NH,T,T) saved for backward. Head size hs = C / heads.
+// Grouped-query attention (Llama): k and v are (B,T,kv_heads*hs) with rows kv_row_stride apart, and query
+// head h reads key/value head h / (heads / kv_heads). Zero in either: as above (kv_heads = heads,
+// kv_row_stride = row_stride), so GPT-2 and BERT leave them out.
+struct AttentionDims {
+  int64_t batch, seq, channels, heads, row_stride;
+  bool causal;
+  int64_t kv_heads = 0;
+  int64_t kv_row_stride = 0;
+};
 struct AttentionForward { Operand out, probs, q, k, v, key_mask; AttentionDims dims; };
 // dq, dk, dv (the same views, of dqkv for GPT-2) += ...; y is the forward's output (read by fused kernels
 // that keep a log-sum-exp in place of probs; the CPU reads probs).
@@ -47,6 +56,48 @@ struct AttentionBackward { Operand dq, dk, dv, dout, q, k, v, key_mask, probs, y
 // x, out (N); exact: the erf form (BERT), else tanh (GPT-2).
 struct GeluForward { Operand out, x; int64_t n; bool exact; };
 struct GeluBackward { Operand dx, dout, x; int64_t n; bool exact; };
+
+// RMSNorm over the last dim (Llama, Mistral, Qwen2): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps).
+// x, out (rows, channels); w (channels); rstd (rows) fp32, saved for backward.
+struct RmsNormForward {
+  Operand out, rstd, x, w;
+  int64_t rows, channels;
+  float eps;
+};
+// dx (rows, channels) += ...; dw (channels, or null) += ...; reads dout, x, w, rstd.
+struct RmsNormBackward {
+  Operand dx, dw, dout, x, w, rstd;
+  int64_t rows, channels;
+};
+
+// Rotary position embedding of q or k: x, out (batch, seq, heads, head_size), the rows of one token
+// `row_stride` elements apart in both. Hugging Face's rotate_half pairing: element i and i + head_size/2 of
+// a head rotate by the angle t * rope_inv_freq(i, head_size, scaling), t the position (0..seq-1):
+//   out[i] = x[i] cos - x[i+h/2] sin;  out[i+h/2] = x[i+h/2] cos + x[i] sin.   Out of place (out != x).
+struct RopeDims {
+  int64_t batch, seq, heads, head_size, row_stride;
+  RopeScaling scaling;
+};
+struct RopeForward {
+  Operand out, x;
+  RopeDims dims;
+};
+// dx += R^T dout (the rotation by -angle); dx and dout laid out as x.
+struct RopeBackward {
+  Operand dx, dout;
+  RopeDims dims;
+};
+
+// SwiGLU, Llama's MLP activation: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)); all (n) elements.
+struct SwiGluForward {
+  Operand out, gate, up;
+  int64_t n;
+};
+// dgate += dout * up * silu'(gate); dup += dout * silu(gate).
+struct SwiGluBackward {
+  Operand dgate, dup, dout, gate, up;
+  int64_t n;
+};
 
 // out = a + b (N); da += dout, db += dout.
 struct ResidualForward { Operand out, a, b; int64_t n; };
@@ -79,6 +130,12 @@ class OpKernels {
   virtual void attention_backward(const AttentionBackward& a) = 0;
   virtual void gelu_forward(const GeluForward& a) = 0;
   virtual void gelu_backward(const GeluBackward& a) = 0;
+  virtual void rmsnorm_forward(const RmsNormForward& a) = 0;
+  virtual void rmsnorm_backward(const RmsNormBackward& a) = 0;
+  virtual void rope_forward(const RopeForward& a) = 0;
+  virtual void rope_backward(const RopeBackward& a) = 0;
+  virtual void swiglu_forward(const SwiGluForward& a) = 0;
+  virtual void swiglu_backward(const SwiGluBackward& a) = 0;
   virtual void residual_forward(const ResidualForward& a) = 0;
   virtual void residual_backward(const ResidualBackward& a) = 0;
   virtual void cross_entropy_forward(const CrossEntropyForward& a) = 0;

@@ -1,5 +1,6 @@
 // Multi-head self-attention, forward and backward: GPT-2's causal one on packed qkv (c_attn's output) and
-// BERT's bidirectional one on separate q, k, v with a key padding mask.
+// BERT's bidirectional one on separate q, k, v with a key padding mask; Llama's grouped-query one (fewer
+// key/value heads than query heads).
 // Per head, with q, k, v (T,hs) views and scale = 1/sqrt(hs):
 //   forward:  S = q k^T * scale, masked;  P = softmax(S) (saved);  out = P v
 //   backward: dP = dout v^T;  dv += P^T dout;  dS = P * (dP - rowsum(P * dP)) * scale;
@@ -7,6 +8,8 @@
 // The products are oneDNN batched matmuls over (batch, head) reading q, k, v in place through strides;
 // the masked softmax and its backward are plain loops. The CUDA path will use a fused kernel.
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -16,19 +19,36 @@
 namespace ferry::kernels::cpu {
 namespace {
 
-// Strides of the views attention takes of its tensors.
+// Grouped-query attention's sizes: KV key/value heads, each read by G = NH/KV consecutive query heads.
+struct Groups {
+  int64_t KV, G, kv_row_stride;
+};
+
+Groups groups(const AttentionShape& s) {
+  const int64_t KV = s.kv_heads ? s.kv_heads : s.NH;
+  if (KV <= 0 || s.NH % KV != 0)
+    throw std::invalid_argument("attention: " + std::to_string(s.NH) + " query heads do not split evenly over " +
+                                std::to_string(KV) + " key/value heads; num_attention_heads must be a multiple of " +
+                                "num_key_value_heads");
+  return {KV, s.NH / KV, s.kv_row_stride ? s.kv_row_stride : s.row_stride};
+}
+
+// Strides of the views attention takes of its tensors, batched over (B, KV): matrix (b, g) is the one of
+// query head g*G + j, for the group member j the caller offsets the query-side pointers by (j*hs in q and
+// out, j*T*T in probs). With G = 1 that is every head at once.
 struct Views {
-  StridedBatch head_of_in;    // a head of q, k or v: (T,hs) rows row_stride apart, batches T*row_stride apart
-  StridedBatch head_of_in_t;  // the same, transposed: (hs,T)
+  StridedBatch head_of_q;     // a head of q: (T,hs) rows row_stride apart, batches T*row_stride apart
+  StridedBatch head_of_kv;    // a head of k or v: (T,hs) rows kv_row_stride apart
+  StridedBatch head_of_kv_t;  // the same, transposed: (hs,T)
   StridedBatch head_of_out;   // (T,hs) inside out (B,T,C)
   StridedBatch probs;         // (T,T) inside probs (B,NH,T,T)
   StridedBatch probs_t;       // the same, transposed
 };
 
-Views views(const AttentionShape& s) {
-  const int64_t hs = s.C / s.NH, T = s.T, rs = s.row_stride;
-  return {{T * rs, hs, rs, 1}, {T * rs, hs, 1, rs}, {T * s.C, hs, s.C, 1}, {s.NH * T * T, T * T, T, 1},
-          {s.NH * T * T, T * T, 1, T}};
+Views views(const AttentionShape& s, const Groups& g) {
+  const int64_t hs = s.C / s.NH, T = s.T, rs = s.row_stride, krs = g.kv_row_stride, G = g.G;
+  return {{T * rs, G * hs, rs, 1},   {T * krs, hs, krs, 1},           {T * krs, hs, 1, krs},
+          {T * s.C, G * hs, s.C, 1}, {s.NH * T * T, G * T * T, T, 1}, {s.NH * T * T, G * T * T, 1, T}};
 }
 
 }  // namespace
@@ -36,9 +56,11 @@ Views views(const AttentionShape& s) {
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* vv, const AttentionShape& s) {
   const int64_t B = s.B, T = s.T, NH = s.NH, hs = s.C / s.NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const Views v = views(s);
-  // S = q k^T (full T x T; the mask is applied in the softmax)
-  batched_matmul(att, v.probs, q, v.head_of_in, k, v.head_of_in_t, B, NH, T, T, hs, false);
+  const Groups g = groups(s);
+  const Views v = views(s, g);
+  // S = q k^T (full T x T; the mask is applied in the softmax), one group member at a time
+  for (int64_t j = 0; j < g.G; ++j)
+    batched_matmul(att + j * T * T, v.probs, q + j * hs, v.head_of_q, k, v.head_of_kv_t, B, g.KV, T, T, hs, false);
   parallel_chunks(B * NH * T, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t t = r % T, b = r / (NH * T);
@@ -60,18 +82,24 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
     }
   });
   // out = P v
-  batched_matmul(out, v.head_of_out, att, v.probs, vv, v.head_of_in, B, NH, T, hs, T, false);
+  for (int64_t j = 0; j < g.G; ++j)
+    batched_matmul(out + j * hs, v.head_of_out, att + j * T * T, v.probs, vv, v.head_of_kv, B, g.KV, T, hs, T, false);
 }
 
+// A key/value head's gradients sum over the G query heads that read it: the members add one after the other,
+// in order, so the sums are reproducible.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* vv, const float* att, const AttentionShape& s) {
   const int64_t B = s.B, T = s.T, NH = s.NH, hs = s.C / s.NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const Views v = views(s);
+  const Groups g = groups(s);
+  const Views v = views(s, g);
   float* ds = workspace(Scratch::Op, B * NH * T * T * 4);
   // dP = dout v^T;  dv += P^T dout
-  batched_matmul(ds, v.probs, dout, v.head_of_out, vv, v.head_of_in_t, B, NH, T, T, hs, false);
-  batched_matmul(dv, v.head_of_in, att, v.probs_t, dout, v.head_of_out, B, NH, T, hs, T, true);
+  for (int64_t j = 0; j < g.G; ++j) {
+    batched_matmul(ds + j * T * T, v.probs, dout + j * hs, v.head_of_out, vv, v.head_of_kv_t, B, g.KV, T, T, hs, false);
+    batched_matmul(dv, v.head_of_kv, att + j * T * T, v.probs_t, dout + j * hs, v.head_of_out, B, g.KV, T, hs, T, true);
+  }
   // Softmax backward, in place: dS = P * (dP - sum_j P_j dP_j) * scale (zero where masked, as P is)
   parallel_chunks(B * NH * T, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -84,8 +112,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     }
   });
   // dq += dS k;  dk += dS^T q
-  batched_matmul(dq, v.head_of_in, ds, v.probs, k, v.head_of_in, B, NH, T, hs, T, true);
-  batched_matmul(dk, v.head_of_in, ds, v.probs_t, q, v.head_of_in, B, NH, T, hs, T, true);
+  for (int64_t j = 0; j < g.G; ++j) {
+    batched_matmul(dq + j * hs, v.head_of_q, ds + j * T * T, v.probs, k, v.head_of_kv, B, g.KV, T, hs, T, true);
+    batched_matmul(dk, v.head_of_kv, ds + j * T * T, v.probs_t, q + j * hs, v.head_of_q, B, g.KV, T, hs, T, true);
+  }
 }
 
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {

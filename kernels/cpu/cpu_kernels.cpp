@@ -12,8 +12,10 @@ float* f32(Operand o) { return reinterpret_cast<float*>(o.data); }
 const int32_t* i32(Operand o) { return reinterpret_cast<const int32_t*>(o.data); }
 
 AttentionShape shape_of(const AttentionDims& d, Operand key_mask) {
-  return {d.batch, d.seq, d.channels, d.heads, d.row_stride, d.causal, i32(key_mask)};
+  return {d.batch, d.seq, d.channels, d.heads, d.row_stride, d.causal, i32(key_mask), d.kv_heads, d.kv_row_stride};
 }
+
+RopeShape shape_of(const RopeDims& d) { return {d.batch, d.seq, d.heads, d.head_size, d.row_stride, d.scaling}; }
 
 int64_t targets_counted(const int32_t* targets, int64_t rows) {
   int64_t counted = 0;
@@ -61,6 +63,23 @@ void CpuKernels::attention_backward(const AttentionBackward& a) {
 void CpuKernels::gelu_forward(const GeluForward& a) { cpu::gelu_forward(f32(a.out), f32(a.x), a.n, a.exact); }
 void CpuKernels::gelu_backward(const GeluBackward& a) {
   cpu::gelu_backward(f32(a.dx), f32(a.dout), f32(a.x), a.n, a.exact);
+}
+
+void CpuKernels::rmsnorm_forward(const RmsNormForward& a) {
+  cpu::rmsnorm_forward(f32(a.out), f32(a.rstd), f32(a.x), f32(a.w), a.rows, a.channels, a.eps);
+}
+void CpuKernels::rmsnorm_backward(const RmsNormBackward& a) {
+  cpu::rmsnorm_backward(f32(a.dx), f32(a.dw), f32(a.dout), f32(a.x), f32(a.w), f32(a.rstd), a.rows, a.channels);
+}
+
+void CpuKernels::rope_forward(const RopeForward& a) { cpu::rope_forward(f32(a.out), f32(a.x), shape_of(a.dims)); }
+void CpuKernels::rope_backward(const RopeBackward& a) { cpu::rope_backward(f32(a.dx), f32(a.dout), shape_of(a.dims)); }
+
+void CpuKernels::swiglu_forward(const SwiGluForward& a) {
+  cpu::swiglu_forward(f32(a.out), f32(a.gate), f32(a.up), a.n);
+}
+void CpuKernels::swiglu_backward(const SwiGluBackward& a) {
+  cpu::swiglu_backward(f32(a.dgate), f32(a.dup), f32(a.dout), f32(a.gate), f32(a.up), a.n);
 }
 
 void CpuKernels::residual_forward(const ResidualForward& a) {

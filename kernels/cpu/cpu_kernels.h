@@ -22,6 +22,12 @@ class CpuKernels final : public OpKernels {
   void attention_backward(const AttentionBackward& a) override;
   void gelu_forward(const GeluForward& a) override;
   void gelu_backward(const GeluBackward& a) override;
+  void rmsnorm_forward(const RmsNormForward& a) override;
+  void rmsnorm_backward(const RmsNormBackward& a) override;
+  void rope_forward(const RopeForward& a) override;
+  void rope_backward(const RopeBackward& a) override;
+  void swiglu_forward(const SwiGluForward& a) override;
+  void swiglu_backward(const SwiGluBackward& a) override;
   void residual_forward(const ResidualForward& a) override;
   void residual_backward(const ResidualBackward& a) override;
   void cross_entropy_forward(const CrossEntropyForward& a) override;

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "foundation/rope.h"
+
 namespace ferry::kernels::cpu {
 
 // ---- Embedding: out[b,t,:] = (wte[tokens[b,t],:] + type[:]) + wpe[t,:]
@@ -40,11 +42,16 @@ void linear_backward(float* dx, float* dW, float* dbias, const float* dout, cons
 // row_stride 3C; BERT: three (B,T,C) tensors, row_stride C). Query t sees key t2 when (not causal or
 // t2 <= t) and (no key_mask or key_mask[b,t2] != 0); att (B,NH,T,T) = softmax(q k^T / sqrt(hs)) over the
 // visible keys (0 elsewhere), saved for backward; out (B,T,C) = att v.
+// Grouped-query attention (Llama): k, v are (B,T,KV*hs) with rows kv_row_stride apart and query head h
+// reads key/value head h / (NH/KV); NH must be a multiple of KV. kv_heads 0: KV = NH; kv_row_stride 0:
+// row_stride.
 struct AttentionShape {
   int64_t B, T, C, NH;
   int64_t row_stride;
   bool causal = true;
   const int32_t* key_mask = nullptr;  // (B,T): 1 a real token, 0 padding
+  int64_t kv_heads = 0;
+  int64_t kv_row_stride = 0;
 };
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v, const AttentionShape& s);
 // dq, dk, dv (the same views) += ...
@@ -59,6 +66,31 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 //      erf form (BERT, exact = true): out = 0.5 x (1 + erf(x / sqrt(2))); x, out (N)
 void gelu_forward(float* out, const float* x, int64_t N, bool exact = false);
 void gelu_backward(float* dx, const float* dout, const float* x, int64_t N, bool exact = false);
+
+// ---- RMSNorm over the last dim (Llama): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps)
+// x, out (N,C); w (C); rstd (N) saved for backward.
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N, int64_t C, float eps);
+// dx (N,C) += ...; dw (C) += ... (may be null: a frozen parameter)
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
+                      int64_t N, int64_t C);
+
+// ---- Rotary position embedding (Hugging Face's rotate_half pairing) of q or k.
+// x, out (B,T,H,hs), the rows of one token row_stride floats apart in both; with h2 = hs/2 and the angle
+// a = t * rope_inv_freq(i, hs, scaling) for i < h2:
+//   out[i] = x[i] cos a - x[i+h2] sin a;  out[i+h2] = x[i+h2] cos a + x[i] sin a.  Out of place.
+struct RopeShape {
+  int64_t B, T, H, hs;
+  int64_t row_stride;
+  RopeScaling scaling;
+};
+void rope_forward(float* out, const float* x, const RopeShape& s);
+// dx += the rotation of dout by -a (dx, dout laid out as x)
+void rope_backward(float* dx, const float* dout, const RopeShape& s);
+
+// ---- SwiGLU (Llama's MLP): out = silu(gate) * up, silu(g) = g / (1 + exp(-g)); gate, up, out (N)
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t N);
+// dgate += dout * up * silu'(gate), silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g); dup += dout * silu(gate)
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t N);
 
 // ---- Residual add: out = a + b (N); backward: da += dout, db += dout
 void residual_forward(float* out, const float* a, const float* b, int64_t N);

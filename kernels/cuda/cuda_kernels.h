@@ -51,6 +51,12 @@ class CudaKernels final : public kernels::OpKernels {
   void attention_backward(const kernels::AttentionBackward& a) override;
   void gelu_forward(const kernels::GeluForward& a) override;
   void gelu_backward(const kernels::GeluBackward& a) override;
+  void rmsnorm_forward(const kernels::RmsNormForward& a) override;
+  void rmsnorm_backward(const kernels::RmsNormBackward& a) override;
+  void rope_forward(const kernels::RopeForward& a) override;
+  void rope_backward(const kernels::RopeBackward& a) override;
+  void swiglu_forward(const kernels::SwiGluForward& a) override;
+  void swiglu_backward(const kernels::SwiGluBackward& a) override;
   void residual_forward(const kernels::ResidualForward& a) override;
   void residual_backward(const kernels::ResidualBackward& a) override;
   void cross_entropy_forward(const kernels::CrossEntropyForward& a) override;

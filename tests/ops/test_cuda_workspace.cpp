@@ -42,6 +42,12 @@ class Recorder final : public kernels::OpKernels {
   }
   void gelu_forward(const kernels::GeluForward&) override {}
   void gelu_backward(const kernels::GeluBackward&) override {}
+  void rmsnorm_forward(const kernels::RmsNormForward&) override {}
+  void rmsnorm_backward(const kernels::RmsNormBackward&) override {}
+  void rope_forward(const kernels::RopeForward&) override {}
+  void rope_backward(const kernels::RopeBackward&) override {}
+  void swiglu_forward(const kernels::SwiGluForward&) override {}
+  void swiglu_backward(const kernels::SwiGluBackward&) override {}
   void residual_forward(const kernels::ResidualForward&) override {}
   void residual_backward(const kernels::ResidualBackward&) override {}
   void cross_entropy_forward(const kernels::CrossEntropyForward&) override {}

@@ -17,7 +17,8 @@ using namespace models;
 
 using Args = std::variant<std::monostate, EmbeddingForward, EmbeddingBackward, LayerNormForward, LayerNormBackward,
                           LinearForward, LinearBackward, AttentionForward, AttentionBackward, GeluForward, GeluBackward,
-                          ResidualForward, ResidualBackward, CrossEntropyForward, CrossEntropyBackward>;
+                          ResidualForward, ResidualBackward, CrossEntropyForward, CrossEntropyBackward, RmsNormForward,
+                          RmsNormBackward, RopeForward, RopeBackward, SwiGluForward, SwiGluBackward>;
 
 // Keeps the arguments of the last call; touches no memory.
 class Recorder final : public OpKernels {
@@ -38,6 +39,12 @@ class Recorder final : public OpKernels {
   void attention_backward(const AttentionBackward& a) override { last = a; }
   void gelu_forward(const GeluForward& a) override { last = a; }
   void gelu_backward(const GeluBackward& a) override { last = a; }
+  void rmsnorm_forward(const RmsNormForward& a) override { last = a; }
+  void rmsnorm_backward(const RmsNormBackward& a) override { last = a; }
+  void rope_forward(const RopeForward& a) override { last = a; }
+  void rope_backward(const RopeBackward& a) override { last = a; }
+  void swiglu_forward(const SwiGluForward& a) override { last = a; }
+  void swiglu_backward(const SwiGluBackward& a) override { last = a; }
   void residual_forward(const ResidualForward& a) override { last = a; }
   void residual_backward(const ResidualBackward& a) override { last = a; }
   void cross_entropy_forward(const CrossEntropyForward& a) override { *a.loss = 1.25f, last = a; }
