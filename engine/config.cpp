@@ -231,13 +231,15 @@ void check_weight_decay(const OptimConfig& o) {
 void check_llama_heads(const models::ModelConfig& m) {
   if (m.kind != "llama") return;
   if (m.n_head % m.kv_heads() != 0)
-    throw ConfigError(fmt::format("model.num_key_value_heads: {} does not divide model.n_head ({}); each key/value head serves a whole "
-                                  "number of query heads: set a divisor of {}",
-                                  m.kv_heads(), m.n_head, m.n_head));
+    throw ConfigError(fmt::format(
+        "model.num_key_value_heads: {} does not divide model.n_head ({}); each key/value head serves a whole "
+        "number of query heads: set a divisor of {}",
+        m.kv_heads(), m.n_head, m.n_head));
   if ((m.n_embd / m.n_head) % 2 != 0)
-    throw ConfigError(fmt::format("model.n_embd: the head size {} / {} = {} is odd; rotary embeddings rotate pairs of a head's "
-                                  "channels: make n_embd / n_head even",
-                                  m.n_embd, m.n_head, m.n_embd / m.n_head));
+    throw ConfigError(
+        fmt::format("model.n_embd: the head size {} / {} = {} is odd; rotary embeddings rotate pairs of a head's "
+                    "channels: make n_embd / n_head even",
+                    m.n_embd, m.n_head, m.n_embd / m.n_head));
 }
 
 // What no single key can check; also fills the default of optim.min_lr, which depends on optim.lr.

@@ -373,7 +373,8 @@ std::vector<Key<Config>> model_keys() {
   return {
       choice(
           "model.kind", [](Config & c) -> auto& { return c.model.kind; }, models::kModelKinds,
-          "the architecture: gpt2 (a causal LM), bert (a masked LM) or llama (the causal LMs of the Llama family: Llama 2/3, "
+          "the architecture: gpt2 (a causal LM), bert (a masked LM) or llama (the causal LMs of the Llama family: "
+          "Llama 2/3, "
           "Mistral, Qwen2, SmolLM)"),
       integer(
           "model.n_layer", [](Config & c) -> auto& { return c.model.n_layer; }, 1, 1024, "transformer blocks"),
@@ -387,7 +388,8 @@ std::vector<Key<Config>> model_keys() {
           "rows of the token embedding; with the byte tokenizer at least 256 (bert: 257, for [MASK])"),
       integer(
           "model.seq_len", [](Config & c) -> auto& { return c.model.seq_len; }, 1, 1 << 20,
-          "rows of the position table (llama: max_position_embeddings): the longest sequence, and the one trained unless "
+          "rows of the position table (llama: max_position_embeddings): the longest sequence, and the one trained "
+          "unless "
           "train.seq_len says otherwise"),
       integer("model.intermediate_size", [](Config & c) -> auto& { return c.model.intermediate_size; }, 1, 1 << 20,
               "the MLP's width", {.default_value = "4 * model.n_embd"}),
@@ -399,27 +401,35 @@ std::vector<Key<Config>> model_keys() {
       integer("model.type_vocab_size", [](Config & c) -> auto& { return c.model.type_vocab_size; }, 1, 1024,
               "rows of the token-type embedding (training uses type 0)", {.model_kind = "bert"}),
       integer("model.num_key_value_heads", [](Config & c) -> auto& { return c.model.n_kv_head; }, 1, 1024,
-              "key/value heads, a divisor of model.n_head (grouped-query attention: each serves n_head / num_key_value_heads "
+              "key/value heads, a divisor of model.n_head (grouped-query attention: each serves n_head / "
+              "num_key_value_heads "
               "query heads)",
               {.default_value = "model.n_head", .model_kind = "llama"}),
       number("model.rms_norm_eps", [](Config & c) -> auto& { return c.model.rms_norm_eps; }, models::kSmallestEps, 1,
-             "RMSNorm's epsilon", {.note = kEpsNote, .default_value = number_text(llama.default_norm_eps()), .model_kind = "llama"}),
+             "RMSNorm's epsilon",
+             {.note = kEpsNote, .default_value = number_text(llama.default_norm_eps()), .model_kind = "llama"}),
       number("model.rope_theta", [](Config & c) -> auto& { return c.model.rope_theta; }, 1, 1e12,
              "the base of the rotary embeddings' wavelengths", {.model_kind = "llama"}),
-      choice("model.rope_scaling.rope_type", [](Config & c) -> auto& { return c.model.rope_scaling.rope_type; }, models::kRopeTypes,
-             "default: none; llama3: Llama 3.1's, long wavelengths slowed by model.rope_scaling.factor", {.model_kind = "llama"}),
+      choice("model.rope_scaling.rope_type", [](Config & c) -> auto& { return c.model.rope_scaling.rope_type; },
+             models::kRopeTypes,
+             "default: none; llama3: Llama 3.1's, long wavelengths slowed by model.rope_scaling.factor",
+             {.model_kind = "llama"}),
       number("model.rope_scaling.factor", [](Config & c) -> auto& { return c.model.rope_scaling.factor; }, 1, 1e6,
              "llama3: how much slower the long wavelengths turn", {.model_kind = "llama"}),
-      number("model.rope_scaling.low_freq_factor", [](Config & c) -> auto& { return c.model.rope_scaling.low_freq_factor; }, 1e-6, 1e6,
-             "llama3: wavelengths above original_max_position_embeddings / low_freq_factor are slowed in full", {.model_kind = "llama"}),
-      number("model.rope_scaling.high_freq_factor", [](Config & c) -> auto& { return c.model.rope_scaling.high_freq_factor; }, 1e-6, 1e6,
+      number("model.rope_scaling.low_freq_factor",
+             [](Config & c) -> auto& { return c.model.rope_scaling.low_freq_factor; }, 1e-6, 1e6,
+             "llama3: wavelengths above original_max_position_embeddings / low_freq_factor are slowed in full",
+             {.model_kind = "llama"}),
+      number("model.rope_scaling.high_freq_factor",
+             [](Config & c) -> auto& { return c.model.rope_scaling.high_freq_factor; }, 1e-6, 1e6,
              "llama3: wavelengths below original_max_position_embeddings / high_freq_factor are kept; a blend between",
              {.model_kind = "llama"}),
       integer("model.rope_scaling.original_max_position_embeddings",
               [](Config & c) -> auto& { return c.model.rope_scaling.original_max_position_embeddings; }, 1, 1 << 24,
               "llama3: the context the model was first trained at", {.model_kind = "llama"}),
       boolean("model.tie_word_embeddings", [](Config & c) -> auto& { return c.model.tie_word_embeddings; },
-              "the LM head is the token embedding (SmolLM, small Qwen2); false: its own lm_head.weight", {.model_kind = "llama"}),
+              "the LM head is the token embedding (SmolLM, small Qwen2); false: its own lm_head.weight",
+              {.model_kind = "llama"}),
       boolean("model.attention_bias", [](Config & c) -> auto& { return c.model.attention_bias; },
               "biases on the q, k and v projections (Qwen2)", {.model_kind = "llama"}),
       existing_path(

@@ -55,7 +55,9 @@ nlohmann::json llama_config(const models::ModelConfig& m) {
   const models::RopeScalingConfig& r = m.rope_scaling;
   nlohmann::json rope{{"rope_type", r.rope_type}, {"rope_theta", m.rope_theta}};
   if (r.rope_type == "llama3") {
-    rope.update({{"factor", r.factor}, {"low_freq_factor", r.low_freq_factor}, {"high_freq_factor", r.high_freq_factor},
+    rope.update({{"factor", r.factor},
+                 {"low_freq_factor", r.low_freq_factor},
+                 {"high_freq_factor", r.high_freq_factor},
                  {"original_max_position_embeddings", r.original_max_position_embeddings}});
     j["rope_scaling"] = rope;
     j["rope_scaling"].erase("rope_theta");
@@ -239,7 +241,8 @@ ExportFile shard_index(const std::vector<Shard>& shards) {
     total += s.bytes;
     for (const SafetensorsTensorRef& t : s.tensors) map[t.name] = s.name;
   }
-  return {"model.safetensors.index.json", nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", map}}.dump(2) + "\n"};
+  return {"model.safetensors.index.json",
+          nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", map}}.dump(2) + "\n"};
 }
 
 // Every file under a temporary name, on disk, before any replaces the folder's own: a failure leaves the

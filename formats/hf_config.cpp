@@ -108,7 +108,8 @@ class Reader {
     else if (m_.mlp_width() != width) conflict(key, "intermediate_size", std::to_string(m_.mlp_width()), std::to_string(width));
   }
 
-  void eps(const char* key, const char* yaml_key = "layer_norm_eps", double models::ModelConfig::*field = &models::ModelConfig::layer_norm_eps) {
+  void eps(const char* key, const char* yaml_key = "layer_norm_eps",
+           double models::ModelConfig::*field = &models::ModelConfig::layer_norm_eps) {
     if (!has(key)) return;
     const json& v = at(key);
     if (!v.is_number() || !(v.get<double>() >= models::kSmallestEps && v.get<double>() <= 1))
@@ -133,7 +134,8 @@ class Reader {
   }
 
   // A number (rope_theta, a rope_scaling factor) from `from` (config.json, or its rope object), unless stated.
-  void number(const json& from, const std::string& key, const std::string& yaml_key, double& field, double lo, double hi) {
+  void number(const json& from, const std::string& key, const std::string& yaml_key, double& field, double lo,
+              double hi) {
     if (!from.contains(key)) return;
     const json& v = from.at(key);
     if (!v.is_number() || !(v.get<double>() >= lo && v.get<double>() <= hi))
@@ -141,22 +143,23 @@ class Reader {
     const double value = v.get<double>();
     if (!stated(yaml_key)) field = value;
     else if (std::abs(field - value) > 1e-9 * std::abs(value))
-      conflicts_.push_back({fmt::format("{} is {}, and model.{} is {:g}", key, v.dump(), yaml_key, field),
-                            fmt::format("remove model.{} (config.json then sets it) or set it to {:g}", yaml_key, value)});
+      conflicts_.push_back(
+          {fmt::format("{} is {}, and model.{} is {:g}", key, v.dump(), yaml_key, field),
+           fmt::format("remove model.{} (config.json then sets it) or set it to {:g}", yaml_key, value)});
   }
   void boolean(const char* key, const char* yaml_key, bool& field) {
     if (!has(key)) return;
     if (!at(key).is_boolean()) fail(key, ", not true or false");
     if (!stated(yaml_key)) field = at(key).get<bool>();
-    else if (field != at(key).get<bool>())
-      conflict(key, yaml_key, field ? "true" : "false", at(key).dump());
+    else if (field != at(key).get<bool>()) conflict(key, yaml_key, field ? "true" : "false", at(key).dump());
   }
   // A key whose presence (non-null, non-zero, non-false) means a computation Ferry's model lacks.
   void absent(const char* key, const char* meaning) {
     if (!has(key)) return;
     const json& v = at(key);
     if (v.is_null() || v == false || v == 0 || (v.is_array() && v.empty())) return;
-    fail(key, fmt::format("; Ferry's {} has no {}, so these weights would not compute what they were trained to", model_name(), meaning));
+    fail(key, fmt::format("; Ferry's {} has no {}, so these weights would not compute what they were trained to",
+                          model_name(), meaning));
   }
 
   void fixed(const FixedKey& k) {
@@ -177,7 +180,9 @@ class Reader {
   std::vector<Conflict> conflicts_;
 
  public:
-  static bool is_llama(const json& model_type) { return model_type == "llama" || model_type == "mistral" || model_type == "qwen2"; }
+  static bool is_llama(const json& model_type) {
+    return model_type == "llama" || model_type == "mistral" || model_type == "qwen2";
+  }
 };
 
 void read_gpt2(Reader& r) {
@@ -227,18 +232,22 @@ void read_rope(Reader& r) {
   const json top = r.has("rope_theta") ? json{{"rope_theta", r.at("rope_theta")}} : json::object();
   r.number(rope.contains("rope_theta") ? rope : top, "rope_theta", "rope_theta", m.rope_theta, 1, 1e12);
   if (rope.empty()) return;
-  const json type = rope.contains("rope_type") ? rope["rope_type"] : rope.contains("type") ? rope["type"] : json("default");
+  const json type = rope.contains("rope_type") ? rope["rope_type"]
+                    : rope.contains("type")    ? rope["type"]
+                                               : json("default");
   if (type != "default" && type != "llama3")
-    throw std::runtime_error(fmt::format("{}.rope_type is {}; Ferry's Llama computes the default rotary embeddings and Llama 3's "
-                                         "rope_scaling (llama3) only, so these weights would not compute what they were trained to",
-                                         r.where(key), type.dump()));
+    throw std::runtime_error(
+        fmt::format("{}.rope_type is {}; Ferry's Llama computes the default rotary embeddings and Llama 3's "
+                    "rope_scaling (llama3) only, so these weights would not compute what they were trained to",
+                    r.where(key), type.dump()));
   if (!r.stated("rope_scaling.rope_type")) m.rope_scaling.rope_type = type.get<std::string>();
   models::RopeScalingConfig& s = m.rope_scaling;
   r.number(rope, "factor", "rope_scaling.factor", s.factor, 1, 1e6);
   r.number(rope, "low_freq_factor", "rope_scaling.low_freq_factor", s.low_freq_factor, 1e-6, 1e6);
   r.number(rope, "high_freq_factor", "rope_scaling.high_freq_factor", s.high_freq_factor, 1e-6, 1e6);
   double original = s.original_max_position_embeddings;
-  r.number(rope, "original_max_position_embeddings", "rope_scaling.original_max_position_embeddings", original, 1, 1 << 24);
+  r.number(rope, "original_max_position_embeddings", "rope_scaling.original_max_position_embeddings", original, 1,
+           1 << 24);
   s.original_max_position_embeddings = static_cast<int>(original);
 }
 
@@ -251,9 +260,10 @@ void check_sliding_window(Reader& r) {
   const json& w = r.at("sliding_window");
   if (!w.is_number_integer()) r.fail("sliding_window", ", not an integer or null");
   if (w.get<int64_t>() < m.seq_len)
-    throw std::runtime_error(fmt::format("{} is {}, shorter than the sequence (model.seq_len {}); Ferry's attention sees the whole "
-                                         "sequence, which equals the window only as long as it: set model.seq_len to at most {}",
-                                         r.where("sliding_window"), w.get<int64_t>(), m.seq_len, w.get<int64_t>()));
+    throw std::runtime_error(
+        fmt::format("{} is {}, shorter than the sequence (model.seq_len {}); Ferry's attention sees the whole "
+                    "sequence, which equals the window only as long as it: set model.seq_len to at most {}",
+                    r.where("sliding_window"), w.get<int64_t>(), m.seq_len, w.get<int64_t>()));
 }
 
 void read_llama(Reader& r) {
@@ -265,19 +275,22 @@ void read_llama(Reader& r) {
                           IntKey{"vocab_size", "vocab_size", &M::vocab_size, 1, 1 << 22}})
     r.integer(k);
   // No parameter depends on max_position_embeddings: a shorter model.seq_len trains shorter sequences.
-  if (r.has("max_position_embeddings") && !r.stated("seq_len")) r.integer({"max_position_embeddings", "seq_len", &M::seq_len, 1, 1 << 20});
+  if (r.has("max_position_embeddings") && !r.stated("seq_len"))
+    r.integer({"max_position_embeddings", "seq_len", &M::seq_len, 1, 1 << 20});
   r.intermediate("intermediate_size", "hidden_size");
   r.eps("rms_norm_eps", "rms_norm_eps", &M::rms_norm_eps);
   read_rope(r);
   models::ModelConfig& m = r.model();
-  if (r.has("model_type") && r.at("model_type") == "qwen2" && !r.stated("attention_bias")) m.attention_bias = true;  // q, k, v biases
+  if (r.has("model_type") && r.at("model_type") == "qwen2" && !r.stated("attention_bias"))
+    m.attention_bias = true;  // q, k, v biases
   r.boolean("attention_bias", "attention_bias", m.attention_bias);
   r.boolean("tie_word_embeddings", "tie_word_embeddings", m.tie_word_embeddings);
   if (r.has("head_dim") && r.has("hidden_size") && r.has("num_attention_heads") && !r.at("head_dim").is_null() &&
       r.at("head_dim") != r.at("hidden_size").get<int64_t>() / r.at("num_attention_heads").get<int64_t>())
     r.fail("head_dim", "; Ferry's Llama computes with heads of hidden_size / num_attention_heads");
-  for (const FixedKey& k : {FixedKey{"hidden_act", "silu", "SwiGLU's SiLU"}, FixedKey{"mlp_bias", false, "an MLP without biases"},
-                            FixedKey{"pretraining_tp", 1, "unsplit projections"}})
+  for (const FixedKey& k :
+       {FixedKey{"hidden_act", "silu", "SwiGLU's SiLU"}, FixedKey{"mlp_bias", false, "an MLP without biases"},
+        FixedKey{"pretraining_tp", 1, "unsplit projections"}})
     r.fixed(k);
   for (const char* moe : {"num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size"})
     r.absent(moe, "mixture of experts");

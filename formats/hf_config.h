@@ -18,7 +18,8 @@ std::filesystem::path hf_config_path(const std::filesystem::path& init_from);
 // Fills `model` from its init_from's config.json, if there is one (GPT2Config or BertConfig keys: layers,
 // heads, hidden, intermediate size, LayerNorm epsilon, activation, positions, vocabulary, token types;
 // LlamaConfig's, MistralConfig's and Qwen2Config's: key/value heads, RMSNorm epsilon, rope_theta and
-// rope_scaling (transformers 4) or rope_parameters (5), tied head, attention bias; model_type sets the kind). `stated` lists the model-section keys the YAML gives ("n_layer", "seq_len",
+// rope_scaling (transformers 4) or rope_parameters (5), tied head, attention bias; model_type sets the kind). `stated`
+// lists the model-section keys the YAML gives ("n_layer", "seq_len",
 // ...): those keep their value, and those that differ from config.json's are one error naming, for each, the
 // config.json key and value, the YAML key and value, and the fix. Keys config.json lacks keep the model
 // section's value.

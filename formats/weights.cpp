@@ -41,9 +41,9 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // frequencies older Llama checkpoints saved. Names in the task model's (prefixed) form.
 bool ignorable(const std::string& name) {
   return name == "lm_head.weight" || name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
-         name.ends_with("rotary_emb.inv_freq") ||
-         name == "cls.predictions.decoder.weight" || name == "cls.predictions.decoder.bias" ||
-         name == "bert.embeddings.position_ids" || name.starts_with("bert.pooler.") || name.starts_with("cls.seq_relationship.");
+         name.ends_with("rotary_emb.inv_freq") || name == "cls.predictions.decoder.weight" ||
+         name == "cls.predictions.decoder.bias" || name == "bert.embeddings.position_ids" ||
+         name.starts_with("bert.pooler.") || name.starts_with("cls.seq_relationship.");
 }
 
 // Older BERT checkpoints (bert-base-uncased among them) name LayerNorm parameters gamma and beta.
@@ -68,26 +68,31 @@ std::string model_name(const std::string& checkpoint_name, const std::set<std::s
 bool ignorable_in_any_form(const std::string& checkpoint_name, const std::set<std::string>& wanted) {
   const std::string name = canonical_name(checkpoint_name);
   const auto& prefixes = prefixes_of(wanted);
-  return ignorable(name) || std::any_of(prefixes.begin(), prefixes.end(), [&](const auto& p) { return ignorable(p + name); });
+  return ignorable(name) ||
+         std::any_of(prefixes.begin(), prefixes.end(), [&](const auto& p) { return ignorable(p + name); });
 }
 
 // A tensor no parameter has: says which names the model reads, and when the checkpoint's first name part
 // is none of them, that part (a BERT checkpoint given to a GPT-2 model, or a wrapper's prefix).
 std::string unknown_tensor(const std::string& name, const models::ModelSpec& spec) {
   const bool bert = spec.kind == "bert", llama = spec.kind == "llama";
-  const std::vector<std::string> roots = bert    ? std::vector<std::string>{"bert.", "cls.", "embeddings.", "encoder.", "pooler."}
-                                         : llama ? std::vector<std::string>{"model.", "lm_head.", "embed_tokens.", "layers.", "norm."}
-                                                 : std::vector<std::string>{"transformer.", "lm_head.", "wte.", "wpe.", "h.", "ln_f."};
+  const std::vector<std::string> roots =
+      bert    ? std::vector<std::string>{"bert.", "cls.", "embeddings.", "encoder.", "pooler."}
+      : llama ? std::vector<std::string>{"model.", "lm_head.", "embed_tokens.", "layers.", "norm."}
+              : std::vector<std::string>{"transformer.", "lm_head.", "wte.", "wpe.", "h.", "ln_f."};
   const std::string first = name.substr(0, name.find('.') + 1);
   std::string msg = "weights: the checkpoint has tensor '" + name + "', which this model does not have";
   if (std::find(roots.begin(), roots.end(), first) != roots.end())
     return msg + " (does the model section's shape match the checkpoint's?)";
   msg += "; the checkpoint's names start with '" + first + "', and a model.kind " + spec.kind + " reads ";
-  msg += bert    ? "BertForMaskedLM/BertForPreTraining names ('bert.encoder.layer.0...', 'cls.predictions...') or a BertModel's "
+  msg += bert    ? "BertForMaskedLM/BertForPreTraining names ('bert.encoder.layer.0...', 'cls.predictions...') or a "
+                   "BertModel's "
                    "(the same without the 'bert.' prefix)"
-         : llama ? "LlamaForCausalLM names ('model.layers.0...', 'lm_head.weight') or a LlamaModel's (the same without the 'model.' "
+         : llama ? "LlamaForCausalLM names ('model.layers.0...', 'lm_head.weight') or a LlamaModel's (the same without "
+                   "the 'model.' "
                    "prefix)"
-                 : "GPT2LMHeadModel names ('transformer.h.0...') or a GPT2Model's (the same without the 'transformer.' prefix)";
+                 : "GPT2LMHeadModel names ('transformer.h.0...') or a GPT2Model's (the same without the 'transformer.' "
+                   "prefix)";
   return msg;
 }
 

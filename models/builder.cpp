@@ -104,8 +104,9 @@ int Builder::attention(const std::string& name, const std::vector<int>& inputs) 
   if (inputs.size() == 3) {  // {q, k, v}: k's width is its heads' (grouped-query attention)
     const int64_t head_size = C / seq_.heads, kv_width = width(inputs[1]);
     if (kv_width % head_size != 0 || seq_.heads % (kv_width / head_size) != 0 || width(inputs[2]) != kv_width)
-      throw std::invalid_argument(name + ": k and v of width " + std::to_string(kv_width) + " are no whole number of heads of " +
-                                  std::to_string(head_size) + " that divides the " + std::to_string(seq_.heads) + " query heads");
+      throw std::invalid_argument(name + ": k and v of width " + std::to_string(kv_width) +
+                                  " are no whole number of heads of " + std::to_string(head_size) +
+                                  " that divides the " + std::to_string(seq_.heads) + " query heads");
     a.kv_heads = kv_width / head_size;
   }
   return forward(name, OpKind::Attention, {}, inputs, {out, probs}, a, 4.0 * B * T * T * C);

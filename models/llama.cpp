@@ -21,7 +21,8 @@ Block block_params(Builder& b, const LlamaConfig& cfg, int64_t l) {
   const std::string p = "model.layers." + std::to_string(l) + ".";
   const int64_t C = cfg.n_embd, KV = C / cfg.n_head * cfg.n_kv_head, F = cfg.intermediate;
   const auto projection = [&](const std::string& name, int64_t out, bool bias) {
-    return bias ? b.weight_and_bias(p + name + ".", {out, C}, {out}) : std::vector<int>{b.param(p + name + ".weight", {out, C})};
+    return bias ? b.weight_and_bias(p + name + ".", {out, C}, {out})
+                : std::vector<int>{b.param(p + name + ".weight", {out, C})};
   };
   Block k;  // LlamaDecoderLayer's order: self_attn, mlp, input_layernorm, post_attention_layernorm
   k.q = projection("self_attn.q_proj", C, cfg.attention_bias);

@@ -17,11 +17,11 @@ struct LlamaConfig {
   int n_kv_head = 4;  // num_key_value_heads, a divisor of n_head
   int n_embd = 64;
   int vocab_size = 256;
-  int seq_len = 64;        // max_position_embeddings: the longest sequence
-  int intermediate = 256;  // the MLP's width (intermediate_size)
-  float eps = 1e-6f;       // rms_norm_eps
-  RopeScaling rope{};      // rope_theta and rope_scaling
-  bool tied = false;       // tie_word_embeddings: the LM head is model.embed_tokens.weight
+  int seq_len = 64;             // max_position_embeddings: the longest sequence
+  int intermediate = 256;       // the MLP's width (intermediate_size)
+  float eps = 1e-6f;            // rms_norm_eps
+  RopeScaling rope{};           // rope_theta and rope_scaling
+  bool tied = false;            // tie_word_embeddings: the LM head is model.embed_tokens.weight
   bool attention_bias = false;  // q/k/v biases (Qwen2)
 };
 

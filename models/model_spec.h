@@ -43,10 +43,10 @@ const char* to_string(OpKind kind);
 // Shape attributes of an op; which fields matter depends on the kind (see kernels/cpu/ops.h).
 struct OpAttrs {
   int64_t rows = 0;       // tokens: B*T
-  int64_t in = 0, out = 0; // Linear: in/out features. Norms, Gelu, Residual, Rope, SwiGlu: channels in `in`
+  int64_t in = 0, out = 0;    // Linear: in/out features. Norms, Gelu, Residual, Rope, SwiGlu: channels in `in`
   bool weight_out_in = false; // Linear: weight stored [out, in] (nn.Linear, tied LM head) vs [in, out] (HF Conv1D)
-  int64_t batch = 0, seq = 0, heads = 0; // Attention, Embedding; Rope: the heads of q or k it rotates
-  int64_t kv_heads = 0;       // Attention: key/value heads (grouped-query attention); 0: as many as heads
+  int64_t batch = 0, seq = 0, heads = 0;  // Attention, Embedding; Rope: the heads of q or k it rotates
+  int64_t kv_heads = 0;                   // Attention: key/value heads (grouped-query attention); 0: as many as heads
   bool causal = true;         // Attention: GPT-2's causal mask; false: BERT's bidirectional with key padding mask
   bool exact_gelu = false;    // Gelu: the erf form (BERT) instead of the tanh approximation (GPT-2)
   float eps = 1e-5f;          // LayerNorm, RmsNorm

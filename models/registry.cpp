@@ -24,8 +24,12 @@ GptConfig gpt_config(const ModelConfig& m) {
 }
 
 LlamaConfig llama_config(const ModelConfig& m) {
-  return {m.n_layer, m.n_head, m.kv_heads(), m.n_embd, m.vocab_size, m.seq_len, m.mlp_width(), static_cast<float>(m.norm_eps()),
-          m.rope(), m.tie_word_embeddings, m.attention_bias};
+  return {m.n_layer,       m.n_head,
+          m.kv_heads(),    m.n_embd,
+          m.vocab_size,    m.seq_len,
+          m.mlp_width(),   static_cast<float>(m.norm_eps()),
+          m.rope(),        m.tie_word_embeddings,
+          m.attention_bias};
 }
 
 ModelSpec build_fp32(const ModelConfig& m, int64_t batch, int64_t seq) {
@@ -56,11 +60,11 @@ std::string choices_of(const ModelConfig& m) {
   std::ostringstream text;
   if (m.kind == "llama") {
     const RopeScalingConfig& s = m.rope_scaling;
-    text << "intermediate_size " << m.mlp_width() << ", rms_norm_eps " << m.norm_eps() << ", num_key_value_heads " << m.kv_heads()
-         << ", rope_theta " << m.rope_theta << ", rope_scaling " << s.rope_type;
+    text << "intermediate_size " << m.mlp_width() << ", rms_norm_eps " << m.norm_eps() << ", num_key_value_heads "
+         << m.kv_heads() << ", rope_theta " << m.rope_theta << ", rope_scaling " << s.rope_type;
     if (s.rope_type == "llama3")
-      text << " (factor " << s.factor << ", low_freq_factor " << s.low_freq_factor << ", high_freq_factor " << s.high_freq_factor
-           << ", original_max_position_embeddings " << s.original_max_position_embeddings << ")";
+      text << " (factor " << s.factor << ", low_freq_factor " << s.low_freq_factor << ", high_freq_factor "
+           << s.high_freq_factor << ", original_max_position_embeddings " << s.original_max_position_embeddings << ")";
     text << ", tie_word_embeddings " << (m.tie_word_embeddings ? "true" : "false") << ", attention_bias "
          << (m.attention_bias ? "true" : "false");
     return text.str();

@@ -58,8 +58,8 @@ struct ModelConfig {
   std::string activation{};    // an entry of kActivations; empty: GPT-2 gelu_tanh, BERT gelu
   int type_vocab_size = 2;     // BERT's token-type embedding rows (segments)
   // Llama's (model.kind: llama), with Hugging Face LlamaConfig's defaults.
-  int n_kv_head = 0;               // num_key_value_heads: grouped-query attention; 0: n_head
-  double rms_norm_eps = 0;         // 0: 1e-6
+  int n_kv_head = 0;        // num_key_value_heads: grouped-query attention; 0: n_head
+  double rms_norm_eps = 0;  // 0: 1e-6
   double rope_theta = 10000.0;
   RopeScalingConfig rope_scaling{};
   bool tie_word_embeddings = false;  // the LM head is the token embedding (SmolLM, Qwen2 0.5B) or its own lm_head

@@ -27,7 +27,8 @@ int64_t op_scratch_bytes(const models::OpSpec& op, DType compute, const Attentio
       // GPT-2's packed qkv (one input in forward), BERT's q, k, v, or Llama's with fewer k and v heads.
       const bool packed = op.inputs.size() == (backward ? 4u : 1u);
       const int64_t kv_width = a.kv_heads > 0 ? a.in / a.heads * a.kv_heads : 0;
-      const kernels::AttentionDims dims{a.batch, a.seq, a.in, a.heads, packed ? 3 * a.in : a.in, a.causal, a.kv_heads, kv_width};
+      const kernels::AttentionDims dims{a.batch,  a.seq,      a.in,    a.heads, packed ? 3 * a.in : a.in,
+                                        a.causal, a.kv_heads, kv_width};
       return attention(attention_shape(dims), compute, op.pass);
     }
     case models::OpKind::RmsNorm:  // dw's column partials, as LayerNorm's backward keeps them

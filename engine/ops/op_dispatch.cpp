@@ -85,7 +85,8 @@ void attention(const Slots& s, OpKernels& k) {
     const int64_t kv_width = C / a.heads * a.kv_heads;
     const kernels::AttentionDims dims{a.batch, a.seq, C, a.heads, C, a.causal, a.kv_heads, kv_width};
     if (s.fwd()) return k.attention_forward({s.out(0), s.out(1), s.in(0), s.in(1), s.in(2), {}, dims});
-    return k.attention_backward({s.out(0), s.out(1), s.out(2), s.in(0), s.in(1), s.in(2), s.in(3), {}, s.in(4), s.in(5), dims});
+    return k.attention_backward(
+        {s.out(0), s.out(1), s.out(2), s.in(0), s.in(1), s.in(2), s.in(3), {}, s.in(4), s.in(5), dims});
   }
   // BERT: [q, k, v, mask] | [dy, q, k, v, mask, probs, y] -> [dq, dk, dv]
   const kernels::AttentionDims dims{a.batch, a.seq, C, a.heads, C, a.causal};

@@ -511,9 +511,10 @@ TEST(Config, TheModelsNumericChoicesAreKeysOfTheirOwn) {
 
 // model.kind llama: its keys (Hugging Face's names), applying to it alone, and the errors that say the fix.
 TEST(Config, LlamaKeysAndTheirErrors) {
-  const Config c = parse(kMinimal + "model: {kind: llama, n_head: 8, num_key_value_heads: 2, n_embd: 64, intermediate_size: 96, "
-                                    "rms_norm_eps: 1e-5, rope_theta: 500000, tie_word_embeddings: true, attention_bias: true, "
-                                    "rope_scaling: {rope_type: llama3, factor: 32, original_max_position_embeddings: 4096}}\n");
+  const Config c = parse(kMinimal +
+                         "model: {kind: llama, n_head: 8, num_key_value_heads: 2, n_embd: 64, intermediate_size: 96, "
+                         "rms_norm_eps: 1e-5, rope_theta: 500000, tie_word_embeddings: true, attention_bias: true, "
+                         "rope_scaling: {rope_type: llama3, factor: 32, original_max_position_embeddings: 4096}}\n");
   EXPECT_EQ(c.model.kv_heads(), 2);
   EXPECT_DOUBLE_EQ(c.model.norm_eps(), 1e-5);
   EXPECT_DOUBLE_EQ(c.model.rope_theta, 500000);
@@ -526,18 +527,23 @@ TEST(Config, LlamaKeysAndTheirErrors) {
   EXPECT_EQ(plain.kv_heads(), plain.n_head);
   EXPECT_DOUBLE_EQ(plain.norm_eps(), 1e-6);  // LlamaConfig's default
   EXPECT_EQ(plain.rope().factor, 0.0f);      // rope_type default: no scaling
-  EXPECT_NE(config_hash(parse(kMinimal + "model: {kind: llama, rope_theta: 500000}\n")), config_hash(parse(kMinimal + "model: {kind: llama}\n")));
+  EXPECT_NE(config_hash(parse(kMinimal + "model: {kind: llama, rope_theta: 500000}\n")),
+            config_hash(parse(kMinimal + "model: {kind: llama}\n")));
   struct Case {
     std::string yaml, needle;
   };
   for (const Case& e : std::vector<Case>{
            {"model: {kind: llama, n_head: 4, num_key_value_heads: 3}\n",
-            "model.num_key_value_heads: 3 does not divide model.n_head (4); each key/value head serves a whole number of query heads: "
+            "model.num_key_value_heads: 3 does not divide model.n_head (4); each key/value head serves a whole number "
+            "of query heads: "
             "set a divisor of 4"},
            {"model: {kind: llama, n_head: 4, n_embd: 36}\n", "model.n_embd: the head size 36 / 4 = 9 is odd"},
-           {"model: {num_key_value_heads: 2}\n", "model.num_key_value_heads: applies to model.kind: llama only (this is gpt2); remove the key"},
-           {"model: {kind: bert, vocab_size: 300, rope_scaling: {factor: 2}}\n", "model.rope_scaling.factor: applies to model.kind: llama only"},
-           {"model: {kind: llama, layer_norm_eps: 1e-5}\n", "model.layer_norm_eps: applies to model.kind: gpt2 or bert only (this is llama)"},
+           {"model: {num_key_value_heads: 2}\n",
+            "model.num_key_value_heads: applies to model.kind: llama only (this is gpt2); remove the key"},
+           {"model: {kind: bert, vocab_size: 300, rope_scaling: {factor: 2}}\n",
+            "model.rope_scaling.factor: applies to model.kind: llama only"},
+           {"model: {kind: llama, layer_norm_eps: 1e-5}\n",
+            "model.layer_norm_eps: applies to model.kind: gpt2 or bert only (this is llama)"},
            {"model: {kind: llama, activation: gelu}\n", "model.activation: applies to model.kind: gpt2 or bert only"},
            {"model: {kind: llama, rope_scaling: {rope_type: yarn}}\n",
             "model.rope_scaling.rope_type: 'yarn' is not allowed; expected one of default | llama3"},

@@ -280,7 +280,8 @@ TEST(Export, ALlamaExportsItsConfigAndShardsPastTheLimit) {
   for (const std::string& f : weights) EXPECT_NE(std::find(e.files.begin(), e.files.end(), f), e.files.end()) << f;
   EXPECT_FALSE(fs::exists(s.dir / "out" / "model.safetensors"));
   for (int i = 1; i <= 3; ++i)
-    EXPECT_LE(fs::file_size(s.dir / "out" / weights[static_cast<size_t>(i - 1)]), 30'000u + 4096u) << i;  // + its header
+    EXPECT_LE(fs::file_size(s.dir / "out" / weights[static_cast<size_t>(i - 1)]), 30'000u + 4096u)
+        << i;  // + its header
 
   const nlohmann::json config = json_of(s.dir / "out" / "config.json");
   EXPECT_EQ(config["architectures"][0], "LlamaForCausalLM");
@@ -300,7 +301,8 @@ TEST(Export, ALlamaExportsItsConfigAndShardsPastTheLimit) {
   load_weights(source, spec, original);
   for (int i = 0; i < original.count(); ++i)
     testing::expect_bitwise(std::vector<float>(exported.value(i).begin(), exported.value(i).end()),
-                            std::vector<float>(original.value(i).begin(), original.value(i).end()), spec.params[i].name.c_str());
+                            std::vector<float>(original.value(i).begin(), original.value(i).end()),
+                            spec.params[i].name.c_str());
 }
 
 TEST(Export, AStartingPointKeepsTheSourcesDtype) {

@@ -37,7 +37,8 @@ ModelSpec random_bert(Rng& rng) {
 
 ModelSpec random_llama(Rng& rng) {
   const int KV = pick(rng, 1, 3), NH = KV * pick(rng, 1, 3);
-  LlamaConfig cfg{pick(rng, 1, 4), NH, KV, NH * 2 * pick(rng, 1, 8), pick(rng, 2, 301), pick(rng, 1, 64), pick(rng, 1, 96)};
+  LlamaConfig cfg{pick(rng, 1, 4), NH, KV, NH * 2 * pick(rng, 1, 8), pick(rng, 2, 301), pick(rng, 1, 64),
+                  pick(rng, 1, 96)};
   cfg.tied = pick(rng, 0, 1) == 1, cfg.attention_bias = pick(rng, 0, 1) == 1;
   return build_llama(cfg, pick(rng, 1, 4), pick(rng, 1, cfg.seq_len));
 }
@@ -205,11 +206,14 @@ TEST(ModelSpecs, BackwardSlotsFollowTheCpuConventions) {
       {"layers.1.self_attn.bwd",
        {"layers.1.self_attn.out.grad", "layers.1.self_attn.q_rope.out", "layers.1.self_attn.k_rope.out",
         "layers.1.self_attn.v_proj.out", "layers.1.self_attn.probs", "layers.1.self_attn.out"},
-       {"layers.1.self_attn.q_rope.out.grad", "layers.1.self_attn.k_rope.out.grad", "layers.1.self_attn.v_proj.out.grad"}},
+       {"layers.1.self_attn.q_rope.out.grad", "layers.1.self_attn.k_rope.out.grad",
+        "layers.1.self_attn.v_proj.out.grad"}},
       {"layers.0.self_attn.k_rope.bwd", {"layers.0.self_attn.k_rope.out.grad"}, {"layers.0.self_attn.k_proj.out.grad"}},
-      {"layers.0.input_layernorm.bwd", {"layers.0.input_layernorm.out.grad", "embed.out", "layers.0.input_layernorm.rstd"},
+      {"layers.0.input_layernorm.bwd",
+       {"layers.0.input_layernorm.out.grad", "embed.out", "layers.0.input_layernorm.rstd"},
        {"embed.out.grad"}},
-      {"layers.1.mlp.act.bwd", {"layers.1.mlp.act.out.grad", "layers.1.mlp.gate_proj.out", "layers.1.mlp.up_proj.out"},
+      {"layers.1.mlp.act.bwd",
+       {"layers.1.mlp.act.out.grad", "layers.1.mlp.gate_proj.out", "layers.1.mlp.up_proj.out"},
        {"layers.1.mlp.gate_proj.out.grad", "layers.1.mlp.up_proj.out.grad"}},
       {"embed.bwd", {"embed.out.grad", "tokens"}, {}},
   };
@@ -266,7 +270,8 @@ TEST(LlamaSpec, Llama3HasHuggingFaceNamesShapesAndCount) {
   const ModelSpec tied = build_llama(l1, 1, 8);
   EXPECT_EQ(tied.param_count(), 1235814400);
   EXPECT_THROW(tied.param_index("lm_head.weight"), std::out_of_range);  // tied to model.embed_tokens.weight
-  const auto att = std::find_if(tied.ops.begin(), tied.ops.end(), [](const OpSpec& o) { return o.kind == OpKind::Attention; });
+  const auto att =
+      std::find_if(tied.ops.begin(), tied.ops.end(), [](const OpSpec& o) { return o.kind == OpKind::Attention; });
   EXPECT_EQ(att->attrs.heads, 32);
   EXPECT_EQ(att->attrs.kv_heads, 8);
 }
@@ -277,9 +282,9 @@ TEST(LlamaSpec, Qwen2BiasesAndBadShapes) {
   const ModelSpec spec = build_llama(cfg, 1, 8);
   EXPECT_EQ(spec.params[spec.param_index("model.layers.1.self_attn.v_proj.bias")].shape, (Shape{16}));
   EXPECT_THROW(spec.param_index("model.layers.1.self_attn.o_proj.bias"), std::out_of_range);  // Qwen2's o_proj has none
-  EXPECT_THROW(build_llama({2, 4, 3, 32, 64, 16, 48}, 1, 8), std::invalid_argument);  // 3 kv heads for 4 heads
-  EXPECT_THROW(build_llama({2, 4, 2, 36, 64, 16, 48}, 1, 8), std::invalid_argument);  // head size 9: odd
-  EXPECT_THROW(build_llama({2, 4, 2, 32, 64, 16, 48}, 1, 17), std::invalid_argument);  // T > seq_len
+  EXPECT_THROW(build_llama({2, 4, 3, 32, 64, 16, 48}, 1, 8), std::invalid_argument);          // 3 kv heads for 4 heads
+  EXPECT_THROW(build_llama({2, 4, 2, 36, 64, 16, 48}, 1, 8), std::invalid_argument);          // head size 9: odd
+  EXPECT_THROW(build_llama({2, 4, 2, 32, 64, 16, 48}, 1, 17), std::invalid_argument);         // T > seq_len
 }
 
 TEST(BertSpec, BertBaseHasHuggingFaceNamesShapesAndCount) {
@@ -399,7 +404,8 @@ TEST(WeightInit, LlamaMatchesOneSequentialStreamOnAnyThreadCount) {
     std::vector<float>& v = expected.emplace_back(static_cast<size_t>(numel(p.shape)));
     if (p.name.ends_with(".bias")) std::fill(v.begin(), v.end(), 0.0f);
     else if (p.name.ends_with("norm.weight")) std::fill(v.begin(), v.end(), 1.0f);
-    else for (float& w : v) w = static_cast<float>(rng.normal() * 0.02);
+    else
+      for (float& w : v) w = static_cast<float>(rng.normal() * 0.02);
   }
   for (const int threads : {1, 4})
     expect_same_bytes(spec, expected, parallel_init(spec, threads, [&](auto views) { init_llama(spec, views, 9); }),
