@@ -19,7 +19,7 @@ struct BackwardRule {
   int flops_num, flops_den;  // backward FLOPs = forward FLOPs * num / den (a ratio, so counts stay exact)
 };
 
-// clang-format off: a table, aligned by column
+// clang-format off
 const BackwardRule kRules[] = {
     // kind                reads dy  reads x  saved outputs       FLOPs x forward
     {OpKind::Embedding,    true,     true,    {},                 2, 1},  // x: the tokens, to scatter by
