@@ -162,7 +162,9 @@ TEST(Executor, EveryPolicyTrainsBitwiseLikeResident) { expect_every_policy_like_
 TEST(Executor, EveryPolicyTrainsBitwiseLikeResidentInBf16) { expect_every_policy_like_resident("bf16", {1, 2}, {false, true}); }
 TEST(Executor, EveryPolicyTrainsBitwiseLikeResidentInFp16) { expect_every_policy_like_resident("fp16", {2}, {true}); }
 // The Llama family's ops (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU) under every policy.
-TEST(Executor, EveryPolicyTrainsLlamaBitwiseLikeResident) { expect_every_policy_like_resident("fp32", {2}, {false, true}, kSmallLlama); }
+TEST(Executor, EveryPolicyTrainsLlamaBitwiseLikeResident) {
+  expect_every_policy_like_resident("fp32", {2}, {false, true}, kSmallLlama);
+}
 
 // bf16 and fp16 storage learn as well as fp32: the same run ends within 2% of fp32's validation loss (the
 // default experiment's 800 steps in each precision: bench/results/experiment-gpt-tiny*.md). Validated on 16
