@@ -13,11 +13,18 @@ CLI::App* add_policies_command(CLI::App& app, ferry::bench::PoliciesBenchOptions
   o.cost_model = "configs/cost_models/h100-assumed.json";
   o.tokens = {4096, 16384, 65536};
   o.budgets_gib = {8, 16, 24, 40, 80};
-  auto* policies = app.add_subcommand("policies", "Every placement policy on a cost model: GPT-2 350M to 7B and BERT-large, 4K to 64K "
-                                                  "tokens per step, 8 to 80 GiB");
+  auto* policies = app.add_subcommand(
+      "policies",
+      "Every placement policy on a cost model: GPT-2 350M to 7B, Llama 3.2 1B, 3B and 3.1 8B, BERT-large, 4K to 64K "
+      "tokens per step, 8 to 80 GiB");
   policies->add_option("--cost-model", o.cost_model, "Cost model file (default: the shipped H100-class one)")->check(CLI::ExistingFile);
-  policies->add_option("--models", o.models, "Shapes to plan (default all): gpt2-350m gpt2-774m gpt2-1.5b gpt-3b gpt-7b bert-large")
-      ->check(CLI::IsMember({"gpt2-350m", "gpt2-774m", "gpt2-1.5b", "gpt-3b", "gpt-7b", "bert-large"}));
+  policies
+      ->add_option(
+          "--models", o.models,
+          "Shapes to plan (default all): gpt2-350m gpt2-774m gpt2-1.5b gpt-3b gpt-7b llama-3.2-1b llama-3.2-3b "
+          "llama-3.1-8b bert-large")
+      ->check(CLI::IsMember({"gpt2-350m", "gpt2-774m", "gpt2-1.5b", "gpt-3b", "gpt-7b", "llama-3.2-1b", "llama-3.2-3b",
+                             "llama-3.1-8b", "bert-large"}));
   policies->add_option("--tokens", o.tokens, "Tokens per step (default 4096 16384 65536): sequences of 1024 tokens "
                                              "(BERT 512), micro-batches of up to 16 (BERT 32), accumulated beyond")->check(CLI::PositiveNumber);
   policies->add_option("--budgets", o.budgets_gib, "Device memory budgets in GiB (default 8 16 24 40 80)")->check(CLI::PositiveNumber);

@@ -1,7 +1,7 @@
 // ferry-bench policies: every placement policy on a cost model (the shipped H100-class one by default) over
-// the workloads users run: GPT-2 350M to 7B and BERT-large, 4K to 64K tokens per step (micro-batches and
-// accumulation), budgets of 8 to 80 GiB. Predicted step times beside the lower bound no plan can beat, the
-// ratios between the policies, and where greedy puts the weights (its tiers).
+// the workloads users run: GPT-2 350M to 7B, Llama 3.2 1B and 3B, Llama 3.1 8B and BERT-large, 4K to 64K tokens per
+// step (micro-batches and accumulation), budgets of 8 to 80 GiB. Predicted step times beside the lower bound no plan
+// can beat, the ratios between the policies, and where greedy puts the weights (its tiers).
 #include <fmt/format.h>
 
 #include <map>
@@ -12,6 +12,7 @@
 #include "memory/bucket_layout.h"
 #include "models/bert.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "offload/policies.h"
 #include "foundation/console.h"
 
@@ -30,6 +31,13 @@ models::ModelSpec gpt(int n_layer, int n_head, int n_embd, int64_t batch, int64_
   return models::build_gpt2(c, batch, seq);
 }
 
+// A Llama 3 shape (their config.json's): 128256 tokens, rope_theta 500000 with Llama 3's rope_scaling.
+models::ModelSpec llama(int n_layer, int n_head, int n_embd, int ffn, bool tied, int64_t batch, int64_t seq) {
+  models::LlamaConfig c{n_layer, n_head, 8, n_embd, 128256, 131072, ffn};
+  c.eps = 1e-5f, c.tied = tied, c.rope = {500000.0f, tied ? 32.0f : 8.0f, 1.0f, 4.0f, 8192.0f};
+  return models::build_llama(c, batch, seq);
+}
+
 const std::vector<Shape>& shapes() {
   static const std::vector<Shape> all{
       {"gpt2-350m", [](int64_t b, int64_t t) { return gpt(24, 16, 1024, b, t); }, 16, 1024},
@@ -37,6 +45,9 @@ const std::vector<Shape>& shapes() {
       {"gpt2-1.5b", [](int64_t b, int64_t t) { return gpt(48, 25, 1600, b, t); }, 16, 1024},
       {"gpt-3b", [](int64_t b, int64_t t) { return gpt(32, 32, 2560, b, t); }, 16, 1024},
       {"gpt-7b", [](int64_t b, int64_t t) { return gpt(32, 32, 4096, b, t); }, 16, 1024},
+      {"llama-3.2-1b", [](int64_t b, int64_t t) { return llama(16, 32, 2048, 8192, true, b, t); }, 16, 1024},
+      {"llama-3.2-3b", [](int64_t b, int64_t t) { return llama(28, 24, 3072, 8192, true, b, t); }, 16, 1024},
+      {"llama-3.1-8b", [](int64_t b, int64_t t) { return llama(32, 32, 4096, 14336, false, b, t); }, 16, 1024},
       {"bert-large",
        [](int64_t b, int64_t t) {
          models::BertConfig c;

@@ -49,7 +49,8 @@ char text_of(int32_t token) { return static_cast<char>(token < 256 ? token : '?'
 }  // namespace
 
 std::string why_not_sampleable(const formats::TrainState& state) {
-  if (state.model.kind != "gpt2" || state.model.n_layer <= 0) return "sampling needs a GPT checkpoint written by `ferry train`";
+  if ((state.model.kind != "gpt2" && state.model.kind != "llama") || state.model.n_layer <= 0)
+    return "sampling needs a causal LM's checkpoint (model.kind gpt2 or llama) written by `ferry train`";
   if (state.tokenizer != "byte") return "tokenizer " + state.tokenizer + " is not supported by sample yet";
   return {};
 }

@@ -117,11 +117,22 @@ void apply_init_from_config(models::ModelConfig& model, const std::vector<std::s
   }
 }
 
-// A key the table says applies to one model.kind (BERT's type_vocab_size, mask_token_id), given for another.
-// Checked once config.json has had its say on the kind.
+// Whether a key for `model_kind` ("bert", "gpt2 or bert") applies to the model kind `kind`.
+bool applies_to(const std::string& model_kind, const std::string& kind) {
+  for (size_t at = 0; at < model_kind.size();) {
+    const size_t end = std::min(model_kind.find(" or ", at), model_kind.size());
+    if (model_kind.substr(at, end - at) == kind) return true;
+    at = end + 4;
+  }
+  return false;
+}
+
+// A key the table says applies to some model kinds (BERT's type_vocab_size, mask_token_id; Llama's rope),
+// given for another. Checked once config.json has had its say on the kind.
 void check_model_kind(const Config& c, const std::vector<std::string>& given) {
   for (const ConfigKey& key : config_keys())
-    if (!key.model_kind.empty() && key.model_kind != c.model.kind && std::find(given.begin(), given.end(), key.name) != given.end())
+    if (!key.model_kind.empty() && !applies_to(key.model_kind, c.model.kind) &&
+        std::find(given.begin(), given.end(), key.name) != given.end())
       throw ConfigError(fmt::format("{}: applies to model.kind: {} only (this is {}); remove the key", key.name, key.model_kind,
                                     c.model.kind));
 }
@@ -228,11 +239,27 @@ void check_weight_decay(const OptimConfig& o) {
   }
 }
 
+// Llama's heads: k and v heads each serve a whole number of query heads; rotary embeddings rotate pairs.
+void check_llama_heads(const models::ModelConfig& m) {
+  if (m.kind != "llama") return;
+  if (m.n_head % m.kv_heads() != 0)
+    throw ConfigError(fmt::format(
+        "model.num_key_value_heads: {} does not divide model.n_head ({}); each key/value head serves a whole "
+        "number of query heads: set a divisor of {}",
+        m.kv_heads(), m.n_head, m.n_head));
+  if ((m.n_embd / m.n_head) % 2 != 0)
+    throw ConfigError(
+        fmt::format("model.n_embd: the head size {} / {} = {} is odd; rotary embeddings rotate pairs of a head's "
+                    "channels: make n_embd / n_head even",
+                    m.n_embd, m.n_head, m.n_embd / m.n_head));
+}
+
 // What no single key can check; also fills the default of optim.min_lr, which depends on optim.lr.
 void check_across_keys(Config& c) {
   if (c.model.n_embd % c.model.n_head != 0)
     throw ConfigError("model.n_embd: " + std::to_string(c.model.n_embd) + " is not a multiple of model.n_head (" +
                       std::to_string(c.model.n_head) + ")");
+  check_llama_heads(c.model);
   const bool shard = dataset::reads_as_token_shard(c.data.path, dataset::parse_data_format(c.data.format));
   const int byte_vocab = c.model.kind == "bert" ? 257 : 256;  // BERT: the bytes and [MASK]
   if (c.data.tokenizer == "byte" && c.model.vocab_size < byte_vocab && !shard)
@@ -357,6 +384,7 @@ void append_model_choices(const models::ModelConfig& m, std::vector<std::pair<st
   if (m.norm_eps() != m.default_norm_eps()) identity.emplace_back("model.layer_norm_eps", fmt::format("{}", m.norm_eps()));
   if (m.gelu() != m.default_gelu()) identity.emplace_back("model.activation", m.gelu());
   if (m.kind == "bert" && m.type_vocab_size != 2) identity.emplace_back("model.type_vocab_size", fmt::format("{}", m.type_vocab_size));
+  if (m.kind == "llama") identity.emplace_back("model (llama's choices)", models::choices_of(m));
 }
 }  // namespace
 

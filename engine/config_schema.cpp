@@ -39,7 +39,7 @@ struct Key {
 struct Extra {
   std::string note{};           // what a special value means: "0: all cores"
   std::string default_value{};  // the default in words, where the stored one stands for something (0, -1, empty)
-  std::string model_kind{};     // the key applies to this model.kind only
+  std::string model_kind{};     // the key applies to these model kinds only: "bert", "gpt2 or bert"
   std::string noun{};           // in errors, in place of "an integer" or "a number": "a learning rate"
   bool open_below = false;    // the lower bound itself is refused: (lo, hi]
 };
@@ -212,8 +212,8 @@ Key<typename Accessor<F>::target> choice_list(std::string name, F field, std::ve
 }
 
 template <class F>
-Key<typename Accessor<F>::target> boolean(std::string name, F field, std::string meaning) {
-  return {doc(std::move(name), "boolean", "true | false", default_of(field, {}), std::move(meaning), {}),
+Key<typename Accessor<F>::target> boolean(std::string name, F field, std::string meaning, Extra extra = {}) {
+  return {doc(std::move(name), "boolean", "true | false", default_of(field, extra), std::move(meaning), extra),
           [=](const YAML::Node& n, const std::string& where, auto& into, const auto&) {
             bool v = false;
             if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v))
@@ -367,13 +367,15 @@ models::ModelConfig model_of_kind(const std::string& kind) {
 }
 
 std::vector<Key<Config>> model_keys() {
-  const models::ModelConfig gpt2 = model_of_kind("gpt2"), bert = model_of_kind("bert");
+  const models::ModelConfig gpt2 = model_of_kind("gpt2"), bert = model_of_kind("bert"), llama = model_of_kind("llama");
   const std::string eps_defaults = fmt::format("gpt2 {}, bert {}", number_text(gpt2.default_norm_eps()), number_text(bert.default_norm_eps()));
   const std::string gelu_defaults = fmt::format("gpt2 {}, bert {}", gpt2.default_gelu(), bert.default_gelu());
   return {
       choice(
-          "model.kind", [](Config & c) -> auto& { return c.model.kind; }, {"gpt2", "bert"},
-          "the architecture: gpt2 (a causal LM) or bert (a masked LM)"),
+          "model.kind", [](Config & c) -> auto& { return c.model.kind; }, models::kModelKinds,
+          "the architecture: gpt2 (a causal LM), bert (a masked LM) or llama (the causal LMs of the Llama family: "
+          "Llama 2/3, "
+          "Mistral, Qwen2, SmolLM)"),
       integer(
           "model.n_layer", [](Config & c) -> auto& { return c.model.n_layer; }, 1, 1024, "transformer blocks"),
       integer(
@@ -386,16 +388,50 @@ std::vector<Key<Config>> model_keys() {
           "rows of the token embedding; with the byte tokenizer at least 256 (bert: 257, for [MASK])"),
       integer(
           "model.seq_len", [](Config & c) -> auto& { return c.model.seq_len; }, 1, 1 << 20,
-          "rows of the position table: the longest sequence, and the one trained unless train.seq_len says otherwise"),
+          "rows of the position table (llama: max_position_embeddings): the longest sequence, and the one trained "
+          "unless "
+          "train.seq_len says otherwise"),
       integer("model.intermediate_size", [](Config & c) -> auto& { return c.model.intermediate_size; }, 1, 1 << 20,
               "the MLP's width", {.default_value = "4 * model.n_embd"}),
       number("model.layer_norm_eps", [](Config & c) -> auto& { return c.model.layer_norm_eps; }, models::kSmallestEps,
-             1, "LayerNorm's epsilon", {.note = kEpsNote, .default_value = eps_defaults}),
+             1, "LayerNorm's epsilon", {.note = kEpsNote, .default_value = eps_defaults, .model_kind = "gpt2 or bert"}),
       choice("model.activation", [](Config & c) -> auto& { return c.model.activation; }, models::kActivations,
              "the GELU of the MLP (and BERT's head): gelu is exact (erf), gelu_tanh its tanh approximation (gelu_new)",
-             {.default_value = gelu_defaults}),
+             {.default_value = gelu_defaults, .model_kind = "gpt2 or bert"}),
       integer("model.type_vocab_size", [](Config & c) -> auto& { return c.model.type_vocab_size; }, 1, 1024,
               "rows of the token-type embedding (training uses type 0)", {.model_kind = "bert"}),
+      integer("model.num_key_value_heads", [](Config & c) -> auto& { return c.model.n_kv_head; }, 1, 1024,
+              "key/value heads, a divisor of model.n_head (grouped-query attention: each serves n_head / "
+              "num_key_value_heads "
+              "query heads)",
+              {.default_value = "model.n_head", .model_kind = "llama"}),
+      number("model.rms_norm_eps", [](Config & c) -> auto& { return c.model.rms_norm_eps; }, models::kSmallestEps, 1,
+             "RMSNorm's epsilon",
+             {.note = kEpsNote, .default_value = number_text(llama.default_norm_eps()), .model_kind = "llama"}),
+      number("model.rope_theta", [](Config & c) -> auto& { return c.model.rope_theta; }, 1, 1e12,
+             "the base of the rotary embeddings' wavelengths", {.model_kind = "llama"}),
+      choice("model.rope_scaling.rope_type", [](Config & c) -> auto& { return c.model.rope_scaling.rope_type; },
+             models::kRopeTypes,
+             "default: none; llama3: Llama 3.1's, long wavelengths slowed by model.rope_scaling.factor",
+             {.model_kind = "llama"}),
+      number("model.rope_scaling.factor", [](Config & c) -> auto& { return c.model.rope_scaling.factor; }, 1, 1e6,
+             "llama3: how much slower the long wavelengths turn", {.model_kind = "llama"}),
+      number("model.rope_scaling.low_freq_factor",
+             [](Config & c) -> auto& { return c.model.rope_scaling.low_freq_factor; }, 1e-6, 1e6,
+             "llama3: wavelengths above original_max_position_embeddings / low_freq_factor are slowed in full",
+             {.model_kind = "llama"}),
+      number("model.rope_scaling.high_freq_factor",
+             [](Config & c) -> auto& { return c.model.rope_scaling.high_freq_factor; }, 1e-6, 1e6,
+             "llama3: wavelengths below original_max_position_embeddings / high_freq_factor are kept; a blend between",
+             {.model_kind = "llama"}),
+      integer("model.rope_scaling.original_max_position_embeddings",
+              [](Config & c) -> auto& { return c.model.rope_scaling.original_max_position_embeddings; }, 1, 1 << 24,
+              "llama3: the context the model was first trained at", {.model_kind = "llama"}),
+      boolean("model.tie_word_embeddings", [](Config & c) -> auto& { return c.model.tie_word_embeddings; },
+              "the LM head is the token embedding (SmolLM, small Qwen2); false: its own lm_head.weight",
+              {.model_kind = "llama"}),
+      boolean("model.attention_bias", [](Config & c) -> auto& { return c.model.attention_bias; },
+              "biases on the q, k and v projections (Qwen2)", {.model_kind = "llama"}),
       existing_path(
           "model.init_from", [](Config & c) -> auto& { return c.model.init_from; }, Exists::FileOrFolder,
           "Hugging Face weights to start from (safetensors file, folder or sharded index); its config.json fills "

@@ -27,7 +27,7 @@ struct ConfigKey {
   std::string allowed;        // the range or the choices: "[1, 1024]", ">= 0", "cosine | constant"
   std::string default_value;  // "0.0003", "optim.lr / 10", "required"
   std::string meaning;        // one line
-  std::string model_kind;     // not empty: the key applies to this model.kind only
+  std::string model_kind;     // not empty: the key applies to these model kinds only ("bert", "gpt2 or bert")
 };
 
 // Every key, section by section, in the table's order.

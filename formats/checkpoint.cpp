@@ -113,6 +113,25 @@ class StateFields {
   std::string origin_, prefix_;
 };
 
+// Llama's choices (model_json writes them for a llama only).
+void read_llama(const StateFields& m, models::ModelConfig& c) {
+  c.n_kv_head = static_cast<int>(m.integer("num_key_value_heads", 1, c.n_head));
+  if (c.n_head % c.n_kv_head != 0)
+    m.fail("num_key_value_heads", fmt::format("is {}; expected a divisor of n_head {}", c.n_kv_head, c.n_head));
+  c.rms_norm_eps = m.number("rms_norm_eps", 0, 1, true, false);
+  c.rope_theta = m.number("rope_theta", 1, 1e12, false, false);
+  models::RopeScalingConfig& r = c.rope_scaling;
+  r.rope_type = m.text("rope_type");
+  if (r.rope_type != "default" && r.rope_type != "llama3")
+    m.fail("rope_type", "is \"" + r.rope_type + "\"; expected default or llama3");
+  r.factor = m.number("rope_factor", 1, 1e6, false, false);
+  r.low_freq_factor = m.number("rope_low_freq_factor", 0, 1e6, true, false);
+  r.high_freq_factor = m.number("rope_high_freq_factor", 0, 1e6, true, false);
+  r.original_max_position_embeddings = static_cast<int>(m.integer("rope_original_max_position_embeddings", 1, 1 << 24));
+  c.tie_word_embeddings = m.boolean("tie_word_embeddings", false);
+  c.attention_bias = m.boolean("attention_bias", false);
+}
+
 // The bounds of engine::Config's model keys: a shape outside them is no checkpoint of ours, and would
 // size allocations in `ferry sample` and `ferry export`.
 models::ModelConfig read_model(const StateFields& f) {
@@ -124,7 +143,8 @@ models::ModelConfig read_model(const StateFields& f) {
   const StateFields m = f.object("model");
   models::ModelConfig c;
   c.kind = m.text("kind", std::string("gpt2"));
-  if (c.kind != "gpt2" && c.kind != "bert") m.fail("kind", "is \"" + c.kind + "\"; expected gpt2 or bert");
+  if (c.kind != "gpt2" && c.kind != "bert" && c.kind != "llama")
+    m.fail("kind", "is \"" + c.kind + "\"; expected gpt2, bert or llama");
   c.n_layer = static_cast<int>(m.integer("n_layer", 1, 1024));
   c.n_head = static_cast<int>(m.integer("n_head", 1, 1024));
   c.n_embd = static_cast<int>(m.integer("n_embd", 1, 65536));
@@ -138,6 +158,7 @@ models::ModelConfig read_model(const StateFields& f) {
   if (!c.activation.empty() && c.activation != "gelu" && c.activation != "gelu_tanh")
     m.fail("activation", "is \"" + c.activation + "\"; expected gelu or gelu_tanh");
   c.type_vocab_size = static_cast<int>(m.integer("type_vocab_size", 1, 1024, 2));
+  if (c.kind == "llama") read_llama(m, c);
   return c;
 }
 
@@ -213,6 +234,33 @@ TrainState::Origin read_origin(const StateFields& f) {
   return o;
 }
 
+// The model as state.json records it: the shape and the numeric choices (Llama's too, for a llama).
+json model_json(const models::ModelConfig& m) {
+  json j{{"kind", m.kind},
+         {"n_layer", m.n_layer},
+         {"n_head", m.n_head},
+         {"n_embd", m.n_embd},
+         {"vocab_size", m.vocab_size},
+         {"seq_len", m.seq_len},
+         {"intermediate_size", m.mlp_width()},
+         {"layer_norm_eps", m.norm_eps()},
+         {"activation", m.gelu()},
+         {"type_vocab_size", m.type_vocab_size}};
+  if (m.kind != "llama") return j;
+  const models::RopeScalingConfig& r = m.rope_scaling;
+  j.update({{"num_key_value_heads", m.kv_heads()},
+            {"rms_norm_eps", m.norm_eps()},
+            {"rope_theta", m.rope_theta},
+            {"rope_type", r.rope_type},
+            {"rope_factor", r.factor},
+            {"rope_low_freq_factor", r.low_freq_factor},
+            {"rope_high_freq_factor", r.high_freq_factor},
+            {"rope_original_max_position_embeddings", r.original_max_position_embeddings},
+            {"tie_word_embeddings", m.tie_word_embeddings},
+            {"attention_bias", m.attention_bias}});
+  return j;
+}
+
 json state_json(const TrainState& state) {
   const models::ModelConfig& m = state.model;
   json j{{"step", state.step},
@@ -222,9 +270,7 @@ json state_json(const TrainState& state) {
          {"loss_scale", state.loss_scale},
          {"loss_scale_good_steps", state.loss_scale_good_steps},
          {"config_hash", state.config_hash},
-         {"model", {{"kind", m.kind}, {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
-                    {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len}, {"intermediate_size", m.mlp_width()},
-                    {"layer_norm_eps", m.norm_eps()}, {"activation", m.gelu()}, {"type_vocab_size", m.type_vocab_size}}},
+         {"model", model_json(m)},
          {"tokenizer", state.tokenizer},
          {"run_id", state.run_id},
          {"config", json::object()},

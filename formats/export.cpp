@@ -26,8 +26,49 @@ namespace ferry::formats {
 namespace {
 
 namespace fs = std::filesystem;
-// Hugging Face's config.json for the model: GPT2Config or BertConfig.
+
+// LlamaConfig (or Qwen2Config: Hugging Face's Llama with attention_bias has an o_proj bias too, Qwen2's q, k
+// and v biases alone are Ferry's).
+nlohmann::json llama_config(const models::ModelConfig& m) {
+  const bool qwen2 = m.attention_bias;
+  nlohmann::json j{{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+                   {"model_type", qwen2 ? "qwen2" : "llama"},
+                   {"num_hidden_layers", m.n_layer},
+                   {"num_attention_heads", m.n_head},
+                   {"num_key_value_heads", m.kv_heads()},
+                   {"hidden_size", m.n_embd},
+                   {"head_dim", m.n_embd / m.n_head},
+                   {"intermediate_size", m.mlp_width()},
+                   {"vocab_size", m.vocab_size},
+                   {"max_position_embeddings", m.seq_len},
+                   {"hidden_act", "silu"},
+                   {"rms_norm_eps", m.norm_eps()},
+                   {"rope_theta", m.rope_theta},
+                   {"rope_scaling", nullptr},
+                   {"tie_word_embeddings", m.tie_word_embeddings},
+                   {"attention_dropout", 0.0},
+                   {"initializer_range", 0.02},
+                   {"torch_dtype", "float32"}};
+  if (!qwen2) j.update({{"attention_bias", false}, {"mlp_bias", false}});
+  else j.update({{"use_sliding_window", false}, {"sliding_window", nullptr}});
+  // transformers 4 reads rope_theta and rope_scaling, 5 rope_parameters (or rope_scaling where both are).
+  const models::RopeScalingConfig& r = m.rope_scaling;
+  nlohmann::json rope{{"rope_type", r.rope_type}, {"rope_theta", m.rope_theta}};
+  if (r.rope_type == "llama3") {
+    rope.update({{"factor", r.factor},
+                 {"low_freq_factor", r.low_freq_factor},
+                 {"high_freq_factor", r.high_freq_factor},
+                 {"original_max_position_embeddings", r.original_max_position_embeddings}});
+    j["rope_scaling"] = rope;
+    j["rope_scaling"].erase("rope_theta");
+  }
+  j["rope_parameters"] = rope;
+  return j;
+}
+
+// Hugging Face's config.json for the model: GPT2Config, BertConfig or LlamaConfig.
 nlohmann::json hf_config(const models::ModelConfig& m) {
+  if (m.kind == "llama") return llama_config(m);
   return m.kind == "bert" ? nlohmann::json{{"architectures", {"BertForMaskedLM"}},
                                           {"model_type", "bert"},
                                           {"num_hidden_layers", m.n_layer},
@@ -165,9 +206,48 @@ std::vector<fs::path> folders_to_make(const fs::path& out, const std::vector<Exp
   return missing;  // std::set's order puts a folder before the folders inside it
 }
 
+// One weights file of the export: model.safetensors, or a shard of a sharded export.
+struct Shard {
+  std::string name;
+  std::vector<SafetensorsTensorRef> tensors;
+  int64_t bytes = 0;
+};
+
+int64_t tensor_bytes(const SafetensorsTensorRef& t) {
+  if (!t.raw_dtype.empty()) return static_cast<int64_t>(t.raw_bytes);
+  return models::numel(t.shape) * dtype_bytes(t.dtype);
+}
+
+// The tensors in order, cut into shards of at most `max_bytes` each (a larger tensor alone in its own), named
+// as save_pretrained names them: model-00001-of-00004.safetensors, ...; a single one is model.safetensors.
+std::vector<Shard> shards_of(const std::vector<SafetensorsTensorRef>& tensors, int64_t max_bytes) {
+  std::vector<Shard> shards(1);
+  for (const SafetensorsTensorRef& t : tensors) {
+    const int64_t bytes = tensor_bytes(t);
+    if (!shards.back().tensors.empty() && shards.back().bytes + bytes > max_bytes) shards.emplace_back();
+    shards.back().tensors.push_back(t), shards.back().bytes += bytes;
+  }
+  if (shards.size() == 1) shards[0].name = "model.safetensors";
+  for (size_t i = 0; i < shards.size() && shards.size() > 1; ++i)
+    shards[i].name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+  return shards;
+}
+
+// model.safetensors.index.json of a sharded export: every tensor's shard.
+ExportFile shard_index(const std::vector<Shard>& shards) {
+  nlohmann::json map = nlohmann::json::object();
+  int64_t total = 0;
+  for (const Shard& s : shards) {
+    total += s.bytes;
+    for (const SafetensorsTensorRef& t : s.tensors) map[t.name] = s.name;
+  }
+  return {"model.safetensors.index.json",
+          nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", map}}.dump(2) + "\n"};
+}
+
 // Every file under a temporary name, on disk, before any replaces the folder's own: a failure leaves the
 // folder as it was, and removes the folders this export made.
-void write_export(const fs::path& out, const std::vector<SafetensorsTensorRef>& weights, const std::vector<ExportFile>& files) {
+void write_export(const fs::path& out, const std::vector<Shard>& shards, const std::vector<ExportFile>& files) {
   std::vector<fs::path> made;
   try {
     for (const fs::path& dir : folders_to_make(out, files)) {
@@ -176,22 +256,35 @@ void write_export(const fs::path& out, const std::vector<SafetensorsTensorRef>& 
       if (ec) throw std::runtime_error("export: cannot create the folder '" + dir.string() + "': " + ec.message());
       made.push_back(dir);
     }
-    AtomicFile weights_file(out / "model.safetensors", "export");
-    std::vector<std::unique_ptr<AtomicFile>> others;
-    write_safetensors(weights_file, weights, {{"format", "pt"}});
-    for (const ExportFile& f : files) {
-      others.push_back(std::make_unique<AtomicFile>(out / f.name, "export"));
-      others.back()->write(f.bytes);
+    std::vector<std::unique_ptr<AtomicFile>> written;
+    for (const Shard& shard : shards) {
+      written.push_back(std::make_unique<AtomicFile>(out / shard.name, "export"));
+      write_safetensors(*written.back(), shard.tensors, {{"format", "pt"}});
     }
-    weights_file.finish();
-    for (auto& f : others) f->finish();
-    weights_file.commit();
-    for (auto& f : others) f->commit();
+    for (const ExportFile& f : files) {
+      written.push_back(std::make_unique<AtomicFile>(out / f.name, "export"));
+      written.back()->write(f.bytes);
+    }
+    for (auto& f : written) f->finish();
+    for (auto& f : written) f->commit();
   } catch (const std::exception&) {
     std::error_code ec;
     for (auto dir = made.rbegin(); dir != made.rend(); ++dir) fs::remove(*dir, ec);  // empty again: the temporaries are gone
     throw;
   }
+}
+
+// generation_config.json for a causal LM of the Llama family, unless the source carries its own: the special
+// token ids config.json holds (none for the byte tokenizer).
+std::optional<ExportFile> generation_config(const models::ModelConfig& m, const nlohmann::json& config,
+                                            const std::vector<ExportFile>& carried) {
+  if (m.kind != "llama") return std::nullopt;
+  for (const ExportFile& f : carried)
+    if (f.name == "generation_config.json") return std::nullopt;
+  nlohmann::json g{{"_from_model_config", true}};
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (config.contains(key) && !config[key].is_null()) g[key] = config[key];
+  return ExportFile{"generation_config.json", g.dump(2) + "\n"};
 }
 
 // The export of the model `m`, whose parameters' tensors are `tensors`: with what `source` (an opened Hugging
@@ -212,21 +305,25 @@ void export_model(const models::ModelConfig& m, const models::ModelSpec& spec, s
     }
     tokens.source_folder = source->folder, tokens.source_key = source->what;
   }
-  std::vector<ExportFile> files{{"config.json", round_trip_config(config, hf_config(m)).dump(2) + "\n"}};
+  const nlohmann::json written_config = round_trip_config(config, hf_config(m));
+  std::vector<ExportFile> files{{"config.json", written_config.dump(2) + "\n"}};
+  if (std::optional<ExportFile> g = generation_config(m, written_config, carried)) files.push_back(std::move(*g));
   for (ExportFile& f : tokenizer_files(tokens, m, &report.note)) files.push_back(std::move(f));
   for (ExportFile& f : carried) {
     report.carried_files.push_back(f.name);
     files.push_back(std::move(f));
   }
-  report.files.push_back("model.safetensors");
+  const std::vector<Shard> shards = shards_of(tensors, options.max_shard_bytes);
+  if (shards.size() > 1) files.insert(files.begin(), shard_index(shards));
+  for (const Shard& s : shards) report.files.push_back(s.name);
   for (const ExportFile& f : files) report.files.push_back(f.name);
   check_out(out, read_from, options, report);
-  write_export(out, tensors, files);
+  write_export(out, shards, files);
 }
 
 void check_exportable(const models::ModelConfig& m, const std::string& what) {
-  if ((m.kind != "gpt2" && m.kind != "bert") || m.n_layer <= 0)
-    throw std::runtime_error(what + ": export needs a GPT-2 or BERT model");
+  if ((m.kind != "gpt2" && m.kind != "bert" && m.kind != "llama") || m.n_layer <= 0)
+    throw std::runtime_error(what + ": export needs a GPT-2, BERT or Llama model");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// `ferry export`: a model as a Hugging Face folder (model.safetensors, config.json and the tokenizer files)
-// that transformers loads as GPT2LMHeadModel or BertForMaskedLM (and their base models): a checkpoint's
+// `ferry export`: a model as a Hugging Face folder (model.safetensors or its shards, config.json and the
+// tokenizer files) that transformers loads as GPT2LMHeadModel, BertForMaskedLM (and their base models),
+// LlamaForCausalLM or Qwen2ForCausalLM (with generation_config.json): a checkpoint's
 // weights, or those a run starts from (no step trained). A model from model.init_from round-trips: see
 // formats/hf_source.h. Files already in the folder are never deleted.
 #pragma once
@@ -22,6 +23,9 @@ struct ExportOptions {
   // A folder that holds files already: false refuses it; true replaces the files this export writes there
   // and keeps every other.
   bool overwrite = false;
+  // The largest weights file: a model larger is written as shards (model-00001-of-0000N.safetensors) with
+  // model.safetensors.index.json, as save_pretrained does at its max_shard_size of 5 GB.
+  int64_t max_shard_bytes = 5'000'000'000;
 };
 
 struct ExportReport {

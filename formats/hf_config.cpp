@@ -1,5 +1,5 @@
-// apply_hf_config: reads GPT2Config or BertConfig keys from config.json into the model section, where the
-// YAML does not state them, and refuses what Ferry's GPT-2 and BERT do not compute.
+// apply_hf_config: reads GPT2Config, BertConfig or LlamaConfig (Mistral's, Qwen2's) keys from config.json into
+// the model section, where the YAML does not state them, and refuses what Ferry's models do not compute.
 #include "formats/hf_config.h"
 
 #include <fmt/format.h>
@@ -48,7 +48,8 @@ class Reader {
   const json& at(const char* key) const { return cfg_.at(key); }
   bool stated(const std::string& yaml_key) const { return std::find(stated_.begin(), stated_.end(), yaml_key) != stated_.end(); }
   std::string where(const std::string& key) const { return file_.string() + ": " + key; }
-  std::string model_name() const { return m_.kind == "bert" ? "BERT" : "GPT-2"; }
+  std::string model_name() const { return m_.kind == "bert" ? "BERT" : m_.kind == "llama" ? "Llama" : "GPT-2"; }
+  models::ModelConfig& model() { return m_; }
 
   [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
     throw std::runtime_error(where(key) + " is " + at(key.c_str()).dump() + problem);
@@ -76,9 +77,11 @@ class Reader {
   void kind() {
     if (!has("model_type")) return;
     const json& v = at("model_type");
-    if (v != "gpt2" && v != "bert") fail("model_type", "; Ferry loads gpt2 and bert only");
-    if (!stated("kind")) m_.kind = v.get<std::string>();
-    if (v != m_.kind)
+    if (v != "gpt2" && v != "bert" && !is_llama(v))
+      fail("model_type", "; Ferry loads gpt2, bert and the Llama family (llama, mistral, qwen2) only");
+    const std::string kind = is_llama(v) ? "llama" : v.get<std::string>();
+    if (!stated("kind")) m_.kind = kind;
+    if (kind != m_.kind)
       throw std::runtime_error(fmt::format("{} is {}, and model.kind is {}: set model.kind to the checkpoint's (or remove it)",
                                            where("model_type"), v.dump(), m_.kind));
   }
@@ -105,16 +108,17 @@ class Reader {
     else if (m_.mlp_width() != width) conflict(key, "intermediate_size", std::to_string(m_.mlp_width()), std::to_string(width));
   }
 
-  void eps(const char* key) {
+  void eps(const char* key, const char* yaml_key = "layer_norm_eps",
+           double models::ModelConfig::*field = &models::ModelConfig::layer_norm_eps) {
     if (!has(key)) return;
     const json& v = at(key);
     if (!v.is_number() || !(v.get<double>() >= models::kSmallestEps && v.get<double>() <= 1))
       fail(key, fmt::format(", not a number in [{:g}, 1] (a smaller epsilon vanishes in fp32, and 0 / 0 is NaN)",
                             models::kSmallestEps));
     const double value = v.get<double>();
-    if (!stated("layer_norm_eps")) m_.layer_norm_eps = value;
+    if (!stated(yaml_key)) m_.*field = value;
     else if (std::abs(m_.norm_eps() - value) > 1e-9 * value)
-      conflict(key, "layer_norm_eps", fmt::format("{:g}", m_.norm_eps()), fmt::format("{:g}", value));
+      conflict(key, yaml_key, fmt::format("{:g}", m_.norm_eps()), fmt::format("{:g}", value));
   }
 
   void activation(const char* key) {
@@ -127,6 +131,35 @@ class Reader {
                             model_name()));
     if (!stated("activation")) m_.activation = ours;
     else if (m_.gelu() != ours) conflict(key, "activation", m_.gelu(), ours);
+  }
+
+  // A number (rope_theta, a rope_scaling factor) from `from` (config.json, or its rope object), unless stated.
+  void number(const json& from, const std::string& key, const std::string& yaml_key, double& field, double lo,
+              double hi) {
+    if (!from.contains(key)) return;
+    const json& v = from.at(key);
+    if (!v.is_number() || !(v.get<double>() >= lo && v.get<double>() <= hi))
+      throw std::runtime_error(fmt::format("{} is {}, not a number in [{:g}, {:g}]", where(key), v.dump(), lo, hi));
+    const double value = v.get<double>();
+    if (!stated(yaml_key)) field = value;
+    else if (std::abs(field - value) > 1e-9 * std::abs(value))
+      conflicts_.push_back(
+          {fmt::format("{} is {}, and model.{} is {:g}", key, v.dump(), yaml_key, field),
+           fmt::format("remove model.{} (config.json then sets it) or set it to {:g}", yaml_key, value)});
+  }
+  void boolean(const char* key, const char* yaml_key, bool& field) {
+    if (!has(key)) return;
+    if (!at(key).is_boolean()) fail(key, ", not true or false");
+    if (!stated(yaml_key)) field = at(key).get<bool>();
+    else if (field != at(key).get<bool>()) conflict(key, yaml_key, field ? "true" : "false", at(key).dump());
+  }
+  // A key whose presence (non-null, non-zero, non-false) means a computation Ferry's model lacks.
+  void absent(const char* key, const char* meaning) {
+    if (!has(key)) return;
+    const json& v = at(key);
+    if (v.is_null() || v == false || v == 0 || (v.is_array() && v.empty())) return;
+    fail(key, fmt::format("; Ferry's {} has no {}, so these weights would not compute what they were trained to",
+                          model_name(), meaning));
   }
 
   void fixed(const FixedKey& k) {
@@ -145,6 +178,11 @@ class Reader {
   models::ModelConfig& m_;
   const std::vector<std::string>& stated_;
   std::vector<Conflict> conflicts_;
+
+ public:
+  static bool is_llama(const json& model_type) {
+    return model_type == "llama" || model_type == "mistral" || model_type == "qwen2";
+  }
 };
 
 void read_gpt2(Reader& r) {
@@ -182,6 +220,83 @@ void read_bert(Reader& r) {
     r.fixed(k);
 }
 
+// rope_theta and rope_scaling as transformers 4 writes them, or rope_parameters as transformers 5 does (which
+// takes rope_scaling where a file has both).
+void read_rope(Reader& r) {
+  models::ModelConfig& m = r.model();
+  const bool v4 = r.has("rope_scaling") && !r.at("rope_scaling").is_null();
+  const char* key = v4 || !r.has("rope_parameters") ? "rope_scaling" : "rope_parameters";
+  const json none = json::object();
+  const json& rope = r.has(key) && !r.at(key).is_null() ? r.at(key) : none;
+  if (!rope.is_object()) r.fail(key, ", not an object");
+  const json top = r.has("rope_theta") ? json{{"rope_theta", r.at("rope_theta")}} : json::object();
+  r.number(rope.contains("rope_theta") ? rope : top, "rope_theta", "rope_theta", m.rope_theta, 1, 1e12);
+  if (rope.empty()) return;
+  const json type = rope.contains("rope_type") ? rope["rope_type"]
+                    : rope.contains("type")    ? rope["type"]
+                                               : json("default");
+  if (type != "default" && type != "llama3")
+    throw std::runtime_error(
+        fmt::format("{}.rope_type is {}; Ferry's Llama computes the default rotary embeddings and Llama 3's "
+                    "rope_scaling (llama3) only, so these weights would not compute what they were trained to",
+                    r.where(key), type.dump()));
+  if (!r.stated("rope_scaling.rope_type")) m.rope_scaling.rope_type = type.get<std::string>();
+  models::RopeScalingConfig& s = m.rope_scaling;
+  r.number(rope, "factor", "rope_scaling.factor", s.factor, 1, 1e6);
+  r.number(rope, "low_freq_factor", "rope_scaling.low_freq_factor", s.low_freq_factor, 1e-6, 1e6);
+  r.number(rope, "high_freq_factor", "rope_scaling.high_freq_factor", s.high_freq_factor, 1e-6, 1e6);
+  double original = s.original_max_position_embeddings;
+  r.number(rope, "original_max_position_embeddings", "rope_scaling.original_max_position_embeddings", original, 1,
+           1 << 24);
+  s.original_max_position_embeddings = static_cast<int>(original);
+}
+
+// Mistral's and Qwen2's sliding-window attention: Ferry's attention sees the whole sequence, which equals a
+// window only as long as the sequence.
+void check_sliding_window(Reader& r) {
+  const models::ModelConfig& m = r.model();
+  if (!r.has("sliding_window") || r.at("sliding_window").is_null()) return;
+  if (r.has("use_sliding_window") && r.at("use_sliding_window") == false) return;  // Qwen2: off
+  const json& w = r.at("sliding_window");
+  if (!w.is_number_integer()) r.fail("sliding_window", ", not an integer or null");
+  if (w.get<int64_t>() < m.seq_len)
+    throw std::runtime_error(
+        fmt::format("{} is {}, shorter than the sequence (model.seq_len {}); Ferry's attention sees the whole "
+                    "sequence, which equals the window only as long as it: set model.seq_len to at most {}",
+                    r.where("sliding_window"), w.get<int64_t>(), m.seq_len, w.get<int64_t>()));
+}
+
+void read_llama(Reader& r) {
+  using M = models::ModelConfig;
+  for (const IntKey& k : {IntKey{"num_hidden_layers", "n_layer", &M::n_layer, 1, 1024},
+                          IntKey{"num_attention_heads", "n_head", &M::n_head, 1, 1024},
+                          IntKey{"num_key_value_heads", "num_key_value_heads", &M::n_kv_head, 1, 1024},
+                          IntKey{"hidden_size", "n_embd", &M::n_embd, 1, 65536},
+                          IntKey{"vocab_size", "vocab_size", &M::vocab_size, 1, 1 << 22}})
+    r.integer(k);
+  // No parameter depends on max_position_embeddings: a shorter model.seq_len trains shorter sequences.
+  if (r.has("max_position_embeddings") && !r.stated("seq_len"))
+    r.integer({"max_position_embeddings", "seq_len", &M::seq_len, 1, 1 << 20});
+  r.intermediate("intermediate_size", "hidden_size");
+  r.eps("rms_norm_eps", "rms_norm_eps", &M::rms_norm_eps);
+  read_rope(r);
+  models::ModelConfig& m = r.model();
+  if (r.has("model_type") && r.at("model_type") == "qwen2" && !r.stated("attention_bias"))
+    m.attention_bias = true;  // q, k, v biases
+  r.boolean("attention_bias", "attention_bias", m.attention_bias);
+  r.boolean("tie_word_embeddings", "tie_word_embeddings", m.tie_word_embeddings);
+  if (r.has("head_dim") && r.has("hidden_size") && r.has("num_attention_heads") && !r.at("head_dim").is_null() &&
+      r.at("head_dim") != r.at("hidden_size").get<int64_t>() / r.at("num_attention_heads").get<int64_t>())
+    r.fail("head_dim", "; Ferry's Llama computes with heads of hidden_size / num_attention_heads");
+  for (const FixedKey& k :
+       {FixedKey{"hidden_act", "silu", "SwiGLU's SiLU"}, FixedKey{"mlp_bias", false, "an MLP without biases"},
+        FixedKey{"pretraining_tp", 1, "unsplit projections"}})
+    r.fixed(k);
+  for (const char* moe : {"num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size"})
+    r.absent(moe, "mixture of experts");
+  check_sliding_window(r);
+}
+
 }  // namespace
 
 std::filesystem::path hf_config_path(const std::filesystem::path& init_from) {
@@ -201,6 +316,7 @@ void apply_hf_config(models::ModelConfig& m, const std::vector<std::string>& sta
   Reader r(file, std::move(cfg), m, stated);
   r.kind();
   if (m.kind == "bert") read_bert(r);
+  else if (m.kind == "llama") read_llama(r);
   else read_gpt2(r);
   r.finish();
 }

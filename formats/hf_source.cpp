@@ -20,14 +20,14 @@ using nlohmann::json;
 
 // The export's name of a source tensor: under the task model's base prefix, as Ferry's own names are.
 std::string export_name(const std::string& name, const std::string& kind) {
-  const std::string base = kind == "bert" ? "bert." : "transformer.";
+  const std::string base = kind == "bert" ? "bert." : kind == "llama" ? "model." : "transformer.";
   const std::string head = kind == "bert" ? "cls." : "lm_head.";
   return name.starts_with(base) || name.starts_with(head) ? name : base + name;
 }
 
 // The exported tensor a tied copy repeats (empty: not a tied copy).
-std::string tied_to(const std::string& name) {
-  if (name == "lm_head.weight") return "transformer.wte.weight";
+std::string tied_to(const std::string& name, const std::string& kind) {
+  if (name == "lm_head.weight") return kind == "llama" ? "model.embed_tokens.weight" : "transformer.wte.weight";
   if (name == "cls.predictions.decoder.weight") return "bert.embeddings.word_embeddings.weight";
   if (name == "cls.predictions.decoder.bias") return "cls.predictions.bias";
   return "";
@@ -96,7 +96,7 @@ std::vector<SafetensorsTensorRef> carried_tensors(const HfWeights& source, const
       if (!parameter_of(e.name, spec).empty()) continue;  // trained: written from the checkpoint
       const std::string name = export_name(e.name, spec.kind);
       if (!names.insert(name).second) continue;
-      if (const std::string tied = tied_to(name); !tied.empty()) {
+      if (const std::string tied = tied_to(name, spec.kind); !tied.empty()) {
         const auto it = std::find_if(exported.begin(), exported.end(), [&](const auto& t) { return t.name == tied; });
         if (it == exported.end()) throw std::logic_error("export: " + tied + " is not among the model's tensors");
         SafetensorsTensorRef copy = *it;

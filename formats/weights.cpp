@@ -20,8 +20,14 @@ namespace {
 using Found = std::map<std::string, std::string>;
 
 // The base-model prefixes of the task models' names (GPT2LMHeadModel, BertForMaskedLM): the base models
-// (GPT2Model, BertModel) ship the same tensors without them.
+// (GPT2Model, BertModel) ship the same tensors without them. LlamaForCausalLM's is 'model.' (LlamaModel's
+// names lack it), a common wrapper's prefix too: it is taken off only for a model whose names have it.
 const std::vector<std::string> kPrefixes{"transformer.", "bert."};
+const std::vector<std::string> kLlamaPrefixes{"model."};
+
+const std::vector<std::string>& prefixes_of(const std::set<std::string>& wanted) {
+  return wanted.contains("model.norm.weight") ? kLlamaPrefixes : kPrefixes;
+}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -31,11 +37,13 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 // Tensors a Hugging Face checkpoint may hold that Ferry's model does not: GPT-2's tied LM head and causal
 // mask buffers; BERT's tied decoder, position-id buffer, pooler and next-sentence head (pre-training
-// checkpoints carry them; masked-LM training does not use them). Names in the task model's (prefixed) form.
+// checkpoints carry them; masked-LM training does not use them); a tied Llama's lm_head.weight and the rotary
+// frequencies older Llama checkpoints saved. Names in the task model's (prefixed) form.
 bool ignorable(const std::string& name) {
   return name == "lm_head.weight" || name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
-         name == "cls.predictions.decoder.weight" || name == "cls.predictions.decoder.bias" ||
-         name == "bert.embeddings.position_ids" || name.starts_with("bert.pooler.") || name.starts_with("cls.seq_relationship.");
+         name.ends_with("rotary_emb.inv_freq") || name == "cls.predictions.decoder.weight" ||
+         name == "cls.predictions.decoder.bias" || name == "bert.embeddings.position_ids" ||
+         name.starts_with("bert.pooler.") || name.starts_with("cls.seq_relationship.");
 }
 
 // Older BERT checkpoints (bert-base-uncased among them) name LayerNorm parameters gamma and beta.
@@ -50,32 +58,41 @@ std::string canonical_name(const std::string& name) {
 std::string model_name(const std::string& checkpoint_name, const std::set<std::string>& wanted) {
   const std::string name = canonical_name(checkpoint_name);
   if (wanted.contains(name)) return name;
-  for (const auto& prefix : kPrefixes) {
+  for (const auto& prefix : prefixes_of(wanted)) {
     if (wanted.contains(prefix + name)) return prefix + name;
     if (name.starts_with(prefix) && wanted.contains(name.substr(prefix.size()))) return name.substr(prefix.size());
   }
   return "";
 }
 
-bool ignorable_in_any_form(const std::string& checkpoint_name) {
+bool ignorable_in_any_form(const std::string& checkpoint_name, const std::set<std::string>& wanted) {
   const std::string name = canonical_name(checkpoint_name);
-  return ignorable(name) || std::any_of(kPrefixes.begin(), kPrefixes.end(), [&](const auto& p) { return ignorable(p + name); });
+  const auto& prefixes = prefixes_of(wanted);
+  return ignorable(name) ||
+         std::any_of(prefixes.begin(), prefixes.end(), [&](const auto& p) { return ignorable(p + name); });
 }
 
 // A tensor no parameter has: says which names the model reads, and when the checkpoint's first name part
 // is none of them, that part (a BERT checkpoint given to a GPT-2 model, or a wrapper's prefix).
 std::string unknown_tensor(const std::string& name, const models::ModelSpec& spec) {
-  const bool bert = spec.kind == "bert";
-  const std::vector<std::string> roots = bert ? std::vector<std::string>{"bert.", "cls.", "embeddings.", "encoder.", "pooler."}
-                                              : std::vector<std::string>{"transformer.", "lm_head.", "wte.", "wpe.", "h.", "ln_f."};
+  const bool bert = spec.kind == "bert", llama = spec.kind == "llama";
+  const std::vector<std::string> roots =
+      bert    ? std::vector<std::string>{"bert.", "cls.", "embeddings.", "encoder.", "pooler."}
+      : llama ? std::vector<std::string>{"model.", "lm_head.", "embed_tokens.", "layers.", "norm."}
+              : std::vector<std::string>{"transformer.", "lm_head.", "wte.", "wpe.", "h.", "ln_f."};
   const std::string first = name.substr(0, name.find('.') + 1);
   std::string msg = "weights: the checkpoint has tensor '" + name + "', which this model does not have";
   if (std::find(roots.begin(), roots.end(), first) != roots.end())
     return msg + " (does the model section's shape match the checkpoint's?)";
   msg += "; the checkpoint's names start with '" + first + "', and a model.kind " + spec.kind + " reads ";
-  msg += bert ? "BertForMaskedLM/BertForPreTraining names ('bert.encoder.layer.0...', 'cls.predictions...') or a BertModel's "
-                "(the same without the 'bert.' prefix)"
-              : "GPT2LMHeadModel names ('transformer.h.0...') or a GPT2Model's (the same without the 'transformer.' prefix)";
+  msg += bert    ? "BertForMaskedLM/BertForPreTraining names ('bert.encoder.layer.0...', 'cls.predictions...') or a "
+                   "BertModel's "
+                   "(the same without the 'bert.' prefix)"
+         : llama ? "LlamaForCausalLM names ('model.layers.0...', 'lm_head.weight') or a LlamaModel's (the same without "
+                   "the 'model.' "
+                   "prefix)"
+                 : "GPT2LMHeadModel names ('transformer.h.0...') or a GPT2Model's (the same without the 'transformer.' "
+                   "prefix)";
   return msg;
 }
 
@@ -86,7 +103,7 @@ void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, std::
   for (const auto& e : file.entries()) {
     const std::string name = model_name(e.name, wanted);
     if (name.empty()) {
-      if (ignorable_in_any_form(e.name)) continue;
+      if (ignorable_in_any_form(e.name, wanted)) continue;
       throw std::runtime_error(unknown_tensor(e.name, spec));
     }
     if (const auto seen = found.find(name); seen != found.end() && seen->second != e.name)

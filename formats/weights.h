@@ -1,5 +1,6 @@
 // Loading model weights by Hugging Face name from a safetensors file into a ParameterStore: the layouts
-// people ship (GPT2LMHeadModel, GPT2Model, BertForMaskedLM, BertForPreTraining, BertModel) all load.
+// people ship (GPT2LMHeadModel, GPT2Model, BertForMaskedLM, BertForPreTraining, BertModel, LlamaForCausalLM,
+// MistralForCausalLM, Qwen2ForCausalLM, LlamaModel) all load.
 #pragma once
 
 #include <filesystem>
@@ -19,7 +20,7 @@ struct LoadOptions {
 
 // Every parameter of the spec must be present with its exact shape, unless it belongs to a part named in
 // options.init_missing; a missing, extra or misshapen tensor is an error naming it. Names are matched with or
-// without the base model's prefix ('transformer.', 'bert.'): a checkpoint holding both forms of one tensor
+// without the base model's prefix ('transformer.', 'bert.', 'model.'): a checkpoint holding both forms of one tensor
 // is an error naming both. Tensors that are not parameters in HF checkpoints (the tied lm_head.weight,
 // GPT-2's attention mask buffers, BERT's pooler and next-sentence head) are accepted and ignored.
 // Only the tensors found are written; returns the names of the parameters that were not (each allowed by

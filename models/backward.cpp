@@ -19,6 +19,7 @@ struct BackwardRule {
   int flops_num, flops_den;  // backward FLOPs = forward FLOPs * num / den (a ratio, so counts stay exact)
 };
 
+// clang-format off
 const BackwardRule kRules[] = {
     // kind                reads dy  reads x  saved outputs       FLOPs x forward
     {OpKind::Embedding,    true,     true,    {},                 2, 1},  // x: the tokens, to scatter by
@@ -28,7 +29,11 @@ const BackwardRule kRules[] = {
     {OpKind::Gelu,         true,     true,    {},                 2, 1},
     {OpKind::Residual,     true,     false,   {},                 2, 1},  // dy flows to both inputs as is
     {OpKind::CrossEntropy, false,    true,    {},                 4, 3},  // softmax(logits) - onehot(targets)
+    {OpKind::RmsNorm,      true,     true,    {1},                2, 1},  // rstd
+    {OpKind::Rope,         true,     false,   {},                 1, 1},  // dy rotated back: the angles need no input
+    {OpKind::SwiGlu,       true,     true,    {},                 2, 1},  // gate, up
 };
+// clang-format on
 
 const BackwardRule& rule_of(OpKind kind) {
   for (const BackwardRule& rule : kRules)

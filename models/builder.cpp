@@ -74,6 +74,15 @@ int Builder::layernorm(const std::string& name, const std::vector<int>& params, 
   return forward(name, OpKind::LayerNorm, params, {x}, {out, mean, rstd}, a, 8.0 * a.rows * C);
 }
 
+int Builder::rmsnorm(const std::string& name, const std::vector<int>& params, int x, float eps) {
+  const int64_t C = width(x), B = seq_.batch, T = seq_.seq;
+  const int out = activation(name + ".out", {B, T, C});
+  const int rstd = statistic(name + ".rstd", {B, T});
+  OpAttrs a = rows_of(C);
+  a.eps = eps;
+  return forward(name, OpKind::RmsNorm, params, {x}, {out, rstd}, a, 4.0 * a.rows * C);
+}
+
 int Builder::linear(const std::string& name, const std::vector<int>& params, int x, WeightLayout layout) {
   const Shape& w = spec_.params.at(params.at(0)).shape;
   const bool out_in = layout == WeightLayout::OutIn;
@@ -91,7 +100,29 @@ int Builder::attention(const std::string& name, const std::vector<int>& inputs) 
   const int64_t C = inputs.size() == 1 ? width(inputs[0]) / 3 : width(inputs.at(0)), B = seq_.batch, T = seq_.seq;
   const int out = activation(name + ".out", {B, T, C});
   const int probs = activation(name + ".probs", {B, seq_.heads, T, T});
-  return forward(name, OpKind::Attention, {}, inputs, {out, probs}, sequence_attrs(C), 4.0 * B * T * T * C);
+  OpAttrs a = sequence_attrs(C);
+  if (inputs.size() == 3) {  // {q, k, v}: k's width is its heads' (grouped-query attention)
+    const int64_t head_size = C / seq_.heads, kv_width = width(inputs[1]);
+    if (kv_width % head_size != 0 || seq_.heads % (kv_width / head_size) != 0 || width(inputs[2]) != kv_width)
+      throw std::invalid_argument(name + ": k and v of width " + std::to_string(kv_width) +
+                                  " are no whole number of heads of " + std::to_string(head_size) +
+                                  " that divides the " + std::to_string(seq_.heads) + " query heads");
+    a.kv_heads = kv_width / head_size;
+  }
+  return forward(name, OpKind::Attention, {}, inputs, {out, probs}, a, 4.0 * B * T * T * C);
+}
+
+int Builder::rope(const std::string& name, int x, int64_t heads, const RopeScaling& scaling) {
+  const int out = activation(name + ".out", {seq_.batch, seq_.seq, width(x)});
+  OpAttrs a = sequence_attrs(width(x));
+  a.heads = heads, a.rope = scaling;
+  return forward(name, OpKind::Rope, {}, {x}, {out}, a, 3.0 * a.rows * a.in);  // two products and a sum per element
+}
+
+int Builder::swiglu(const std::string& name, int gate, int up) {
+  const int out = activation(name + ".out", {seq_.batch, seq_.seq, width(gate)});
+  const OpAttrs a = rows_of(width(gate));
+  return forward(name, OpKind::SwiGlu, {}, {gate, up}, {out}, a, 6.0 * a.rows * a.in);  // exp, divide, two products
 }
 
 int Builder::gelu(const std::string& name, int x, GeluForm form) {

@@ -36,10 +36,17 @@ class Builder {
   // params: the embedding tables {tokens (V,C), positions (maxT,C)[, token type (2,C)]}, summed per token.
   int embedding(const std::string& name, const std::vector<int>& params, int tokens);
   int layernorm(const std::string& name, const std::vector<int>& params, int x, float eps = 1e-5f);
+  // params: {w}. Its statistic (rstd) is fp32 whatever the precision.
+  int rmsnorm(const std::string& name, const std::vector<int>& params, int x, float eps);
   // params: {W} or {W, bias}.
   int linear(const std::string& name, const std::vector<int>& params, int x, WeightLayout layout);
-  // inputs: {qkv} packed (B,T,3C), or {q, k, v, attention_mask}.
+  // inputs: {qkv} packed (B,T,3C), {q, k, v, attention_mask}, or {q, k, v} with k and v of fewer heads than q
+  // (grouped-query attention: their width says how many).
   int attention(const std::string& name, const std::vector<int>& inputs);
+  // x (B,T,heads*head_size) rotated by position, Hugging Face's rotate_half pairing.
+  int rope(const std::string& name, int x, int64_t heads, const RopeScaling& scaling);
+  // silu(gate) * up, Llama's MLP activation.
+  int swiglu(const std::string& name, int gate, int up);
   int gelu(const std::string& name, int x, GeluForm form);
   int residual(const std::string& name, int a, int b);
   // The loss: the mean over targets >= 0 of the softmax cross-entropy of logits (B,T,V).

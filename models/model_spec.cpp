@@ -20,6 +20,9 @@ const char* to_string(OpKind kind) {
     case OpKind::Gelu: return "gelu";
     case OpKind::Residual: return "residual";
     case OpKind::CrossEntropy: return "cross_entropy";
+    case OpKind::RmsNorm: return "rmsnorm";
+    case OpKind::Rope: return "rope";
+    case OpKind::SwiGlu: return "swiglu";
   }
   return "?";
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "foundation/rope.h"
 #include "memory/dtype.h"
 #include "memory/planner.h"
 
@@ -35,19 +36,21 @@ struct TensorSpec {
   int64_t bytes() const { return numel(shape) * dtype_bytes(dtype); }
 };
 
-enum class OpKind { Embedding, LayerNorm, Linear, Attention, Gelu, Residual, CrossEntropy };
+enum class OpKind { Embedding, LayerNorm, Linear, Attention, Gelu, Residual, CrossEntropy, RmsNorm, Rope, SwiGlu };
 enum class Pass { Forward, Backward };
 const char* to_string(OpKind kind);
 
 // Shape attributes of an op; which fields matter depends on the kind (see kernels/cpu/ops.h).
 struct OpAttrs {
   int64_t rows = 0;       // tokens: B*T
-  int64_t in = 0, out = 0; // Linear: in/out features. LayerNorm/Gelu/Residual: channels in `in`
+  int64_t in = 0, out = 0;    // Linear: in/out features. Norms, Gelu, Residual, Rope, SwiGlu: channels in `in`
   bool weight_out_in = false; // Linear: weight stored [out, in] (nn.Linear, tied LM head) vs [in, out] (HF Conv1D)
-  int64_t batch = 0, seq = 0, heads = 0; // Attention, Embedding
+  int64_t batch = 0, seq = 0, heads = 0;  // Attention, Embedding; Rope: the heads of q or k it rotates
+  int64_t kv_heads = 0;                   // Attention: key/value heads (grouped-query attention); 0: as many as heads
   bool causal = true;         // Attention: GPT-2's causal mask; false: BERT's bidirectional with key padding mask
   bool exact_gelu = false;    // Gelu: the erf form (BERT) instead of the tanh approximation (GPT-2)
-  float eps = 1e-5f;          // LayerNorm
+  float eps = 1e-5f;          // LayerNorm, RmsNorm
+  RopeScaling rope{};         // Rope: theta and Llama 3's scaling
 };
 
 // One op of the step. The tensor slots per kind and pass are fixed (documented in op_dispatch.cpp); an op reaches

@@ -6,6 +6,7 @@
 
 #include "models/bert.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 
 namespace ferry::models {
 
@@ -22,19 +23,52 @@ GptConfig gpt_config(const ModelConfig& m) {
   return {m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len, m.mlp_width(), static_cast<float>(m.norm_eps()), exact_gelu(m)};
 }
 
+LlamaConfig llama_config(const ModelConfig& m) {
+  return {m.n_layer,       m.n_head,
+          m.kv_heads(),    m.n_embd,
+          m.vocab_size,    m.seq_len,
+          m.mlp_width(),   static_cast<float>(m.norm_eps()),
+          m.rope(),        m.tie_word_embeddings,
+          m.attention_bias};
+}
+
 ModelSpec build_fp32(const ModelConfig& m, int64_t batch, int64_t seq) {
   if (m.kind == "gpt2") return build_gpt2(gpt_config(m), batch, seq);
   if (m.kind == "bert")
     return build_bert({m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len, m.mlp_width(), static_cast<float>(m.norm_eps()),
                        exact_gelu(m), m.type_vocab_size},
                       batch, seq);
-  throw std::invalid_argument("model.kind: '" + m.kind + "' is not a model; expected gpt2 or bert");
+  if (m.kind == "llama") return build_llama(llama_config(m), batch, seq);
+  throw std::invalid_argument("model.kind: '" + m.kind + "' is not a model; expected gpt2, bert or llama");
 }
 
 }  // namespace
 
+RopeScaling ModelConfig::rope() const {
+  RopeScaling r;
+  r.theta = static_cast<float>(rope_theta);
+  if (rope_scaling.rope_type == "llama3") {
+    r.factor = static_cast<float>(rope_scaling.factor);
+    r.low_freq_factor = static_cast<float>(rope_scaling.low_freq_factor);
+    r.high_freq_factor = static_cast<float>(rope_scaling.high_freq_factor);
+    r.original_max_position = static_cast<float>(rope_scaling.original_max_position_embeddings);
+  }
+  return r;
+}
+
 std::string choices_of(const ModelConfig& m) {
   std::ostringstream text;
+  if (m.kind == "llama") {
+    const RopeScalingConfig& s = m.rope_scaling;
+    text << "intermediate_size " << m.mlp_width() << ", rms_norm_eps " << m.norm_eps() << ", num_key_value_heads "
+         << m.kv_heads() << ", rope_theta " << m.rope_theta << ", rope_scaling " << s.rope_type;
+    if (s.rope_type == "llama3")
+      text << " (factor " << s.factor << ", low_freq_factor " << s.low_freq_factor << ", high_freq_factor "
+           << s.high_freq_factor << ", original_max_position_embeddings " << s.original_max_position_embeddings << ")";
+    text << ", tie_word_embeddings " << (m.tie_word_embeddings ? "true" : "false") << ", attention_bias "
+         << (m.attention_bias ? "true" : "false");
+    return text.str();
+  }
   text << "intermediate_size " << m.mlp_width() << ", layer_norm_eps " << m.norm_eps() << ", activation " << m.gelu();
   if (m.kind == "bert") text << ", type_vocab_size " << m.type_vocab_size;
   return text.str();
@@ -50,6 +84,7 @@ void init_model(const ModelConfig& m, const ModelSpec& spec, std::span<const std
   if (values.size() != spec.params.size())
     throw std::invalid_argument("init_model: " + std::to_string(values.size()) + " views for " + std::to_string(spec.params.size()) + " parameters");
   if (m.kind == "bert") return init_bert(spec, values, seed);
+  if (m.kind == "llama") return init_llama(spec, values, seed);
   init_gpt2(spec, gpt_config(m), values, seed);
 }
 

@@ -1,4 +1,4 @@
-// The model registry: the shape a config names (model.kind: gpt2 | bert) as a ModelSpec, and its
+// The model registry: the shape a config names (model.kind: gpt2 | bert | llama) as a ModelSpec, and its
 // initial weights. Every caller builds models through here, so a new kind is added in one place.
 #pragma once
 
@@ -7,10 +7,25 @@
 #include <string>
 #include <vector>
 
+#include "foundation/rope.h"
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
 
 namespace ferry::models {
+
+// The model kinds: GPT-2 (a causal LM), BERT (a masked LM) and the Llama family (Llama 2/3, Mistral, Qwen2).
+inline const std::vector<std::string> kModelKinds{"gpt2", "bert", "llama"};
+
+// Llama's rope_scaling (config.json): "default" is none; "llama3" slows the long wavelengths by `factor`
+// (foundation/rope.h).
+inline const std::vector<std::string> kRopeTypes{"default", "llama3"};
+struct RopeScalingConfig {
+  std::string rope_type = "default";
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position_embeddings = 8192;
+};
 
 // Parts of a model that may be absent from model.init_from and keep the architecture's own initialisation
 // (model.init_missing). "head": BERT's masked-LM head (cls.predictions.*), which a BertModel checkpoint
@@ -42,22 +57,35 @@ struct ModelConfig {
   double layer_norm_eps = 0;   // 0: GPT-2's 1e-5, BERT's 1e-12
   std::string activation{};    // an entry of kActivations; empty: GPT-2 gelu_tanh, BERT gelu
   int type_vocab_size = 2;     // BERT's token-type embedding rows (segments)
+  // Llama's (model.kind: llama), with Hugging Face LlamaConfig's defaults.
+  int n_kv_head = 0;        // num_key_value_heads: grouped-query attention; 0: n_head
+  double rms_norm_eps = 0;  // 0: 1e-6
+  double rope_theta = 10000.0;
+  RopeScalingConfig rope_scaling{};
+  bool tie_word_embeddings = false;  // the LM head is the token embedding (SmolLM, Qwen2 0.5B) or its own lm_head
+  bool attention_bias = false;       // q, k and v projections with biases (Qwen2)
 
   // The values in effect, defaults resolved.
   int mlp_width() const { return intermediate_size > 0 ? intermediate_size : 4 * n_embd; }
-  double norm_eps() const { return layer_norm_eps > 0 ? layer_norm_eps : default_norm_eps(); }
+  double norm_eps() const {
+    if (kind == "llama") return rms_norm_eps > 0 ? rms_norm_eps : default_norm_eps();
+    return layer_norm_eps > 0 ? layer_norm_eps : default_norm_eps();
+  }
   std::string gelu() const { return !activation.empty() ? activation : default_gelu(); }
-  double default_norm_eps() const { return kind == "bert" ? 1e-12 : 1e-5; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  RopeScaling rope() const;  // rope_theta and rope_scaling as the kernels take them
+  double default_norm_eps() const { return kind == "bert" ? 1e-12 : kind == "llama" ? 1e-6 : 1e-5; }
   std::string default_gelu() const { return kind == "bert" ? "gelu" : "gelu_tanh"; }
 };
 
-// The numeric choices in effect, as text ("intermediate_size 256, layer_norm_eps 1e-05, activation gelu_tanh"
-// and BERT's type_vocab_size): two models with equal shapes compute alike when these are equal too.
+// The numeric choices in effect, as text ("intermediate_size 256, layer_norm_eps 1e-05, activation gelu_tanh",
+// BERT's type_vocab_size; Llama's intermediate_size, rms_norm_eps, kv heads, rope and head): two models with
+// equal shapes compute alike when these are equal too.
 std::string choices_of(const ModelConfig& model);
 
 // The op list of one step on `batch` sequences of `seq` tokens, its tensors stored in `precision`.
 ModelSpec build_model(const ModelConfig& model, int64_t batch, int64_t seq, DType precision = DType::F32);
-// The architecture's own initialisation (GPT-2's or BERT's), deterministic in `seed`, into one fp32 view per
+// The architecture's own initialisation (GPT-2's, BERT's or Llama's), deterministic in `seed`, into one fp32 view per
 // parameter (spec.params order): a ParameterStore's, or the host buckets' master weights.
 void init_model(const ModelConfig& model, const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed);
 void init_model(const ModelConfig& model, const ModelSpec& spec, ParameterStore& params, uint64_t seed);

@@ -24,11 +24,17 @@ int64_t op_scratch_bytes(const models::OpSpec& op, DType compute, const Attentio
       return std::max<int64_t>(kLtWorkspaceBytes,
                                backward ? static_cast<int64_t>(column_sums_scratch_bytes(a.rows, a.out)) : 0);
     case models::OpKind::Attention: {
-      // GPT-2's packed qkv (one input in forward) or BERT's q, k, v: only the row stride differs.
+      // GPT-2's packed qkv (one input in forward), BERT's q, k, v, or Llama's with fewer k and v heads.
       const bool packed = op.inputs.size() == (backward ? 4u : 1u);
-      const kernels::AttentionDims dims{a.batch, a.seq, a.in, a.heads, packed ? 3 * a.in : a.in, a.causal};
+      const int64_t kv_width = a.kv_heads > 0 ? a.in / a.heads * a.kv_heads : 0;
+      const kernels::AttentionDims dims{a.batch,  a.seq,      a.in,    a.heads, packed ? 3 * a.in : a.in,
+                                        a.causal, a.kv_heads, kv_width};
       return attention(attention_shape(dims), compute, op.pass);
     }
+    case models::OpKind::RmsNorm:  // dw's column partials, as LayerNorm's backward keeps them
+      return backward ? layernorm_backward_scratch_floats(a.rows, a.in) * int64_t{sizeof(float)} : 0;
+    case models::OpKind::Rope:
+    case models::OpKind::SwiGlu:
     case models::OpKind::CrossEntropy:
       return backward ? int64_t{sizeof(float)} : 0;  // the loss gradient's scale, counted on the device
     case models::OpKind::Gelu:

@@ -8,10 +8,15 @@
 //   Linear       [x] -> [y]                           | [dy, x] -> [dx]             params [W] or [W, b]
 //   Attention    [qkv] -> [y, probs]                  | [dy, qkv, probs, y] -> [dqkv]            (GPT-2)
 //                [q, k, v, mask] -> [y, probs]        | [dy, q, k, v, mask, probs, y] -> [dq, dk, dv] (BERT)
+//                [q, k, v] -> [y, probs]              | [dy, q, k, v, probs, y] -> [dq, dk, dv]  (Llama: causal; k
+//                and v of attrs.kv_heads heads, grouped-query attention)
 //                (y is read by a fused backward, which keeps only a log-sum-exp in place of probs; the CPU's
 //                backward reads probs and leaves y alone, but the plan keeps y alive for it either way)
 //   Gelu         [x] -> [y]                           | [dy, x] -> [dx]
 //   Residual     [a, b] -> [y]                        | [dy] -> [da, db]
+//   RmsNorm      [x] -> [y, rstd]                     | [dy, x, rstd] -> [dx]       params [w]
+//   Rope         [x] -> [y]                           | [dy] -> [dx]                (attrs.heads: q's or k's)
+//   SwiGlu       [gate, up] -> [y]                    | [dy, gate, up] -> [dgate, dup]
 //   CrossEntropy [logits, targets] -> [losses]        | [logits, targets] -> [dlogits]
 //                (the loss is the mean over targets >= 0; BERT marks the others -100)
 #include "engine/ops/op_dispatch.h"
@@ -76,6 +81,13 @@ void attention(const Slots& s, OpKernels& k) {
     return k.attention_backward({dqkv, offset(dqkv, C), offset(dqkv, 2 * C), s.in(0), qkv, offset(qkv, C),
                                  offset(qkv, 2 * C), {}, s.in(2), s.in(3), dims});
   }
+  if (forward_inputs == 3) {  // Llama: [q, k, v] | [dy, q, k, v, probs, y] -> [dq, dk, dv]
+    const int64_t kv_width = C / a.heads * a.kv_heads;
+    const kernels::AttentionDims dims{a.batch, a.seq, C, a.heads, C, a.causal, a.kv_heads, kv_width};
+    if (s.fwd()) return k.attention_forward({s.out(0), s.out(1), s.in(0), s.in(1), s.in(2), {}, dims});
+    return k.attention_backward(
+        {s.out(0), s.out(1), s.out(2), s.in(0), s.in(1), s.in(2), s.in(3), {}, s.in(4), s.in(5), dims});
+  }
   // BERT: [q, k, v, mask] | [dy, q, k, v, mask, probs, y] -> [dq, dk, dv]
   const kernels::AttentionDims dims{a.batch, a.seq, C, a.heads, C, a.causal};
   if (s.fwd()) return k.attention_forward({s.out(0), s.out(1), s.in(0), s.in(1), s.in(2), s.in(3), dims});
@@ -92,6 +104,25 @@ void residual(const Slots& s, OpKernels& k) {
   const int64_t n = s.op.attrs.rows * s.op.attrs.in;
   if (s.fwd()) k.residual_forward({s.out(0), s.in(0), s.in(1), n});
   else k.residual_backward({s.out(0), s.out(1), s.in(0), n});
+}
+
+void rmsnorm(const Slots& s, OpKernels& k) {
+  const OpAttrs& a = s.op.attrs;
+  if (s.fwd()) k.rmsnorm_forward({s.out(0), s.out(1), s.in(0), s.value(0), a.rows, a.in, a.eps});
+  else k.rmsnorm_backward({s.out(0), s.grad(0), s.in(0), s.in(1), s.value(0), s.in(2), a.rows, a.in});
+}
+
+void rope(const Slots& s, OpKernels& k) {
+  const OpAttrs& a = s.op.attrs;
+  const kernels::RopeDims dims{a.batch, a.seq, a.heads, a.in / a.heads, a.in, a.rope};
+  if (s.fwd()) k.rope_forward({s.out(0), s.in(0), dims});
+  else k.rope_backward({s.out(0), s.in(0), dims});
+}
+
+void swiglu(const Slots& s, OpKernels& k) {
+  const int64_t n = s.op.attrs.rows * s.op.attrs.in;
+  if (s.fwd()) k.swiglu_forward({s.out(0), s.in(0), s.in(1), n});
+  else k.swiglu_backward({s.out(0), s.out(1), s.in(0), s.in(1), s.in(2), n});
 }
 
 float cross_entropy(const Slots& s, float loss_weight, OpKernels& k) {
@@ -154,6 +185,9 @@ float launch(const Slots& s, float loss_weight, OpKernels& kernels) {
     case models::OpKind::Gelu: gelu(s, kernels); return 0;
     case models::OpKind::Residual: residual(s, kernels); return 0;
     case models::OpKind::CrossEntropy: return cross_entropy(s, loss_weight, kernels);
+    case models::OpKind::RmsNorm: rmsnorm(s, kernels); return 0;
+    case models::OpKind::Rope: rope(s, kernels); return 0;
+    case models::OpKind::SwiGlu: swiglu(s, kernels); return 0;
   }
   throw std::logic_error("decode_op: op " + s.op.name + " has an unknown kind");
 }

@@ -87,9 +87,9 @@ std::string op_signature(const models::ModelSpec& spec, const models::OpSpec& op
   const models::OpAttrs& a = op.attrs;
   std::string key = std::to_string(static_cast<int>(op.kind)) + "/" + std::to_string(static_cast<int>(op.pass)) + "/" +
                     std::to_string(a.rows) + "," + std::to_string(a.in) + "," + std::to_string(a.out) + "," +
-                    std::to_string(a.weight_out_in) + "," + std::to_string(a.batch) + "," + std::to_string(a.seq) + "," +
-                    std::to_string(a.heads) + "," + std::to_string(a.causal) + "," + std::to_string(a.exact_gelu) + "," +
-                    std::to_string(a.eps);
+                    std::to_string(a.weight_out_in) + "," + std::to_string(a.batch) + "," + std::to_string(a.seq) +
+                    "," + std::to_string(a.heads) + "," + std::to_string(a.kv_heads) + "," + std::to_string(a.causal) +
+                    "," + std::to_string(a.exact_gelu) + "," + std::to_string(a.eps);
   auto shape = [&key](const models::Shape& sh) {
     for (int64_t d : sh) key += 'x' + std::to_string(d);
   };

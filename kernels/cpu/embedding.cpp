@@ -1,4 +1,5 @@
-// Token + learned position embedding (GPT-2's wte/wpe; BERT adds its token-type row), forward and backward.
+// Token + learned position embedding (GPT-2's wte/wpe; BERT adds its token-type row; Llama has no position
+// table: wpe null), forward and backward.
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/parallel.h"
 
@@ -9,8 +10,12 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   parallel_chunks(B * T, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* tok = wte + static_cast<int64_t>(tokens[r]) * C;
-      const float* pos = wpe + (r % T) * C;
       float* o = out + r * C;
+      if (!wpe) {  // positions enter elsewhere (Llama's rotary embeddings)
+        for (int64_t c = 0; c < C; ++c) o[c] = tok[c];
+        continue;
+      }
+      const float* pos = wpe + (r % T) * C;
       if (type)
         for (int64_t c = 0; c < C; ++c) o[c] = (tok[c] + type[c]) + pos[c];
       else

@@ -11,7 +11,8 @@
 namespace ferry::kernels::cpu {
 
 // ---- Embedding: out[b,t,:] = (wte[tokens[b,t],:] + type[:]) + wpe[t,:]
-// tokens (B,T) int32; wte (V,C); wpe (maxT,C); type: BERT's token-type row 0 (C), null for GPT-2; out (B,T,C)
+// tokens (B,T) int32; wte (V,C); wpe (maxT,C), null for Llama (no position table); type: BERT's token-type
+// row 0 (C), null for GPT-2; out (B,T,C)
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                        int64_t T, int64_t C, const float* type = nullptr);
 // dwte (V,C) += scatter of dout rows by token; dwpe (maxT,C) += sum over b of dout[b,t,:];

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kElementwiseBlock) embedding_forward_kernel(El
     const int64_t r = e / C, c = e % C;
     float v = load(wte, static_cast<int64_t>(tokens[r]) * C + c);
     if (type) v = v + load(type, c);
-    store(out, e, v + load(wpe, (r % T_) * C + c));
+    store(out, e, wpe ? v + load(wpe, (r % T_) * C + c) : v);  // no position table: Llama's rotary positions
   });
 }
 

@@ -209,7 +209,7 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
     const int64_t r = e / C, c = e % C;
     float v = load(wte, static_cast<int64_t>(tokens[r]) * C + c);
     if (type) v = v + load(type, c);
-    store(out, e, v + load(wpe, (r % T_) * C + c));
+    store(out, e, wpe ? v + load(wpe, (r % T_) * C + c) : v);
   }
 }
 

@@ -534,6 +534,50 @@ TEST(Config, TheModelsNumericChoicesAreKeysOfTheirOwn) {
   }
 }
 
+// model.kind llama: its keys (Hugging Face's names), applying to it alone, and the errors that say the fix.
+TEST(Config, LlamaKeysAndTheirErrors) {
+  const Config c = parse(kMinimal +
+                         "model: {kind: llama, n_head: 8, num_key_value_heads: 2, n_embd: 64, intermediate_size: 96, "
+                         "rms_norm_eps: 1e-5, rope_theta: 500000, tie_word_embeddings: true, attention_bias: true, "
+                         "rope_scaling: {rope_type: llama3, factor: 32, original_max_position_embeddings: 4096}}\n");
+  EXPECT_EQ(c.model.kv_heads(), 2);
+  EXPECT_DOUBLE_EQ(c.model.norm_eps(), 1e-5);
+  EXPECT_DOUBLE_EQ(c.model.rope_theta, 500000);
+  EXPECT_EQ(c.model.rope_scaling.rope_type, "llama3");
+  EXPECT_DOUBLE_EQ(c.model.rope_scaling.factor, 32);
+  EXPECT_DOUBLE_EQ(c.model.rope_scaling.high_freq_factor, 4);  // Llama 3's default where unstated
+  EXPECT_EQ(c.model.rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_TRUE(c.model.tie_word_embeddings && c.model.attention_bias);
+  const models::ModelConfig plain = parse(kMinimal + "model: {kind: llama}\n").model;
+  EXPECT_EQ(plain.kv_heads(), plain.n_head);
+  EXPECT_DOUBLE_EQ(plain.norm_eps(), 1e-6);  // LlamaConfig's default
+  EXPECT_EQ(plain.rope().factor, 0.0f);      // rope_type default: no scaling
+  EXPECT_NE(config_hash(parse(kMinimal + "model: {kind: llama, rope_theta: 500000}\n")),
+            config_hash(parse(kMinimal + "model: {kind: llama}\n")));
+  struct Case {
+    std::string yaml, needle;
+  };
+  for (const Case& e : std::vector<Case>{
+           {"model: {kind: llama, n_head: 4, num_key_value_heads: 3}\n",
+            "model.num_key_value_heads: 3 does not divide model.n_head (4); each key/value head serves a whole number "
+            "of query heads: "
+            "set a divisor of 4"},
+           {"model: {kind: llama, n_head: 4, n_embd: 36}\n", "model.n_embd: the head size 36 / 4 = 9 is odd"},
+           {"model: {num_key_value_heads: 2}\n",
+            "model.num_key_value_heads: applies to model.kind: llama only (this is gpt2); remove the key"},
+           {"model: {kind: bert, vocab_size: 300, rope_scaling: {factor: 2}}\n",
+            "model.rope_scaling.factor: applies to model.kind: llama only"},
+           {"model: {kind: llama, layer_norm_eps: 1e-5}\n",
+            "model.layer_norm_eps: applies to model.kind: gpt2 or bert only (this is llama)"},
+           {"model: {kind: llama, activation: gelu}\n", "model.activation: applies to model.kind: gpt2 or bert only"},
+           {"model: {kind: llama, rope_scaling: {rope_type: yarn}}\n",
+            "model.rope_scaling.rope_type: 'yarn' is not allowed; expected one of default | llama3"},
+       }) {
+    const std::string err = error_of(kMinimal + e.yaml);
+    EXPECT_NE(err.find(e.needle), std::string::npos) << err;
+  }
+}
+
 // Configs that do not name the new choices build the model they built before, and keep their hash: the
 // parameter count of the old shapes, and no new identity key.
 TEST(Config, ShippedConfigsKeepTheirModelAndTheirHash) {
@@ -541,6 +585,7 @@ TEST(Config, ShippedConfigsKeepTheirModelAndTheirHash) {
     if (entry.path().extension() != ".yaml") continue;
     SCOPED_TRACE(entry.path().string());
     const Config c = load_config(entry.path());
+    if (c.model.kind == "llama") continue;  // new with its choices: nothing older to keep
     const int64_t V = c.model.vocab_size, P = c.model.seq_len, C = c.model.n_embd, L = c.model.n_layer;
     const int64_t blocks = L * (12 * C * C + 13 * C);
     const int64_t old_count = c.model.kind == "bert" ? V * C + P * C + 4 * C + blocks + V + C * C + 3 * C : V * C + P * C + blocks + 2 * C;

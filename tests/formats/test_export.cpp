@@ -263,6 +263,48 @@ TEST(Export, TheWeightsARunStartsFromExportWithoutAStepBitwiseWithTheSourcesFile
   EXPECT_EQ(json_of(s.dir / "out" / "config.json")["hidden_size"], 32);
 }
 
+// A Llama from a Hugging Face folder (tests/data/make_llama_reference.py) exports as LlamaForCausalLM: config.json
+// and generation_config.json that read back as the same model, its tensors bitwise; past max_shard_bytes the
+// weights are shards with their index (save_pretrained's names), which load as one model.
+TEST(Export, ALlamaExportsItsConfigAndShardsPastTheLimit) {
+  Scratch s("export_llama");
+  const auto source = testing::data_path("hf_llama_tiny");
+  StartingPoint start{{}, 3, "byte", {}};
+  start.model.init_from = source;
+  apply_hf_config(start.model, {"init_from"});
+  ExportOptions options;
+  options.max_shard_bytes = 30'000;  // the model is 75 kB in fp32
+  const ExportReport e = export_starting_point(start, s.dir / "out", options);
+  const std::vector<std::string> weights{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                                         "model-00003-of-00003.safetensors", "model.safetensors.index.json"};
+  for (const std::string& f : weights) EXPECT_NE(std::find(e.files.begin(), e.files.end(), f), e.files.end()) << f;
+  EXPECT_FALSE(fs::exists(s.dir / "out" / "model.safetensors"));
+  for (int i = 1; i <= 3; ++i)
+    EXPECT_LE(fs::file_size(s.dir / "out" / weights[static_cast<size_t>(i - 1)]), 30'000u + 4096u)
+        << i;  // + its header
+
+  const nlohmann::json config = json_of(s.dir / "out" / "config.json");
+  EXPECT_EQ(config["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(config["num_key_value_heads"], 2);
+  EXPECT_EQ(config["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(json_of(s.dir / "out" / "generation_config.json")["eos_token_id"], 2);  // the source's, kept in config.json
+  models::ModelConfig back;
+  back.init_from = s.dir / "out";
+  apply_hf_config(back, {"init_from"});
+  EXPECT_EQ(models::choices_of(back), models::choices_of(start.model));
+  EXPECT_EQ(back.n_layer, start.model.n_layer);
+
+  // The shards, read through their index, hold the source's tensors bit for bit.
+  const models::ModelSpec spec = models::build_model(start.model, 1, 1);
+  models::ParameterStore exported{spec.params}, original{spec.params};
+  load_weights(s.dir / "out", spec, exported);
+  load_weights(source, spec, original);
+  for (int i = 0; i < original.count(); ++i)
+    testing::expect_bitwise(std::vector<float>(exported.value(i).begin(), exported.value(i).end()),
+                            std::vector<float>(original.value(i).begin(), original.value(i).end()),
+                            spec.params[i].name.c_str());
+}
+
 TEST(Export, AStartingPointKeepsTheSourcesDtype) {
   Scratch s("export_start_bf16");
   const auto variant = testing::data_path("hf_bert_variant");

@@ -25,13 +25,52 @@ struct Folder {
     model.kind = kind;
     model.init_from = dir;
     std::filesystem::create_directories(dir);
-    json cfg = kind == "bert" ? json{{"model_type", "bert"}, {"num_hidden_layers", 3}, {"num_attention_heads", 2}, {"hidden_size", 32},
-                                     {"intermediate_size", 96}, {"vocab_size", 300}, {"max_position_embeddings", 40},
-                                     {"type_vocab_size", 3}, {"hidden_act", "gelu_new"}, {"layer_norm_eps", 1e-7},
-                                     {"position_embedding_type", "absolute"}, {"hidden_dropout_prob", 0.1}, {"pad_token_id", 0}}
-                              : json{{"model_type", "gpt2"}, {"n_layer", 3}, {"n_head", 2}, {"n_embd", 32}, {"vocab_size", 300},
-                                     {"n_positions", 40}, {"n_inner", nullptr}, {"activation_function", "gelu_new"},
-                                     {"layer_norm_epsilon", 1e-5}, {"tie_word_embeddings", true}, {"resid_pdrop", 0.1}};
+    json cfg = kind == "llama"  ? json{{"model_type", "llama"},
+                                      {"num_hidden_layers", 3},
+                                      {"num_attention_heads", 4},
+                                      {"num_key_value_heads", 2},
+                                      {"hidden_size", 32},
+                                      {"intermediate_size", 88},
+                                      {"vocab_size", 300},
+                                      {"max_position_embeddings", 40},
+                                      {"hidden_act", "silu"},
+                                      {"rms_norm_eps", 1e-5},
+                                      {"tie_word_embeddings", false},
+                                      {"attention_bias", false},
+                                      {"mlp_bias", false},
+                                      {"head_dim", 8},
+                                      {"pretraining_tp", 1},
+                                      {"rope_parameters",
+                                        {{"rope_type", "llama3"},
+                                         {"rope_theta", 500000.0},
+                                         {"factor", 32.0},
+                                         {"low_freq_factor", 1.0},
+                                         {"high_freq_factor", 4.0},
+                                         {"original_max_position_embeddings", 8192}}}}
+               : kind == "bert" ? json{{"model_type", "bert"},
+                                       {"num_hidden_layers", 3},
+                                       {"num_attention_heads", 2},
+                                       {"hidden_size", 32},
+                                       {"intermediate_size", 96},
+                                       {"vocab_size", 300},
+                                       {"max_position_embeddings", 40},
+                                       {"type_vocab_size", 3},
+                                       {"hidden_act", "gelu_new"},
+                                       {"layer_norm_eps", 1e-7},
+                                       {"position_embedding_type", "absolute"},
+                                       {"hidden_dropout_prob", 0.1},
+                                       {"pad_token_id", 0}}
+                                : json{{"model_type", "gpt2"},
+                                       {"n_layer", 3},
+                                       {"n_head", 2},
+                                       {"n_embd", 32},
+                                       {"vocab_size", 300},
+                                       {"n_positions", 40},
+                                       {"n_inner", nullptr},
+                                       {"activation_function", "gelu_new"},
+                                       {"layer_norm_epsilon", 1e-5},
+                                       {"tie_word_embeddings", true},
+                                       {"resid_pdrop", 0.1}};
     for (const auto& [key, value] : changes.items()) {
       if (value.is_null() && key != "n_inner") cfg.erase(key);
       else cfg[key] = value;
@@ -88,8 +127,11 @@ TEST(HfConfig, ModelTypeSetsTheKindUnlessTheYamlStatesIt) {
   EXPECT_EQ(f.model.n_layer, 5);  // read with BertConfig's names once the kind is known
   EXPECT_NE(Folder("gpt2", {{"model_type", "bert"}}).error().find("config.json: model_type is \"bert\", and model.kind is gpt2"),
             std::string::npos);
-  EXPECT_NE(Folder("gpt2", {{"model_type", "roberta"}}).error({"init_from"}).find("model_type is \"roberta\"; Ferry loads gpt2 and bert only"),
-            std::string::npos);
+  EXPECT_NE(
+      Folder("gpt2", {{"model_type", "roberta"}})
+          .error({"init_from"})
+          .find("model_type is \"roberta\"; Ferry loads gpt2, bert and the Llama family (llama, mistral, qwen2) only"),
+      std::string::npos);
 }
 
 TEST(HfConfig, KeysConfigJsonLacksKeepTheModelSection) {
@@ -207,6 +249,88 @@ TEST(HfConfig, WhatFerryCannotComputeIsRefusedByName) {
   Folder damaged("gpt2", json::object());
   std::ofstream(damaged.dir / "config.json") << "[1, 2]";
   EXPECT_NE(damaged.error().find("not a JSON object"), std::string::npos);
+}
+
+// LlamaConfig as transformers 5 writes it (rope_parameters), and as transformers 4 did (rope_theta beside
+// rope_scaling); Mistral's and Qwen2's model_type are Llama's kind, Qwen2's with q/k/v biases.
+TEST(HfConfig, LlamaFamilyFillsItsKeys) {
+  const models::ModelConfig m = Folder("llama", json::object()).filled({"init_from"});
+  EXPECT_EQ(m.kind, "llama");
+  EXPECT_EQ(m.n_layer, 3);
+  EXPECT_EQ(m.n_head, 4);
+  EXPECT_EQ(m.kv_heads(), 2);
+  EXPECT_EQ(m.mlp_width(), 88);
+  EXPECT_EQ(m.seq_len, 40);
+  EXPECT_DOUBLE_EQ(m.norm_eps(), 1e-5);
+  EXPECT_DOUBLE_EQ(m.rope_theta, 500000.0);
+  EXPECT_EQ(m.rope_scaling.rope_type, "llama3");
+  EXPECT_DOUBLE_EQ(m.rope_scaling.factor, 32.0);
+  EXPECT_EQ(m.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_FALSE(m.tie_word_embeddings);
+  EXPECT_FALSE(m.attention_bias);
+
+  const models::ModelConfig v4 = Folder("llama", {{"rope_parameters", nullptr},
+                                                  {"rope_theta", 10000.0},
+                                                  {"rope_scaling",
+                                                   {{"type", "llama3"},
+                                                    {"factor", 8.0},
+                                                    {"low_freq_factor", 2.0},
+                                                    {"high_freq_factor", 4.0},
+                                                    {"original_max_position_embeddings", 64}}},
+                                                  {"tie_word_embeddings", true}})
+                                     .filled({"init_from"});
+  EXPECT_DOUBLE_EQ(v4.rope_theta, 10000.0);
+  EXPECT_EQ(v4.rope_scaling.rope_type, "llama3");
+  EXPECT_DOUBLE_EQ(v4.rope_scaling.low_freq_factor, 2.0);
+  EXPECT_EQ(v4.rope_scaling.original_max_position_embeddings, 64);
+  EXPECT_TRUE(v4.tie_word_embeddings);
+
+  const models::ModelConfig qwen2 =
+      Folder(
+          "llama",
+          {{"model_type", "qwen2"}, {"attention_bias", nullptr}, {"use_sliding_window", false}, {"sliding_window", 4}})
+          .filled({"init_from"});
+  EXPECT_EQ(qwen2.kind, "llama");
+  EXPECT_TRUE(qwen2.attention_bias);
+  EXPECT_EQ(Folder("llama", {{"model_type", "mistral"}, {"sliding_window", 40}}).filled({"init_from"}).kind, "llama");
+
+  // No parameter depends on max_position_embeddings: a shorter model.seq_len is no conflict.
+  Folder shorter("llama", json::object());
+  shorter.model.kind = "llama", shorter.model.seq_len = 16;
+  EXPECT_EQ(shorter.filled({"kind", "init_from", "seq_len"}).seq_len, 16);
+  Folder stated("llama", json::object());
+  stated.model.kind = "llama", stated.model.rope_theta = 10000.0;
+  EXPECT_NE(
+      stated.error({"kind", "init_from", "rope_theta"}).find("rope_theta is 500000.0, and model.rope_theta is 10000"),
+      std::string::npos);
+}
+
+TEST(HfConfig, WhatFerrysLlamaCannotComputeIsRefusedByName) {
+  struct Case {
+    json changes;
+    std::string needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"hidden_act", "gelu"}},
+            "config.json: hidden_act is \"gelu\"; Ferry's Llama computes only with hidden_act: \"silu\""},
+           {{{"rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}}}},
+            "config.json: rope_parameters.rope_type is \"yarn\"; Ferry's Llama computes the default rotary embeddings "
+            "and Llama 3's"},
+           {{{"rope_parameters", nullptr}, {"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}}},
+            "rope_scaling.rope_type is \"linear\""},
+           {{{"num_local_experts", 8}}, "config.json: num_local_experts is 8; Ferry's Llama has no mixture of experts"},
+           {{{"num_experts", 60}}, "num_experts is 60; Ferry's Llama has no mixture of experts"},
+           {{{"model_type", "mistral"}, {"sliding_window", 16}},
+            "config.json: sliding_window is 16, shorter than the sequence (model.seq_len 40); Ferry's attention sees "
+            "the whole "
+            "sequence, which equals the window only as long as it: set model.seq_len to at most 16"},
+           {{{"mlp_bias", true}}, "mlp_bias is true; Ferry's Llama computes only with mlp_bias: false"},
+           {{{"head_dim", 16}},
+            "head_dim is 16; Ferry's Llama computes with heads of hidden_size / num_attention_heads"},
+       }) {
+    const std::string err = Folder("llama", c.changes).error({"init_from"});
+    EXPECT_NE(err.find(c.needle), std::string::npos) << err;
+  }
 }
 
 TEST(HfConfig, ActivationNamesRoundTrip) {

@@ -1,4 +1,4 @@
-// The GPT-2 and BERT ModelSpecs: Hugging Face names and shapes, parameter count, and the op list's invariants
+// The GPT-2, BERT and Llama ModelSpecs: Hugging Face names and shapes, parameter count, and the op list's invariants
 // (every read follows a write, lifetimes derived consistently, the derived backward mirrors forward); and
 // their initial weights, filled in parallel, byte for byte those of one sequential random stream.
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 
 #include "models/bert.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "foundation/rng.h"
 #include "models/weight_init.h"
 
@@ -34,11 +35,20 @@ ModelSpec random_bert(Rng& rng) {
   return build_bert(cfg, pick(rng, 1, 4), pick(rng, 1, cfg.seq_len));
 }
 
+ModelSpec random_llama(Rng& rng) {
+  const int KV = pick(rng, 1, 3), NH = KV * pick(rng, 1, 3);
+  LlamaConfig cfg{pick(rng, 1, 4), NH, KV, NH * 2 * pick(rng, 1, 8), pick(rng, 2, 301), pick(rng, 1, 64),
+                  pick(rng, 1, 96)};
+  cfg.tied = pick(rng, 0, 1) == 1, cfg.attention_bias = pick(rng, 0, 1) == 1;
+  return build_llama(cfg, pick(rng, 1, 4), pick(rng, 1, cfg.seq_len));
+}
+
 // 20 specs of each model at random shapes.
 std::vector<ModelSpec> random_specs() {
   Rng rng(42);
   std::vector<ModelSpec> specs;
-  for (int trial = 0; trial < 20; ++trial) specs.push_back(random_gpt2(rng)), specs.push_back(random_bert(rng));
+  for (int trial = 0; trial < 20; ++trial)
+    specs.push_back(random_gpt2(rng)), specs.push_back(random_bert(rng)), specs.push_back(random_llama(rng));
   return specs;
 }
 
@@ -90,13 +100,15 @@ TEST(ModelSpecs, OpListInvariantsHoldForRandomShapes) {
 double backward_flop_ratio(OpKind kind) {
   if (kind == OpKind::LayerNorm) return 12.0 / 8.0;
   if (kind == OpKind::CrossEntropy) return 4.0 / 3.0;
+  if (kind == OpKind::Rope) return 1.0;  // the rotation back
   return 2.0;
 }
 
 bool same_attrs(const OpAttrs& a, const OpAttrs& b) {
   return a.rows == b.rows && a.in == b.in && a.out == b.out && a.weight_out_in == b.weight_out_in &&
          a.batch == b.batch && a.seq == b.seq && a.heads == b.heads && a.causal == b.causal &&
-         a.exact_gelu == b.exact_gelu && a.eps == b.eps;
+         a.exact_gelu == b.exact_gelu && a.eps == b.eps && a.kv_heads == b.kv_heads && a.rope.theta == b.rope.theta &&
+         a.rope.factor == b.rope.factor;
 }
 
 // The backward op of forward op `f`, as the slot conventions of models/cpu_op.cpp spell it: it reads the
@@ -110,7 +122,7 @@ void expect_mirror(const ModelSpec& spec, const std::map<std::string, int>& inde
   };
   std::vector<int> reads, writes;
   if (f.kind != OpKind::CrossEntropy) reads.push_back(grad(f.outputs.at(0)));
-  if (f.kind != OpKind::Residual) reads.insert(reads.end(), f.inputs.begin(), f.inputs.end());
+  if (f.kind != OpKind::Residual && f.kind != OpKind::Rope) reads.insert(reads.end(), f.inputs.begin(), f.inputs.end());
   reads.insert(reads.end(), f.outputs.begin() + 1, f.outputs.end());
   if (f.kind == OpKind::Attention) reads.push_back(f.outputs.at(0));  // its result last: a fused backward reads it
   for (int t : f.inputs)
@@ -190,8 +202,24 @@ TEST(ModelSpecs, BackwardSlotsFollowTheCpuConventions) {
       {"layer.0.attn.q.bwd", {"layer.0.attn.q.out.grad", "embed.ln.out"}, {"embed.ln.out.grad"}},
       {"embed.bwd", {"embed.out.grad", "tokens"}, {}},
   };
+  const std::vector<Expected> llama = {
+      {"layers.1.self_attn.bwd",
+       {"layers.1.self_attn.out.grad", "layers.1.self_attn.q_rope.out", "layers.1.self_attn.k_rope.out",
+        "layers.1.self_attn.v_proj.out", "layers.1.self_attn.probs", "layers.1.self_attn.out"},
+       {"layers.1.self_attn.q_rope.out.grad", "layers.1.self_attn.k_rope.out.grad",
+        "layers.1.self_attn.v_proj.out.grad"}},
+      {"layers.0.self_attn.k_rope.bwd", {"layers.0.self_attn.k_rope.out.grad"}, {"layers.0.self_attn.k_proj.out.grad"}},
+      {"layers.0.input_layernorm.bwd",
+       {"layers.0.input_layernorm.out.grad", "embed.out", "layers.0.input_layernorm.rstd"},
+       {"embed.out.grad"}},
+      {"layers.1.mlp.act.bwd",
+       {"layers.1.mlp.act.out.grad", "layers.1.mlp.gate_proj.out", "layers.1.mlp.up_proj.out"},
+       {"layers.1.mlp.gate_proj.out.grad", "layers.1.mlp.up_proj.out.grad"}},
+      {"embed.bwd", {"embed.out.grad", "tokens"}, {}},
+  };
   const std::pair<ModelSpec, std::vector<Expected>> cases[] = {{build_gpt2({2, 2, 16, 50, 8}, 2, 8), gpt2},
-                                                               {build_bert({2, 2, 16, 50, 8}, 2, 8), bert}};
+                                                               {build_bert({2, 2, 16, 50, 8}, 2, 8), bert},
+                                                               {build_llama({2, 4, 2, 16, 50, 8, 24}, 2, 8), llama}};
   for (const auto& [spec, expected] : cases)
     for (const Expected& e : expected) {
       const auto op = std::find_if(spec.ops.begin(), spec.ops.end(), [&](const OpSpec& o) { return o.name == e.op; });
@@ -224,6 +252,39 @@ TEST(Gpt2Spec, StepFlopsAreSixPerParameterPerTokenPlusAttention) {
 TEST(Gpt2Spec, RejectsBadShapes) {
   EXPECT_THROW(build_gpt2({2, 3, 64, 256, 32}, 1, 8), std::invalid_argument);  // 64 % 3 != 0
   EXPECT_THROW(build_gpt2({2, 4, 64, 256, 32}, 1, 33), std::invalid_argument);  // T > seq_len
+}
+
+// Llama 3.1 8B and 3.2 1B: LlamaForCausalLM's names, nn.Linear's [out, in] shapes, and the counts
+// LlamaForCausalLM(config).num_parameters() gives for their config.json (8030261248, 1235814400).
+TEST(LlamaSpec, Llama3HasHuggingFaceNamesShapesAndCount) {
+  LlamaConfig l8{32, 32, 8, 4096, 128256, 2048, 14336};
+  const ModelSpec spec = build_llama(l8, 1, 8);
+  EXPECT_EQ(spec.param_count(), 8030261248);
+  EXPECT_EQ(spec.params.size(), 1u + 32u * 9u + 2u);
+  EXPECT_EQ(spec.params[spec.param_index("model.layers.31.self_attn.k_proj.weight")].shape, (Shape{1024, 4096}));
+  EXPECT_EQ(spec.params[spec.param_index("model.layers.0.mlp.down_proj.weight")].shape, (Shape{4096, 14336}));
+  EXPECT_EQ(spec.params[spec.param_index("lm_head.weight")].shape, (Shape{128256, 4096}));
+  EXPECT_THROW(spec.param_index("model.layers.0.self_attn.q_proj.bias"), std::out_of_range);
+  LlamaConfig l1{16, 32, 8, 2048, 128256, 2048, 8192};
+  l1.tied = true;
+  const ModelSpec tied = build_llama(l1, 1, 8);
+  EXPECT_EQ(tied.param_count(), 1235814400);
+  EXPECT_THROW(tied.param_index("lm_head.weight"), std::out_of_range);  // tied to model.embed_tokens.weight
+  const auto att =
+      std::find_if(tied.ops.begin(), tied.ops.end(), [](const OpSpec& o) { return o.kind == OpKind::Attention; });
+  EXPECT_EQ(att->attrs.heads, 32);
+  EXPECT_EQ(att->attrs.kv_heads, 8);
+}
+
+TEST(LlamaSpec, Qwen2BiasesAndBadShapes) {
+  LlamaConfig cfg{2, 4, 2, 32, 64, 16, 48};
+  cfg.attention_bias = true;
+  const ModelSpec spec = build_llama(cfg, 1, 8);
+  EXPECT_EQ(spec.params[spec.param_index("model.layers.1.self_attn.v_proj.bias")].shape, (Shape{16}));
+  EXPECT_THROW(spec.param_index("model.layers.1.self_attn.o_proj.bias"), std::out_of_range);  // Qwen2's o_proj has none
+  EXPECT_THROW(build_llama({2, 4, 3, 32, 64, 16, 48}, 1, 8), std::invalid_argument);          // 3 kv heads for 4 heads
+  EXPECT_THROW(build_llama({2, 4, 2, 36, 64, 16, 48}, 1, 8), std::invalid_argument);          // head size 9: odd
+  EXPECT_THROW(build_llama({2, 4, 2, 32, 64, 16, 48}, 1, 17), std::invalid_argument);         // T > seq_len
 }
 
 TEST(BertSpec, BertBaseHasHuggingFaceNamesShapesAndCount) {
@@ -330,6 +391,25 @@ TEST(WeightInit, BertMatchesOneSequentialStreamOnAnyThreadCount) {
                                                    ", " + std::to_string(threads) + " threads");
       }
     }
+}
+
+// Hugging Face's Llama initialisation: weights N(0, 0.02) from one stream, biases 0, RMSNorm gains 1.
+TEST(WeightInit, LlamaMatchesOneSequentialStreamOnAnyThreadCount) {
+  LlamaConfig cfg{2, 4, 2, 64, 3001, 128, 96};
+  cfg.attention_bias = true;
+  const ModelSpec spec = build_llama(cfg, 1, 1);
+  Rng rng(9);
+  Values expected;
+  for (const ParamSpec& p : spec.params) {
+    std::vector<float>& v = expected.emplace_back(static_cast<size_t>(numel(p.shape)));
+    if (p.name.ends_with(".bias")) std::fill(v.begin(), v.end(), 0.0f);
+    else if (p.name.ends_with("norm.weight")) std::fill(v.begin(), v.end(), 1.0f);
+    else
+      for (float& w : v) w = static_cast<float>(rng.normal() * 0.02);
+  }
+  for (const int threads : {1, 4})
+    expect_same_bytes(spec, expected, parallel_init(spec, threads, [&](auto views) { init_llama(spec, views, 9); }),
+                      "llama, " + std::to_string(threads) + " threads");
 }
 
 }  // namespace
