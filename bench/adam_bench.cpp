@@ -1,5 +1,5 @@
-// ferry-bench adam: CPU AdamW in each mode against the memory bandwidth of a plain kernel with the same
-// access pattern (read four fp32 streams, write three in place), at 1 thread and at all cores.
+// ferry-bench adam: CPU AdamW in each mode (the compact state's too) against the memory bandwidth of a plain
+// kernel reading four fp32 streams and writing three in place, at 1 thread and at all cores.
 #include <fmt/format.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -11,6 +11,7 @@
 
 #include "bench/bench_common.h"
 #include "cpu_optim/adamw.h"
+#include "foundation/precision.h"
 #include "memory/host_buffer.h"
 #include "foundation/console.h"
 
@@ -37,8 +38,10 @@ struct Mode {
   bool upload;
   DType upload_type;
   cpu_optim::Rounding rounding;
+  bool compact = false;  // optim.state: compact (bf16 weights, m and v; the weights are the upload)
   double bytes_per_param() const {
     const double grad_bytes = grad == DType::F32 ? 4 : 2;
+    if (compact) return 6 + grad_bytes + 6;          // read p, m, v, grad; write p, m, v
     return 12 + grad_bytes + 12 + (upload ? 2 : 0);  // read p, m, v, grad; write p, m, v, upload
   }
 };
@@ -64,6 +67,11 @@ struct AdamBuffers {
             mode.grad == DType::F32 ? static_cast<const void*>(g32.data()) : g16.data(), mode.grad,
             mode.upload ? out.data() : nullptr, mode.upload_type};
   }
+  // The compact state in the first half of the fp32 buffers.
+  cpu_optim::CompactBucket compact_bucket(const Mode& mode) {
+    return {p.as<uint16_t>().first(n), m.as<uint16_t>().first(n), v.as<uint16_t>().first(n),
+            mode.grad == DType::F32 ? static_cast<const void*>(g32.data()) : g16.data(), mode.grad};
+  }
 };
 
 std::vector<Mode> adam_modes() {
@@ -74,15 +82,16 @@ std::vector<Mode> adam_modes() {
       {"bf16-grad+bf16-out", DType::BF16, true, DType::BF16, Rounding::NearestEven},
       {"bf16-grad+bf16-out-stochastic", DType::BF16, true, DType::BF16, Rounding::Stochastic},
       {"f16-grad+f16-out", DType::F16, true, DType::F16, Rounding::NearestEven},
+      {"compact-bf16-grad", DType::BF16, false, DType::BF16, Rounding::NearestEven, true},
   };
 }
 
-// Every mode on the widest path, then the offload mode on every other path, for comparison.
+// Every mode on the widest path, then the offload mode and the compact state's on every other path, for comparison.
 std::vector<std::pair<Mode, cpu_optim::Isa>> adam_runs(const std::vector<Mode>& modes) {
   std::vector<std::pair<Mode, cpu_optim::Isa>> runs;
   for (const Mode& mode : modes) runs.emplace_back(mode, cpu_optim::best_isa());
   for (cpu_optim::Isa isa : cpu_optim::supported_isas())
-    if (isa != cpu_optim::best_isa()) runs.emplace_back(modes[2], isa);
+    if (isa != cpu_optim::best_isa()) runs.emplace_back(modes[2], isa), runs.emplace_back(modes.back(), isa);
   return runs;
 }
 
@@ -117,11 +126,18 @@ void time_adam_run(const Mode& mode, cpu_optim::Isa isa, int threads, int reps, 
   std::fill(buf.v.as<float>().begin(), buf.v.as<float>().end(), 0.0f);
   const cpu_optim::CpuAdamW opt(cpu_optim::AdamWOptions{{}, cpu_optim::to_string(isa), threads, mode.rounding, 1});
   const cpu_optim::Bucket bucket = buf.bucket(mode);
+  const cpu_optim::CompactBucket compact = buf.compact_bucket(mode);
   std::vector<double> times, bw_times;
   for (int r = 0; r < reps; ++r) {
     bw_times.push_back(plain_pass(arena, buf));
+    if (mode.compact) {  // the plain pass wrote fp32 over the compact state: a fresh one, outside the timing
+      std::fill(compact.param.begin(), compact.param.end(), float_to_bf16(0.5f));
+      std::fill(compact.m.begin(), compact.m.end(), uint16_t{0}),
+          std::fill(compact.v.begin(), compact.v.end(), uint16_t{0});
+    }
     const auto t0 = Clock::now();
-    opt.step(bucket, r + 1, 1e-4, 1.0f);
+    if (mode.compact) opt.step(compact, r + 1, 1e-4, 1.0f);
+    else opt.step(bucket, r + 1, 1e-4, 1.0f);
     times.push_back(seconds_since(t0));
   }
   const double n = static_cast<double>(buf.n);
@@ -159,7 +175,8 @@ void write_adam_results(const AdamReport& report, int64_t n, int reps, int all, 
     write_result(markdown_path, "--markdown",
                  "# CPU AdamW vs memory bandwidth\n\n" + stamp + "\n" +
                      "GB/s count the bytes each mode must move (fp32 p, m, v read and written; the gradient read; the "
-                     "upload written). Bandwidth: a plain kernel reading 4 fp32 streams and writing 3 in place, same "
+                     "upload written; compact: bf16 p, m, v read and written, the gradient read). Bandwidth: a plain "
+                     "kernel reading 4 fp32 streams and writing 3 in place, same "
                      "tiles and threads, timed right before each AdamW repetition.\n\n" +
                      report.table.str());
   }

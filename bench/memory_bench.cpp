@@ -1,8 +1,9 @@
-// ferry-bench memory: what a training run holds in host memory, per parameter. Each shape and precision trains a
-// few steps in a child process of its own (so that runs do not share a peak); the parent reads the child's peak
-// RSS and subtracts the device memory (on the host device, host memory standing for the GPU's: its arena and
-// its ops' workspaces) to give host bytes per parameter, beside the host buckets (master, m, v, working copy,
-// gradient landing) that the offload engine needs by design.
+// ferry-bench memory: what a training run holds in host memory, per parameter. Each shape and precision (bf16 and
+// fp32 with the exact optimizer state, bf16 with the compact one) trains a few steps in a child process of its own (so
+// that runs do not share a peak); the parent reads the child's peak RSS and subtracts the device memory (on the host
+// device, host memory standing for the GPU's: its arena and its ops' workspaces) to give host bytes per parameter,
+// beside the host buckets (master, m, v, working copy, gradient landing; the compact state's bf16 weights, m, v and
+// gradients) that the offload engine needs by design.
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -27,6 +28,15 @@ struct Shape {
 
 // GPT-2 small and medium, at a small batch and sequence: the model state, not the activations, is measured.
 const std::vector<Shape> kShapes{{"GPT-2 124M", {}}, {"GPT-2 350M", {"model.n_layer=24", "model.n_embd=1024", "model.n_head=16"}}};
+
+// What a run stores: its precision and optimizer state, as the table names it, and the keys that set them.
+struct Variant {
+  const char* name;
+  std::vector<std::string> sets;
+};
+const std::vector<Variant> kVariants{{"bf16", {"train.precision=bf16"}},
+                                     {"fp32", {"train.precision=fp32"}},
+                                     {"bf16, compact state", {"train.precision=bf16", "optim.state=compact"}}};
 
 // Trains in a child process; returns its summary (as JSON) and its peak RSS in bytes.
 std::pair<nlohmann::json, int64_t> run_child(const engine::Config& cfg) {
@@ -74,9 +84,9 @@ int run_memory_bench(const std::string& config_path, const std::vector<std::stri
   table << "| shape | precision | params | policy | peak RSS | device arena | device memory | host bytes / param | of which host buckets | other |\n"
         << "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Shape& shape : kShapes) {
-    for (const char* precision : {"bf16", "fp32"}) {
+    for (const auto& [precision, sets] : kVariants) {
       std::vector<std::string> o = shape.sets;
-      o.push_back(fmt::format("train.precision={}", precision));
+      o.insert(o.end(), sets.begin(), sets.end());
       o.insert(o.end(), overrides.begin(), overrides.end());
       o.push_back(fmt::format("train.steps={}", steps));
       o.push_back("train.eval_batches=1");

@@ -101,6 +101,15 @@ void CpuAdamW::check(const Bucket& b) const {
     throw std::invalid_argument("adamw: stochastic rounding is implemented for bf16 uploads, not fp16");
 }
 
+void CpuAdamW::check(const CompactBucket& b) const {
+  const size_t n = b.param.size();
+  if (b.m.size() != n || b.v.size() != n)
+    throw std::invalid_argument("adamw: the compact state's weights, m and v of a bucket must have the same length");
+  check_ranges(b.ranges, n);
+  if (n > 0 && !b.grad) throw std::invalid_argument("adamw: bucket without gradients");
+  check_float_type(b.grad_type, "gradients");
+}
+
 kernels::AdamWCoefficients adamw_coefficients(const AdamWHyper& h, int64_t step, double lr, float grad_scale,
                                               uint64_t seed) {
   const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
@@ -118,25 +127,47 @@ kernels::AdamWCoefficients adamw_coefficients(const AdamWHyper& h, int64_t step,
           random_bits(seed_key, static_cast<uint32_t>(step))};
 }
 
-void CpuAdamW::step(const Bucket& b, int64_t step, double lr, float grad_scale) const {
-  check(b);
+// One pass per range, with its lr and weight decay in the two coefficients they enter; element indices
+// stay the bucket's (stochastic rounding hashes them).
+template <class Kernel>
+void CpuAdamW::for_ranges(size_t n, std::span<const HyperRange> ranges, int64_t step, double lr, float grad_scale,
+                          Kernel&& kernel) const {
   if (step < 1) throw std::invalid_argument("adamw: step counts from 1");
-  detail::KernelArgs a{b.param.data(), b.m.data(), b.v.data(), b.grad, b.grad_type, b.upload, b.upload_type, options_.rounding, {}};
-  // One pass per range, with its lr and weight decay in the two coefficients they enter; element indices
-  // stay the bucket's (stochastic rounding hashes them).
-  const HyperRange whole{0, b.param.size(), 1.0, options_.hyper.weight_decay};
-  for (const HyperRange& r : b.ranges.empty() ? std::span<const HyperRange>(&whole, 1) : b.ranges) {
+  const HyperRange whole{0, n, 1.0, options_.hyper.weight_decay};
+  for (const HyperRange& r : ranges.empty() ? std::span<const HyperRange>(&whole, 1) : ranges) {
     AdamWHyper range_hyper = options_.hyper;
     range_hyper.weight_decay = r.weight_decay;
-    a.c = adamw_coefficients(range_hyper, step, lr * r.lr_scale, grad_scale, options_.seed);
-    for_tiles(*arena_, r.end - r.begin, [&](size_t, size_t i0, size_t i1) {
-      switch (isa_) {
-        case Isa::Avx512: detail::adamw_avx512(a, r.begin + i0, r.begin + i1); break;
-        case Isa::Avx2: detail::adamw_avx2(a, r.begin + i0, r.begin + i1); break;
-        case Isa::Scalar: detail::adamw_scalar(a, r.begin + i0, r.begin + i1); break;
-      }
-    });
+    const kernels::AdamWCoefficients c =
+        adamw_coefficients(range_hyper, step, lr * r.lr_scale, grad_scale, options_.seed);
+    for_tiles(*arena_, r.end - r.begin, [&](size_t, size_t i0, size_t i1) { kernel(c, r.begin + i0, r.begin + i1); });
   }
+}
+
+void CpuAdamW::step(const Bucket& b, int64_t step, double lr, float grad_scale) const {
+  check(b);
+  for_ranges(b.param.size(), b.ranges, step, lr, grad_scale,
+             [&](const kernels::AdamWCoefficients& c, size_t i0, size_t i1) {
+               const detail::KernelArgs a{b.param.data(), b.m.data(),    b.v.data(),        b.grad, b.grad_type,
+                                          b.upload,       b.upload_type, options_.rounding, c};
+               switch (isa_) {
+                 case Isa::Avx512: detail::adamw_avx512(a, i0, i1); break;
+                 case Isa::Avx2: detail::adamw_avx2(a, i0, i1); break;
+                 case Isa::Scalar: detail::adamw_scalar(a, i0, i1); break;
+               }
+             });
+}
+
+void CpuAdamW::step(const CompactBucket& b, int64_t step, double lr, float grad_scale) const {
+  check(b);
+  for_ranges(
+      b.param.size(), b.ranges, step, lr, grad_scale, [&](const kernels::AdamWCoefficients& c, size_t i0, size_t i1) {
+        const detail::CompactArgs a{b.param.data(), b.m.data(), b.v.data(), b.grad, b.grad_type, b.first_index, c};
+        switch (isa_) {
+          case Isa::Avx512: detail::compact_avx512(a, i0, i1); break;
+          case Isa::Avx2: detail::compact_avx2(a, i0, i1); break;
+          case Isa::Scalar: detail::compact_scalar(a, i0, i1); break;
+        }
+      });
 }
 
 }  // namespace ferry::cpu_optim

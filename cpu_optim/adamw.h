@@ -71,6 +71,20 @@ struct Bucket {
   std::span<const HyperRange> ranges = {};
 };
 
+// One bucket of the compact optimizer state (optim.state: compact): the weights themselves in bf16 (the copy
+// that travels to the device; there is no fp32 master) and m and v in bf16: 6 bytes a parameter where the
+// exact state takes 14. Each element takes the exact update on its widened values; m and v are rounded to
+// nearest even, the weight stochastically, so that an update below half a bf16 ulp still moves it in
+// expectation. The random bits hash the element's index in the model (first_index: the bucket's first), so
+// no two elements of a step share them and the result depends on no split, thread or ISA.
+struct CompactBucket {
+  std::span<uint16_t> param, m, v;  // bf16 bits
+  const void* grad = nullptr;
+  DType grad_type = DType::BF16;
+  uint32_t first_index = 0;
+  std::span<const HyperRange> ranges = {};  // as Bucket::ranges
+};
+
 // One step's coefficients for the element update (kernels/adamw_math.h), computed in double and rounded to
 // fp32 once, as PyTorch does: what CpuAdamW::step hands its kernels for a range, and the device AdamW its
 // kernel. `seed`: of stochastic rounding.
@@ -92,10 +106,13 @@ class CpuAdamW {
   // Throws std::invalid_argument when step() would refuse the bucket, so that a caller can check every
   // bucket before it changes any.
   void check(const Bucket& bucket) const;
+  void check(const CompactBucket& bucket) const;
 
   // One AdamW step on one bucket: step counts from 1, lr is this step's learning rate, and every gradient
   // is multiplied by grad_scale first (clip coefficient / loss scale).
   void step(const Bucket& bucket, int64_t step, double lr, float grad_scale) const;
+  // The same on the compact state.
+  void step(const CompactBucket& bucket, int64_t step, double lr, float grad_scale) const;
 
   // The whole optimizer step over every bucket of a model: OptimizerStep(*this, buckets.size(), max_norm,
   // loss_scale).run(buckets, step, lr).
@@ -103,6 +120,11 @@ class CpuAdamW {
                    float loss_scale = 1.0f) const;
 
  private:
+  // Calls kernel(coefficients, begin, end) on tiles of each range of an n-element bucket.
+  template <class Kernel>
+  void for_ranges(size_t n, std::span<const HyperRange> ranges, int64_t step, double lr, float grad_scale,
+                  Kernel&& kernel) const;
+
   AdamWOptions options_;
   Isa isa_;
   int threads_;

@@ -24,9 +24,8 @@ __m256 load_grad8(const void* grad, DType type, size_t i) {
   return _mm256_setzero_ps();
 }
 
-__m256i random8(uint32_t key, size_t i) {
-  __m256i x = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(i))),
-                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+__m256i random8(uint32_t key, uint32_t i) {
+  __m256i x = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   x = _mm256_xor_si256(x, _mm256_set1_epi32(static_cast<int>(key)));
   x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
   x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
@@ -35,14 +34,16 @@ __m256i random8(uint32_t key, size_t i) {
   return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 
-__m128i to_bf16(__m256 p, const KernelArgs& a, size_t i) {
+// bf16 by integer rounding (nearest-even, or stochastic with the bits of elements index .. index+7), NaN kept
+// quiet: the rules of foundation/precision.h.
+__m128i to_bf16(__m256 p, bool stochastic, uint32_t key, uint32_t index) {
   const __m256i bits = _mm256_castps_si256(p);
   const __m256i hi = _mm256_srli_epi32(bits, 16);
   __m256i add;
-  if (a.rounding == Rounding::Stochastic) {
+  if (stochastic) {
     const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
     const __m256i inf = _mm256_cmpeq_epi32(abs, _mm256_set1_epi32(0x7f800000));
-    add = _mm256_andnot_si256(inf, _mm256_and_si256(random8(a.c.random_key, i), _mm256_set1_epi32(0xffff)));
+    add = _mm256_andnot_si256(inf, _mm256_and_si256(random8(key, index), _mm256_set1_epi32(0xffff)));
   } else {
     add = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1)));
   }
@@ -65,8 +66,9 @@ void store_upload8(const KernelArgs& a, __m256 p, size_t i) {
       _mm256_storeu_ps(out, p);
     return;
   }
-  const __m128i h = a.upload_type == DType::F16 ? _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-                                                : to_bf16(p, a, i);
+  const __m128i h = a.upload_type == DType::F16
+                        ? _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                        : to_bf16(p, a.rounding == Rounding::Stochastic, a.c.random_key, static_cast<uint32_t>(i));
   auto* out = reinterpret_cast<__m128i*>(static_cast<uint16_t*>(a.upload) + i);
   if ((reinterpret_cast<uintptr_t>(out) & 15) == 0)
     _mm_stream_si128(out, h);
@@ -74,24 +76,41 @@ void store_upload8(const KernelArgs& a, __m256 p, size_t i) {
     _mm_storeu_si128(out, h);
 }
 
+// The step's coefficients, broadcast once per call.
+struct Coefficients8 {
+  __m256 beta1, omb1, beta2, omb2, decay, step_size, inv_bc2_sqrt, eps, scale;
+  explicit Coefficients8(const AdamWCoefficients& c)
+      : beta1(_mm256_set1_ps(c.beta1)), omb1(_mm256_set1_ps(c.one_minus_beta1)), beta2(_mm256_set1_ps(c.beta2)),
+        omb2(_mm256_set1_ps(c.one_minus_beta2)), decay(_mm256_set1_ps(c.decay)), step_size(_mm256_set1_ps(c.step_size)),
+        inv_bc2_sqrt(_mm256_set1_ps(c.inv_bc2_sqrt)), eps(_mm256_set1_ps(c.eps)), scale(_mm256_set1_ps(c.grad_scale)) {}
+};
+
+// adamw_element on 8 lanes; g is unscaled.
+inline void adamw8(const Coefficients8& c, __m256 g, __m256& p, __m256& m, __m256& v) {
+  g = _mm256_mul_ps(g, c.scale);
+  m = _mm256_fmadd_ps(c.beta1, m, _mm256_mul_ps(c.omb1, g));
+  v = _mm256_fmadd_ps(c.beta2, v, _mm256_mul_ps(_mm256_mul_ps(c.omb2, g), g));
+  const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(v), c.inv_bc2_sqrt, c.eps);
+  p = _mm256_fnmadd_ps(c.step_size, _mm256_div_ps(m, denom), _mm256_mul_ps(p, c.decay));
+}
+
+__m256 load_bf16x8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+void store_bf16x8(uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
+
 }  // namespace
 
 void adamw_avx2(const KernelArgs& a, size_t begin, size_t end) {
-  const __m256 beta1 = _mm256_set1_ps(a.c.beta1), omb1 = _mm256_set1_ps(a.c.one_minus_beta1);
-  const __m256 beta2 = _mm256_set1_ps(a.c.beta2), omb2 = _mm256_set1_ps(a.c.one_minus_beta2);
-  const __m256 decay = _mm256_set1_ps(a.c.decay), step_size = _mm256_set1_ps(a.c.step_size);
-  const __m256 inv_bc2_sqrt = _mm256_set1_ps(a.c.inv_bc2_sqrt), eps = _mm256_set1_ps(a.c.eps);
-  const __m256 scale = _mm256_set1_ps(a.c.grad_scale);
+  const Coefficients8 c(a.c);
   size_t i = begin;
   for (; i + 8 <= end; i += 8) {
-    const __m256 g = _mm256_mul_ps(load_grad8(a.grad, a.grad_type, i), scale);
     __m256 m = _mm256_loadu_ps(a.m + i);
     __m256 v = _mm256_loadu_ps(a.v + i);
     __m256 p = _mm256_loadu_ps(a.param + i);
-    m = _mm256_fmadd_ps(beta1, m, _mm256_mul_ps(omb1, g));
-    v = _mm256_fmadd_ps(beta2, v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
-    const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(v), inv_bc2_sqrt, eps);
-    p = _mm256_fnmadd_ps(step_size, _mm256_div_ps(m, denom), _mm256_mul_ps(p, decay));
+    adamw8(c, load_grad8(a.grad, a.grad_type, i), p, m, v);
     _mm256_storeu_ps(a.m + i, m);
     _mm256_storeu_ps(a.v + i, v);
     _mm256_storeu_ps(a.param + i, p);
@@ -99,6 +118,19 @@ void adamw_avx2(const KernelArgs& a, size_t begin, size_t end) {
   }
   if (a.upload) _mm_sfence();  // streaming stores are visible to other threads once the tile returns
   adamw_scalar(a, i, end);
+}
+
+void compact_avx2(const CompactArgs& a, size_t begin, size_t end) {
+  const Coefficients8 c(a.c);
+  size_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    __m256 m = load_bf16x8(a.m + i), v = load_bf16x8(a.v + i), p = load_bf16x8(a.param + i);
+    adamw8(c, load_grad8(a.grad, a.grad_type, i), p, m, v);
+    store_bf16x8(a.m + i, to_bf16(m, false, 0, 0));
+    store_bf16x8(a.v + i, to_bf16(v, false, 0, 0));
+    store_bf16x8(a.param + i, to_bf16(p, true, a.c.random_key, a.first_index + static_cast<uint32_t>(i)));
+  }
+  compact_scalar(a, i, end);
 }
 
 double sum_squares_avx2(const void* grad, DType type, size_t begin, size_t end) {

@@ -26,8 +26,8 @@ __m512 load_grad16(const void* grad, DType type, size_t i, __mmask16 k) {
 }
 
 // lowbias32 of (index ^ key) for the 16 lanes i .. i+15 (see random_bits in foundation/precision.h).
-__m512i random16(uint32_t key, size_t i) {
-  __m512i x = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(i))),
+__m512i random16(uint32_t key, uint32_t i) {
+  __m512i x = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(i)),
                                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   x = _mm512_xor_si512(x, _mm512_set1_epi32(static_cast<int>(key)));
   x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
@@ -37,15 +37,16 @@ __m512i random16(uint32_t key, size_t i) {
   return _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
 }
 
-// bf16 by integer rounding (nearest-even or stochastic), NaN kept quiet: the rules of foundation/precision.h.
-__m256i to_bf16(__m512 p, const KernelArgs& a, size_t i) {
+// bf16 by integer rounding (nearest-even, or stochastic with the bits of elements index .. index+15), NaN kept
+// quiet: the rules of foundation/precision.h.
+__m256i to_bf16(__m512 p, bool stochastic, uint32_t key, uint32_t index) {
   const __m512i bits = _mm512_castps_si512(p);
   const __m512i hi = _mm512_srli_epi32(bits, 16);
   __m512i add;
-  if (a.rounding == Rounding::Stochastic) {
+  if (stochastic) {
     const __m512i abs = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
     const __mmask16 inf = _mm512_cmpeq_epi32_mask(abs, _mm512_set1_epi32(0x7f800000));
-    add = _mm512_maskz_and_epi32(static_cast<__mmask16>(~inf), random16(a.c.random_key, i), _mm512_set1_epi32(0xffff));
+    add = _mm512_maskz_and_epi32(static_cast<__mmask16>(~inf), random16(key, index), _mm512_set1_epi32(0xffff));
   } else {
     add = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
   }
@@ -96,8 +97,7 @@ inline void store_upload16(const KernelArgs& a, __m512 p, size_t i, __mmask16 k)
     h = _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   else if (kNativeBf16)
     h = to_bf16_native(p);
-  else
-    h = to_bf16(p, a, i);
+  else h = to_bf16(p, a.rounding == Rounding::Stochastic, a.c.random_key, static_cast<uint32_t>(i));
   auto* out = static_cast<uint16_t*>(a.upload) + i;
   if (kMasked)
     _mm256_mask_storeu_epi16(out, k, h);
@@ -107,17 +107,22 @@ inline void store_upload16(const KernelArgs& a, __m512 p, size_t i, __mmask16 k)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), h);
 }
 
-// One vector of 16 elements (fewer under the tail mask k).
-template <bool kNativeBf16, bool kMasked>
-inline void adamw16(const KernelArgs& a, const Coefficients16& c, size_t i, __mmask16 k) {
-  const __m512 g = _mm512_mul_ps(load_grad16(a.grad, a.grad_type, i, k), c.scale);
-  __m512 m = kMasked ? _mm512_maskz_loadu_ps(k, a.m + i) : _mm512_loadu_ps(a.m + i);
-  __m512 v = kMasked ? _mm512_maskz_loadu_ps(k, a.v + i) : _mm512_loadu_ps(a.v + i);
-  __m512 p = kMasked ? _mm512_maskz_loadu_ps(k, a.param + i) : _mm512_loadu_ps(a.param + i);
+// adamw_element on 16 lanes; g is unscaled.
+inline void adamw16_math(const Coefficients16& c, __m512 g, __m512& p, __m512& m, __m512& v) {
+  g = _mm512_mul_ps(g, c.scale);
   m = _mm512_fmadd_ps(c.beta1, m, _mm512_mul_ps(c.omb1, g));
   v = _mm512_fmadd_ps(c.beta2, v, _mm512_mul_ps(_mm512_mul_ps(c.omb2, g), g));
   const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(v), c.inv_bc2_sqrt, c.eps);
   p = _mm512_fnmadd_ps(c.step_size, _mm512_div_ps(m, denom), _mm512_mul_ps(p, c.decay));
+}
+
+// One vector of 16 elements (fewer under the tail mask k).
+template <bool kNativeBf16, bool kMasked>
+inline void adamw16(const KernelArgs& a, const Coefficients16& c, size_t i, __mmask16 k) {
+  __m512 m = kMasked ? _mm512_maskz_loadu_ps(k, a.m + i) : _mm512_loadu_ps(a.m + i);
+  __m512 v = kMasked ? _mm512_maskz_loadu_ps(k, a.v + i) : _mm512_loadu_ps(a.v + i);
+  __m512 p = kMasked ? _mm512_maskz_loadu_ps(k, a.param + i) : _mm512_loadu_ps(a.param + i);
+  adamw16_math(c, load_grad16(a.grad, a.grad_type, i, k), p, m, v);
   if (kMasked) {
     _mm512_mask_storeu_ps(a.m + i, k, m);
     _mm512_mask_storeu_ps(a.v + i, k, v);
@@ -139,7 +144,27 @@ void adamw_avx512_impl(const KernelArgs& a, size_t begin, size_t end) {
   if (a.upload) _mm_sfence();  // streaming stores are visible to other threads once the tile returns
 }
 
+// The compact update of 16 elements (fewer under the tail mask k): bf16 in and out, the integer rounding
+// (the native conversion flushes subnormals, which the scalar path keeps).
+inline __m512 load_bf16x16(const uint16_t* p, __mmask16 k) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
+}
+
+inline void compact16(const CompactArgs& a, const Coefficients16& c, size_t i, __mmask16 k) {
+  __m512 m = load_bf16x16(a.m + i, k), v = load_bf16x16(a.v + i, k), p = load_bf16x16(a.param + i, k);
+  adamw16_math(c, load_grad16(a.grad, a.grad_type, i, k), p, m, v);
+  _mm256_mask_storeu_epi16(a.m + i, k, to_bf16(m, false, 0, 0));
+  _mm256_mask_storeu_epi16(a.v + i, k, to_bf16(v, false, 0, 0));
+  _mm256_mask_storeu_epi16(a.param + i, k, to_bf16(p, true, a.c.random_key, a.first_index + static_cast<uint32_t>(i)));
+}
+
 }  // namespace
+
+void compact_avx512(const CompactArgs& a, size_t begin, size_t end) {
+  const Coefficients16 c(a.c);
+  for (size_t i = begin; i < end; i += 16)
+    compact16(a, c, i, end - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (end - i)) - 1));
+}
 
 void adamw_avx512(const KernelArgs& a, size_t begin, size_t end) {
   // The native bf16 conversion only rounds to nearest; stochastic rounding takes the integer route.

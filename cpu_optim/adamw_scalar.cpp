@@ -38,6 +38,12 @@ void adamw_scalar(const KernelArgs& a, size_t begin, size_t end) {
   }
 }
 
+void compact_scalar(const CompactArgs& a, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i)
+    compact_element(a.param[i], a.m[i], a.v[i], load_grad(a.grad, a.grad_type, i), a.c,
+                    random_bits(a.c.random_key, a.first_index + static_cast<uint32_t>(i)));
+}
+
 double sum_squares_scalar(const void* grad, DType type, size_t begin, size_t end) {
   double s = 0;
   for (size_t i = begin; i < end; ++i) {

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "cpu_optim/adamw.h"
+#include "foundation/precision.h"
 #include "kernels/adamw_math.h"
 
 namespace ferry::cpu_optim::detail {
@@ -27,6 +29,31 @@ struct KernelArgs {
 void adamw_scalar(const KernelArgs& a, size_t begin, size_t end);
 void adamw_avx2(const KernelArgs& a, size_t begin, size_t end);
 void adamw_avx512(const KernelArgs& a, size_t begin, size_t end);
+
+// The compact state's bucket (CompactBucket): bf16 bits of the weights, m and v.
+struct CompactArgs {
+  uint16_t* param;
+  uint16_t* m;
+  uint16_t* v;
+  const void* grad;
+  DType grad_type;
+  uint32_t first_index;  // of element 0 in the model: the index stochastic rounding hashes
+  AdamWCoefficients c;
+};
+
+// The compact update of one element: the exact update on the widened values, then m and v rounded to
+// nearest even and the weight stochastically (`random`: its element's bits), so that an update smaller than
+// half a bf16 ulp still moves the weight in expectation. Every ISA path computes this, operation for operation.
+inline void compact_element(uint16_t& w, uint16_t& m, uint16_t& v, float g, const AdamWCoefficients& c,
+                            uint32_t random) {
+  float wf = bf16_to_float(w), mf = bf16_to_float(m), vf = bf16_to_float(v);
+  adamw_element(wf, mf, vf, g, c);
+  w = float_to_bf16_stochastic(wf, random), m = float_to_bf16(mf), v = float_to_bf16(vf);
+}
+
+void compact_scalar(const CompactArgs& a, size_t begin, size_t end);
+void compact_avx2(const CompactArgs& a, size_t begin, size_t end);
+void compact_avx512(const CompactArgs& a, size_t begin, size_t end);
 
 // Sum of squares in double; inf/nan make it non-finite.
 double sum_squares_scalar(const void* grad, DType type, size_t begin, size_t end);

@@ -45,12 +45,12 @@ struct OptimizerStep::State {
   }
 
   // The bucket's gradients must be those it recorded statistics of: the decision's scale is theirs.
-  void check_update(size_t bucket, const Bucket& b) const {
+  void check_update(size_t bucket, const void* grad, DType type, size_t n) const {
     if (given) return;
     if (bucket >= n_buckets)
       throw std::out_of_range(bucket_name(bucket) + " does not exist; the step has " + std::to_string(n_buckets));
     const Slot& s = slots[bucket];
-    if (s.grad && (s.grad != b.grad || s.type != b.grad_type || s.n != b.param.size()))
+    if (s.grad && (s.grad != grad || s.type != type || s.n != n))
       throw std::invalid_argument(bucket_name(bucket) + ": the update's gradients are not those its statistics were recorded from");
   }
 };
@@ -118,7 +118,15 @@ const StepDecision& OptimizerStep::decision() const {
 
 void OptimizerStep::update(size_t bucket, const Bucket& b, int64_t step, double lr) const {
   const StepDecision& d = decision();
-  state_->check_update(bucket, b);
+  state_->check_update(bucket, b.grad, b.grad_type, b.param.size());
+  adamw_->check(b);
+  if (d.report.skipped) return;
+  adamw_->step(b, step, lr, d.grad_scale);
+}
+
+void OptimizerStep::update(size_t bucket, const CompactBucket& b, int64_t step, double lr) const {
+  const StepDecision& d = decision();
+  state_->check_update(bucket, b.grad, b.grad_type, b.param.size());
   adamw_->check(b);
   if (d.report.skipped) return;
   adamw_->step(b, step, lr, d.grad_scale);

@@ -46,6 +46,7 @@ class OptimizerStep {
   // times decision().grad_scale. After decide() has returned; from any thread, at the same time for
   // different buckets. The bucket's gradients must be those its statistics were recorded from.
   void update(size_t bucket, const Bucket& b, int64_t step, double lr) const;
+  void update(size_t bucket, const CompactBucket& b, int64_t step, double lr) const;  // the compact state's
 
   // The whole step over `buckets` (bucket i at index i): checks them all before it changes any, records,
   // decides and updates. On a step with a given decision: checks and updates.

@@ -254,6 +254,23 @@ void check_llama_heads(const models::ModelConfig& m) {
                     m.n_embd, m.n_head, m.n_embd / m.n_head));
 }
 
+// optim.state: compact keeps bf16 weights that the CPU's AdamW updates in place: the weights travel as they
+// are (bf16), no device AdamW holds a copy of the state, and no step reads the weights while they update.
+void check_compact_state(const Config& c) {
+  if (!c.optim.compact()) return;
+  if (c.train.precision != "bf16")
+    throw ConfigError("optim.state: compact stores the weights in bf16, and train.precision is " + c.train.precision +
+                      "; set train.precision: bf16 or optim.state: exact");
+  if (c.offload.policy == "resident")
+    throw ConfigError(
+        "optim.state: compact keeps the optimizer state on the host for the CPU's AdamW, and offload.policy: resident "
+        "runs AdamW on the device; use offload.policy: greedy, zero-offload or chunk-lru, or optim.state: exact");
+  if (c.offload.overlap == "delayed")
+    throw ConfigError(
+        "optim.state: compact updates the weights in place, and offload.overlap: delayed reads the old weights while "
+        "they update; use offload.overlap: backward or pipelined, or optim.state: exact");
+}
+
 // What no single key can check; also fills the default of optim.min_lr, which depends on optim.lr.
 void check_across_keys(Config& c) {
   if (c.model.n_embd % c.model.n_head != 0)
@@ -285,6 +302,7 @@ void check_across_keys(Config& c) {
     throw ConfigError("optim.min_lr: " + std::to_string(c.optim.min_lr) + " is above optim.lr");
   if (c.optim.min_lr < 0) c.optim.min_lr = c.optim.lr / 10;
   check_weight_decay(c.optim);
+  check_compact_state(c);
 }
 
 }  // namespace
@@ -426,6 +444,7 @@ std::vector<std::pair<std::string, std::string>> config_identity(const Config& c
                                      {"data.merges (file name)", c.data.merges.filename().string()}, {"data.lowercase", c.data.lowercase}})
       if (!value.empty()) identity.emplace_back(key, value);  // (state.json holds no empty values)
   if (!c.optim.groups.empty()) identity.emplace_back("optim.groups", param_groups_identity(c.optim.groups));
+  if (c.optim.compact()) identity.emplace_back("optim.state", c.optim.state);  // exact: the hash of earlier builds
   append_model_choices(c.model, identity);
   return identity;
 }

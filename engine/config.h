@@ -39,6 +39,8 @@ struct OptimConfig {
   double min_lr = -1;               // cosine floor; unset (-1) means lr / 10
   int cpu_threads = 0;              // threads of the CPU AdamW; 0: all cores
   std::string isa = "auto";         // CPU AdamW kernels: auto | scalar | avx2 | avx512
+  std::string state = "exact";  // exact (fp32 master, m, v) | compact (bf16 weights, m, v; cpu_optim::CompactBucket)
+  bool compact() const { return state == "compact"; }
   std::vector<ParamGroup> groups;   // by parameter name, first match wins (engine/param_groups.h)
 };
 

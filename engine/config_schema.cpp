@@ -510,6 +510,11 @@ std::vector<Key<Config>> optim_keys() {
           "optim.isa", [](Config & c) -> auto& { return c.optim.isa; }, {"auto", "scalar", "avx2", "avx512"},
           "the CPU AdamW's kernels; auto: the widest the CPU runs; the environment variable FERRY_CPU_ISA overrides "
           "it"),
+      choice(
+          "optim.state", [](Config & c) -> auto& { return c.optim.state; }, {"exact", "compact"},
+          "the optimizer state on the host: exact (fp32 master weights, m and v: 16 bytes a parameter with the bf16 "
+          "working copy and gradients) or compact (bf16 weights with stochastic rounding, bf16 m and v: 8 bytes a "
+          "parameter; AdamW on the CPU for every bucket; needs train.precision: bf16)"),
       {doc("optim.groups", "list of mappings", "entries with the keys optim.groups[].*", "none",
            "parameter groups: each parameter takes the settings of the first group whose params pattern matches its "
            "name",

@@ -470,6 +470,9 @@ Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan,
   if (plan.memory.red_zone_bytes > 0 && device.arena().backing() != memory::Arena::Backing::Host)
     throw std::invalid_argument("red zones are checked on the host device only");
   check_device_runs_every_op(spec, device);
+  if (host.compact() && plan.schedule.any_device_optimizer())
+    throw std::logic_error(
+        "the compact optimizer state lives on the host, and the plan runs AdamW on the device for some bucket");
   impl_ = std::make_unique<Impl>(spec, plan, host, pool, device, adamw, options, trace);
   Impl& x = *impl_;
   // The libraries' scratch lives in the plan's workspace (before the warm-up, whose ops use it).

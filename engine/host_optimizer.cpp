@@ -37,6 +37,12 @@ HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, memory::HostBucke
     : p_(p), host_(host), adamw_(adamw), delayed_(delayed), max_norm_(max_norm), faults_(faults), label_(std::move(bucket_labels)),
       ranges_(std::move(ranges)) {
   const int nb = p.n_buckets;
+  if (delayed && host.compact())
+    throw std::logic_error(
+        "host optimizer: the compact state updates its weights in place, which the delayed update reads meanwhile");
+  uint32_t first =
+      0;  // the elements before a bucket, modulo 2^32: stochastic rounding hashes an element's index in the model
+  for (int b = 0; b < nb; ++b) first_index_.push_back(first), first += static_cast<uint32_t>(p.bucket_numel(b));
   if (!ranges_.empty() && static_cast<int>(ranges_.size()) != nb)
     throw std::logic_error("host optimizer: hyper-parameter ranges for " + std::to_string(ranges_.size()) + " buckets; the plan has " +
                            std::to_string(nb));
@@ -131,15 +137,25 @@ void HostOptimizer::wait(const std::shared_ptr<device::HostEvent>& event) {
   if (const std::string error = event->wait(); !error.empty()) throw std::runtime_error(error);
 }
 
-// AdamW on bucket b under `step`'s decision, its working copy (in the precision) written by the same fused pass.
+// AdamW on bucket b under `step`'s decision, its working copy (in the precision) written by the same fused pass;
+// the compact state's working copy is the weight, updated in place.
 void HostOptimizer::queue_update(std::shared_ptr<const cpu_optim::OptimizerStep> step_ptr, int b, int grads, int64_t adam_step, double lr) {
   run("adamw " + label_[b], [this, step_ptr = std::move(step_ptr), b, grads, adam_step, lr] {
     const cpu_optim::OptimizerStep& step = *step_ptr;
     const size_t n = static_cast<size_t>(p_.bucket_numel(b));
+    const std::span<const cpu_optim::HyperRange> ranges =
+        ranges_.empty() ? std::span<const cpu_optim::HyperRange>() : ranges_[b];
+    if (host_.compact()) {
+      const auto bf16 = [&](Region r) { return std::span<uint16_t>(host_.region(b, r).as<uint16_t>(), n); };
+      step.update(static_cast<size_t>(b),
+                  cpu_optim::CompactBucket{bf16(Region::Working), bf16(Region::M), bf16(Region::V), gradients(grads, b),
+                                           gradient_type(), first_index_[b], ranges},
+                  adam_step, lr);
+      return;
+    }
     std::byte* out = delayed_ ? working_next_[b] : working_now_[b];
     if (step.decision().report.skipped && delayed_)  // the next copy is the current one
       std::memcpy(out, working_now_[b], static_cast<size_t>(p_.bucket_bytes[b]));
-    const std::span<const cpu_optim::HyperRange> ranges = ranges_.empty() ? std::span<const cpu_optim::HyperRange>() : ranges_[b];
     step.update(static_cast<size_t>(b), {{region(b, Region::Master), n}, {region(b, Region::M), n}, {region(b, Region::V), n},
                                          gradients(grads, b), gradient_type(), out, p_.precision, ranges},
                 adam_step, lr);

@@ -6,7 +6,8 @@
 // (ZeRO-Offload's), a step's updates run during the next step: gradients alternate between two landing
 // regions and working copies are swapped once the updates are in. With the pipelined update, a step's
 // updates run on into the next step with the same buffers (the executor orders their reuse); every task
-// holds the OptimizerStep it belongs to, so a new step can begin while the last one's updates run.
+// holds the OptimizerStep it belongs to, so a new step can begin while the last one's updates run. The compact
+// state (optim.state: compact) has no master: AdamW updates the bf16 working copy, m and v in place.
 #pragma once
 
 #include <cstdint>
@@ -121,6 +122,7 @@ class HostOptimizer {
   std::vector<std::byte*> grad_land_[2];  // per parity, per bucket: in the precision
   std::vector<float*> grad_sum_[2];       // per parity, per bucket: fp32 sums over micro-batches (grad_accum > 1)
   std::vector<std::byte*> working_now_, working_next_, working_spare_;
+  std::vector<uint32_t> first_index_;  // per bucket: its first element's index in the model (cpu_optim::CompactBucket)
   int parity_ = 0;
 
   // This step's: statistics as gradients land, then the decision. Shared with the tasks that use it, so

@@ -133,11 +133,14 @@ offload::PlanRequest plan_request(const Config& cfg, const offload::CostModel& c
   request.grad_accum = cfg.train.grad_accum;
   request.overlap = offload::parse_overlap(cfg.offload.overlap);
   request.workspace_bytes = cost.profiled_workspace_bytes;
+  request.compact_state = cfg.optim.compact();
   return request;
 }
 
 int64_t resident_peak_bytes(const models::ModelSpec& spec, const offload::CostModel& cost, offload::PlanRequest request) {
-  request.budget_bytes = int64_t(1) << 62, request.policy = offload::Policy::Resident, request.overlap = offload::Overlap::Backward;
+  request.budget_bytes = int64_t(1) << 62, request.overlap = offload::Overlap::Backward;
+  // The compact state has no device AdamW: every weight on the device is the most it can hold.
+  request.policy = request.compact_state ? offload::Policy::ZeroOffload : offload::Policy::Resident;
   return offload::plan_step(spec, cost, request).memory.layout.peak;
 }
 

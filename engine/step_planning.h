@@ -56,7 +56,7 @@ void save_cost_model(const std::filesystem::path& path, const offload::CostModel
 offload::PlanRequest plan_request(const Config& config, const offload::CostModel& cost);
 
 // The device memory policy resident peaks at for `request` (whatever its budget, policy and overlap): the budget
-// of a run that gives none on the host device.
+// of a run that gives none on the host device. With the compact state (no device AdamW), zero-offload's.
 int64_t resident_peak_bytes(const models::ModelSpec& spec, const offload::CostModel& cost, offload::PlanRequest request);
 
 // The step plan for the config on `cost`: budget `budget` (0: offload.gpu_budget; both unset: what

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -33,6 +34,7 @@
 #include "engine/slow_stage.h"
 #include "engine/step_planning.h"
 #include "foundation/atomic_file.h"
+#include "foundation/precision.h"
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_dir.h"
 #include "formats/export.h"
@@ -54,13 +56,14 @@ using Region = memory::HostBuckets::Region;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The working copies (what the device computes with, in the precision) rounded from the fp32 masters, as
-// AdamW's fused copy-out writes them. In chunks over every core: a 1.5B model's masters are 6 GB, and each
-// element is rounded on its own, so the bytes do not depend on the split.
-void refresh_working_copies(memory::HostBuckets& host) {
+// The working copies (what the device computes with, in the precision) rounded from fp32 weights per bucket
+// (`source`: the masters, or the compact state's start-up scratch), as AdamW's fused copy-out writes them. In
+// chunks over every core: a 1.5B model's masters are 6 GB, and each element is rounded on its own, so the
+// bytes do not depend on the split.
+void round_into_working_copies(memory::HostBuckets& host, const std::function<std::span<float>(int)>& source) {
   constexpr size_t kChunk = size_t{1} << 20;  // elements
   tbb::parallel_for(size_t{0}, host.layout().buckets().size(), [&](size_t b) {
-    const auto master = host.master(static_cast<int>(b));
+    const auto master = source(static_cast<int>(b));
     const memory::TensorView working = host.region(static_cast<int>(b), Region::Working);
     const size_t element_bytes = static_cast<size_t>(dtype_bytes(working.dtype));
     tbb::parallel_for(size_t{0}, (master.size() + kChunk - 1) / kChunk, [&](size_t c) {
@@ -71,26 +74,43 @@ void refresh_working_copies(memory::HostBuckets& host) {
   });
 }
 
-// Per parameter, its slice of one fp32 region of the host buckets (master, m or v): checkpoints are written
-// from, and read into, these views, and initial weights go straight into the masters'.
-std::vector<std::span<float>> region_views(const memory::HostBuckets& host, int params, Region r) {
+// The working copies from the masters; the compact state's working copy is the weight itself.
+void refresh_working_copies(memory::HostBuckets& host) {
+  if (!host.compact()) round_into_working_copies(host, [&](int b) { return host.master(b); });
+}
+
+// Per parameter, the fp32 weights that initialisation fills: slices of the masters, or of the compact state's
+// start-up scratch (initialised_weights rounds it into the working copies).
+std::vector<std::span<float>> weights_to_initialise(const memory::HostBuckets& host, int params) {
   std::vector<std::span<float>> views;
   for (int p = 0; p < params; ++p) {
-    const memory::TensorView t = host.view(p, r);
-    views.emplace_back(t.as<float>(), static_cast<size_t>(t.numel()));
+    const auto& slot = host.layout().slot(p);
+    views.push_back(host.compact()
+                        ? host.compact_scratch(slot.bucket)
+                              .subspan(static_cast<size_t>(slot.offset), static_cast<size_t>(slot.numel))
+                        : std::span<float>(host.view(p, Region::Master).as<float>(), static_cast<size_t>(slot.numel)));
   }
   return views;
 }
-std::vector<std::span<float>> master_views(const memory::HostBuckets& host, int params) {
-  return region_views(host, params, Region::Master);
+
+// The initialised weights made the training state: the working copies rounded from them, and the compact
+// state's scratch (its m and v regions) zeroed again.
+void initialised_weights(memory::HostBuckets& host) {
+  if (!host.compact()) return refresh_working_copies(host);
+  round_into_working_copies(host, [&](int b) { return host.compact_scratch(b); });
+  tbb::parallel_for(size_t{0}, host.layout().buckets().size(), [&](size_t b) {
+    const std::span<float> scratch = host.compact_scratch(static_cast<int>(b));
+    std::fill(scratch.begin(), scratch.end(), 0.0f);
+  });
 }
 
-// Master weights, m and v per parameter (T: float to read into, const float to write from).
-template <class T>
-formats::ParameterViews<T> bucket_state(const memory::HostBuckets& host, int params) {
-  formats::ParameterViews<T> views;
-  for (const auto& [to, r] : {std::pair{&views.weights, Region::Master}, {&views.m, Region::M}, {&views.v, Region::V}})
-    for (const std::span<float> v : region_views(host, params, r)) to->push_back(v);
+// The weights, m and v per parameter as the host buckets keep them (fp32 masters and moments, or the compact
+// state's bf16 working copy and moments): checkpoints are written from, and read into, these views.
+formats::ParameterViews bucket_state(const memory::HostBuckets& host, int params) {
+  formats::ParameterViews views;
+  const Region weights = host.compact() ? Region::Working : Region::Master;
+  for (const auto& [to, r] : {std::pair{&views.weights, weights}, {&views.m, Region::M}, {&views.v, Region::V}})
+    for (int p = 0; p < params; ++p) to->push_back(host.view(p, r));
   return views;
 }
 
@@ -360,7 +380,7 @@ HostMemoryEstimate checked_host_memory(HostMemoryEstimate needs) {
 // working copies rounded from them. Parameters model.init_from lacks (allowed by model.init_missing) keep the
 // architecture's initialisation, and the start-up says which.
 void initialize_weights(const Config& cfg, const models::ModelSpec& spec, memory::HostBuckets& host, Progress& progress) {
-  const std::vector<std::span<float>> masters = master_views(host, static_cast<int>(spec.params.size()));
+  const std::vector<std::span<float>> masters = weights_to_initialise(host, static_cast<int>(spec.params.size()));
   models::init_model(cfg.model, spec, masters, cfg.train.seed);
   if (!cfg.model.init_from.empty()) {
     const std::vector<std::string> initialised = formats::load_weights(cfg.model.init_from, spec, masters, {cfg.model.init_missing});
@@ -368,7 +388,7 @@ void initialize_weights(const Config& cfg, const models::ModelSpec& spec, memory
       progress.message(fmt::format("model.init_from: initialised {} tensors the checkpoint lacks: {}", initialised.size(),
                                    fmt::join(initialised, ", ")));
   }
-  refresh_working_copies(host);
+  initialised_weights(host);
 }
 
 Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
@@ -399,7 +419,8 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
                                    .d2h_link_gbps = opt.d2h_link_gbps})),
       pool_(during(progress_, "pinning " + memory::format_bytes(host_memory_.host_buckets) + " of host memory",
                    [this] { return device_->make_host_pool(host_memory_.host_buckets); })),
-      host_(plan_.problem.layout, *pool_, plan_.problem.precision, plan_.problem.precision),
+      host_(plan_.problem.layout, *pool_, plan_.problem.precision, plan_.problem.precision,
+            plan_.problem.compact_state),
       executor_(during(progress_, "the executor's warm-up (every op once)",
                        [&] {
                          return Executor(spec_, plan_, host_, *pool_, *device_, adamw_,
@@ -441,10 +462,11 @@ void Run::announce() {
   const int64_t budget = p.budget_bytes;
   progress_.message(fmt::format(
       "ferry: {} ({} layers, {} heads, n_embd {}), {:.2f}M parameters, device {} ({} threads), batch {}x{} x{} accum, "
-      "{} train / {} val tokens, AdamW on the CPU: {} x{}",
-      spec_.kind, m.n_layer, m.n_head, m.n_embd, spec_.param_count() / 1e6, on_cuda() ? "cuda" : "cpu", threads_, cfg_.train.batch_size, cfg_.sequence(),
-      cfg_.train.grad_accum, batches_.data().train_tokens(), batches_.data().val_tokens(), cpu_optim::to_string(adamw_.isa()),
-      adamw_.threads()));
+      "{} train / {} val tokens, AdamW on the CPU: {} x{}{}",
+      spec_.kind, m.n_layer, m.n_head, m.n_embd, spec_.param_count() / 1e6, on_cuda() ? "cuda" : "cpu", threads_,
+      cfg_.train.batch_size, cfg_.sequence(), cfg_.train.grad_accum, batches_.data().train_tokens(),
+      batches_.data().val_tokens(), cpu_optim::to_string(adamw_.isa()), adamw_.threads(),
+      cfg_.optim.compact() ? " on the compact state (bf16 weights, m and v)" : ""));
   const bool delayed = plan_.schedule.delayed_update;
   const std::string overlap = plan_.overlap_note.empty() ? cfg_.offload.overlap : plan_.overlap_note;
   progress_.message(fmt::format(
@@ -482,7 +504,7 @@ void Run::load_weights_of(const std::filesystem::path& checkpoint) {
         "layers, {} heads, n_embd {}, vocab_size {}, seq_len {}, {}: evaluate it with the config it was trained with",
         dir.string(), a.kind, a.n_layer, a.n_head, a.n_embd, a.vocab_size, a.seq_len, models::choices_of(a), b.kind, b.n_layer, b.n_head,
         b.n_embd, b.vocab_size, b.seq_len, models::choices_of(b)));
-  formats::read_checkpoint_into(dir, state, spec_, bucket_state<float>(host_, param_count()));
+  formats::read_checkpoint_into(dir, state, spec_, bucket_state(host_, param_count()));
   refresh_working_copies(host_);
   weights_from_ = fmt::format("{} (step {})", dir.string(), state.step);
 }
@@ -575,7 +597,7 @@ void Run::start_or_resume() {
     // Straight into the host buckets (the pending update's gradients once the executor holds one). The
     // checkpoint was checked against the config when it was found (read_resume_point).
     const auto& [state, dir] = *resume_from_;
-    formats::read_checkpoint_into(dir, state, spec_, bucket_state<float>(host_, param_count()));
+    formats::read_checkpoint_into(dir, state, spec_, bucket_state(host_, param_count()));
     refresh_working_copies(host_);
     resumed_ = state;
     progress_.message(fmt::format("resumed from {} at step {}{}", dir.string(), resumed_.step,
@@ -631,7 +653,7 @@ float Run::evaluate() {
 void Run::checkpoint(int step) {
   if (!checkpoints_) return;
   executor_.download_state();
-  formats::StateToWrite from = bucket_state<const float>(host_, param_count());  // written as they are, no copy
+  formats::StateToWrite from = bucket_state(host_, param_count());  // written as they are, no copy
   formats::TrainState state{step, optimizer_steps_, sum_.val_loss_start, scaler_.value(), scaler_.good_steps(), hash_, cfg_.model,
                             batches_.source().tokenizer_name(), {}};
   state.origin = origin_of_run(cfg_, batches_.source());
@@ -711,13 +733,16 @@ StepResult Run::execute_step(int step, double* step_s) {
 // nan without the sign fmt gives it (a NaN's sign bit means nothing), inf and -inf as they are.
 std::string non_finite_text(float x) { return std::isnan(x) ? "nan" : fmt::format("{}", x); }
 
-// The first master weight that is not finite, as "tensor NAME holds VALUE"; empty when all are.
+// The first weight (master, or the compact state's bf16 weight) that is not finite, as "tensor NAME holds VALUE";
+// empty when all are.
 std::string first_non_finite(const models::ModelSpec& spec, const memory::HostBuckets& host) {
-  const auto masters = master_views(host, static_cast<int>(spec.params.size()));
-  for (size_t p = 0; p < masters.size(); ++p) {
-    const auto v = masters[p];
-    const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
-    if (bad != v.end()) return fmt::format("tensor {} holds {}", spec.params[p].name, non_finite_text(*bad));
+  const formats::ParameterViews state = bucket_state(host, static_cast<int>(spec.params.size()));
+  for (size_t p = 0; p < state.weights.size(); ++p) {
+    const memory::TensorView& w = state.weights[p];
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const float x = w.dtype == DType::F32 ? w.as<float>()[i] : bf16_to_float(w.as<uint16_t>()[i]);
+      if (!std::isfinite(x)) return fmt::format("tensor {} holds {}", spec.params[p].name, non_finite_text(x));
+    }
   }
   return {};
 }
@@ -832,7 +857,8 @@ TrainSummary Run::train() {
   sum_.checkpointed_blocks = plan_.problem.checkpointed_layers;
   sum_.arena_bytes = plan_.memory.layout.peak;
   sum_.params = spec_.param_count();
-  sum_.host_bucket_bytes = memory::HostBuckets::bytes_needed(plan_.problem.layout, plan_.problem.precision, plan_.problem.precision);
+  sum_.host_bucket_bytes = memory::HostBuckets::bytes_needed(plan_.problem.layout, plan_.problem.precision,
+                                                             plan_.problem.precision, plan_.problem.compact_state);
   sum_.budget_bytes = plan_.problem.budget_bytes;
   sum_.predicted_step_s = predicted_.step_s * cfg_.train.grad_accum;
   t_start_ = Clock::now();

@@ -318,20 +318,9 @@ std::string read_text(const std::filesystem::path& path) {
 }
 
 // Each parameter's tensor `prefix + name` of a checkpoint file into its view.
-void read_tensors(const SafetensorsFile& file, const std::string& prefix, const models::ModelSpec& spec,
-                  const std::vector<std::span<float>>& into, const std::filesystem::path& origin) {
-  for (size_t i = 0; i < spec.params.size(); ++i) {
-    const std::string name = prefix + spec.params[i].name;
-    const auto* e = file.find(name);
-    if (!e || e->shape != spec.params[i].shape || into.at(i).size() != static_cast<size_t>(models::numel(e->shape)))
-      throw std::runtime_error("--resume: '" + origin.string() + "' lacks " + name + " or has another shape");
-    const auto values = file.read_f32(name);
-    std::copy(values.begin(), values.end(), into[i].begin());
-  }
-}
-
-// The same into typed views (pending gradients, stored as they landed): read as fp32, then stored in the
-// view's dtype (exact for a tensor written in that dtype).
+// The tensors `prefix` + each parameter's name into typed views (the state as the host buckets keep it; pending
+// gradients, stored as they landed): read as fp32, then stored in the view's dtype (exact for a tensor written
+// in that dtype).
 void read_tensors(const SafetensorsFile& file, const std::string& prefix, const models::ModelSpec& spec,
                   const std::vector<memory::TensorView>& into, const std::filesystem::path& origin) {
   for (size_t i = 0; i < spec.params.size(); ++i) {
@@ -345,11 +334,15 @@ void read_tensors(const SafetensorsFile& file, const std::string& prefix, const 
 }
 
 template <class Store, class Span>
-auto views(Store& params, Span m, Span v) {
-  ParameterViews<typename Span::element_type> out;
+ParameterViews views(Store& params, Span m, Span v) {
+  ParameterViews out;
+  const auto view = [](auto span) {
+    return memory::TensorView{const_cast<float*>(span.data()), {static_cast<int64_t>(span.size())}, DType::F32};
+  };
   for (int i = 0; i < params.count(); ++i) {
     const auto at = static_cast<size_t>(params.value(i).data() - params.values().data()), n = params.value(i).size();
-    out.weights.push_back(params.value(i)), out.m.push_back(m.subspan(at, n)), out.v.push_back(v.subspan(at, n));
+    out.weights.push_back(view(params.value(i))), out.m.push_back(view(m.subspan(at, n))),
+        out.v.push_back(view(v.subspan(at, n)));
     const auto grad = params.grad(i);
     out.pending.push_back({const_cast<float*>(grad.data()), {static_cast<int64_t>(grad.size())}, DType::F32});
   }
@@ -508,9 +501,9 @@ std::map<std::string, FileChecksum> write_checkpoint_files(const std::filesystem
     throw std::logic_error("write_checkpoint_files: a view per parameter is needed");
   std::vector<SafetensorsTensorRef> weights, moments;
   for (size_t i = 0; i < n; ++i) {
-    weights.push_back({spec.params[i].name, spec.params[i].shape, from.weights[i].data()});
-    moments.push_back({"exp_avg." + spec.params[i].name, spec.params[i].shape, from.m[i].data()});
-    moments.push_back({"exp_avg_sq." + spec.params[i].name, spec.params[i].shape, from.v[i].data()});
+    weights.push_back({spec.params[i].name, spec.params[i].shape, from.weights[i].data, from.weights[i].dtype});
+    moments.push_back({"exp_avg." + spec.params[i].name, spec.params[i].shape, from.m[i].data, from.m[i].dtype});
+    moments.push_back({"exp_avg_sq." + spec.params[i].name, spec.params[i].shape, from.v[i].data, from.v[i].dtype});
   }
   std::vector<std::string> files{"model.safetensors", "optimizer.safetensors"};
   write_safetensors(dir / files[0], weights, {{"format", "pt"}});

@@ -104,14 +104,14 @@ SafetensorsFile open_checkpoint_weights(const std::filesystem::path& dir, const 
 
 // A model's training state as one view per parameter (spec.params order): its weights, AdamW's m and v, and
 // a pending delayed update's gradients. The engine gives views into its host buckets, so that a checkpoint
-// is written from, and read into, the training state itself, with no gathered copy of the model.
-template <class T>
+// is written from, and read into, the training state itself, with no gathered copy of the model. Each is
+// written in its own dtype and read into its view's (exact where the dtypes match; a bf16 file widens).
 struct ParameterViews {
-  std::vector<std::span<T>> weights, m, v;
-  std::vector<memory::TensorView> pending;  // each in the dtype its gradients landed in (fp32, bf16, fp16)
+  std::vector<memory::TensorView> weights, m, v;  // fp32, or bf16 (optim.state: compact)
+  std::vector<memory::TensorView> pending;        // each in the dtype its gradients landed in (fp32, bf16, fp16)
 };
-using StateToWrite = ParameterViews<const float>;
-using StateToRead = ParameterViews<float>;
+using StateToWrite = ParameterViews;
+using StateToRead = ParameterViews;
 
 // Views of a ParameterStore's values, flat m and v laid out like them, and its grads as the pending gradients.
 StateToWrite views_of(const models::ParameterStore& params, std::span<const float> m, std::span<const float> v);

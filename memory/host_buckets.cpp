@@ -2,6 +2,7 @@
 #include "memory/host_buckets.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace ferry::memory {
 namespace {
@@ -21,49 +22,79 @@ int64_t frozen_zero_bytes(const BucketLayout& layout) {
   return numel > 0 ? region_bytes(numel, DType::F32) : 0;
 }
 
-bool owned(const BucketLayout::Bucket& b, HostBuckets::Region r) {
-  return !b.frozen || r == HostBuckets::Region::Master || r == HostBuckets::Region::Working;
+// A frozen bucket of the compact state owns its m and v too: start-up builds its weights in fp32 there.
+bool owned(const BucketLayout::Bucket& b, HostBuckets::Region r, bool compact) {
+  using Region = HostBuckets::Region;
+  if (r == Region::Master) return !compact;
+  return !b.frozen || r == Region::Working || (compact && (r == Region::M || r == Region::V));
+}
+
+DType region_dtype(HostBuckets::Region r, DType working, DType grad, bool compact) {
+  using Region = HostBuckets::Region;
+  if (r == Region::Working) return working;
+  if (r == Region::Grad) return grad;
+  return compact ? DType::BF16 : DType::F32;  // master (exact only), m, v
 }
 
 }  // namespace
 
-DType HostBuckets::dtype(Region r) const {
-  return r == Region::Working ? working_ : r == Region::Grad ? grad_ : DType::F32;
-}
+DType HostBuckets::dtype(Region r) const { return region_dtype(r, working_, grad_, compact_); }
 
-int64_t HostBuckets::bytes_needed(const BucketLayout& layout, DType working, DType grad) {
+int64_t HostBuckets::bytes_needed(const BucketLayout& layout, DType working, DType grad, bool compact) {
   int64_t total = frozen_zero_bytes(layout);
   for (const auto& b : layout.buckets())
-    total += region_bytes(b.numel, DType::F32) + region_bytes(b.numel, working) +
-             (b.frozen ? 0 : 2 * region_bytes(b.numel, DType::F32) + region_bytes(b.numel, grad));
+    for (int r = 0; r < 5; ++r) {
+      const auto region = static_cast<Region>(r);
+      if (owned(b, region, compact)) total += region_bytes(b.numel, region_dtype(region, working, grad, compact));
+    }
   return total;
 }
 
-HostBuckets::HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType working, DType grad)
-    : layout_(layout), working_(working), grad_(grad) {
+HostBuckets::HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType working, DType grad, bool compact)
+    : layout_(layout), working_(working), grad_(grad), compact_(compact) {
   const int64_t zero_bytes = frozen_zero_bytes(layout);
   std::byte* zeros = zero_bytes > 0 ? pool.carve(zero_bytes, kRegionAlignment) : nullptr;  // the pool starts zeroed
   for (const auto& b : layout.buckets()) {
     std::array<std::byte*, 5> regions{};
     for (int r = 0; r < 5; ++r) {
       const Region region = static_cast<Region>(r);
-      regions[r] = owned(b, region) ? pool.carve(region_bytes(b.numel, dtype(region)), kRegionAlignment) : zeros;
+      if (region == Region::Master && compact) continue;  // none: region() refuses it
+      if (region == Region::V && compact) {               // carved with m, right after it: compact_scratch()
+        regions[r] = regions[static_cast<int>(Region::M)] + region_bytes(b.numel, DType::BF16);
+        continue;
+      }
+      const int64_t bytes = region_bytes(b.numel, dtype(region)) * (region == Region::M && compact ? 2 : 1);
+      regions[r] = owned(b, region, compact) ? pool.carve(bytes, kRegionAlignment) : zeros;
     }
     base_.push_back(regions);
   }
 }
 
+void HostBuckets::check_region(Region r) const {
+  if (r == Region::Master && compact_)
+    throw std::logic_error("host buckets: the compact state has no fp32 master; its working copy is the weight");
+}
+
 TensorView HostBuckets::region(int bucket, Region r) const {
+  check_region(r);
   return {base_.at(bucket)[static_cast<int>(r)], {layout_.buckets()[bucket].numel}, dtype(r)};
 }
 
 TensorView HostBuckets::view(int param, Region r) const {
+  check_region(r);
   const auto& s = layout_.slot(param);
   const DType t = dtype(r);
   return {base_[s.bucket][static_cast<int>(r)] + s.offset * dtype_bytes(t), s.shape, t};
 }
 
+std::span<float> HostBuckets::compact_scratch(int bucket) const {
+  if (!compact_) throw std::logic_error("host buckets: only the compact state has a start-up scratch");
+  return {reinterpret_cast<float*>(base_.at(bucket)[static_cast<int>(Region::M)]),
+          static_cast<size_t>(layout_.buckets()[bucket].numel)};
+}
+
 std::span<float> HostBuckets::fp32(int bucket, Region r) const {
+  if (compact_) throw std::logic_error("host buckets: the compact state keeps no fp32 region");
   return {reinterpret_cast<float*>(base_.at(bucket)[static_cast<int>(r)]),
           static_cast<size_t>(layout_.buckets()[bucket].numel)};
 }

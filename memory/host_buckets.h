@@ -3,6 +3,8 @@
 // region of its gradients; views give each parameter's slice of each region. A frozen bucket (never
 // updated, no gradients) owns only its master and working copy: its m, v and gradient regions are views of
 // one shared block of zeros, which nothing writes (checkpoints read zero moments from it).
+// The compact state (optim.state: compact) has no master: the working copy (bf16) is the weight, and m and v
+// are bf16 too (cpu_optim::CompactBucket).
 #pragma once
 
 #include <array>
@@ -20,24 +22,31 @@ class HostBuckets {
   enum class Region { Master, M, V, Working, Grad };
 
   // The pool bytes HostBuckets will carve for this layout (to size the pool before creating it).
-  static int64_t bytes_needed(const BucketLayout& layout, DType working, DType grad);
+  static int64_t bytes_needed(const BucketLayout& layout, DType working, DType grad, bool compact = false);
 
-  HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType working, DType grad);
+  HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType working, DType grad, bool compact = false);
 
   const BucketLayout& layout() const { return layout_; }
-  // The whole region of one bucket, and one parameter's slice of it.
+  bool compact() const { return compact_; }
+  // The whole region of one bucket, and one parameter's slice of it. The compact state's master is an error.
   TensorView region(int bucket, Region r) const;
   TensorView view(int param, Region r) const;
-  std::span<float> master(int bucket) const { return fp32(bucket, Region::Master); }
+  std::span<float> master(int bucket) const { return fp32(bucket, Region::Master); }  // (exact state only)
   std::span<float> m(int bucket) const { return fp32(bucket, Region::M); }
   std::span<float> v(int bucket) const { return fp32(bucket, Region::V); }
+  // The compact state's m and v regions of a bucket, adjacent, seen as one fp32 region of its elements: where
+  // start-up builds the initial weights in fp32 before rounding them into the working copy, with no second
+  // copy of the model. Zero it afterwards (m and v start at zero).
+  std::span<float> compact_scratch(int bucket) const;
 
  private:
   std::span<float> fp32(int bucket, Region r) const;
+  void check_region(Region r) const;
   DType dtype(Region r) const;
 
   const BucketLayout& layout_;
   DType working_, grad_;
+  bool compact_;
   std::vector<std::array<std::byte*, 5>> base_;  // per bucket, per region
 };
 

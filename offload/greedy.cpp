@@ -116,6 +116,8 @@ struct Best {
 
   void consider_as_is(Schedule s) {
     s.policy = to_string(Policy::Greedy);
+    if (p.compact_state && s.any_device_optimizer())
+      throw std::logic_error(s.label() + ": AdamW on the device, and the state is on the host only");
     const SimResult guess = estimate(p, s);
     if (!guess.error.empty()) throw std::logic_error(s.label() + ": invalid schedule: " + guess.error);
     const bool could_be_fastest = guess.fits && (!fastest || guess.step_s < fastest->result.step_s);
@@ -292,7 +294,8 @@ void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed
 // never gives a slower plan: docs/design.md, "What greedy optimises".
 PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
   Best best(p, red_zone_bytes, overlap);
-  best.consider(resident(p));
+  if (!p.compact_state) best.consider(resident(p));  // its AdamW runs on the device
+  mixed_tiers = mixed_tiers && !p.compact_state;
   best.consider(zero_offload(p));
   // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
   // this candidate keeps the monotonicity.

@@ -39,6 +39,7 @@ class StepPlanner {
     std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
     OffloadProblem p(spec_, cost_, request_.bucket_bytes, request_.budget_bytes, checkpointed, request_.grad_accum,
                      request_.workspace_bytes);
+    p.compact_state = request_.compact_state;
     const bool mixed = tiers && request_.mixed_tiers;
     PlannedSchedule planned = make_schedule(p, with, request_.red_zone_bytes, mixed, request_.overlap);
     Schedule& s = planned.schedule;
@@ -85,8 +86,10 @@ class StepPlanner {
     // the fewest that fit still fit.
     double best_s = simulate(best->problem, best->schedule, best->memory).step_s;
     std::vector<int> counts;
-    for (Policy anchor : {Policy::Resident, Policy::ZeroOffload})
+    for (Policy anchor : {Policy::Resident, Policy::ZeroOffload}) {
+      if (anchor == Policy::Resident && request_.compact_state) continue;  // no plan of this state
       if (const std::optional<int> other = fewest(anchor)) counts.push_back(*other);
+    }
     // With the device tier, every block recomputed frees room for more of AdamW on the device, which can
     // save more than the recomputation costs: a few more counts, up to every block.
     if (request_.mixed_tiers)

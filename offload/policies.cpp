@@ -69,6 +69,10 @@ PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t re
     throw BudgetError(detail::shortfall(p, least, "this model", "with every bucket offloaded"));
   switch (policy) {
     case Policy::Resident:
+      if (p.compact_state)
+        throw std::invalid_argument(
+            "offload.policy: resident runs AdamW on the device, and optim.state: compact keeps the optimizer "
+            "state on the host for the CPU's AdamW; use greedy, zero-offload or chunk-lru");
       return detail::fixed(p, detail::resident(p), red_zone_bytes, "with every bucket and AdamW's state on the device");
     case Policy::ZeroOffload:
       return detail::fixed(p, detail::zero_offload(p), red_zone_bytes, "with every bucket's weights on the device");

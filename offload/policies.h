@@ -87,6 +87,7 @@ struct PlanRequest {
   // Greedy may put some buckets in the device tier and the rest on the CPU (make_schedule); with overlap
   // delayed, the device tier is updated in the step and the CPU's buckets one step behind.
   bool mixed_tiers = true;
+  bool compact_state = false;  // [optim.state: compact] OffloadProblem::compact_state
 };
 
 struct StepPlan {

@@ -23,6 +23,9 @@ struct OffloadProblem {
   DType precision;                  // the weights' and gradients' storage on the device (spec.precision)
   memory::BucketLayout layout;      // the buckets, in the element type that travels (precision)
   int grad_accum = 1;               // micro-batches per step: the device optimizer then keeps fp32 gradient sums
+  // optim.state: compact: bf16 weights, m and v on the host only (memory::HostBuckets), which the CPU's AdamW
+  // updates for every bucket: no plan has a device tier or the resident policy's device AdamW.
+  bool compact_state = false;
 
   // The step's timeline: the spec's ops with the recomputations inserted. Everything below is indexed by it.
   int n_ops = 0;

@@ -105,6 +105,41 @@ TEST(HostBuckets, RegionsAndViewsAreDisjointAlignedAndTyped) {
   EXPECT_EQ(host.master(0).size(), static_cast<size_t>(layout.buckets()[0].numel));
 }
 
+// The compact state (optim.state: compact): no master, bf16 m and v, 8 bytes a parameter with bf16 working
+// copies and gradients (page padding aside); the start-up scratch is a bucket's m and v, seen as fp32.
+TEST(HostBuckets, TheCompactStateHoldsEightBytesAParameterAndNoMaster) {
+  Rng rng(6);
+  const auto params = random_params(rng, 40);
+  const BucketLayout layout(params, 300000, DType::BF16);
+  int64_t numel = 0;
+  for (const auto& b : layout.buckets()) numel += b.numel;
+  const int64_t compact = HostBuckets::bytes_needed(layout, DType::BF16, DType::BF16, true);
+  const int64_t exact = HostBuckets::bytes_needed(layout, DType::BF16, DType::BF16);
+  const int64_t padding = 4 * 4096 * static_cast<int64_t>(layout.buckets().size());  // at most a page a region
+  EXPECT_GE(compact, 8 * numel);
+  EXPECT_LE(compact, 8 * numel + padding);
+  EXPECT_GE(exact, 16 * numel);
+  PinnedHostPool pool(compact, {});
+  const HostBuckets host(layout, pool, DType::BF16, DType::BF16, true);
+  EXPECT_TRUE(host.compact());
+  using R = HostBuckets::Region;
+  for (const auto& p : params) {
+    for (R r : {R::M, R::V, R::Working, R::Grad}) EXPECT_EQ(host.view(p.id, r).dtype, DType::BF16);
+    EXPECT_THROW(host.view(p.id, R::Master), std::logic_error);
+  }
+  EXPECT_THROW(host.master(0), std::logic_error);
+  for (int b = 0; b < static_cast<int>(layout.buckets().size()); ++b) {
+    const std::span<float> scratch = host.compact_scratch(b);
+    ASSERT_EQ(scratch.size(), static_cast<size_t>(layout.buckets()[b].numel));
+    EXPECT_EQ(static_cast<void*>(scratch.data()), host.region(b, R::M).data);
+    // It ends within m and v: the working copy after them is not overwritten.
+    EXPECT_LE(reinterpret_cast<std::byte*>(scratch.data() + scratch.size()),
+              host.region(b, R::V).as<std::byte>() + host.region(b, R::V).bytes() + 4096);
+    EXPECT_LE(reinterpret_cast<std::byte*>(scratch.data() + scratch.size()),
+              host.region(b, R::Working).as<std::byte>());
+  }
+}
+
 TEST(PinnedHostPool, CarvesAlignedRegionsAndSaysWhenFull) {
   PinnedHostPool pool(10000, {false, true});
   if (!pool.locked()) std::printf("mlock: %s\n", pool.lock_error().c_str());
