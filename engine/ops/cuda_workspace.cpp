@@ -31,12 +31,12 @@ int64_t op_scratch_bytes(const models::OpSpec& op, DType compute, const Attentio
                                         a.causal, a.kv_heads, kv_width};
       return attention(attention_shape(dims), compute, op.pass);
     }
-    case models::OpKind::RmsNorm:  // dw's column partials, as LayerNorm's backward keeps them
-      return backward ? layernorm_backward_scratch_floats(a.rows, a.in) * int64_t{sizeof(float)} : 0;
-    case models::OpKind::Rope:
-    case models::OpKind::SwiGlu:
+    case models::OpKind::RmsNorm:  // dw's column partials
+      return backward ? rmsnorm_backward_scratch_floats(a.rows, a.in) * int64_t{sizeof(float)} : 0;
     case models::OpKind::CrossEntropy:
       return backward ? int64_t{sizeof(float)} : 0;  // the loss gradient's scale, counted on the device
+    case models::OpKind::Rope:                       // its frequencies travel as kernel arguments
+    case models::OpKind::SwiGlu:
     case models::OpKind::Gelu:
     case models::OpKind::Residual: return 0;
   }

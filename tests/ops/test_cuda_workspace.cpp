@@ -24,7 +24,7 @@ using namespace kernels::cuda;
 class Recorder final : public kernels::OpKernels {
  public:
   std::vector<AttentionShape> attention;
-  int64_t linear_rows = -1, linear_out = -1, ln_rows = -1, ln_channels = -1;
+  int64_t linear_rows = -1, linear_out = -1, ln_rows = -1, ln_channels = -1, rms_rows = -1, rms_channels = -1;
   int64_t embed_b = -1, embed_t = -1, embed_c = -1;
   bool computes_in(DType) const override { return true; }
   void zero(kernels::Operand, int64_t) override {}
@@ -43,7 +43,7 @@ class Recorder final : public kernels::OpKernels {
   void gelu_forward(const kernels::GeluForward&) override {}
   void gelu_backward(const kernels::GeluBackward&) override {}
   void rmsnorm_forward(const kernels::RmsNormForward&) override {}
-  void rmsnorm_backward(const kernels::RmsNormBackward&) override {}
+  void rmsnorm_backward(const kernels::RmsNormBackward& a) override { rms_rows = a.rows, rms_channels = a.channels; }
   void rope_forward(const kernels::RopeForward&) override {}
   void rope_backward(const kernels::RopeBackward&) override {}
   void swiglu_forward(const kernels::SwiGluForward&) override {}
@@ -69,15 +69,19 @@ struct FakeOperands {
 };
 
 bool same(const AttentionShape& a, const AttentionShape& b) {
-  return a.B == b.B && a.T == b.T && a.C == b.C && a.NH == b.NH && a.row_stride == b.row_stride && a.causal == b.causal;
+  return a.B == b.B && a.T == b.T && a.C == b.C && a.NH == b.NH && a.row_stride == b.row_stride &&
+         a.causal == b.causal && a.kv_heads == b.kv_heads && a.kv_row_stride == b.kv_row_stride;
 }
 
 // op_scratch_bytes reads each op's attributes as the dispatcher hands them to CudaKernels, so the planned
-// workspace holds what each op asks for: checked op by op on GPT-2 (packed qkv, causal) and BERT.
+// workspace holds what each op asks for: checked op by op on GPT-2 (packed qkv, causal), BERT and Llama
+// (grouped-query attention: 2 kv heads for 4 query heads).
 TEST(CudaWorkspace, EachOpsScratchIsWhatItsKernelsAskFor) {
-  for (const char* family : {"gpt2", "bert"})
+  for (const char* family : {"gpt2", "bert", "llama"})
     for (const DType precision : {DType::F32, DType::BF16}) {
-      const models::ModelSpec spec = models::build_model({family, 2, 4, 32, 96, 16, {}, {}}, 3, 16, precision);
+      models::ModelConfig config{family, 2, 4, 32, 96, 16, {}, {}};
+      if (std::string(family) == "llama") config.n_kv_head = 2;
+      const models::ModelSpec spec = models::build_model(config, 3, 16, precision);
       for (const models::OpSpec& op : spec.ops) {
         Recorder r;
         const FakeOperands f(spec, op);
@@ -116,6 +120,11 @@ TEST(CudaWorkspace, EachOpsScratchIsWhatItsKernelsAskFor) {
             }
             break;
           case models::OpKind::CrossEntropy: EXPECT_EQ(planned, bwd ? 4 : 0) << op.name; break;
+          case models::OpKind::RmsNorm:
+            EXPECT_EQ(planned, bwd ? rmsnorm_backward_scratch_floats(r.rms_rows, r.rms_channels) * 4 : 0) << op.name;
+            break;
+          case models::OpKind::Rope:
+          case models::OpKind::SwiGlu:
           case models::OpKind::Gelu:
           case models::OpKind::Residual: EXPECT_EQ(planned, 0) << op.name; break;
         }
