@@ -1,5 +1,5 @@
-// Shared by the golden tests (GPT-2, BERT): AdamW steps with clipping on the CPU path against the losses
-// and gradient norms torch.optim.AdamW gave in the reference file.
+// Shared by the golden tests (GPT-2, BERT, Llama): AdamW steps with clipping on the CPU path against the losses
+// and gradient norms torch.optim.AdamW gave in the reference file; bf16 gradients against the fp32 reference.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include "formats/safetensors.h"
 #include "memory/host_buffer.h"
 #include "engine/ops/cpu_runner.h"
+#include "test_helpers.h"
 
 namespace ferry::testing {
 
@@ -31,6 +32,23 @@ inline void expect_adamw_like_torch(const formats::SafetensorsFile& ref, models:
     EXPECT_NEAR(report.grad_norm, norms[step - 1], 1e-3 * norms[step - 1]) << "grad norm at step " << step;
   }
   EXPECT_NEAR(runner.forward(), losses.back(), 1e-4 * losses.back()) << "after the last step";
+}
+
+// The gradients of a step with every tensor stored in bf16: each parameter's within `tolerance` of the largest
+// entry of its fp32 reference (grad.<name>). The backward chain rounds about twice as often as the forward and
+// its sums (dW over tokens) add the roundings of many terms.
+inline void expect_bf16_gradients_like(const formats::SafetensorsFile& ref, const models::ModelSpec& spec,
+                                       models::ParameterStore& params, const std::vector<int32_t>& tokens,
+                                       const std::vector<int32_t>& targets, double tolerance) {
+  models::ModelSpec bf16 = spec;
+  bf16.set_precision(DType::BF16);
+  ops::CpuRunner runner(bf16, params);
+  runner.set_batch(tokens, targets);
+  params.zero_grads();
+  runner.forward_backward();
+  for (int i = 0; i < params.count(); ++i)
+    EXPECT_LT(max_error_of_largest(params.grad(i), ref.read_f32("grad." + spec.params[i].name)), tolerance)
+        << spec.params[i].name;
 }
 
 }  // namespace ferry::testing

@@ -96,15 +96,7 @@ TEST_P(Golden, Bf16LogitsAndLossMatchTransformers) {
 }
 
 TEST_P(Golden, Bf16GradientsMatchTransformers) {
-  models::ModelSpec bf16 = spec;
-  bf16.set_precision(DType::BF16);
-  ops::CpuRunner runner(bf16, params);
-  runner.set_batch(tokens, targets);
-  params.zero_grads();
-  runner.forward_backward();
-  for (int i = 0; i < params.count(); ++i)
-    EXPECT_LT(testing::max_error_of_largest(params.grad(i), ref.read_f32("grad." + spec.params[i].name)), 5e-2)
-        << spec.params[i].name;
+  testing::expect_bf16_gradients_like(ref, spec, params, tokens, targets, 5e-2);
 }
 
 TEST_P(Golden, FiveAdamWStepsWithClippingMatchTorch) {
