@@ -38,7 +38,8 @@ int run_eval(EvalArgs args) {
 
 Command add_eval(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
-  auto* eval = app.add_subcommand("eval", "Validation loss and perplexity of a model, without training (GPT-2 or BERT)");
+  auto* eval =
+      app.add_subcommand("eval", "Validation loss and perplexity of a model, without training (GPT-2, Llama or BERT)");
   eval->add_option("-c,--config", args->config_path, "Experiment file (YAML): the model, the data and its validation split")
       ->required()
       ->check(CLI::ExistingFile);

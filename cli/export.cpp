@@ -100,9 +100,12 @@ int run_export(const ExportArgs& args) {
 
 Command add_export(CLI::App& app) {
   auto args = std::make_shared<ExportArgs>();
-  auto* exporter = app.add_subcommand("export", "Write a model as a Hugging Face folder (model.safetensors, config.json and tokenizer "
-                                                "files, for GPT2LMHeadModel or BertForMaskedLM): a checkpoint's weights, or with "
-                                                "--config those a run starts from");
+  auto* exporter =
+      app.add_subcommand("export",
+                         "Write a model as a Hugging Face folder (model.safetensors, config.json and tokenizer "
+                         "files, for GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM or BertForMaskedLM): a "
+                         "checkpoint's weights, or with "
+                         "--config those a run starts from");
   auto* checkpoint = exporter->add_option("--checkpoint", args->checkpoint,
                                          "A checkpoint folder; a run folder or train.checkpoint_dir (its newest); an experiment "
                                          "folder such as runs/gpt-tiny (its newest run's newest)");

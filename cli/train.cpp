@@ -203,7 +203,7 @@ int run_train(TrainArgs args) {
 Command add_train(CLI::App& app, const std::string& program) {
   auto args = std::make_shared<TrainArgs>();
   args->program = program;
-  auto* train = app.add_subcommand("train", "Train a GPT-2 or BERT model from a YAML experiment file");
+  auto* train = app.add_subcommand("train", "Train a GPT-2, Llama-family or BERT model from a YAML experiment file");
   train->add_option("-c,--config", args->config_path, "Experiment file (YAML)")->required()->check(CLI::ExistingFile);
   train->add_option("--steps", args->steps, "Override train.steps")->transform(integer_in(1, INT32_MAX));
   train->add_option("--seed", args->seed, "Override train.seed")->transform(integer_in(0, UINT64_MAX));
