@@ -16,7 +16,7 @@
 namespace {
 
 constexpr const char* kDescription =
-    "Ferry trains GPT-2 and BERT models on one device, keeping model state in host memory.\n"
+    "Ferry trains GPT-2, Llama-family and BERT models on one device, keeping model state in host memory.\n"
     "Experiments are YAML files (see configs/); `ferry config` lists every key (docs/config.md).";
 
 // A command line that does not parse (an unknown command or option, a value out of range) is a usage error:
