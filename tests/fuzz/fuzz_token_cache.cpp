@@ -65,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const DataSource source = open_data_source({cache.text, DataFormat::Auto, cache.tokenizer, true, cache.cache_dir});
     const TokenShard tokens(source.path);
     uint64_t sum = 0;
-    for (uint16_t t : tokens.tokens()) sum += t;  // every token the header promised
+    for (int32_t t : tokens.ids()) sum += static_cast<uint32_t>(t);  // every token the header promised
     (void)sum;
   } catch (const std::runtime_error&) {}
   return 0;
