@@ -16,8 +16,7 @@ import json
 import os
 
 import torch
-import torch.nn.functional as F
-from reference_common import adamw_trajectory, gradients
+from reference_common import causal_lm_reference
 from safetensors.torch import save_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -47,24 +46,7 @@ def main():
     weights = {name: p.detach().clone().contiguous() for name, p in params.items()}
     save_file(weights, os.path.join(HERE, "gpt2_tiny.safetensors"), metadata={"format": "pt"})
 
-    gen = torch.Generator().manual_seed(SEED + 1)
-    input_ids = torch.randint(0, CONFIG["vocab_size"], (B, T), generator=gen)
-    targets = torch.randint(0, CONFIG["vocab_size"], (B, T), generator=gen)
-
-    def loss_of(m):
-        logits = m(input_ids).logits
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-
-    logits, loss = loss_of(model)
-    loss.backward()
-    ref = {
-        "input_ids": input_ids.to(torch.int32),
-        "targets": targets.to(torch.int32),
-        "logits": logits.detach().contiguous(),
-        "loss": loss.detach().reshape(1),
-    }
-    ref.update(gradients(params))
-    ref["adamw_losses"], ref["adamw_grad_norms"] = adamw_trajectory(model, loss_of, ADAMW, GRAD_CLIP, STEPS)
+    ref = causal_lm_reference(model, params, CONFIG["vocab_size"], B, T, SEED + 1, ADAMW, GRAD_CLIP, STEPS)
     losses, norms = ref["adamw_losses"].tolist(), ref["adamw_grad_norms"].tolist()
 
     meta = {"config": json.dumps(CONFIG), "adamw": json.dumps(ADAMW), "grad_clip": str(GRAD_CLIP),

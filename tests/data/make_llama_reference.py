@@ -17,8 +17,7 @@ import json
 import os
 
 import torch
-import torch.nn.functional as F
-from reference_common import adamw_trajectory, gradients
+from reference_common import causal_lm_reference
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -60,24 +59,7 @@ def write(name, model, seed):
     model.save_pretrained(os.path.join(HERE, "hf_" + name), safe_serialization=True)
 
     params = dict(model.named_parameters())  # a tied lm_head.weight is listed once, as model.embed_tokens.weight
-    gen = torch.Generator().manual_seed(seed + 1)
-    input_ids = torch.randint(0, SHAPE["vocab_size"], (B, T), generator=gen)
-    targets = torch.randint(0, SHAPE["vocab_size"], (B, T), generator=gen)
-
-    def loss_of(m):
-        logits = m(input_ids).logits
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-
-    logits, loss = loss_of(model)
-    loss.backward()
-    ref = {
-        "input_ids": input_ids.to(torch.int32),
-        "targets": targets.to(torch.int32),
-        "logits": logits.detach().contiguous(),
-        "loss": loss.detach().reshape(1),
-    }
-    ref.update(gradients(params))
-    ref["adamw_losses"], ref["adamw_grad_norms"] = adamw_trajectory(model, loss_of, ADAMW, GRAD_CLIP, STEPS)
+    ref = causal_lm_reference(model, params, SHAPE["vocab_size"], B, T, seed + 1, ADAMW, GRAD_CLIP, STEPS)
     meta = {"adamw": json.dumps(ADAMW), "grad_clip": str(GRAD_CLIP), "steps": str(STEPS), "torch": torch.__version__,
             "seed": str(seed)}
     save_file(ref, os.path.join(HERE, name + "_reference.safetensors"), metadata=meta)

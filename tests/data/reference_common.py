@@ -1,6 +1,7 @@
-"""Shared by the reference scripts: every parameter's gradient, torch.optim.AdamW steps with clipping, and
-the tokenizer test strings."""
+"""Shared by the reference scripts: every parameter's gradient, torch.optim.AdamW steps with clipping, a causal
+LM's whole reference (batch, logits, loss, gradients, AdamW trajectory), and the tokenizer test strings."""
 import torch
+import torch.nn.functional as F
 
 
 def gradients(params):
@@ -24,6 +25,30 @@ def adamw_trajectory(model, loss_of, adamw, grad_clip, steps):
     with torch.no_grad():
         losses.append(float(loss_of(model)[1]))
     return torch.tensor(losses, dtype=torch.float32), torch.tensor(norms, dtype=torch.float32)
+
+
+def causal_lm_reference(model, params, vocab_size, batch, seq, seed, adamw, grad_clip, steps):
+    """A random batch of next-token targets drawn from `seed`, the model's logits, loss and every gradient on it,
+    then the loss and gradient norm around each of `steps` AdamW steps: what the golden tests read."""
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(0, vocab_size, (batch, seq), generator=gen)
+    targets = torch.randint(0, vocab_size, (batch, seq), generator=gen)
+
+    def loss_of(m):
+        logits = m(input_ids).logits
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    logits, loss = loss_of(model)
+    loss.backward()
+    ref = {
+        "input_ids": input_ids.to(torch.int32),
+        "targets": targets.to(torch.int32),
+        "logits": logits.detach().contiguous(),
+        "loss": loss.detach().reshape(1),
+    }
+    ref.update(gradients(params))
+    ref["adamw_losses"], ref["adamw_grad_norms"] = adamw_trajectory(model, loss_of, adamw, grad_clip, steps)
+    return ref
 
 
 # What the tokenizer references encode: words, contractions, whitespace runs, newlines, digits,
