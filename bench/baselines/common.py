@@ -123,6 +123,15 @@ def parameter_count(model):
     return sum(p.numel() for p in model.parameters())  # tied weights are counted once, as Ferry counts them
 
 
+def training_model(a):
+    """The run's model as the baselines train it (recomputing its layers under --activation-checkpointing), its
+    parameter count and its attention backend."""
+    model = build_model(a)
+    if a.activation_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model, parameter_count(model), attention_backend(model)
+
+
 class FerryRng:
     """Ferry's generator (foundation/rng.h: SplitMix64), so that the baselines train on Ferry's very batches."""
 

@@ -42,11 +42,7 @@ def plugin_settings(a):
 def train(a, booster, HybridAdam):
     import torch
 
-    model = common.build_model(a)
-    params = common.parameter_count(model)
-    attention = common.attention_backend(model)
-    if a.activation_checkpointing:
-        model.gradient_checkpointing_enable()
+    model, params, attention = common.training_model(a)
     optimizer = HybridAdam(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=a.weight_decay,
                            adamw_mode=True)
     scheduler = common.lr_scheduler(a, optimizer)

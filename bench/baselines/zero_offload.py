@@ -119,11 +119,7 @@ def write_ds_report(path):
 
 
 def train(a, deepspeed, clock):
-    model = common.build_model(a)
-    params = common.parameter_count(model)
-    attention = common.attention_backend(model)
-    if a.activation_checkpointing:
-        model.gradient_checkpointing_enable()
+    model, params, attention = common.training_model(a)
     clock.lap("model_s")
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config(a),
                                            lr_scheduler=lambda opt: common.lr_scheduler(a, opt))
