@@ -250,9 +250,11 @@ DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Ki
   const offload::StepPlan plan = engine::plan_for_config(cfg, spec, cost);
   auto dev = device::make_device({.kind = kind, .arena_bytes = plan.memory.layout.peak, .compute_threads = cfg.threads()});
   const DType precision = plan.problem.precision;
-  auto pool = dev->make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, precision, precision) +
-                                  engine::Executor::host_bytes_needed(spec, plan));
-  memory::HostBuckets host(plan.problem.layout, *pool, precision, precision);
+  const memory::HostBuckets::GradLanding landing = engine::Executor::gradient_landing(plan);
+  auto pool =
+      dev->make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, precision, precision, false, landing) +
+                          engine::Executor::host_bytes_needed(spec, plan));
+  memory::HostBuckets host(plan.problem.layout, *pool, precision, precision, false, landing);
   std::vector<std::span<float>> masters;
   for (int p = 0; p < static_cast<int>(spec.params.size()); ++p) {
     const memory::TensorView t = host.view(p, memory::HostBuckets::Region::Master);

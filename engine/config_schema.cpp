@@ -512,8 +512,9 @@ std::vector<Key<Config>> optim_keys() {
           "it"),
       choice(
           "optim.state", [](Config & c) -> auto& { return c.optim.state; }, {"exact", "compact"},
-          "the optimizer state on the host: exact (fp32 master weights, m and v: 16 bytes a parameter with the bf16 "
-          "working copy and gradients) or compact (bf16 weights with stochastic rounding, bf16 m and v: 8 bytes a "
+          "the optimizer state on the host: exact (fp32 master weights, m and v: 14 bytes a parameter with the bf16 "
+          "working copy its gradients land on; 16 with train.grad_accum above 1 or offload.overlap: delayed) or "
+          "compact (bf16 weights with stochastic rounding, bf16 m and v: 8 bytes a "
           "parameter; AdamW on the CPU for every bucket; needs train.precision: bf16)"),
       {doc("optim.groups", "list of mappings", "entries with the keys optim.groups[].*", "none",
            "parameter groups: each parameter takes the settings of the first group whose params pattern matches its "

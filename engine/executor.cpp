@@ -141,6 +141,7 @@ struct Executor::Impl {
   int64_t bytes(int b) const { return p.bucket_bytes[b]; }  // of its working copy and of its gradients
   bool delayed() const { return s.delayed_update; }
   bool pipelined() const { return s.pipelined_update; }
+  bool grads_on_working() const { return host.grad_landing() == memory::HostBuckets::GradLanding::OnWorkingCopy; }
 
   // Queues a task on a stream, or in its place a failing one when a test injected a fault into it.
   void queue(Stream stream, const std::string& label, std::function<void()> queue_it) {
@@ -236,6 +237,8 @@ void Executor::Impl::prefetch(int b, MicroBatch& mb) {
   const auto& windows = at.windows(b);
   if (mb.next_window[b] >= windows.size()) throw std::logic_error("more prefetches of " + at.bucket_label(b) + " than windows");
   const int w = windows[mb.next_window[b]++].tensor;
+  if (grads_on_working() && mb.landed[b])
+    throw std::logic_error("a prefetch of " + at.bucket_label(b) + " after its gradients landed on its working copy");
   if (mb.op_done) dev.wait(Stream::H2D, mb.op_done, "op before prefetch of " + at.bucket_label(b));
   // The last step's pipelined update of b; its later prefetches follow this one on the in-order h2d stream.
   if (auto updated = std::exchange(in_flight.updated[b], nullptr)) dev.wait(Stream::H2D, dev.from_host(updated), "last step's adamw of " + at.bucket_label(b));
@@ -249,6 +252,10 @@ void Executor::Impl::prefetch(int b, MicroBatch& mb) {
 
 void Executor::Impl::offload_grads(int b, MicroBatch& mb) {
   if (mb.op_done) dev.wait(Stream::D2H, mb.op_done, "gradients of " + at.bucket_label(b));
+  // Gradients landing on the working copy overwrite it: every prefetch that reads it (the last of them, on the
+  // in-order h2d stream) has finished first.
+  if (grads_on_working() && mb.arrival[b])
+    dev.wait(Stream::D2H, mb.arrival[b], "prefetch of " + at.bucket_label(b) + " before its gradients land on it");
   copy(Stream::D2H, cpu.landing(b), at.address(at.grads_tensor(b)), bytes(b), "offload gradients of " + at.bucket_label(b));
   mb.landed[b] = dev.record(Stream::D2H);
 }
@@ -463,6 +470,26 @@ int64_t Executor::host_bytes_needed(const models::ModelSpec& spec, const offload
   return Impl::batch_bytes(spec) + 4096 + HostOptimizer::bytes_needed(plan.problem, plan.schedule.delayed_update);
 }
 
+namespace {
+
+// Why a plan's gradients cannot land on the working copies (empty: they can).
+std::string gradients_need_their_own_region(const offload::StepPlan& plan) {
+  if (plan.problem.compact_state) return "optim.state: compact keeps the weights in the working copies";
+  if (plan.schedule.delayed_update)
+    return "offload.overlap: delayed reads the working copies while the last step's gradients wait";
+  if (plan.problem.grad_accum > 1)
+    return fmt::format("train.grad_accum: {} reads the working copies in the micro-batch after gradients landed",
+                       plan.problem.grad_accum);
+  return "";
+}
+
+}  // namespace
+
+memory::HostBuckets::GradLanding Executor::gradient_landing(const offload::StepPlan& plan) {
+  return gradients_need_their_own_region(plan).empty() ? memory::HostBuckets::GradLanding::OnWorkingCopy
+                                                       : memory::HostBuckets::GradLanding::OwnRegion;
+}
+
 Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, memory::PinnedHostPool& pool,
                    device::Device& device, const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, device::Trace* trace) {
   if (device.arena().size() < plan.memory.layout.peak)
@@ -473,6 +500,10 @@ Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan,
   if (host.compact() && plan.schedule.any_device_optimizer())
     throw std::logic_error(
         "the compact optimizer state lives on the host, and the plan runs AdamW on the device for some bucket");
+  if (const std::string why = gradients_need_their_own_region(plan);
+      !why.empty() && host.grad_landing() == memory::HostBuckets::GradLanding::OnWorkingCopy)
+    throw std::logic_error("the host buckets land gradients on the working copies, and " + why +
+                           ": make them with Executor::gradient_landing(plan)");
   impl_ = std::make_unique<Impl>(spec, plan, host, pool, device, adamw, options, trace);
   Impl& x = *impl_;
   // The libraries' scratch lives in the plan's workspace (before the warm-up, whose ops use it).

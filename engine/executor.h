@@ -45,8 +45,13 @@ class Executor {
   // The pinned host bytes the executor carves from its pool beyond the host buckets (batch staging, fp32
   // gradient sums over micro-batches, the delayed update's second buffers).
   static int64_t host_bytes_needed(const models::ModelSpec& spec, const offload::StepPlan& plan);
+  // Where the plan's gradients land on the host: on the working copies (2 bytes a parameter less) where nothing
+  // reads a working copy between its bucket's gradients landing and its update: one micro-batch a step, the update
+  // not delayed, the exact state. Otherwise in regions of their own.
+  static memory::HostBuckets::GradLanding gradient_landing(const offload::StepPlan& plan);
   // host: the buckets' master weights, moments, working copies and gradient landing regions (those two in
-  // the plan's precision), laid out as plan.problem.layout; pool: the device's pinned host memory, with
+  // the plan's precision, landing as gradient_landing(plan) or in regions of their own), laid out as
+  // plan.problem.layout; pool: the device's pinned host memory, with
   // host_bytes_needed() left to carve. The device's arena must hold plan.memory's layout. With red zones in
   // the plan (tests), every op is followed by a check that no tensor it touched was written past its end
   // (host device only).

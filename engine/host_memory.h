@@ -12,7 +12,8 @@ namespace ferry::engine {
 
 struct HostMemoryEstimate {
   // The pinned pool: per bucket the fp32 master, m and v, the working copy and the gradient landing region
-  // (those two in the precision), and the executor's staging (batch, fp32 gradient sums, delayed buffers).
+  // (those two in the precision, one region where the gradients land on the working copy: 14 bytes a parameter
+  // in bf16), and the executor's staging (batch, fp32 gradient sums, delayed buffers).
   int64_t host_buckets = 0;
   int64_t op_scratch = 0;    // the host device's ops: fp32 copies of the largest op's 2-byte operands, its own scratch
   int64_t device_arena = 0;  // the host device's arena (host memory; none on a GPU)

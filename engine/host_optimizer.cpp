@@ -159,6 +159,10 @@ void HostOptimizer::queue_update(std::shared_ptr<const cpu_optim::OptimizerStep>
     step.update(static_cast<size_t>(b), {{region(b, Region::Master), n}, {region(b, Region::M), n}, {region(b, Region::V), n},
                                          gradients(grads, b), gradient_type(), out, p_.precision, ranges},
                 adam_step, lr);
+    // A skipped step leaves the gradients where they landed: on the working copy, which is then rounded from the
+    // unchanged master again, as start-up and resume round it.
+    if (step.decision().report.skipped && host_.grad_landing() == memory::HostBuckets::GradLanding::OnWorkingCopy)
+      memory::narrow(out, p_.precision, region(b, Region::Master), static_cast<int64_t>(n));
   });
   updated_[b] = worker_->record();
 }

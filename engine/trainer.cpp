@@ -419,8 +419,8 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
                                    .d2h_link_gbps = opt.d2h_link_gbps})),
       pool_(during(progress_, "pinning " + memory::format_bytes(host_memory_.host_buckets) + " of host memory",
                    [this] { return device_->make_host_pool(host_memory_.host_buckets); })),
-      host_(plan_.problem.layout, *pool_, plan_.problem.precision, plan_.problem.precision,
-            plan_.problem.compact_state),
+      host_(plan_.problem.layout, *pool_, plan_.problem.precision, plan_.problem.precision, plan_.problem.compact_state,
+            Executor::gradient_landing(plan_)),
       executor_(during(progress_, "the executor's warm-up (every op once)",
                        [&] {
                          return Executor(spec_, plan_, host_, *pool_, *device_, adamw_,
@@ -857,8 +857,9 @@ TrainSummary Run::train() {
   sum_.checkpointed_blocks = plan_.problem.checkpointed_layers;
   sum_.arena_bytes = plan_.memory.layout.peak;
   sum_.params = spec_.param_count();
-  sum_.host_bucket_bytes = memory::HostBuckets::bytes_needed(plan_.problem.layout, plan_.problem.precision,
-                                                             plan_.problem.precision, plan_.problem.compact_state);
+  sum_.host_bucket_bytes =
+      memory::HostBuckets::bytes_needed(plan_.problem.layout, plan_.problem.precision, plan_.problem.precision,
+                                        plan_.problem.compact_state, Executor::gradient_landing(plan_));
   sum_.budget_bytes = plan_.problem.budget_bytes;
   sum_.predicted_step_s = predicted_.step_s * cfg_.train.grad_accum;
   t_start_ = Clock::now();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace ferry::memory {
 namespace {
@@ -22,11 +23,23 @@ int64_t frozen_zero_bytes(const BucketLayout& layout) {
   return numel > 0 ? region_bytes(numel, DType::F32) : 0;
 }
 
-// A frozen bucket of the compact state owns its m and v too: start-up builds its weights in fp32 there.
-bool owned(const BucketLayout::Bucket& b, HostBuckets::Region r, bool compact) {
+// A frozen bucket of the compact state owns its m and v too: start-up builds its weights in fp32 there. A
+// trained bucket whose gradients land on its working copy owns no gradient region.
+bool owned(const BucketLayout::Bucket& b, HostBuckets::Region r, bool compact, HostBuckets::GradLanding landing) {
   using Region = HostBuckets::Region;
   if (r == Region::Master) return !compact;
+  if (r == Region::Grad) return !b.frozen && landing == HostBuckets::GradLanding::OwnRegion;
   return !b.frozen || r == Region::Working || (compact && (r == Region::M || r == Region::V));
+}
+
+void check_landing(DType working, DType grad, bool compact, HostBuckets::GradLanding landing) {
+  if (landing == HostBuckets::GradLanding::OwnRegion) return;
+  if (compact)
+    throw std::logic_error(
+        "host buckets: the compact state's working copy is the weight; its gradients cannot land on it");
+  if (working != grad)
+    throw std::logic_error(std::string("host buckets: gradients in ") + to_string(grad) +
+                           " cannot land on a working copy in " + to_string(working));
 }
 
 DType region_dtype(HostBuckets::Region r, DType working, DType grad, bool compact) {
@@ -40,18 +53,23 @@ DType region_dtype(HostBuckets::Region r, DType working, DType grad, bool compac
 
 DType HostBuckets::dtype(Region r) const { return region_dtype(r, working_, grad_, compact_); }
 
-int64_t HostBuckets::bytes_needed(const BucketLayout& layout, DType working, DType grad, bool compact) {
+int64_t HostBuckets::bytes_needed(const BucketLayout& layout, DType working, DType grad, bool compact,
+                                  GradLanding landing) {
+  check_landing(working, grad, compact, landing);
   int64_t total = frozen_zero_bytes(layout);
   for (const auto& b : layout.buckets())
     for (int r = 0; r < 5; ++r) {
       const auto region = static_cast<Region>(r);
-      if (owned(b, region, compact)) total += region_bytes(b.numel, region_dtype(region, working, grad, compact));
+      if (owned(b, region, compact, landing))
+        total += region_bytes(b.numel, region_dtype(region, working, grad, compact));
     }
   return total;
 }
 
-HostBuckets::HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType working, DType grad, bool compact)
-    : layout_(layout), working_(working), grad_(grad), compact_(compact) {
+HostBuckets::HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType working, DType grad, bool compact,
+                         GradLanding landing)
+    : layout_(layout), working_(working), grad_(grad), compact_(compact), landing_(landing) {
+  check_landing(working, grad, compact, landing);
   const int64_t zero_bytes = frozen_zero_bytes(layout);
   std::byte* zeros = zero_bytes > 0 ? pool.carve(zero_bytes, kRegionAlignment) : nullptr;  // the pool starts zeroed
   for (const auto& b : layout.buckets()) {
@@ -63,8 +81,12 @@ HostBuckets::HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType
         regions[r] = regions[static_cast<int>(Region::M)] + region_bytes(b.numel, DType::BF16);
         continue;
       }
+      if (region == Region::Grad && !b.frozen && landing == GradLanding::OnWorkingCopy) {
+        regions[r] = regions[static_cast<int>(Region::Working)];
+        continue;
+      }
       const int64_t bytes = region_bytes(b.numel, dtype(region)) * (region == Region::M && compact ? 2 : 1);
-      regions[r] = owned(b, region, compact) ? pool.carve(bytes, kRegionAlignment) : zeros;
+      regions[r] = owned(b, region, compact, landing) ? pool.carve(bytes, kRegionAlignment) : zeros;
     }
     base_.push_back(regions);
   }

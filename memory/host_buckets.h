@@ -3,6 +3,9 @@
 // region of its gradients; views give each parameter's slice of each region. A frozen bucket (never
 // updated, no gradients) owns only its master and working copy: its m, v and gradient regions are views of
 // one shared block of zeros, which nothing writes (checkpoints read zero moments from it).
+// Where the working copy is not read between the landing of a bucket's gradients and its update (the executor
+// decides: Executor::gradient_landing), the gradients land on the working copy itself, one region for both:
+// AdamW reads each gradient and writes the new weight in its place, 2 bytes a parameter less (4 in fp32).
 // The compact state (optim.state: compact) has no master: the working copy (bf16) is the weight, and m and v
 // are bf16 too (cpu_optim::CompactBucket).
 #pragma once
@@ -20,14 +23,20 @@ namespace ferry::memory {
 class HostBuckets {
  public:
   enum class Region { Master, M, V, Working, Grad };
+  // Where a trained bucket's gradients land: a region of their own, or on its working copy (the exact state
+  // only, gradients in the working copy's dtype).
+  enum class GradLanding { OwnRegion, OnWorkingCopy };
 
   // The pool bytes HostBuckets will carve for this layout (to size the pool before creating it).
-  static int64_t bytes_needed(const BucketLayout& layout, DType working, DType grad, bool compact = false);
+  static int64_t bytes_needed(const BucketLayout& layout, DType working, DType grad, bool compact = false,
+                              GradLanding landing = GradLanding::OwnRegion);
 
-  HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType working, DType grad, bool compact = false);
+  HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType working, DType grad, bool compact = false,
+              GradLanding landing = GradLanding::OwnRegion);
 
   const BucketLayout& layout() const { return layout_; }
   bool compact() const { return compact_; }
+  GradLanding grad_landing() const { return landing_; }
   // The whole region of one bucket, and one parameter's slice of it. The compact state's master is an error.
   TensorView region(int bucket, Region r) const;
   TensorView view(int param, Region r) const;
@@ -47,6 +56,7 @@ class HostBuckets {
   const BucketLayout& layout_;
   DType working_, grad_;
   bool compact_;
+  GradLanding landing_;
   std::vector<std::array<std::byte*, 5>> base_;  // per bucket, per region
 };
 

@@ -107,9 +107,11 @@ DeviceRun train_on(DeviceChoice::Kind kind, const Config& c, int64_t budget = 0)
   r.free_before = device_free_bytes(kind);  // after the CUDA context is made (cudaMemGetInfo makes it)
   auto dev = device::make_device({.kind = kind, .arena_bytes = plan.memory.layout.peak, .compute_threads = 2});
   const DType precision = plan.problem.precision;
-  auto pool = dev->make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, precision, precision) +
-                                  Executor::host_bytes_needed(spec, plan));
-  memory::HostBuckets host(plan.problem.layout, *pool, precision, precision);
+  const memory::HostBuckets::GradLanding landing = Executor::gradient_landing(plan);
+  auto pool =
+      dev->make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, precision, precision, false, landing) +
+                          Executor::host_bytes_needed(spec, plan));
+  memory::HostBuckets host(plan.problem.layout, *pool, precision, precision, false, landing);
   std::vector<std::span<float>> masters;
   for (int p = 0; p < static_cast<int>(spec.params.size()); ++p) {
     const memory::TensorView t = host.view(p, memory::HostBuckets::Region::Master);

@@ -398,9 +398,11 @@ GroupRun run_executor(const Config& c, const std::vector<ParamGroup>& groups, co
   }
   const offload::StepPlan plan = plan_for_config(c, spec, cost, budget, policy);
   device::HostDevice dev({plan.memory.layout.peak, 0, 2, nullptr});
-  const auto pool = dev.make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, plan.problem.precision, plan.problem.precision) +
+  const memory::HostBuckets::GradLanding landing = Executor::gradient_landing(plan);  // as the trainer lays them out
+  const auto pool = dev.make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, plan.problem.precision,
+                                                                         plan.problem.precision, false, landing) +
                                        Executor::host_bytes_needed(spec, plan));
-  memory::HostBuckets host(plan.problem.layout, *pool, plan.problem.precision, plan.problem.precision);
+  memory::HostBuckets host(plan.problem.layout, *pool, plan.problem.precision, plan.problem.precision, false, landing);
   const auto& o = c.optim;
   const cpu_optim::CpuAdamW adamw({{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, "auto", 2});
   models::ParameterStore params(spec.params);

@@ -1,6 +1,7 @@
 // Parameter buckets and their host regions, the pinned pool, and the device arena.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -138,6 +139,48 @@ TEST(HostBuckets, TheCompactStateHoldsEightBytesAParameterAndNoMaster) {
     EXPECT_LE(reinterpret_cast<std::byte*>(scratch.data() + scratch.size()),
               host.region(b, R::Working).as<std::byte>());
   }
+}
+
+// Gradients landing on the working copy (the exact state where the executor allows it): one region for both,
+// 14 bytes a parameter in bf16 (page padding aside), where they take 16 in regions of their own; a frozen
+// bucket's gradients are still the shared zeros, never its working copy.
+TEST(HostBuckets, GradientsLandingOnTheWorkingCopyTakeFourteenBytesAParameter) {
+  Rng rng(7);
+  auto params = random_params(rng, 40);
+  for (size_t i = 0; i < 8; ++i) params[i].frozen = true;
+  const BucketLayout layout(params, 300000, DType::BF16);
+  int64_t trained = 0, frozen_numel = 0, largest_frozen = 0;
+  for (const auto& b : layout.buckets()) {
+    (b.frozen ? frozen_numel : trained) += b.numel;
+    if (b.frozen) largest_frozen = std::max(largest_frozen, b.numel);
+  }
+  using Landing = HostBuckets::GradLanding;
+  const int64_t shared = HostBuckets::bytes_needed(layout, DType::BF16, DType::BF16, false, Landing::OnWorkingCopy);
+  const int64_t own = HostBuckets::bytes_needed(layout, DType::BF16, DType::BF16, false, Landing::OwnRegion);
+  // A frozen bucket holds its master and working copy (6 bytes), beside the zeros; at most a page a region.
+  const int64_t frozen_bytes = 6 * frozen_numel + 4 * largest_frozen,
+                padding = 5 * 4096 * static_cast<int64_t>(layout.buckets().size() + 1);
+  EXPECT_GE(shared, 14 * trained + frozen_bytes);
+  EXPECT_LE(shared, 14 * trained + frozen_bytes + padding);
+  EXPECT_GE(own - shared, 2 * trained);
+  EXPECT_LE(HostBuckets::bytes_needed(layout, DType::F32, DType::F32, false, Landing::OnWorkingCopy),
+            16 * trained + 8 * frozen_numel + 4 * largest_frozen + padding);
+  PinnedHostPool pool(shared, {});
+  const HostBuckets host(layout, pool, DType::BF16, DType::BF16, false, Landing::OnWorkingCopy);
+  EXPECT_EQ(host.grad_landing(), Landing::OnWorkingCopy);
+  using R = HostBuckets::Region;
+  int frozen = 0;
+  for (int b = 0; b < static_cast<int>(layout.buckets().size()); ++b) {
+    const bool is_frozen = layout.buckets()[b].frozen;
+    frozen += is_frozen;
+    EXPECT_EQ(host.region(b, R::Grad).data == host.region(b, R::Working).data, !is_frozen) << b;
+    EXPECT_EQ(host.region(b, R::Grad).dtype, DType::BF16);
+  }
+  EXPECT_GT(frozen, 0);
+  EXPECT_THROW(HostBuckets::bytes_needed(layout, DType::BF16, DType::BF16, true, Landing::OnWorkingCopy),
+               std::logic_error);
+  EXPECT_THROW(HostBuckets::bytes_needed(layout, DType::BF16, DType::F32, false, Landing::OnWorkingCopy),
+               std::logic_error);
 }
 
 TEST(PinnedHostPool, CarvesAlignedRegionsAndSaysWhenFull) {
