@@ -32,8 +32,10 @@ struct Scratch {
 
 // A step-zero checkpoint of a run that started from `source` (init_missing: [head] where it has none).
 std::filesystem::path checkpoint_from(const std::filesystem::path& source, const std::filesystem::path& root,
-                                      const std::string& tokenizer = "wordpiece", const std::filesystem::path& vocab = {},
-                                      const models::ModelConfig& model = kTinyBert) {
+                                      const std::string& tokenizer = "wordpiece",
+                                      const std::filesystem::path& vocab = {},
+                                      const models::ModelConfig& model = kTinyBert, std::optional<std::string> bos = {},
+                                      std::optional<std::string> eos = {}) {
   const models::ModelSpec spec = models::build_model(model, 1, 4);
   models::ParameterStore params{spec.params};
   models::init_model(model, spec, params, 1);
@@ -46,6 +48,7 @@ std::filesystem::path checkpoint_from(const std::filesystem::path& source, const
   state.tokenizer = tokenizer;
   state.origin.init_from = source;
   state.origin.vocab = vocab;
+  state.origin.bos_token = bos, state.origin.eos_token = eos;
   return save_checkpoint(root, spec, params, m, v, state, 1);
 }
 
@@ -303,6 +306,53 @@ TEST(Export, ALlamaExportsItsConfigAndShardsPastTheLimit) {
     testing::expect_bitwise(std::vector<float>(exported.value(i).begin(), exported.value(i).end()),
                             std::vector<float>(original.value(i).begin(), original.value(i).end()),
                             spec.params[i].name.c_str());
+}
+
+// A run with data.tokenizer: hf (its tokenizer.json under another name) exports tokenizer.json as it is, and a
+// tokenizer_config.json naming PreTrainedTokenizerFast (what transformers runs as the file says) with the BOS
+// and EOS the run's tokenizer used, as state.json records them (null: none), over the settings of the
+// tokenizer_config.json beside the run's file.
+TEST(Export, AnHfRunsTokenizerJsonIsExportedWithAFastTokenizerConfigOfItsBosAndEos) {
+  Scratch s("export_hf_tokenizer");
+  const auto source = testing::data_path("hf_llama_tiny");  // a model folder without tokenizer files
+  models::ModelConfig llama;
+  llama.init_from = source;
+  apply_hf_config(llama, {"init_from"});
+  for (const std::string kind : {"llama3", "qwen2"}) {
+    const fs::path run = s.dir / kind, vocab = run / "tokenizer" / (kind + ".json");
+    fs::create_directories(vocab.parent_path());
+    fs::copy_file(testing::data_path("hf_tokenizers/" + kind + "/tokenizer.json"), vocab);
+    if (kind == "llama3")  // a class transformers would rebuild its own pipeline for, and a setting to keep
+      write_text(
+          vocab.parent_path() / "tokenizer_config.json",
+          R"({"tokenizer_class": "LlamaTokenizer", "chat_template": "{{ messages }}", "eos_token": "<|eot_id|>"})");
+    const std::optional<std::string> bos = kind == "llama3" ? "<|begin_of_text|>" : "";
+    const auto ckpt = checkpoint_from(source, run / "ckpt", "hf", vocab, llama, bos, "<|end_of_text|>");
+    const TrainState state = read_checkpoint_state(ckpt).first;
+    EXPECT_EQ(state.origin.bos_token, bos) << kind;
+    EXPECT_EQ(state.origin.eos_token, "<|end_of_text|>") << kind;
+
+    const ExportReport e = export_checkpoint(ckpt, run / "out");
+    EXPECT_EQ(e.note, "") << kind;
+    for (const std::string& absent : std::vector<std::string>{"vocab.txt", "vocab.json", "merges.txt", kind + ".json"})
+      EXPECT_FALSE(fs::exists(run / "out" / absent)) << kind << ": " << absent;
+    EXPECT_TRUE(testing::file_text(run / "out" / "tokenizer.json") == testing::file_text(vocab))
+        << kind << ": tokenizer.json is not the run's file";
+    const nlohmann::json config = json_of(run / "out" / "tokenizer_config.json");
+    EXPECT_EQ(config["tokenizer_class"], "PreTrainedTokenizerFast") << kind;
+    EXPECT_EQ(config["bos_token"], kind == "llama3" ? nlohmann::json("<|begin_of_text|>") : nlohmann::json()) << kind;
+    EXPECT_EQ(config["eos_token"], "<|end_of_text|>") << kind << ": the run's, not the file's";
+    EXPECT_EQ(config["model_max_length"], llama.seq_len) << kind;
+    EXPECT_EQ(config.contains("chat_template"), kind == "llama3") << kind;
+  }
+  // A checkpoint of an earlier build records no BOS or EOS: the config beside the file gives them.
+  const fs::path vocab = s.dir / "llama3" / "tokenizer" / "llama3.json";
+  const auto earlier = checkpoint_from(source, s.dir / "earlier", "hf", vocab, llama);
+  EXPECT_FALSE(read_checkpoint_state(earlier).first.origin.bos_token);
+  export_checkpoint(earlier, s.dir / "earlier_out");
+  const nlohmann::json config = json_of(s.dir / "earlier_out" / "tokenizer_config.json");
+  EXPECT_EQ(config["eos_token"], "<|eot_id|>");
+  EXPECT_FALSE(config.contains("bos_token"));
 }
 
 TEST(Export, AStartingPointKeepsTheSourcesDtype) {
