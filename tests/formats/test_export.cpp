@@ -2,14 +2,16 @@
 // tensor of the source bit for bit at step zero (the pooler and the next-sentence head included), the
 // source's config.json settings (dropout), its tokenizer files and its other files (sentence-transformers');
 // the weights a run starts from export without a step; a folder holding files is written only when asked,
-// and nothing in it is deleted. The folders come from tests/data/make_hf_roundtrip_reference.py and
-// make_sentence_transformer_fixture.py.
+// and nothing in it is deleted; a fine-tuned Llama's export gives transformers' logits. The folders come from
+// tests/data/make_hf_roundtrip_reference.py, make_sentence_transformer_fixture.py and
+// make_llama_finetune_reference.py.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/ops/cpu_runner.h"
 #include "formats/checkpoint.h"
 #include "formats/export.h"
 #include "formats/hf_config.h"
@@ -353,6 +355,31 @@ TEST(Export, AnHfRunsTokenizerJsonIsExportedWithAFastTokenizerConfigOfItsBosAndE
   const nlohmann::json config = json_of(s.dir / "earlier_out" / "tokenizer_config.json");
   EXPECT_EQ(config["eos_token"], "<|eot_id|>");
   EXPECT_FALSE(config.contains("bos_token"));
+}
+
+// issue 34's goal: a Llama fine-tuned by `ferry train` (30 steps from a random LlamaForCausalLM with grouped-query
+// attention and its own head) and written by `ferry export` gives, read back as model.init_from reads a folder,
+// the logits transformers computes from the same folder (tests/data/make_llama_finetune_reference.py).
+TEST(Export, AFineTunedLlamaExportGivesTransformersLogits) {
+  const formats::SafetensorsFile ref =
+      SafetensorsFile::open(testing::data_path("llama_finetuned_reference.safetensors"));
+  models::ModelConfig m;
+  m.init_from = testing::data_path("hf_llama_finetuned");
+  apply_hf_config(m, {});
+  EXPECT_EQ(m.kind, "llama");
+  EXPECT_EQ(m.kv_heads(), 1);
+  EXPECT_FALSE(m.tie_word_embeddings);
+  const std::vector<int64_t> shape = ref.find("input_ids")->shape;
+  const models::ModelSpec spec = models::build_model(m, shape[0], shape[1]);
+  models::ParameterStore params{spec.params};
+  load_weights(m.init_from, spec, params);
+  ops::CpuRunner runner(spec, params);
+  runner.set_batch(ref.read_i32("input_ids"), ref.read_i32("targets"));
+  const float loss = runner.forward();
+  const auto logits = runner.tensor("lm_head.out");
+  EXPECT_LT(testing::max_rel_error(std::vector<float>(logits.begin(), logits.end()), ref.read_f32("logits"), 1e-2),
+            1e-4);
+  EXPECT_NEAR(loss, ref.read_f32("loss")[0], 1e-4 * ref.read_f32("loss")[0]);
 }
 
 TEST(Export, AStartingPointKeepsTheSourcesDtype) {
