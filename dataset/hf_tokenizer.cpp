@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "dataset/hf_bpe.h"
+#include "dataset/nfc.h"
 #include "dataset/pretokenize.h"
 #include "dataset/tokenizer.h"
 #include "dataset/unicode.h"
@@ -36,9 +37,10 @@ struct AddedToken {
   int32_t id;
 };
 
-// Prepend `prepend` (non-empty text only), or replace every `from` with `to`.
+// Prepend `prepend` (non-empty text only), replace every `from` with `to`, or (nfc) compose to NFC.
 struct NormalizeStep {
   std::string prepend, from, to;
+  bool nfc = false;
 };
 
 // Before splitting by `split` (if any), a space put before each piece that lacks one (ByteLevel's
@@ -95,8 +97,10 @@ std::string string_pattern(const json& step, const std::string& origin, const st
 
 void parse_normalizer(const json& n, const std::string& origin, std::vector<NormalizeStep>& steps) {
   const std::string type = type_of(n);
-  if (n.is_null() || type == "NFC") return;  // NFC: see load_hf_tokenizer
-  if (type == "Sequence") {
+  if (n.is_null()) return;
+  if (type == "NFC") {
+    steps.push_back({"", "", "", true});
+  } else if (type == "Sequence") {
     for (const json& each : n.value("normalizers", json::array())) parse_normalizer(each, origin, steps);
   } else if (type == "Prepend") {
     steps.push_back({n.value("prepend", ""), "", ""});
@@ -305,6 +309,10 @@ class HfTokenizer final : public Tokenizer {
   std::string normalize(std::string_view text) const {
     std::string s(text);
     for (const NormalizeStep& n : normalize_) {
+      if (n.nfc) {
+        s = nfc(s);
+        continue;
+      }
       if (!n.prepend.empty()) {
         if (!s.empty()) s = n.prepend + s;
         continue;
@@ -495,8 +503,6 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& tokeni
     throw unsupported(origin, "model.type", model,
                       "BPE: byte-level, as GPT-2, Llama 3, Qwen2 and SmolLM2, or SentencePiece-style with "
                       "byte_fallback, as Llama 2, TinyLlama and Mistral");
-  // NFC composes decomposed characters (e + U+0301 -> é): Ferry tokenises them as they are, which is the
-  // same on text already in NFC (nearly all text; it is what Qwen2's data was).
   const std::filesystem::path config_file = tokenizer_json.parent_path() / "tokenizer_config.json";
   json config;
   if (std::filesystem::exists(config_file)) {

@@ -200,7 +200,10 @@ def texts():
         text = f.read()
     extra = ["", " ", "\n", "\r\n", "a", "   x", "x   ", "don't DON'T", "12345678", "\u00e9\u0301 decomposed",
              "<|endoftext|>hello<|endoftext|>", "<s> hi</s>", "<s>hi</s>there", "<|begin_of_text|>Hi<|eot_id|>", "<|im_start|>user\nhi<|im_end|>",
-             "not <s special", "\U0001F680\U0001F680 rocket \u4e2d"]
+             "not <s special", "\U0001F680\U0001F680 rocket \u4e2d",
+             # decomposed characters, which NFC (Qwen2's normalizer) composes: accents, marks out of order,
+             # a singleton (the Angstrom sign), Hangul jamo
+             "cafe\u0301 A\u030angstro\u0308m, Tie\u0302\u0301ng Vie\u0323\u0302t \u212b \u1100\u1161\u11a8"]
     return TOKENIZER_TEXTS + extra + [p for p in text.split("\n\n") if p] + [text]
 
 
