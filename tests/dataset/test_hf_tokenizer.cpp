@@ -111,6 +111,10 @@ TEST(HfTokenizer, UnsupportedPartsAreRefusedByName) {
             std::string::npos);
   EXPECT_NE(refusal([](json& j) { j["normalizer"] = {{"type", "NFKC"}}; }).find("normalizer NFKC"), std::string::npos);
   EXPECT_NE(refusal([](json& j) {
+              j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "NFD"}}}}};
+            }).find("normalizer NFD is not one Ferry reproduces (it reads Prepend, Replace of a string, NFC"),
+            std::string::npos);
+  EXPECT_NE(refusal([](json& j) {
               j["decoder"] = {{"type", "WordPiece"}};
             }).find("decoder WordPiece"),
             std::string::npos);
