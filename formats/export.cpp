@@ -305,10 +305,12 @@ void export_model(const models::ModelConfig& m, const models::ModelSpec& spec, s
     }
     tokens.source_folder = source->folder, tokens.source_key = source->what;
   }
-  const nlohmann::json written_config = round_trip_config(config, hf_config(m));
+  std::vector<ExportFile> tokenizer = tokenizer_files(tokens, m, &report.note);
+  nlohmann::json written_config = round_trip_config(config, hf_config(m));
+  set_special_token_ids(tokens, tokenizer, written_config, carried);
   std::vector<ExportFile> files{{"config.json", written_config.dump(2) + "\n"}};
   if (std::optional<ExportFile> g = generation_config(m, written_config, carried)) files.push_back(std::move(*g));
-  for (ExportFile& f : tokenizer_files(tokens, m, &report.note)) files.push_back(std::move(f));
+  for (ExportFile& f : tokenizer) files.push_back(std::move(f));
   for (ExportFile& f : carried) {
     report.carried_files.push_back(f.name);
     files.push_back(std::move(f));

@@ -175,6 +175,30 @@ std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& o, const models::
   return files;
 }
 
+void set_special_token_ids(const TokenizerOrigin& o, const std::vector<ExportFile>& files, json& config,
+                           std::vector<ExportFile>& carried) {
+  const auto file =
+      std::find_if(files.begin(), files.end(), [](const ExportFile& f) { return f.name == "tokenizer.json"; });
+  if (o.kind != "hf" || file == files.end() || uses_source_vocabulary(o)) return;
+  const json tokenizer = json::parse(file->bytes, nullptr, false);
+  if (!tokenizer.is_object()) return;
+  const auto id_of = [&](const std::string& token) -> json {
+    for (const json& t : tokenizer.value("added_tokens", json::array()))
+      if (t.value("content", "") == token && t.contains("id")) return t["id"];
+    const json vocab = tokenizer.value("model", json::object()).value("vocab", json::object());
+    return vocab.is_object() && vocab.contains(token) ? vocab[token] : json();
+  };
+  for (const auto& [key, token] : {std::pair{"bos_token_id", &o.bos_token}, {"eos_token_id", &o.eos_token}})
+    if (*token) config[key] = (*token)->empty() ? json() : id_of(**token);
+  for (ExportFile& f : carried) {
+    json generation = f.name == "generation_config.json" ? json::parse(f.bytes, nullptr, false) : json();
+    if (!generation.is_object()) continue;
+    for (const char* key : {"bos_token_id", "eos_token_id"})
+      if (config.contains(key)) generation[key] = config[key];
+    f.bytes = generation.dump(2) + "\n";
+  }
+}
+
 std::vector<ExportFile> carried_files(const fs::path& folder, const fs::path& skip, std::vector<std::string>* left_out) {
   const ModelFolder source(folder, "export");
   const fs::path root = fs::canonical(folder);

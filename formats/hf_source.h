@@ -54,6 +54,12 @@ struct TokenizerOrigin {
   std::optional<std::string> bos_token, eos_token;  // hf: the run's ("": none; unset: not recorded)
 };
 std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& origin, const models::ModelConfig& model, std::string* note);
+// For an hf run with a tokenizer of its own (not the source's, whose ids the source's files already name) and
+// its BOS and EOS recorded: config.json's bos_token_id and eos_token_id (null: none) are their ids in the
+// exported tokenizer.json (`files`: tokenizer_files'), and so are those of a generation_config.json among
+// `carried`, so that generate() stops at the run's EOS.
+void set_special_token_ids(const TokenizerOrigin& origin, const std::vector<ExportFile>& files, nlohmann::json& config,
+                           std::vector<ExportFile>& carried);
 // Every file name tokenizer_files may write (carried_files leaves them to it).
 const std::vector<std::string>& tokenizer_file_names();
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "dataset/tokenizer.h"
 #include "engine/ops/cpu_runner.h"
 #include "formats/checkpoint.h"
 #include "formats/export.h"
@@ -329,10 +330,11 @@ TEST(Export, AnHfRunsTokenizerJsonIsExportedWithAFastTokenizerConfigOfItsBosAndE
           vocab.parent_path() / "tokenizer_config.json",
           R"({"tokenizer_class": "LlamaTokenizer", "chat_template": "{{ messages }}", "eos_token": "<|eot_id|>"})");
     const std::optional<std::string> bos = kind == "llama3" ? "<|begin_of_text|>" : "";
-    const auto ckpt = checkpoint_from(source, run / "ckpt", "hf", vocab, llama, bos, "<|end_of_text|>");
+    const std::string eos = kind == "llama3" ? "<|end_of_text|>" : "<|endoftext|>";
+    const auto ckpt = checkpoint_from(source, run / "ckpt", "hf", vocab, llama, bos, eos);
     const TrainState state = read_checkpoint_state(ckpt).first;
     EXPECT_EQ(state.origin.bos_token, bos) << kind;
-    EXPECT_EQ(state.origin.eos_token, "<|end_of_text|>") << kind;
+    EXPECT_EQ(state.origin.eos_token, eos) << kind;
 
     const ExportReport e = export_checkpoint(ckpt, run / "out");
     EXPECT_EQ(e.note, "") << kind;
@@ -343,9 +345,18 @@ TEST(Export, AnHfRunsTokenizerJsonIsExportedWithAFastTokenizerConfigOfItsBosAndE
     const nlohmann::json config = json_of(run / "out" / "tokenizer_config.json");
     EXPECT_EQ(config["tokenizer_class"], "PreTrainedTokenizerFast") << kind;
     EXPECT_EQ(config["bos_token"], kind == "llama3" ? nlohmann::json("<|begin_of_text|>") : nlohmann::json()) << kind;
-    EXPECT_EQ(config["eos_token"], "<|end_of_text|>") << kind << ": the run's, not the file's";
+    EXPECT_EQ(config["eos_token"], eos) << kind << ": the run's, not the file's";
     EXPECT_EQ(config["model_max_length"], llama.seq_len) << kind;
     EXPECT_EQ(config.contains("chat_template"), kind == "llama3") << kind;
+    // The model's token ids are those of the run's tokenizer, not the source's (1 and 2), in config.json and
+    // the generation_config.json carried from the source.
+    const auto tokenizer = dataset::load_hf_tokenizer(vocab);
+    const nlohmann::json bos_id = kind == "llama3" ? nlohmann::json(tokenizer->id_of(*bos)) : nlohmann::json();
+    for (const char* file : {"config.json", "generation_config.json"}) {
+      const nlohmann::json model = json_of(run / "out" / file);
+      EXPECT_EQ(model["bos_token_id"], bos_id) << kind << ": " << file;
+      EXPECT_EQ(model["eos_token_id"], tokenizer->id_of(eos)) << kind << ": " << file;
+    }
   }
   // A checkpoint of an earlier build records no BOS or EOS: the config beside the file gives them.
   const fs::path vocab = s.dir / "llama3" / "tokenizer" / "llama3.json";
