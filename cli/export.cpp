@@ -26,6 +26,8 @@ constexpr const char* kExportFooter =
     "A model from model.init_from takes along its tensors Ferry does not train (BERT's pooler, ...), its\n"
     "config.json settings and its folder's other files (tokenizer, sentence-transformers' modules.json,\n"
     "1_Pooling/, README.md, ...); its weights in other formats (pytorch_model.bin, onnx/, ...) are left out.\n"
+    "A run's own vocabulary goes along as the files transformers' AutoTokenizer reads: with data.tokenizer: hf,\n"
+    "its tokenizer.json and a tokenizer_config.json naming PreTrainedTokenizerFast and the run's BOS and EOS.\n"
     "The export never deletes a file: into a folder that holds files already only with --overwrite, which\n"
     "replaces the files the export writes and keeps every other.";
 

@@ -120,7 +120,8 @@ Command add_sample(CLI::App& app) {
   };
   auto args = std::make_shared<SampleArgs>();
   SampleOptions& o = args->options;
-  auto* sample_cmd = app.add_subcommand("sample", "Generate text from a GPT checkpoint written by `ferry train`");
+  auto* sample_cmd =
+      app.add_subcommand("sample", "Generate text from a GPT-2 or Llama checkpoint written by `ferry train`");
   sample_cmd->add_option("--checkpoint", args->checkpoint, "A checkpoint folder; a run folder or train.checkpoint_dir (its newest); "
                                                            "an experiment folder, e.g. runs/gpt-tiny (its newest run's newest)")
       ->required();

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "dataset/hf_bpe.h"
+#include "dataset/nfc.h"
 #include "dataset/pretokenize.h"
 #include "dataset/tokenizer.h"
 #include "dataset/unicode.h"
@@ -31,14 +32,18 @@ const std::pair<std::string_view, SplitPattern> kSplitPatterns[] = {
     {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", SplitPattern::Gpt2},
 };
 
+// An added token; lstrip and rstrip: the whitespace before and after it is part of the match; single_word: it
+// matches only where no word character touches it.
 struct AddedToken {
   std::string content;
   int32_t id;
+  bool lstrip = false, rstrip = false, single_word = false;
 };
 
-// Prepend `prepend` (non-empty text only), or replace every `from` with `to`.
+// Prepend `prepend` (non-empty text only), replace every `from` with `to`, or (nfc) compose to NFC.
 struct NormalizeStep {
   std::string prepend, from, to;
+  bool nfc = false;
 };
 
 // Before splitting by `split` (if any), a space put before each piece that lacks one (ByteLevel's
@@ -95,8 +100,10 @@ std::string string_pattern(const json& step, const std::string& origin, const st
 
 void parse_normalizer(const json& n, const std::string& origin, std::vector<NormalizeStep>& steps) {
   const std::string type = type_of(n);
-  if (n.is_null() || type == "NFC") return;  // NFC: see load_hf_tokenizer
-  if (type == "Sequence") {
+  if (n.is_null()) return;
+  if (type == "NFC") {
+    steps.push_back({"", "", "", true});
+  } else if (type == "Sequence") {
     for (const json& each : n.value("normalizers", json::array())) parse_normalizer(each, origin, steps);
   } else if (type == "Prepend") {
     steps.push_back({n.value("prepend", ""), "", ""});
@@ -187,15 +194,13 @@ void parse_post_processor(const json& p, const std::string& origin, std::vector<
   }
 }
 
-std::vector<AddedToken> parse_added_tokens(const json& list, const std::string& origin, bool normalized) {
+std::vector<AddedToken> parse_added_tokens(const json& list, bool normalized) {
   std::vector<AddedToken> out;
   for (const json& t : list) {
     const std::string content = t.value("content", "");
-    if (t.value("single_word", false) || t.value("lstrip", false) || t.value("rstrip", false))
-      throw unsupported(origin, "added token", "'" + content + "' with single_word, lstrip or rstrip",
-                        "added tokens matched as they are");
     if (!content.empty() && t.value("normalized", !t.value("special", false)) == normalized)
-      out.push_back({content, t.value("id", int32_t(-1))});
+      out.push_back({content, t.value("id", int32_t(-1)), t.value("lstrip", false), t.value("rstrip", false),
+                     t.value("single_word", false)});
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
@@ -208,7 +213,51 @@ struct Segment {
   int32_t id;
 };
 
-// The text cut at the added tokens it holds, leftmost first, the longest at a place (tokens sorted so).
+// Rust's char::is_whitespace (Unicode's White_Space), which `tokenizers` strips with.
+bool is_white_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// The code point that ends at byte `at` of `s`, and where it starts (`*begin`); 0 at the start.
+char32_t code_point_before(std::string_view s, size_t at, size_t* begin) {
+  size_t b = at;
+  while (b > 0 && at - b < 4 && (static_cast<unsigned char>(s[b - 1]) & 0xC0) == 0x80) --b;
+  b = b > 0 ? b - 1 : 0;
+  *begin = b;
+  return at == 0 ? 0 : utf8_decode(s.substr(b, at - b)).front();
+}
+
+// The code point that starts at byte `at` of `s`, and where it ends (`*end`); 0 at the end.
+char32_t code_point_at(std::string_view s, size_t at, size_t* end) {
+  size_t e = at + 1;
+  while (e < s.size() && (static_cast<unsigned char>(s[e]) & 0xC0) == 0x80) ++e;
+  *end = std::min(e, s.size());
+  return at >= s.size() ? 0 : utf8_decode(s.substr(at, *end - at)).front();
+}
+
+bool is_word_character(char32_t c) {
+  const CharClass k = classify(c);
+  return c == '_' || (c != 0 && (k == CharClass::Letter || k == CharClass::Number));
+}
+
+// Where a match of `t` at [start, stop) of `text` begins and ends once its flags apply (no further left than
+// `from`, the end of the last match); nullopt where single_word rules it out.
+std::optional<std::pair<size_t, size_t>> match_of(const AddedToken& t, std::string_view text, size_t from, size_t start,
+                                                  size_t stop) {
+  size_t edge = 0;
+  if (t.single_word &&
+      (is_word_character(code_point_before(text, start, &edge)) || is_word_character(code_point_at(text, stop, &edge))))
+    return std::nullopt;
+  for (size_t b = 0; t.lstrip && start > from && is_white_space(code_point_before(text, start, &b));)
+    start = std::max(b, from);
+  for (size_t e = 0; t.rstrip && stop < text.size() && is_white_space(code_point_at(text, stop, &e));) stop = e;
+  return std::pair{start, stop};
+}
+
+// The text cut at the added tokens it holds, leftmost first, the longest at a place (tokens sorted so), each
+// with the whitespace its lstrip and rstrip take. A match single_word rules out is passed over, as
+// `tokenizers` passes over it.
 std::vector<Segment> split_added(std::string_view text, const std::vector<AddedToken>& tokens) {
   std::vector<Segment> out;
   std::array<bool, 256> starts{};  // a byte that starts an added token: only there are they compared
@@ -218,9 +267,15 @@ std::vector<Segment> split_added(std::string_view text, const std::vector<AddedT
     if (!starts[static_cast<unsigned char>(text[i])]) continue;
     for (const AddedToken& t : tokens) {
       if (t.content[0] != text[i] || text.compare(i, t.content.size(), t.content) != 0) continue;
-      if (i > from) out.push_back({text.substr(from, i - from), -1});
-      out.push_back({text.substr(i, t.content.size()), t.id});
-      from = i + t.content.size();
+      const auto match = match_of(t, text, from, i, i + t.content.size());
+      if (!match) {
+        i += t.content.size() - 1;
+        break;
+      }
+      const auto [start, stop] = *match;
+      if (start > from) out.push_back({text.substr(from, start - from), -1});
+      out.push_back({text.substr(start, stop - start), t.id});
+      from = stop;
       i = from - 1;
       break;
     }
@@ -305,6 +360,10 @@ class HfTokenizer final : public Tokenizer {
   std::string normalize(std::string_view text) const {
     std::string s(text);
     for (const NormalizeStep& n : normalize_) {
+      if (n.nfc) {
+        s = nfc(s);
+        continue;
+      }
       if (!n.prepend.empty()) {
         if (!s.empty()) s = n.prepend + s;
         continue;
@@ -380,8 +439,8 @@ std::string config_token(const json& config, const char* key) {
 
 HfTokenizer::HfTokenizer(const json& j, const json& config, const std::string& origin)
     : model_(j["model"], origin), byte_symbol_(bytes_to_unicode()) {
-  raw_added_ = parse_added_tokens(j.value("added_tokens", json::array()), origin, false);
-  normalized_added_ = parse_added_tokens(j.value("added_tokens", json::array()), origin, true);
+  raw_added_ = parse_added_tokens(j.value("added_tokens", json::array()), false);
+  normalized_added_ = parse_added_tokens(j.value("added_tokens", json::array()), true);
   parse_normalizer(j.value("normalizer", json()), origin, normalize_);
   parse_pre_tokenizer(j.value("pre_tokenizer", json()), origin, pre_, byte_level_);
   parse_decoder(j.value("decoder", json()), origin, decode_);
@@ -495,8 +554,6 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& tokeni
     throw unsupported(origin, "model.type", model,
                       "BPE: byte-level, as GPT-2, Llama 3, Qwen2 and SmolLM2, or SentencePiece-style with "
                       "byte_fallback, as Llama 2, TinyLlama and Mistral");
-  // NFC composes decomposed characters (e + U+0301 -> é): Ferry tokenises them as they are, which is the
-  // same on text already in NFC (nearly all text; it is what Qwen2's data was).
   const std::filesystem::path config_file = tokenizer_json.parent_path() / "tokenizer_config.json";
   json config;
   if (std::filesystem::exists(config_file)) {

@@ -253,6 +253,7 @@ std::string token_cache_key(const std::filesystem::path& text, const TokenizerFi
   if (!f.vocab.empty()) h = fnv1a(read_file(f.vocab, "data.vocab"), fnv1a("vocab|", h));
   if (!f.merges.empty()) h = fnv1a(read_file(f.merges, "data.merges"), fnv1a("merges|", h));
   const std::filesystem::path config = f.vocab.parent_path() / "tokenizer_config.json";
+  if (f.kind == "hf") h = fnv1a("nfc|", h);  // tokens of hf files cached before NFC was applied are not reused
   if (f.kind == "hf" && std::filesystem::exists(config))
     h = fnv1a(read_file(config, "data.vocab's tokenizer_config.json"), fnv1a("config|", h));
   return fmt::format("{:016x}", h);

@@ -49,8 +49,8 @@ std::unique_ptr<Tokenizer> gpt2_bpe_from_json(const nlohmann::json& vocab, const
 // a Split with Llama 3's or Qwen2's pattern, Digits or ByteLevel (Llama 3, Qwen2, SmolLM2, GPT-2), or
 // SentencePiece-style BPE with byte fallback (Llama 2, TinyLlama, Mistral: Prepend + Replace normalizer, or
 // the Metaspace pre-tokenizer of files converted with legacy: false); its added tokens; BOS and EOS from
-// its post-processor and the tokenizer_config.json beside it. Anything else is refused by name. NFC (Qwen2's
-// normalizer) is taken as done: decomposed characters are tokenised as they are.
+// its post-processor and the tokenizer_config.json beside it; the NFC normalizer (Qwen2's). Anything else is
+// refused by name (NFD, NFKC, NFKD, Lowercase, a Replace of a regex, ...).
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::filesystem::path& tokenizer_json);
 // Whether `file` is a Hugging Face tokenizer.json (a JSON object with a model section), whatever its name:
 // Ferry tells one by its name, so under another name it would be read as a vocab.txt or vocab.json.

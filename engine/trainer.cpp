@@ -222,6 +222,10 @@ formats::TrainState::Origin origin_of_run(const Config& cfg, const dataset::Data
   formats::TrainState::Origin o;
   if (!cfg.model.init_from.empty()) o.init_from = std::filesystem::absolute(cfg.model.init_from).lexically_normal();
   if (data.known) o.vocab = data.info.tokenizer.vocab, o.merges = data.info.tokenizer.merges, o.lowercase = data.info.tokenizer.lowercase;
+  if (data.known && data.info.tokenizer.kind == "hf" && data.vocabulary) {
+    const dataset::Tokenizer& t = *data.vocabulary;
+    o.bos_token = t.token_of(t.bos_id()), o.eos_token = t.token_of(t.eos_id());  // "" for -1: none
+  }
   return o;
 }
 
@@ -916,6 +920,8 @@ formats::StartingPoint starting_point(const Config& config) {
   dataset::DataSource data;
   if (dataset::reads_as_token_shard(request.path, request.format)) data = dataset::open_data_source(request);
   else data.known = true, data.info.tokenizer = request.tokenizer;  // what the run's tokenisation records
+  if (data.info.tokenizer.kind == "hf" && !data.vocabulary && std::filesystem::exists(data.info.tokenizer.vocab))
+    data.vocabulary = dataset::load_tokenizer(data.info.tokenizer);  // its BOS and EOS, for tokenizer_config.json
   return {config.model, config.train.seed, data.tokenizer_name(), origin_of_run(config, data)};
 }
 

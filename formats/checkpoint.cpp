@@ -220,6 +220,8 @@ json origin_json(const TrainState::Origin& o) {
   for (const auto& [key, path] : {std::pair{"init_from", &o.init_from}, {"vocab", &o.vocab}, {"merges", &o.merges}})
     if (!path->empty()) j[key] = path->string();
   if (!o.vocab.empty()) j["lowercase"] = o.lowercase;
+  for (const auto& [key, token] : {std::pair{"bos_token", &o.bos_token}, {"eos_token", &o.eos_token}})
+    if (*token) j[key] = (*token)->empty() ? json() : json(**token);  // null: the tokenizer has none
   return j;
 }
 
@@ -231,6 +233,8 @@ TrainState::Origin read_origin(const StateFields& f) {
   o.vocab = of.text("vocab", std::string());
   o.merges = of.text("merges", std::string());
   o.lowercase = of.boolean("lowercase", true);
+  for (const auto& [key, token] : {std::pair{"bos_token", &o.bos_token}, {"eos_token", &o.eos_token}})
+    if (of.has(key)) *token = of.at(key).is_null() ? std::string() : of.text(key);
   return o;
 }
 

@@ -56,6 +56,10 @@ struct TrainState {
   struct Origin {
     std::filesystem::path init_from, vocab, merges;
     bool lowercase = true;  // WordPiece's case rule
+    // A tokenizer.json's (data.tokenizer: hf) tokens put before a text and after a document, as the run's
+    // tokenizer chose them ("": it puts none), for the export's tokenizer_config.json. Unset: not an hf
+    // run, or a checkpoint of an earlier build.
+    std::optional<std::string> bos_token, eos_token;
   };
   Origin origin{};
   // The files the run's tokens came from (data.path, its cached tokens, the tokenizer's files), as they were

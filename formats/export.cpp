@@ -305,10 +305,12 @@ void export_model(const models::ModelConfig& m, const models::ModelSpec& spec, s
     }
     tokens.source_folder = source->folder, tokens.source_key = source->what;
   }
-  const nlohmann::json written_config = round_trip_config(config, hf_config(m));
+  std::vector<ExportFile> tokenizer = tokenizer_files(tokens, m, &report.note);
+  nlohmann::json written_config = round_trip_config(config, hf_config(m));
+  set_special_token_ids(tokens, tokenizer, written_config, carried);
   std::vector<ExportFile> files{{"config.json", written_config.dump(2) + "\n"}};
   if (std::optional<ExportFile> g = generation_config(m, written_config, carried)) files.push_back(std::move(*g));
-  for (ExportFile& f : tokenizer_files(tokens, m, &report.note)) files.push_back(std::move(f));
+  for (ExportFile& f : tokenizer) files.push_back(std::move(f));
   for (ExportFile& f : carried) {
     report.carried_files.push_back(f.name);
     files.push_back(std::move(f));
@@ -319,6 +321,14 @@ void export_model(const models::ModelConfig& m, const models::ModelSpec& spec, s
   for (const ExportFile& f : files) report.files.push_back(f.name);
   check_out(out, read_from, options, report);
   write_export(out, shards, files);
+}
+
+// What made the run's tokens (`kind`) and the files and special tokens its state records.
+TokenizerOrigin tokenizer_origin(const std::string& kind, const TrainState::Origin& o) {
+  TokenizerOrigin t;
+  t.kind = kind, t.vocab = o.vocab, t.merges = o.merges, t.lowercase = o.lowercase;
+  t.bos_token = o.bos_token, t.eos_token = o.eos_token;
+  return t;
 }
 
 void check_exportable(const models::ModelConfig& m, const std::string& what) {
@@ -351,7 +361,7 @@ ExportReport export_checkpoint(const fs::path& checkpoint, const fs::path& out, 
   std::optional<HfWeights> source_weights;  // its bytes stay in memory until the export is written
   if (!source.empty())
     source_weights = open_hf_weights(source, options.source ? "--source" : "model.init_from"), report.source = source;
-  const TokenizerOrigin tokens{state.tokenizer, {}, state.origin.vocab, state.origin.merges, state.origin.lowercase};
+  const TokenizerOrigin tokens = tokenizer_origin(state.tokenizer, state.origin);
   export_model(m, spec, std::move(refs), source_weights ? &*source_weights : nullptr, tokens, out, {dir}, options, report);
   return report;
 }
@@ -390,7 +400,7 @@ ExportReport export_starting_point(const StartingPoint& start, const fs::path& o
     if (type) refs.push_back({p.name, p.shape, it->second.first->data(*it->second.second), *type});
     else refs.push_back({p.name, p.shape, views[i].data(), DType::F32});
   }
-  const TokenizerOrigin tokens{start.tokenizer, {}, start.origin.vocab, start.origin.merges, start.origin.lowercase};
+  const TokenizerOrigin tokens = tokenizer_origin(start.tokenizer, start.origin);
   export_model(m, spec, std::move(refs), source ? &*source : nullptr, tokens, out, {}, options, report);
   return report;
 }

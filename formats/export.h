@@ -53,8 +53,8 @@ ExportReport export_checkpoint(const std::filesystem::path& checkpoint, const st
 struct StartingPoint {
   models::ModelConfig model;
   uint64_t seed = 0;
-  std::string tokenizer = "byte";  // byte | gpt2 | wordpiece | unknown
-  TrainState::Origin origin;       // its vocab, merges and lowercase (init_from: model.init_from)
+  std::string tokenizer = "byte";  // byte | gpt2 | wordpiece | hf | unknown
+  TrainState::Origin origin;       // its vocab, merges, lowercase, BOS and EOS (init_from: model.init_from)
 };
 
 // The weights a run of `start` trains from, without a step: model.init_from's tensors byte for byte as its

@@ -41,6 +41,26 @@ json minimal_tokenizer_config(const TokenizerOrigin& o, const models::ModelConfi
           {"eos_token", "<|endoftext|>"}, {"unk_token", "<|endoftext|>"}};
 }
 
+// tokenizer_config.json for the tokenizer.json an hf run read: the settings of the one beside it (`beside`; null:
+// none), naming PreTrainedTokenizerFast, with the run's BOS and EOS where they are recorded.
+json hf_tokenizer_config(const TokenizerOrigin& o, const models::ModelConfig& m, const json& beside) {
+  json c = beside.is_object() ? beside : json::object();
+  c["tokenizer_class"] = "PreTrainedTokenizerFast";
+  for (const auto& [key, token] : {std::pair{"bos_token", &o.bos_token}, {"eos_token", &o.eos_token}})
+    if (*token) c[key] = (*token)->empty() ? json() : json(**token);
+  if (!c.contains("model_max_length")) c["model_max_length"] = m.seq_len;
+  return c;
+}
+
+// The tokenizer_config.json beside the run's tokenizer.json, which the tokenizer read its BOS and EOS from
+// (null: none, or one that no longer parses).
+json config_beside(const std::filesystem::path& tokenizer_json) {
+  const std::filesystem::path file = tokenizer_json.parent_path() / "tokenizer_config.json";
+  if (tokenizer_json.empty() || !std::filesystem::is_regular_file(file)) return nullptr;
+  const json c = json::parse(read_regular_file(file, "the tokenizer's config"), nullptr, false);
+  return c.is_object() ? c : json();
+}
+
 // Whether the run tokenised with the source folder's own vocabulary (or with one nothing records).
 bool uses_source_vocabulary(const TokenizerOrigin& o) {
   if (o.source_folder.empty()) return false;
@@ -125,7 +145,9 @@ std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& o, const models::
     for (const std::string& name : tokenizer_file_names())
       if (source.has(name)) files.push_back({name, source.read(name)});
   } else if (!o.vocab.empty()) {
-    const char* vocab_name = o.vocab.filename() == "tokenizer.json" ? "tokenizer.json" : o.kind == "gpt2" ? "vocab.json" : "vocab.txt";
+    const char* vocab_name = o.kind == "hf" || o.vocab.filename() == "tokenizer.json" ? "tokenizer.json"
+                             : o.kind == "gpt2"                                       ? "vocab.json"
+                                                                                      : "vocab.txt";
     for (const auto& [path, name] : {std::pair{o.vocab, vocab_name}, {o.merges, "merges.txt"}}) {
       if (path.empty()) continue;
       if (!std::filesystem::exists(path)) {
@@ -143,12 +165,38 @@ std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& o, const models::
                   "source folder holding one); copy its files into the export";
     return {};
   }
-  if (!has("tokenizer_config.json")) {
+  if (!has("tokenizer_config.json") && o.kind == "hf") {
+    files.push_back({"tokenizer_config.json", hf_tokenizer_config(o, m, config_beside(o.vocab)).dump(2) + "\n"});
+  } else if (!has("tokenizer_config.json")) {
     TokenizerOrigin kind = o;
     if (kind.kind != "wordpiece" && kind.kind != "gpt2") kind.kind = has("vocab.txt") ? "wordpiece" : "gpt2";
     files.push_back({"tokenizer_config.json", minimal_tokenizer_config(kind, m).dump(2) + "\n"});
   }
   return files;
+}
+
+void set_special_token_ids(const TokenizerOrigin& o, const std::vector<ExportFile>& files, json& config,
+                           std::vector<ExportFile>& carried) {
+  const auto file =
+      std::find_if(files.begin(), files.end(), [](const ExportFile& f) { return f.name == "tokenizer.json"; });
+  if (o.kind != "hf" || file == files.end() || uses_source_vocabulary(o)) return;
+  const json tokenizer = json::parse(file->bytes, nullptr, false);
+  if (!tokenizer.is_object()) return;
+  const auto id_of = [&](const std::string& token) -> json {
+    for (const json& t : tokenizer.value("added_tokens", json::array()))
+      if (t.value("content", "") == token && t.contains("id")) return t["id"];
+    const json vocab = tokenizer.value("model", json::object()).value("vocab", json::object());
+    return vocab.is_object() && vocab.contains(token) ? vocab[token] : json();
+  };
+  for (const auto& [key, token] : {std::pair{"bos_token_id", &o.bos_token}, {"eos_token_id", &o.eos_token}})
+    if (*token) config[key] = (*token)->empty() ? json() : id_of(**token);
+  for (ExportFile& f : carried) {
+    json generation = f.name == "generation_config.json" ? json::parse(f.bytes, nullptr, false) : json();
+    if (!generation.is_object()) continue;
+    for (const char* key : {"bos_token_id", "eos_token_id"})
+      if (config.contains(key)) generation[key] = config[key];
+    f.bytes = generation.dump(2) + "\n";
+  }
 }
 
 std::vector<ExportFile> carried_files(const fs::path& folder, const fs::path& skip, std::vector<std::string>* left_out) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,16 +39,27 @@ struct ExportFile {
   std::string name, bytes;
 };
 // The tokenizer files the export ships (names Hugging Face's AutoTokenizer reads): the source folder's, when
-// the run's vocabulary is the source's own (or unknown); else the run's vocabulary (`vocab`, `merges`) with a
-// tokenizer_config.json written for it. A tokenizer_config.json is written whenever none is copied.
-// `note` says why there are none (the byte tokenizer) or what is missing.
+// the run's vocabulary is the source's own (or unknown); else the run's vocabulary (`vocab`, `merges`; a
+// tokenizer.json under whatever name the run read it) with a tokenizer_config.json written for it. A
+// tokenizer_config.json is written whenever none is copied: for a tokenizer.json (hf), one naming
+// PreTrainedTokenizerFast, which transformers runs as the file says (a named class such as LlamaTokenizer
+// rebuilds its own pipeline), over the settings of the tokenizer_config.json beside the run's file (its chat
+// template, ...) with the run's BOS and EOS. `note` says why there are none (the byte tokenizer) or what is
+// missing.
 struct TokenizerOrigin {
-  std::string kind;  // byte | gpt2 | wordpiece | unknown: what made the run's tokens
+  std::string kind;  // byte | gpt2 | wordpiece | hf | unknown: what made the run's tokens
   std::filesystem::path source_folder, vocab, merges;
   bool lowercase = true;
   std::string source_key = "model.init_from";  // what names source_folder, in errors
+  std::optional<std::string> bos_token, eos_token;  // hf: the run's ("": none; unset: not recorded)
 };
 std::vector<ExportFile> tokenizer_files(const TokenizerOrigin& origin, const models::ModelConfig& model, std::string* note);
+// For an hf run with a tokenizer of its own (not the source's, whose ids the source's files already name) and
+// its BOS and EOS recorded: config.json's bos_token_id and eos_token_id (null: none) are their ids in the
+// exported tokenizer.json (`files`: tokenizer_files'), and so are those of a generation_config.json among
+// `carried`, so that generate() stops at the run's EOS.
+void set_special_token_ids(const TokenizerOrigin& origin, const std::vector<ExportFile>& files, nlohmann::json& config,
+                           std::vector<ExportFile>& carried);
 // Every file name tokenizer_files may write (carried_files leaves them to it).
 const std::vector<std::string>& tokenizer_file_names();
 

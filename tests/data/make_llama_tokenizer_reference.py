@@ -13,7 +13,8 @@ Writes hf_tokenizers/<kind>/tokenizer.json (+ tokenizer_config.json) for llama3,
 llama2_metaspace and smollm2,
 and llama_tokenizer_expected.json: {"texts": [...], kind: [{"ids", "ids_special", "decoded"}]}, one entry per
 text: its ids without and with the post-processor's special tokens, and decode(ids) keeping special tokens
-(left out where it is the text). Without --retrain the committed
+(left out where it is the text); and "llama3_added_flags": added tokens with lstrip, rstrip and single_word
+for the llama3 file and the ids of texts around them. Without --retrain the committed
 tokenizer.json files are kept (training breaks ties in no fixed order) and only the ids are written again.
 """
 import json
@@ -21,7 +22,7 @@ import os
 import sys
 
 from reference_common import TOKENIZER_TEXTS
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "..", "..", "configs", "data", "fortunes.txt")
@@ -200,8 +201,28 @@ def texts():
         text = f.read()
     extra = ["", " ", "\n", "\r\n", "a", "   x", "x   ", "don't DON'T", "12345678", "\u00e9\u0301 decomposed",
              "<|endoftext|>hello<|endoftext|>", "<s> hi</s>", "<s>hi</s>there", "<|begin_of_text|>Hi<|eot_id|>", "<|im_start|>user\nhi<|im_end|>",
-             "not <s special", "\U0001F680\U0001F680 rocket \u4e2d"]
+             "not <s special", "\U0001F680\U0001F680 rocket \u4e2d",
+             # decomposed characters, which NFC (Qwen2's normalizer) composes: accents, marks out of order,
+             # a singleton (the Angstrom sign), Hangul jamo
+             "cafe\u0301 A\u030angstro\u0308m, Tie\u0302\u0301ng Vie\u0323\u0302t \u212b \u1100\u1161\u11a8"]
     return TOKENIZER_TEXTS + extra + [p for p in text.split("\n\n") if p] + [text]
+
+
+def added_flags():
+    """Added tokens with lstrip, rstrip and single_word (RoBERTa's <mask> strips left; chat templates' tokens
+    strip right) added to the llama3 file through the `tokenizers` API: their entries as the file writes them
+    (the C++ test adds them to the same file) and the ids of texts around them."""
+    tok = Tokenizer.from_file(os.path.join(OUT, "llama3", "tokenizer.json"))
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True), AddedToken("<|end|>", rstrip=True),
+                            AddedToken("<|both|>", lstrip=True, rstrip=True)])
+    tok.add_tokens([AddedToken("<w>", single_word=True)])
+    entries = [t for t in json.loads(tok.to_str())["added_tokens"] if t["content"] in
+               ("<mask>", "<|end|>", "<|both|>", "<w>")]
+    texts = ["a  <mask>b", "a<mask>", "  <mask>", "x <|end|>  y", "x<|end|>\n\ny", "a \u3000<mask> \u2028<|end|>\u3000z",
+             "x <|both|>  y <|both|>", "<mask><mask>  <mask>", "a<w>b", "a <w> b", "<w>b", "_<w>", "\u00e9<w>", " <w>.",
+             "<w><w> <w>", "say <mask> and <|end|> then <w> done"]
+    return {"added_tokens": entries,
+            "cases": [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in texts]}
 
 
 def main():
@@ -228,6 +249,7 @@ def main():
                 cases[-1]["decoded"] = decoded
         expected[kind] = cases
         print(kind, tok.get_vocab_size(), "tokens;", sum(len(c["ids"]) for c in cases), "expected ids")
+    expected["llama3_added_flags"] = added_flags()
     with open(os.path.join(HERE, "llama_tokenizer_expected.json"), "w", encoding="utf-8") as f:
         json.dump(expected, f, ensure_ascii=False, separators=(",", ":"))
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dataset/nfc.h"
 #include "dataset/unicode.h"
 #include "test_helpers.h"
 
@@ -133,6 +134,32 @@ TEST(Unicode, LowercaseCoversLatinAndTheBasicGreekAndCyrillicAlphabets) {
     if (uncovered(c) && reference().code_points.at(c).lowercase != c) gaps.insert(c);
   check("to_lower", all, to_lower, [](char32_t c) { return reference().code_points.at(c).lowercase; }, gaps);
   for (char32_t c : gaps) EXPECT_EQ(to_lower(c), c) << "U+" << std::hex << static_cast<uint32_t>(c);
+}
+
+}  // namespace
+}  // namespace ferry::dataset
+
+namespace ferry::dataset {
+namespace {
+
+// NFC against Python's unicodedata.normalize (dataset/make_nfc_tables.py): every primary composite from its
+// decomposition, every decomposable code point as it is (singletons and composition exclusions decompose),
+// Hangul syllables and jamo, combining marks in shuffled orders, a mark with no starter before it.
+TEST(Nfc, MatchesUnicodedataOnTheReference) {
+  std::ifstream in(testing::data_path("nfc_reference.json"));
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  ASSERT_GE(ref["cases"].size(), 7u);
+  for (const auto& c : ref["cases"]) {
+    const std::string text = c[0], want = c[1];
+    const std::string got = nfc(text);
+    if (got == want) continue;
+    size_t at = 0;
+    while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
+    ADD_FAILURE() << "NFC differs from byte " << at << " of " << want.size() << ": got '"
+                  << got.substr(at > 8 ? at - 8 : 0, 24) << "', want '" << want.substr(at > 8 ? at - 8 : 0, 24)
+                  << "' (input starting '" << text.substr(0, 40) << "')";
+  }
+  EXPECT_EQ(nfc("caf\xFF e\xCC\x81"), "caf\xFF e\xCC\x81") << "invalid UTF-8 is left as it is";
 }
 
 }  // namespace

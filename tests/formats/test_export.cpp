@@ -2,14 +2,17 @@
 // tensor of the source bit for bit at step zero (the pooler and the next-sentence head included), the
 // source's config.json settings (dropout), its tokenizer files and its other files (sentence-transformers');
 // the weights a run starts from export without a step; a folder holding files is written only when asked,
-// and nothing in it is deleted. The folders come from tests/data/make_hf_roundtrip_reference.py and
-// make_sentence_transformer_fixture.py.
+// and nothing in it is deleted; a fine-tuned Llama's export gives transformers' logits. The folders come from
+// tests/data/make_hf_roundtrip_reference.py, make_sentence_transformer_fixture.py and
+// make_llama_finetune_reference.py.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "dataset/tokenizer.h"
+#include "engine/ops/cpu_runner.h"
 #include "formats/checkpoint.h"
 #include "formats/export.h"
 #include "formats/hf_config.h"
@@ -32,8 +35,10 @@ struct Scratch {
 
 // A step-zero checkpoint of a run that started from `source` (init_missing: [head] where it has none).
 std::filesystem::path checkpoint_from(const std::filesystem::path& source, const std::filesystem::path& root,
-                                      const std::string& tokenizer = "wordpiece", const std::filesystem::path& vocab = {},
-                                      const models::ModelConfig& model = kTinyBert) {
+                                      const std::string& tokenizer = "wordpiece",
+                                      const std::filesystem::path& vocab = {},
+                                      const models::ModelConfig& model = kTinyBert, std::optional<std::string> bos = {},
+                                      std::optional<std::string> eos = {}) {
   const models::ModelSpec spec = models::build_model(model, 1, 4);
   models::ParameterStore params{spec.params};
   models::init_model(model, spec, params, 1);
@@ -46,6 +51,7 @@ std::filesystem::path checkpoint_from(const std::filesystem::path& source, const
   state.tokenizer = tokenizer;
   state.origin.init_from = source;
   state.origin.vocab = vocab;
+  state.origin.bos_token = bos, state.origin.eos_token = eos;
   return save_checkpoint(root, spec, params, m, v, state, 1);
 }
 
@@ -303,6 +309,88 @@ TEST(Export, ALlamaExportsItsConfigAndShardsPastTheLimit) {
     testing::expect_bitwise(std::vector<float>(exported.value(i).begin(), exported.value(i).end()),
                             std::vector<float>(original.value(i).begin(), original.value(i).end()),
                             spec.params[i].name.c_str());
+}
+
+// A run with data.tokenizer: hf (its tokenizer.json under another name) exports tokenizer.json as it is, and a
+// tokenizer_config.json naming PreTrainedTokenizerFast (what transformers runs as the file says) with the BOS
+// and EOS the run's tokenizer used, as state.json records them (null: none), over the settings of the
+// tokenizer_config.json beside the run's file.
+TEST(Export, AnHfRunsTokenizerJsonIsExportedWithAFastTokenizerConfigOfItsBosAndEos) {
+  Scratch s("export_hf_tokenizer");
+  const auto source = testing::data_path("hf_llama_tiny");  // a model folder without tokenizer files
+  models::ModelConfig llama;
+  llama.init_from = source;
+  apply_hf_config(llama, {"init_from"});
+  for (const std::string kind : {"llama3", "qwen2"}) {
+    const fs::path run = s.dir / kind, vocab = run / "tokenizer" / (kind + ".json");
+    fs::create_directories(vocab.parent_path());
+    fs::copy_file(testing::data_path("hf_tokenizers/" + kind + "/tokenizer.json"), vocab);
+    if (kind == "llama3")  // a class transformers would rebuild its own pipeline for, and a setting to keep
+      write_text(
+          vocab.parent_path() / "tokenizer_config.json",
+          R"({"tokenizer_class": "LlamaTokenizer", "chat_template": "{{ messages }}", "eos_token": "<|eot_id|>"})");
+    const std::optional<std::string> bos = kind == "llama3" ? "<|begin_of_text|>" : "";
+    const std::string eos = kind == "llama3" ? "<|end_of_text|>" : "<|endoftext|>";
+    const auto ckpt = checkpoint_from(source, run / "ckpt", "hf", vocab, llama, bos, eos);
+    const TrainState state = read_checkpoint_state(ckpt).first;
+    EXPECT_EQ(state.origin.bos_token, bos) << kind;
+    EXPECT_EQ(state.origin.eos_token, eos) << kind;
+
+    const ExportReport e = export_checkpoint(ckpt, run / "out");
+    EXPECT_EQ(e.note, "") << kind;
+    for (const std::string& absent : std::vector<std::string>{"vocab.txt", "vocab.json", "merges.txt", kind + ".json"})
+      EXPECT_FALSE(fs::exists(run / "out" / absent)) << kind << ": " << absent;
+    EXPECT_TRUE(testing::file_text(run / "out" / "tokenizer.json") == testing::file_text(vocab))
+        << kind << ": tokenizer.json is not the run's file";
+    const nlohmann::json config = json_of(run / "out" / "tokenizer_config.json");
+    EXPECT_EQ(config["tokenizer_class"], "PreTrainedTokenizerFast") << kind;
+    EXPECT_EQ(config["bos_token"], kind == "llama3" ? nlohmann::json("<|begin_of_text|>") : nlohmann::json()) << kind;
+    EXPECT_EQ(config["eos_token"], eos) << kind << ": the run's, not the file's";
+    EXPECT_EQ(config["model_max_length"], llama.seq_len) << kind;
+    EXPECT_EQ(config.contains("chat_template"), kind == "llama3") << kind;
+    // The model's token ids are those of the run's tokenizer, not the source's (1 and 2), in config.json and
+    // the generation_config.json carried from the source.
+    const auto tokenizer = dataset::load_hf_tokenizer(vocab);
+    const nlohmann::json bos_id = kind == "llama3" ? nlohmann::json(tokenizer->id_of(*bos)) : nlohmann::json();
+    for (const char* file : {"config.json", "generation_config.json"}) {
+      const nlohmann::json model = json_of(run / "out" / file);
+      EXPECT_EQ(model["bos_token_id"], bos_id) << kind << ": " << file;
+      EXPECT_EQ(model["eos_token_id"], tokenizer->id_of(eos)) << kind << ": " << file;
+    }
+  }
+  // A checkpoint of an earlier build records no BOS or EOS: the config beside the file gives them.
+  const fs::path vocab = s.dir / "llama3" / "tokenizer" / "llama3.json";
+  const auto earlier = checkpoint_from(source, s.dir / "earlier", "hf", vocab, llama);
+  EXPECT_FALSE(read_checkpoint_state(earlier).first.origin.bos_token);
+  export_checkpoint(earlier, s.dir / "earlier_out");
+  const nlohmann::json config = json_of(s.dir / "earlier_out" / "tokenizer_config.json");
+  EXPECT_EQ(config["eos_token"], "<|eot_id|>");
+  EXPECT_FALSE(config.contains("bos_token"));
+}
+
+// issue 34's goal: a Llama fine-tuned by `ferry train` (30 steps from a random LlamaForCausalLM with grouped-query
+// attention and its own head) and written by `ferry export` gives, read back as model.init_from reads a folder,
+// the logits transformers computes from the same folder (tests/data/make_llama_finetune_reference.py).
+TEST(Export, AFineTunedLlamaExportGivesTransformersLogits) {
+  const formats::SafetensorsFile ref =
+      SafetensorsFile::open(testing::data_path("llama_finetuned_reference.safetensors"));
+  models::ModelConfig m;
+  m.init_from = testing::data_path("hf_llama_finetuned");
+  apply_hf_config(m, {});
+  EXPECT_EQ(m.kind, "llama");
+  EXPECT_EQ(m.kv_heads(), 1);
+  EXPECT_FALSE(m.tie_word_embeddings);
+  const std::vector<int64_t> shape = ref.find("input_ids")->shape;
+  const models::ModelSpec spec = models::build_model(m, shape[0], shape[1]);
+  models::ParameterStore params{spec.params};
+  load_weights(m.init_from, spec, params);
+  ops::CpuRunner runner(spec, params);
+  runner.set_batch(ref.read_i32("input_ids"), ref.read_i32("targets"));
+  const float loss = runner.forward();
+  const auto logits = runner.tensor("lm_head.out");
+  EXPECT_LT(testing::max_rel_error(std::vector<float>(logits.begin(), logits.end()), ref.read_f32("logits"), 1e-2),
+            1e-4);
+  EXPECT_NEAR(loss, ref.read_f32("loss")[0], 1e-4 * ref.read_f32("loss")[0]);
 }
 
 TEST(Export, AStartingPointKeepsTheSourcesDtype) {
