@@ -237,9 +237,12 @@ Command add_plan(CLI::App& app) {
                                              "ferry train takes it: a GPU's free memory less max(1 GiB, 5%), or on the host "
                                              "device what resident needs)");
   plan->add_option("--policy", args->policy, "resident | zero-offload | chunk-lru | greedy (default: offload.policy)");
-  plan->add_option("--json", args->json, "Also write the plan as JSON (policy, fits, budget_bytes, peak_device_bytes, "
-                                         "predicted_step_s, lower_bound_step_s, h2d_bytes, d2h_bytes, resident_bytes, "
-                                         "offloaded_bytes, and every policy under policies)");
+  plan->add_option(
+      "--json", args->json,
+      "Also write the plan as JSON (policy, fits, budget_bytes, peak_device_bytes, "
+      "predicted_step_s, lower_bound_step_s, h2d_bytes, d2h_bytes, resident_bytes, "
+      "offloaded_bytes, and every policy under policies; with --max-model: the largest model, its limit and "
+      "the next size up, under max_model)");
   plan->add_option("--set", args->overrides, "Override any config key, e.g. --set offload.bucket_mb=64 (repeatable)");
   auto* max_model = plan->add_option("--max-model", args->max_model, max_model_help())
                         ->expected(0, 1)
