@@ -1,6 +1,7 @@
 // `ferry plan`: its options, and print_plan: builds the offload problem of the config's model, plans it with
 // every policy, reports.
 #include "cli/plan.h"
+#include "cli/plan_target.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -29,25 +30,6 @@
 
 namespace ferry::cli {
 namespace {
-
-// What the plan is for: the device `ferry train` takes here (device::resolve_device), except that on a machine
-// without a GPU a cost model file stands for the GPU it describes, unless the config asks for device: cpu
-// (configs/cost_models/h100-assumed.json plans an H100 run anywhere).
-struct PlanTarget {
-  device::ResolvedDevice device;  // what the budget and the cost model are taken from
-  bool host_device = true;        // the plan is the host device's: its arena is host memory too
-  std::string says;               // in words, for the plan's device line
-};
-
-PlanTarget plan_target(const engine::Config& cfg) {
-  const device::VisibleDevices seen = device::visible_devices();
-  if (cfg.device != "cpu" && !cfg.offload.cost_model.empty() && (!seen.cuda_built || seen.cuda_devices == 0)) {
-    const device::ResolvedDevice here = device::resolve_device("auto", seen);
-    return {here, false, "the GPU offload.cost_model describes (here: " + here.note + ")"};
-  }
-  const device::ResolvedDevice d = device::resolve_device(cfg.device, seen);
-  return {d, d.kind == device::DeviceChoice::Kind::Host, d.note};
-}
 
 // A batch for profiling without reading the data: the time of an op does not depend on which ids it reads, so
 // they are spread over the vocabulary (BERT: one position in seven labelled, as masked-LM labels are).
@@ -80,14 +62,6 @@ offload::CostModel host_cost_model_for(const engine::Config& cfg, const models::
     return roofline;
   }
   return engine::host_device_cost_model(cfg, spec, synthetic_batch(cfg, spec), cache);
-}
-
-// The cost model `ferry train` would plan with: on a GPU, the CUDA device measured and profiled (seconds); else
-// the file offload.cost_model names, or the host device's measured rates (`cache`: where they are kept).
-offload::CostModel plan_cost_model(const engine::Config& cfg, const models::ModelSpec& spec, const PlanTarget& target, std::string* cache) {
-  if (target.device.kind == device::DeviceChoice::Kind::Cuda) return engine::cuda_device_cost_model(cfg, spec, synthetic_batch(cfg, spec));
-  if (!cfg.offload.cost_model.empty()) return offload::CostModel::load(cfg.offload.cost_model);
-  return host_cost_model_for(cfg, spec, cache);
 }
 
 // The chosen policy's plan in words. Returns the host memory the run will need.
@@ -149,6 +123,24 @@ int print_verdict(const std::string& device_error, const engine::HostMemoryEstim
 }
 
 }  // namespace
+
+PlanTarget plan_target(const engine::Config& cfg) {
+  const device::VisibleDevices seen = device::visible_devices();
+  if (cfg.device != "cpu" && !cfg.offload.cost_model.empty() && (!seen.cuda_built || seen.cuda_devices == 0)) {
+    const device::ResolvedDevice here = device::resolve_device("auto", seen);
+    return {here, false, "the GPU offload.cost_model describes (here: " + here.note + ")"};
+  }
+  const device::ResolvedDevice d = device::resolve_device(cfg.device, seen);
+  return {d, d.kind == device::DeviceChoice::Kind::Host, d.note};
+}
+
+offload::CostModel plan_cost_model(const engine::Config& cfg, const models::ModelSpec& spec, const PlanTarget& target,
+                                   std::string* cache) {
+  if (target.device.kind == device::DeviceChoice::Kind::Cuda)
+    return engine::cuda_device_cost_model(cfg, spec, synthetic_batch(cfg, spec));
+  if (!cfg.offload.cost_model.empty()) return offload::CostModel::load(cfg.offload.cost_model);
+  return host_cost_model_for(cfg, spec, cache);
+}
 
 int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   const PlanTarget target = plan_target(cfg);
@@ -234,7 +226,7 @@ int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
 
 Command add_plan(CLI::App& app) {
   struct PlanArgs {
-    std::string config, policy, budget, json;
+    std::string config, policy, budget, json, max_model;
     std::vector<std::string> overrides;
   };
   auto args = std::make_shared<PlanArgs>();
@@ -245,10 +237,17 @@ Command add_plan(CLI::App& app) {
                                              "ferry train takes it: a GPU's free memory less max(1 GiB, 5%), or on the host "
                                              "device what resident needs)");
   plan->add_option("--policy", args->policy, "resident | zero-offload | chunk-lru | greedy (default: offload.policy)");
-  plan->add_option("--json", args->json, "Also write the plan as JSON (policy, fits, budget_bytes, peak_device_bytes, "
-                                         "predicted_step_s, lower_bound_step_s, h2d_bytes, d2h_bytes, resident_bytes, "
-                                         "offloaded_bytes, and every policy under policies)");
+  plan->add_option(
+      "--json", args->json,
+      "Also write the plan as JSON (policy, fits, budget_bytes, peak_device_bytes, "
+      "predicted_step_s, lower_bound_step_s, h2d_bytes, d2h_bytes, resident_bytes, "
+      "offloaded_bytes, and every policy under policies; with --max-model: the largest model, its limit and "
+      "the next size up, under max_model)");
   plan->add_option("--set", args->overrides, "Override any config key, e.g. --set offload.bucket_mb=64 (repeatable)");
+  auto* max_model = plan->add_option("--max-model", args->max_model, max_model_help())
+                        ->expected(0, 1)
+                        ->default_str("")  // the value of --max-model given alone: the config's width
+                        ->option_text("[SHAPE]");
   plan->footer(
       "Exit status: 0 when the plan fits (the device budget and the host memory), 3 when it does not; the\n"
       "last line says which: 'fits: yes: ...' or 'fits: no: device memory: ...' / 'fits: no: host memory: ...'.\n"
@@ -258,7 +257,7 @@ Command add_plan(CLI::App& app) {
       "ferry train profiles them, a second or more). offload.cost_model: a JSON cost\n"
       "model (configs/cost_models/h100-assumed.json plans for an H100 on any machine without a GPU).");
   return {plan,
-          [args] {
+          [args, max_model] {
             PlanOptions opt;
             opt.policy = args->policy;
             opt.json = args->json;
@@ -267,14 +266,28 @@ Command add_plan(CLI::App& app) {
             } catch (const std::invalid_argument& e) {
               throw std::runtime_error(std::string("--budget: ") + e.what());
             }
-            const engine::Config cfg = engine::load_config(args->config, args->overrides);
+            // A named shape's keys go first, so that the user's own --set lines win.
+            std::vector<std::string> overrides;
+            if (*max_model) {
+              opt.max_model = args->max_model;
+              if (!args->max_model.empty())
+                overrides = max_model_shape_overrides(args->max_model,
+                                                      engine::load_config(args->config, args->overrides).model.kind);
+            }
+            overrides.insert(overrides.end(), args->overrides.begin(), args->overrides.end());
+            const engine::Config cfg = engine::load_config(args->config, overrides);
             for (const std::string& warning : engine::config_warnings(cfg))
               console::print(stderr, "ferry: warning: {}\n", warning);
             std::vector<PathUse> paths = engine::run_inputs(cfg);  // the plan's run's, never written over either
             paths.push_back({"--config", args->config});
             paths.push_back({"--json", args->json, PathUse::Kind::Output});
             refuse_outputs_over_inputs(paths);
-            return print_plan(cfg, opt);
+            if (!opt.max_model) return print_plan(cfg, opt);
+            opt.train_command = "ferry train --config " + args->config;
+            for (const std::string& set : overrides) opt.train_command += " --set " + set;
+            if (!args->budget.empty()) opt.train_command += " --set offload.gpu_budget=" + args->budget;
+            if (!args->policy.empty()) opt.train_command += " --set offload.policy=" + args->policy;
+            return print_max_model(cfg, opt);
           },
           true};
 }
