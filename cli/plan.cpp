@@ -18,7 +18,6 @@
 #include "engine/device/make_device.h"
 #include "engine/ops/op_profile.h"
 #include "engine/host_memory.h"
-#include "engine/group_settings.h"
 #include "engine/step_planning.h"
 #include "engine/trainer.h"
 #include "foundation/atomic_file.h"
@@ -145,8 +144,7 @@ offload::CostModel plan_cost_model(const engine::Config& cfg, const models::Mode
 int print_plan(const engine::Config& cfg, const PlanOptions& opt) {
   const PlanTarget target = plan_target(cfg);
   const offload::Policy chosen = offload::parse_policy(opt.policy.empty() ? cfg.offload.policy : opt.policy);
-  const models::ModelSpec spec =
-      engine::with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.optim.groups);
+  const models::ModelSpec spec = engine::training_spec(cfg);
   std::string cache;
   const offload::CostModel cost = plan_cost_model(cfg, spec, target, &cache);
   // As `ferry train` decides it: given, else on a GPU its free memory once the profiling is done, else what resident needs.

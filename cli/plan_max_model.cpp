@@ -14,7 +14,6 @@
 
 #include "cli/plan.h"
 #include "cli/plan_target.h"
-#include "engine/group_settings.h"
 #include "engine/host_memory.h"
 #include "engine/ops/host_cost_model.h"
 #include "engine/step_planning.h"
@@ -91,7 +90,7 @@ class MaxModelSearch {
     const engine::Config one = at(1);
     search_cost_ = target_.host_device && cfg.offload.cost_model.empty()
                        ? ops::host_cost_model(cfg.threads(), &cache_)
-                       : plan_cost_model(one, spec_of(one), target_, &cache_);
+                       : plan_cost_model(one, engine::training_spec(one), target_, &cache_);
     search_cost_.profiled_op_s.clear();
   }
 
@@ -100,10 +99,8 @@ class MaxModelSearch {
   // more memory); its host memory is close to the full plan's, which confirm() checks.
   Fit quick(int layers) {
     const engine::Config c = at(layers);
-    const models::ModelSpec spec = spec_of(c);
-    offload::PlanRequest request = request_for(c, spec, search_cost_);
-    if (request.checkpointing == offload::Checkpointing::Auto) request.checkpointing = offload::Checkpointing::On;
-    request.mixed_tiers = false;
+    const models::ModelSpec spec = engine::training_spec(c);
+    const offload::PlanRequest request = quick_request(c, spec);
     Fit f;
     f.layers = layers, f.params = spec.param_count();
     ++quick_checks_;
@@ -122,7 +119,7 @@ class MaxModelSearch {
   // the budget.
   Fit full(int layers) {
     const engine::Config c = at(layers);
-    const models::ModelSpec spec = spec_of(c);
+    const models::ModelSpec spec = engine::training_spec(c);
     const offload::CostModel cost = plan_cost_model(c, spec, target_, &cache_);
     offload::PlanRequest request = request_for(c, spec, cost);
     Fit f;
@@ -144,12 +141,10 @@ class MaxModelSearch {
   // planned at a budget that holds it, the host device's arena at most the budget.
   void estimate_host_anyway(Fit& f) const {
     const engine::Config c = at(f.layers);
-    const models::ModelSpec spec = spec_of(c);
-    offload::PlanRequest request = request_for(c, spec, search_cost_);
+    const models::ModelSpec spec = engine::training_spec(c);
+    offload::PlanRequest request = quick_request(c, spec);
     const int64_t budget = request.budget_bytes;
     request.budget_bytes = int64_t(1) << 62;
-    if (request.checkpointing == offload::Checkpointing::Auto) request.checkpointing = offload::Checkpointing::On;
-    request.mixed_tiers = false;
     check_host(f, spec, offload::plan_step(spec, search_cost_, request), budget);
   }
 
@@ -167,16 +162,19 @@ class MaxModelSearch {
     c.model.n_layer = layers;
     return c;
   }
-  static models::ModelSpec spec_of(const engine::Config& c) {
-    return engine::with_frozen(models::build_model(c.model, c.train.batch_size, c.sequence(), c.precision()),
-                               c.optim.groups);
-  }
   // As print_plan asks: the config's request, the chosen policy, the budget given or else what resident needs.
   offload::PlanRequest request_for(const engine::Config& c, const models::ModelSpec& spec,
                                    const offload::CostModel& cost) const {
     offload::PlanRequest request = engine::plan_request(c, cost);
     request.policy = policy_;
     request.budget_bytes = budget_.bytes > 0 ? budget_.bytes : engine::resident_peak_bytes(spec, cost, request);
+    return request;
+  }
+  // The quick check's request: every block checkpointed (where the config leaves it to the plan), no device tier.
+  offload::PlanRequest quick_request(const engine::Config& c, const models::ModelSpec& spec) const {
+    offload::PlanRequest request = request_for(c, spec, search_cost_);
+    if (request.checkpointing == offload::Checkpointing::Auto) request.checkpointing = offload::Checkpointing::On;
+    request.mixed_tiers = false;
     return request;
   }
   // The host memory `plan` takes (estimate_host_memory: what `ferry train` checks) against what is available;

@@ -11,12 +11,14 @@
 #include "engine/device/cuda_devices.h"
 #include "engine/device/link_rate.h"
 #include "engine/device/make_device.h"
+#include "engine/group_settings.h"
 #include "engine/ops/host_cost_model.h"
 #include "engine/ops/op_profile.h"
 #include "engine/ops/op_workspace.h"
 #include "foundation/atomic_file.h"
 #include "kernels/cpu/workspace.h"
 #include "memory/host_buffer.h"
+#include "models/registry.h"
 
 namespace ferry::engine {
 namespace {
@@ -122,6 +124,11 @@ void save_cost_model(const std::filesystem::path& path, const offload::CostModel
   if (const size_t at = name.find(kProfiledNote); at != std::string::npos) name.erase(at, kProfiledNote.size());
   saved["name"] = name + " (saved by ferry train from " + cfg.source.filename().string() + ")";
   write_file_atomically(path, saved.dump(2) + "\n", "--save-cost-model");
+}
+
+models::ModelSpec training_spec(const Config& cfg) {
+  return with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()),
+                     cfg.optim.groups);
 }
 
 offload::PlanRequest plan_request(const Config& cfg, const offload::CostModel& cost) {

@@ -50,6 +50,10 @@ void measure_machine_rates(device::Device& device, const Config& config, const m
 // profiled for this model and batch, and a name that says where it came from.
 void save_cost_model(const std::filesystem::path& path, const offload::CostModel& cost, const Config& config);
 
+// The model a run of `config` trains: its shape at the run's batch and sequence, in its precision, with the
+// parameters optim.groups freeze marked and the backward they make useless dropped (with_frozen).
+models::ModelSpec training_spec(const Config& config);
+
 // What the config asks plan_step for on `cost`: bucket size, budget (offload.gpu_budget; 0 when unset), policy,
 // checkpointing, accumulation, overlap, and the workspace of `cost`'s profile. The one translation of config keys
 // into a plan request.

@@ -399,8 +399,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
     : cfg_(cfg), opt_(opt), eval_(eval), progress_(opt.progress), resume_from_(read_resume_point(cfg, opt)),
       checkpoints_(eval ? std::nullopt : open_checkpoint_dir(cfg, opt, resume_from_)), threads_(cfg.threads()),
       tbb_threads_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)),
-      spec_(with_frozen(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()),
-                        cfg.optim.groups)),
+      spec_(training_spec(cfg)),
       param_settings_(cfg.optim.groups.empty() ? std::vector<ParamSettings>()
                                                : resolve_param_groups(cfg.optim.groups, spec_, cfg.optim.weight_decay)),
       adamw_(adamw_options(cfg)), batches_(cfg, progress_),
