@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -22,6 +23,7 @@
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 #include "memory/convert.h"
+#include "models/registry.h"
 
 namespace ferry::formats {
 namespace {
@@ -122,8 +124,8 @@ void read_llama(const StateFields& m, models::ModelConfig& c) {
   c.rope_theta = m.number("rope_theta", 1, 1e12, false, false);
   models::RopeScalingConfig& r = c.rope_scaling;
   r.rope_type = m.text("rope_type");
-  if (r.rope_type != "default" && r.rope_type != "llama3")
-    m.fail("rope_type", "is \"" + r.rope_type + "\"; expected default or llama3");
+  if (std::ranges::find(models::kRopeTypes, r.rope_type) == models::kRopeTypes.end())
+    m.fail("rope_type", fmt::format("is \"{}\"; expected one of {}", r.rope_type, fmt::join(models::kRopeTypes, ", ")));
   r.factor = m.number("rope_factor", 1, 1e6, false, false);
   r.low_freq_factor = m.number("rope_low_freq_factor", 0, 1e6, true, false);
   r.high_freq_factor = m.number("rope_high_freq_factor", 0, 1e6, true, false);
@@ -143,8 +145,8 @@ models::ModelConfig read_model(const StateFields& f) {
   const StateFields m = f.object("model");
   models::ModelConfig c;
   c.kind = m.text("kind", std::string("gpt2"));
-  if (c.kind != "gpt2" && c.kind != "bert" && c.kind != "llama")
-    m.fail("kind", "is \"" + c.kind + "\"; expected gpt2, bert or llama");
+  if (std::ranges::find(models::kModelKinds, c.kind) == models::kModelKinds.end())
+    m.fail("kind", fmt::format("is \"{}\"; expected one of {}", c.kind, fmt::join(models::kModelKinds, ", ")));
   c.n_layer = static_cast<int>(m.integer("n_layer", 1, 1024));
   c.n_head = static_cast<int>(m.integer("n_head", 1, 1024));
   c.n_embd = static_cast<int>(m.integer("n_embd", 1, 65536));
@@ -347,8 +349,7 @@ ParameterViews views(Store& params, Span m, Span v) {
     const auto at = static_cast<size_t>(params.value(i).data() - params.values().data()), n = params.value(i).size();
     out.weights.push_back(view(params.value(i))), out.m.push_back(view(m.subspan(at, n))),
         out.v.push_back(view(v.subspan(at, n)));
-    const auto grad = params.grad(i);
-    out.pending.push_back({const_cast<float*>(grad.data()), {static_cast<int64_t>(grad.size())}, DType::F32});
+    out.pending.push_back(view(params.grad(i)));
   }
   return out;
 }
