@@ -10,13 +10,15 @@
 namespace ferry::cpu_optim::detail {
 namespace {
 
+__m256 load_bf16x8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
 __m256 load_grad8(const void* grad, DType type, size_t i) {
   switch (type) {
     case DType::F32: return _mm256_loadu_ps(static_cast<const float*>(grad) + i);
-    case DType::BF16: {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(grad) + i));
-      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
+    case DType::BF16: return load_bf16x8(static_cast<const uint16_t*>(grad) + i);
     case DType::F16:
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(grad) + i)));
     case DType::I32: break;  // gradients are never integers (CpuAdamW refuses them)
@@ -92,11 +94,6 @@ inline void adamw8(const Coefficients8& c, __m256 g, __m256& p, __m256& m, __m25
   v = _mm256_fmadd_ps(c.beta2, v, _mm256_mul_ps(_mm256_mul_ps(c.omb2, g), g));
   const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(v), c.inv_bc2_sqrt, c.eps);
   p = _mm256_fnmadd_ps(c.step_size, _mm256_div_ps(m, denom), _mm256_mul_ps(p, c.decay));
-}
-
-__m256 load_bf16x8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 void store_bf16x8(uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }

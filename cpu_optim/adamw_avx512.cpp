@@ -12,13 +12,14 @@
 namespace ferry::cpu_optim::detail {
 namespace {
 
+inline __m512 load_bf16x16(const uint16_t* p, __mmask16 k) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
+}
+
 __m512 load_grad16(const void* grad, DType type, size_t i, __mmask16 k) {
   switch (type) {
     case DType::F32: return _mm512_maskz_loadu_ps(k, static_cast<const float*>(grad) + i);
-    case DType::BF16: {
-      const __m256i h = _mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(grad) + i);
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
+    case DType::BF16: return load_bf16x16(static_cast<const uint16_t*>(grad) + i, k);
     case DType::F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(grad) + i));
     case DType::I32: break;  // gradients are never integers (CpuAdamW refuses them)
   }
@@ -146,10 +147,6 @@ void adamw_avx512_impl(const KernelArgs& a, size_t begin, size_t end) {
 
 // The compact update of 16 elements (fewer under the tail mask k): bf16 in and out, the integer rounding
 // (the native conversion flushes subnormals, which the scalar path keeps).
-inline __m512 load_bf16x16(const uint16_t* p, __mmask16 k) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
-}
-
 inline void compact16(const CompactArgs& a, const Coefficients16& c, size_t i, __mmask16 k) {
   __m512 m = load_bf16x16(a.m + i, k), v = load_bf16x16(a.v + i, k), p = load_bf16x16(a.param + i, k);
   adamw16_math(c, load_grad16(a.grad, a.grad_type, i, k), p, m, v);
