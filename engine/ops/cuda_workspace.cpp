@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/device/cuda_device.h"
+#include "engine/ops/op_dispatch.h"
 #include "engine/ops/op_workspace.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/ops.h"
@@ -26,10 +27,7 @@ int64_t op_scratch_bytes(const models::OpSpec& op, DType compute, const Attentio
     case models::OpKind::Attention: {
       // GPT-2's packed qkv (one input in forward), BERT's q, k, v, or Llama's with fewer k and v heads.
       const bool packed = op.inputs.size() == (backward ? 4u : 1u);
-      const int64_t kv_width = a.kv_heads > 0 ? a.in / a.heads * a.kv_heads : 0;
-      const kernels::AttentionDims dims{a.batch,  a.seq,      a.in,    a.heads, packed ? 3 * a.in : a.in,
-                                        a.causal, a.kv_heads, kv_width};
-      return attention(attention_shape(dims), compute, op.pass);
+      return attention(attention_shape(ops::attention_dims(a, packed)), compute, op.pass);
     }
     case models::OpKind::RmsNorm:  // dw's column partials
       return backward ? rmsnorm_backward_scratch_floats(a.rows, a.in) * int64_t{sizeof(float)} : 0;

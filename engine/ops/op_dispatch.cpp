@@ -69,29 +69,24 @@ void linear(const Slots& s, OpKernels& k) {
 void attention(const Slots& s, OpKernels& k) {
   const OpAttrs& a = s.op.attrs;
   const int64_t C = a.in;
-  // The forward's inputs: GPT-2's packed [qkv] or BERT's [q, k, v, mask]; backward reads dy before them and
-  // probs and y after.
+  // The forward's inputs: GPT-2's packed [qkv], Llama's [q, k, v] or BERT's [q, k, v, mask]; backward reads dy
+  // before them and probs and y after.
   const size_t forward_inputs = s.fwd() ? s.op.inputs.size() : s.op.inputs.size() - 3;
   const size_t first = s.fwd() ? 0 : 1;  // the first forward input's slot
+  const kernels::AttentionDims dims = attention_dims(a, forward_inputs == 1);
   if (forward_inputs == 1) {  // GPT-2: [qkv] | [dy, qkv, probs, y] -> [dqkv]
-    const kernels::AttentionDims dims{a.batch, a.seq, C, a.heads, 3 * C, a.causal};
     const Operand qkv = s.in(first);
     if (s.fwd()) return k.attention_forward({s.out(0), s.out(1), qkv, offset(qkv, C), offset(qkv, 2 * C), {}, dims});
     const Operand dqkv = s.out(0);
     return k.attention_backward({dqkv, offset(dqkv, C), offset(dqkv, 2 * C), s.in(0), qkv, offset(qkv, C),
                                  offset(qkv, 2 * C), {}, s.in(2), s.in(3), dims});
   }
-  if (forward_inputs == 3) {  // Llama: [q, k, v] | [dy, q, k, v, probs, y] -> [dq, dk, dv]
-    const int64_t kv_width = C / a.heads * a.kv_heads;
-    const kernels::AttentionDims dims{a.batch, a.seq, C, a.heads, C, a.causal, a.kv_heads, kv_width};
-    if (s.fwd()) return k.attention_forward({s.out(0), s.out(1), s.in(0), s.in(1), s.in(2), {}, dims});
-    return k.attention_backward(
-        {s.out(0), s.out(1), s.out(2), s.in(0), s.in(1), s.in(2), s.in(3), {}, s.in(4), s.in(5), dims});
-  }
-  // BERT: [q, k, v, mask] | [dy, q, k, v, mask, probs, y] -> [dq, dk, dv]
-  const kernels::AttentionDims dims{a.batch, a.seq, C, a.heads, C, a.causal};
-  if (s.fwd()) return k.attention_forward({s.out(0), s.out(1), s.in(0), s.in(1), s.in(2), s.in(3), dims});
-  k.attention_backward({s.out(0), s.out(1), s.out(2), s.in(0), s.in(1), s.in(2), s.in(3), s.in(4), s.in(5), s.in(6), dims});
+  // BERT: [q, k, v, mask] | [dy, q, k, v, mask, probs, y]; Llama: [q, k, v] | [dy, q, k, v, probs, y] -> [dq, dk, dv]
+  const Operand q = s.in(first), key = s.in(first + 1), v = s.in(first + 2);
+  const Operand mask = forward_inputs == 4 ? s.in(first + 3) : Operand{};
+  if (s.fwd()) return k.attention_forward({s.out(0), s.out(1), q, key, v, mask, dims});
+  const size_t probs = first + forward_inputs;  // then y
+  k.attention_backward({s.out(0), s.out(1), s.out(2), s.in(0), q, key, v, mask, s.in(probs), s.in(probs + 1), dims});
 }
 
 void gelu(const Slots& s, OpKernels& k) {
@@ -200,6 +195,11 @@ bool creates_grad(const models::ModelSpec& spec, const models::OpSpec& op, int t
 }
 
 }  // namespace
+
+kernels::AttentionDims attention_dims(const models::OpAttrs& a, bool packed) {
+  const int64_t kv_width = a.kv_heads > 0 ? a.in / a.heads * a.kv_heads : 0;
+  return {a.batch, a.seq, a.in, a.heads, packed ? 3 * a.in : a.in, a.causal, a.kv_heads, kv_width};
+}
 
 DType op_compute_dtype(const models::ModelSpec& spec, const models::OpSpec& op, const OpOperands& at) {
   DtypeCheck check(op);

@@ -30,6 +30,11 @@ DType op_compute_dtype(const models::ModelSpec& spec, const models::OpSpec& op, 
 kernels::OpCall decode_op(const models::ModelSpec& spec, const models::OpSpec& op, const OpOperands& at,
                           float loss_weight);
 
+// The attention kernels' sizes for an Attention op's attributes: GPT-2's packed qkv (`packed`: rows of 3 x in),
+// else q, k and v of their own, k and v of attrs.kv_heads heads (0: as many as the queries'). The dispatch and the
+// CUDA workspace's sizing read the same sizes.
+kernels::AttentionDims attention_dims(const models::OpAttrs& attrs, bool packed);
+
 // decode_op run on `kernels` (kernels::run_call). Returns the mean loss for the loss's forward op, else 0.
 float dispatch_op(const models::ModelSpec& spec, const models::OpSpec& op, const OpOperands& at, float loss_weight,
                   kernels::OpKernels& kernels);
