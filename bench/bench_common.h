@@ -56,6 +56,12 @@ int run_device_step_bench(const std::string& config_path, const std::vector<std:
                           int T, int steps, int warmup, const std::string& json_path, const std::string& markdown_path,
                           const std::string& command);
 
+// `ferry-bench roofline`: each op kind's least time on a GPU (h100, h100-pcie, h200) from its bytes and FLOPs;
+// needs no GPU.
+int run_roofline_bench(const std::string& config_path, const std::vector<std::string>& overrides,
+                       const std::string& gpu, int B, int T, const std::string& json_path,
+                       const std::string& markdown_path, const std::string& command);
+
 // The name of CUDA GPU `ordinal` ("NVIDIA H100 80GB HBM3"); "" without CUDA or without that GPU.
 std::string cuda_gpu_name(int ordinal);
 

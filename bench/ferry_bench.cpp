@@ -52,6 +52,31 @@ CLI::App* add_offload_command(CLI::App& app, ferry::bench::OffloadBenchOptions& 
   return offload;
 }
 
+// `ferry-bench roofline` and its options.
+struct RooflineOptions {
+  std::string config, gpu = "h100";
+  int batch = 16, seq = 0;
+  std::vector<std::string> overrides;
+};
+
+CLI::App* add_roofline_command(CLI::App& app, RooflineOptions& o, std::string& json, std::string& markdown) {
+  auto* roofline =
+      app.add_subcommand("roofline",
+                         "The least time each op kind of a model's step can take on an H100 or H200 "
+                         "(its FLOPs at the peak rate or its bytes at the memory bandwidth); needs no GPU");
+  roofline->add_option("-c,--config", o.config, "Experiment file whose model to use")
+      ->required()
+      ->check(CLI::ExistingFile);
+  roofline->add_option("--gpu", o.gpu, "h100 (SXM, the default), h100-pcie or h200")
+      ->check(CLI::IsMember({"h100", "h100-pcie", "h200"}));
+  roofline->add_option("--batch", o.batch, "Sequences per step (default 16)")->check(CLI::PositiveNumber);
+  roofline->add_option("--seq", o.seq, "Tokens per sequence (default: model.seq_len)")->check(CLI::PositiveNumber);
+  roofline->add_option("--set", o.overrides, "Config overrides, e.g. train.precision=bf16 (repeatable)");
+  roofline->add_option("--json", json, "Also write the results as JSON to this file");
+  roofline->add_option("--markdown", markdown, "Also write the Markdown table to this file");
+  return roofline;
+}
+
 // Parses the command line and runs the chosen benchmark; returns its exit status.
 int run(int argc, char** argv) {
   CLI::App app{"ferry-bench: Ferry's benchmarks. Results go to stdout and, with --json, to a file.", "ferry-bench"};
@@ -112,6 +137,8 @@ int run(int argc, char** argv) {
   memory_cmd->add_option("--steps", memory_steps, "Training steps per run")->check(CLI::PositiveNumber);
   memory_cmd->add_option("--json", json, "Also write the results as JSON to this file (bench/results/memory.json)");
   memory_cmd->add_option("--markdown", markdown, "Also write the Markdown table to this file");
+  RooflineOptions roofline_options;
+  auto* roofline = add_roofline_command(app, roofline_options, json, markdown);
   int pcie_reps = 9;
   auto* pcie = app.add_subcommand("pcie", "Host<->device copy bandwidth from the pinned pool, 64 KiB to 1 GiB (needs a GPU)");
   pcie->add_option("--reps", pcie_reps, "Copies per size (the median is reported)")->check(CLI::PositiveNumber);
@@ -125,6 +152,10 @@ int run(int argc, char** argv) {
     if (*experiment) return ferry::bench::run_experiment_bench(config, offload_overrides, json, markdown, command);
     if (*memory_cmd) return ferry::bench::run_memory_bench(memory_config, offload_overrides, memory_steps, json, markdown, command);
     if (*pcie) return ferry::bench::run_pcie_bench(pcie_reps, json, markdown, command);
+    if (*roofline) {
+      const RooflineOptions& r = roofline_options;
+      return ferry::bench::run_roofline_bench(r.config, r.overrides, r.gpu, r.batch, r.seq, json, markdown, command);
+    }
     if (*offload) {
       offload_options.overrides = offload_overrides;
       offload_options.json = json, offload_options.markdown = markdown, offload_options.command = command;

@@ -56,10 +56,12 @@ inline StepFlops step_flops(const FlopShape& s) {
 
 // A GPU's peak rate for the step's storage: dense tensor-core bf16/fp16 for a 2-byte precision, plain fp32
 // (CUDA cores, no TF32) for fp32. Vendor datasheet figures, the ones HOPPER.md/H200.md of the device notes
-// quote: H100 SXM and H200 989 TFLOP/s bf16/fp16 dense, 67 fp32; H100 PCIe 756 and 51.
+// quote: H100 SXM and H200 989 TFLOP/s bf16/fp16 dense, 67 fp32; H100 PCIe 756 and 51. Memory: HBM3 3.35 TB/s
+// (H100 SXM), HBM2e 2.0 TB/s (H100 PCIe), HBM3e 4.8 TB/s (H200).
 struct PeakRate {
-  std::string name;  // e.g. "H100 SXM bf16 dense (tensor cores)"
-  double flops = 0;  // per second
+  std::string name;        // e.g. "H100 SXM bf16 dense (tensor cores)"
+  double flops = 0;        // per second
+  double bytes_per_s = 0;  // device memory bandwidth
 };
 
 inline std::optional<PeakRate> peak_rate(const std::string& gpu_name, DType precision) {
@@ -68,8 +70,9 @@ inline std::optional<PeakRate> peak_rate(const std::string& gpu_name, DType prec
   const bool h200 = gpu_name.find("H200") != std::string::npos;
   const bool h100 = gpu_name.find("H100") != std::string::npos;
   if (!h100 && !h200) return std::nullopt;
-  if (h100 && gpu_name.find("PCIe") != std::string::npos) return PeakRate{"H100 PCIe " + math, two_byte ? 756e12 : 51e12};
-  return PeakRate{std::string(h200 ? "H200 " : "H100 SXM ") + math, two_byte ? 989e12 : 67e12};
+  if (h100 && gpu_name.find("PCIe") != std::string::npos)
+    return PeakRate{"H100 PCIe " + math, two_byte ? 756e12 : 51e12, 2.0e12};
+  return PeakRate{std::string(h200 ? "H200 " : "H100 SXM ") + math, two_byte ? 989e12 : 67e12, h200 ? 4.8e12 : 3.35e12};
 }
 
 // Model FLOPs per second over the peak.

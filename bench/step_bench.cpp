@@ -313,8 +313,9 @@ int run_device_step_bench(const std::string& config_path, const std::vector<std:
   const auto kind = device_kind == "cuda" ? device::DeviceChoice::Kind::Cuda : device::DeviceChoice::Kind::Host;
   const DeviceStep r = time_device_steps(cfg, kind, steps, warmup);
   // After the timed device is gone (two arenas never share a GPU): the ops one by one.
-  const std::vector<OpKindTime> by_kind = op_breakdown(
-      models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()), cfg.model.vocab_size, kind, cfg.threads());
+  const std::vector<OpKindTime> by_kind =
+      op_breakdown(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()),
+                   cfg.model.vocab_size, kind, cfg.threads(), r.peak);
   const double tokens_per_s = double(cfg.train.batch_size) * cfg.sequence() * cfg.train.grad_accum / r.step_s;
   const std::string mfu_text = r.peak ? fmt::format("{:.1f}% of {} ({:.0f} TFLOP/s)", 100 * mfu(r.flops, r.step_s, *r.peak), r.peak->name, r.peak->flops / 1e12)
                                       : std::string("not computed (no peak known for this device)");
@@ -323,7 +324,7 @@ int run_device_step_bench(const std::string& config_path, const std::vector<std:
       "MFU: {}\n  ({})\n",
       config_path, cfg.model.kind, cfg.train.precision, cfg.train.batch_size, cfg.sequence(), r.device, r.step_s * 1e3,
       steps, tokens_per_s, r.flops.model / r.step_s / 1e12, mfu_text, kMfuFormula);
-  const std::string breakdown = op_breakdown_markdown(by_kind, r.step_s);
+  const std::string breakdown = op_breakdown_markdown(by_kind, r.step_s, r.peak);
   console::print("\n{}", breakdown);
   std::vector<double> step_ms;
   for (double s : r.seconds) step_ms.push_back(s * 1e3);

@@ -12,11 +12,15 @@ namespace ferry::offload {
 double CostModel::op_seconds(const models::ModelSpec& spec, const models::OpSpec& op) const {
   if (profiled_op_s.size() == spec.ops.size() && &op >= spec.ops.data() && &op < spec.ops.data() + spec.ops.size())
     return profiled_op_s[static_cast<size_t>(&op - spec.ops.data())];
+  return op_overhead_s + std::max(op.flops / flops_per_s, op_bytes(spec, op) / memory_bytes_per_s);
+}
+
+double CostModel::op_bytes(const models::ModelSpec& spec, const models::OpSpec& op) const {
   double bytes = 0;
   for (int p : op.params) bytes += double(models::numel(spec.params[p].shape)) * double(dtype_bytes(spec.precision));
   for (const auto* list : {&op.inputs, &op.outputs})
     for (int t : *list) bytes += double(tensor_bytes(spec, t));
-  return op_overhead_s + std::max(op.flops / flops_per_s, bytes / memory_bytes_per_s);
+  return bytes;
 }
 
 int64_t CostModel::tensor_bytes(const models::ModelSpec& spec, int tensor) const {

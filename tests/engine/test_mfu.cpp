@@ -1,9 +1,10 @@
 // The MFU arithmetic of `ferry-bench step` and `ferry-bench offload` (bench/mfu.h), on the host: the FLOP
 // count of GPT-2 124M written out by hand, the count against the op-level FLOPs of the model's own op list,
-// and the peak each GPU name and precision divides by.
+// the peak each GPU name and precision divides by, and the roofline per op kind (bench/roofline.h).
 #include <gtest/gtest.h>
 
 #include "bench/mfu.h"
+#include "bench/roofline.h"
 #include "models/gpt2.h"
 
 namespace ferry::bench {
@@ -55,6 +56,45 @@ TEST(Mfu, PeakRateByGpuAndPrecision) {
   EXPECT_FALSE(peak_rate("NVIDIA A100-SXM4-80GB", DType::BF16).has_value()) << "no figure is invented for another GPU";
   // 50% MFU: half the peak's FLOPs in a second.
   EXPECT_DOUBLE_EQ(mfu({989e12 / 2, 0}, 1.0, *peak_rate("NVIDIA H200", DType::BF16)), 0.5);
+}
+
+// The forward matmuls' bytes written out for two GPT-2 124M blocks at 16 x 1024 in bf16: each block's c_attn
+// (C -> 3C), attention's c_proj (C -> C), c_fc (C -> 4C) and the MLP's c_proj (4C -> C) read their input, weight
+// and bias and write their output; the LM head reads x and the tied wte (V x C), no bias, and writes the logits.
+// Each of these is compute-bound on an H100 at this shape (c_attn, the closest: 58 GFLOP = 59 us against 104 MB
+// = 31 us), so the row's roofline is its FLOPs at the peak; LayerNorm's is its bytes at the bandwidth.
+TEST(Roofline, LinearBytesWrittenOutAndEachRowOnItsBound) {
+  const int64_t L = 2, C = 768, V = 50257, B = 16, T = 1024, BT = B * T;
+  models::ModelSpec spec = gpt2(L, 12, C, B, T);
+  spec.set_precision(DType::BF16);
+  const PeakRate h100 = *peak_rate("H100 SXM", DType::BF16);
+  const std::vector<OpKindTime> rows = sum_by_kind(spec, {}, h100);
+  auto row = [&](const std::string& kind, const std::string& pass) {
+    for (const OpKindTime& r : rows)
+      if (r.kind == kind && r.pass == pass) return r;
+    ADD_FAILURE() << "no row " << kind << " " << pass;
+    return OpKindTime{};
+  };
+  auto linear = [&](int64_t in, int64_t out) { return 2.0 * double(BT * in + in * out + out + BT * out); };
+  const double block = linear(C, 3 * C) + linear(C, C) + linear(C, 4 * C) + linear(4 * C, C);
+  const OpKindTime fwd = row("linear", "forward");
+  EXPECT_EQ(fwd.ops, 4 * L + 1);
+  EXPECT_DOUBLE_EQ(fwd.bytes, double(L) * block + 2.0 * double(BT * C + V * C + BT * V));
+  EXPECT_STREQ(roofline_bound(fwd, h100), "compute");
+  EXPECT_DOUBLE_EQ(fwd.roofline_s, fwd.flops / h100.flops);
+  const OpKindTime ln = row("layernorm", "forward");
+  EXPECT_STREQ(roofline_bound(ln, h100), "memory");
+  EXPECT_NEAR(ln.roofline_s, ln.bytes / h100.bytes_per_s, 1e-15);
+  double flops = 0, roofline = 0;
+  for (const OpKindTime& r : rows) flops += r.flops, roofline += r.roofline_s;
+  EXPECT_DOUBLE_EQ(flops, spec.step_flops());
+  EXPECT_GT(roofline, spec.step_flops() / h100.flops) << "memory-bound ops add to the FLOPs' time";
+  // Without a peak no roofline is invented; measured times order the rows.
+  std::vector<double> measured(spec.ops.size(), 0.0);
+  measured.back() = 1.0;
+  const std::vector<OpKindTime> timed = sum_by_kind(spec, measured, std::nullopt);
+  EXPECT_EQ(timed.front().seconds, 1.0);
+  for (const OpKindTime& r : timed) EXPECT_EQ(r.roofline_s, 0.0);
 }
 
 }  // namespace
