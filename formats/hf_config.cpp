@@ -147,6 +147,14 @@ class Reader {
           {fmt::format("{} is {}, and model.{} is {:g}", key, v.dump(), yaml_key, field),
            fmt::format("remove model.{} (config.json then sets it) or set it to {:g}", yaml_key, value)});
   }
+  // A name (rope_scaling's rope_type) from config.json, unless stated.
+  void name(const std::string& key, const std::string& yaml_key, std::string& field, const std::string& value) {
+    if (!stated(yaml_key)) field = value;
+    else if (field != value)
+      conflicts_.push_back(
+          {fmt::format("{} is \"{}\", and model.{} is {}", key, value, yaml_key, field),
+           fmt::format("remove model.{} (config.json then sets it) or set it to {}", yaml_key, value)});
+  }
   void boolean(const char* key, const char* yaml_key, bool& field) {
     if (!has(key)) return;
     if (!at(key).is_boolean()) fail(key, ", not true or false");
@@ -240,7 +248,7 @@ void read_rope(Reader& r) {
         fmt::format("{}.rope_type is {}; Ferry's Llama computes the default rotary embeddings and Llama 3's "
                     "rope_scaling (llama3) only, so these weights would not compute what they were trained to",
                     r.where(key), type.dump()));
-  if (!r.stated("rope_scaling.rope_type")) m.rope_scaling.rope_type = type.get<std::string>();
+  r.name(std::string(key) + ".rope_type", "rope_scaling.rope_type", m.rope_scaling.rope_type, type.get<std::string>());
   models::RopeScalingConfig& s = m.rope_scaling;
   r.number(rope, "factor", "rope_scaling.factor", s.factor, 1, 1e6);
   r.number(rope, "low_freq_factor", "rope_scaling.low_freq_factor", s.low_freq_factor, 1e-6, 1e6);

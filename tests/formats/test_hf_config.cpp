@@ -164,10 +164,14 @@ TEST(HfConfig, AStatedValueThatAgreesPassesAndOneThatDiffersNamesBoth) {
     std::string needle;
   };
   for (const Case& c : std::vector<Case>{
-           {"gpt2", "n_embd", [](models::ModelConfig& m) { m.n_embd = 64; }, "config.json: n_embd is 32, and model.n_embd is 64"},
-           {"gpt2", "seq_len", [](models::ModelConfig& m) { m.seq_len = 1024; }, "config.json: n_positions is 40, and model.seq_len is 1024: the weights were made with config.json's; remove model.seq_len (config.json "
+           {"gpt2", "n_embd", [](models::ModelConfig& m) { m.n_embd = 64; },
+            "config.json: n_embd is 32, and model.n_embd is 64"},
+           {"gpt2", "seq_len", [](models::ModelConfig& m) { m.seq_len = 1024; },
+            "config.json: n_positions is 40, and model.seq_len is 1024: the weights were made with config.json's; "
+            "remove model.seq_len (config.json "
             "then sets it) or set it to 40 (train.seq_len trains on shorter sequences)"},
-           {"bert", "n_layer", [](models::ModelConfig& m) { m.n_layer = 12; }, "config.json: num_hidden_layers is 3, and model.n_layer is 12"},
+           {"bert", "n_layer", [](models::ModelConfig& m) { m.n_layer = 12; },
+            "config.json: num_hidden_layers is 3, and model.n_layer is 12"},
            {"bert", "intermediate_size", [](models::ModelConfig& m) { m.intermediate_size = 128; },
             "config.json: intermediate_size is 96, and model.intermediate_size is 128"},
            {"bert", "layer_norm_eps", [](models::ModelConfig& m) { m.layer_norm_eps = 1e-12; },
@@ -176,6 +180,9 @@ TEST(HfConfig, AStatedValueThatAgreesPassesAndOneThatDiffersNamesBoth) {
             "config.json: hidden_act is \"gelu_new\", and model.activation is gelu"},
            {"bert", "type_vocab_size", [](models::ModelConfig& m) { m.type_vocab_size = 2; },
             "config.json: type_vocab_size is 3, and model.type_vocab_size is 2"},
+           {"llama", "rope_scaling.rope_type",
+            [](models::ModelConfig& m) { m.kind = "llama", m.rope_scaling.rope_type = "default"; },
+            "config.json: rope_parameters.rope_type is \"llama3\", and model.rope_scaling.rope_type is default"},
        }) {
     Folder f(c.kind, json::object());
     c.set(f.model);
