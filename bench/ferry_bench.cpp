@@ -5,6 +5,7 @@
 
 #include "bench/bench_common.h"
 #include "foundation/console.h"
+#include "foundation/openmp_wait.h"
 
 namespace {
 
@@ -182,6 +183,7 @@ int run(int argc, char** argv) {
 
 // The tables on stdout are a benchmark's result: stdout that could not take them fails it (74), as for ferry plan.
 int main(int argc, char** argv) {
+  ferry::run_with_sleeping_openmp_threads(argv);
   ferry::console::start();
   return ferry::console::finish(run(argc, argv), true, "ferry-bench");
 }

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/version.h"
 #include "foundation/console.h"
+#include "foundation/openmp_wait.h"
 
 namespace {
 
@@ -30,6 +31,7 @@ int usage_exit(const CLI::App& app, const CLI::Error& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ferry::run_with_sleeping_openmp_threads(argv);
   ferry::console::start();
   CLI::App app{kDescription, "ferry"};
   app.require_subcommand(1);
