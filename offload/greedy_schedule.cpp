@@ -154,13 +154,15 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
     const int64_t bytes = p.bucket_bytes[w.bucket];
     const double earliest = ready[w.bucket];
     ready[w.bucket] = -INFINITY;  // its later windows carry the updated weights already
-    auto fits_from = [&](int point) {
-      for (int i = point; i <= w.last; ++i)
-        if (used[i] + bytes > budget) return false;
-      return true;
-    };
     int point = link.point(w, wi, released_at[w.bucket], earliest);
-    while (point < w.first && !fits_from(point)) ++point;  // then forward to the earliest point memory allows
+    // Then forward to the earliest point memory allows (never past the window's first op): just after the
+    // last op up to the window's end that has no room for the bucket. One pass: a point-by-point search that
+    // rechecked the rest of the window at each point took most of the planning time of deep models.
+    for (int i = w.last; i >= point; --i)
+      if (used[i] + bytes > budget) {
+        point = std::min(w.first, i + 1);
+        break;
+      }
     link.issue(w, point, earliest);
     s.before[point].push_back({Action::Kind::Prefetch, w.bucket});
     s.before[w.first].push_back({Action::Kind::Wait, w.bucket});
