@@ -124,11 +124,14 @@ std::vector<int64_t> bytes_before_windows(const OffloadProblem& p, const std::ve
 }  // namespace
 
 void order_actions(Schedule& s) {
+  auto before = [](const Action& a, const Action& b) {
+    auto rank = [](Action::Kind k) { return k == Action::Kind::Release ? 0 : k == Action::Kind::Wait ? 2 : 1; };
+    return rank(a.kind) < rank(b.kind);
+  };
+  // Most points are in order already: sorting them anyway (stable_sort allocates its buffer) took a tenth
+  // of greedy's search on deep models.
   for (auto& actions : s.before)
-    std::stable_sort(actions.begin(), actions.end(), [](const Action& a, const Action& b) {
-      auto rank = [](Action::Kind k) { return k == Action::Kind::Release ? 0 : k == Action::Kind::Wait ? 2 : 1; };
-      return rank(a.kind) < rank(b.kind);
-    });
+    if (!std::is_sorted(actions.begin(), actions.end(), before)) std::stable_sort(actions.begin(), actions.end(), before);
 }
 
 Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device,

@@ -82,4 +82,14 @@ PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t re
   throw std::logic_error("unknown policy");
 }
 
+bool schedule_fits(const OffloadProblem& p, Policy policy, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
+  if (policy == Policy::Greedy) return detail::greedy_fits(p, red_zone_bytes, mixed_tiers, overlap);
+  try {
+    make_schedule(p, policy, red_zone_bytes, mixed_tiers, overlap);
+    return true;
+  } catch (const BudgetError&) {
+    return false;
+  }
+}
+
 }  // namespace ferry::offload
