@@ -164,14 +164,15 @@ std::array<Schedule, 2> pipelined_variants(const OffloadProblem& p, Schedule s) 
   return {std::move(in_need_order), with_pipelined_update(std::move(s))};
 }
 
-// A candidate as the step will run it, delayed or pipelined where it can be, so that greedy's paths compare
-// what will run; pipelined, the faster of its variants.
-Schedule as_run(const OffloadProblem& p, Estimates& estimates, Schedule s, Overlap overlap) {
+// The estimate of a candidate as the step will run it, delayed or pipelined where it can be, so that greedy's
+// paths compare what will run; pipelined, the faster of its variants.
+const Estimate& as_run(const OffloadProblem& p, Estimates& estimates, Schedule s, Overlap overlap) {
   if (can_pipeline(s, overlap)) {
     auto [in_need_order, as_built] = pipelined_variants(p, std::move(s));
-    return estimates.of(in_need_order).step_s < estimates.of(as_built).step_s ? in_need_order : as_built;
+    const Estimate &a = estimates.of(in_need_order), &b = estimates.of(as_built);
+    return a.step_s < b.step_s ? a : b;
   }
-  return can_delay(s, overlap) ? with_delayed_update(p, std::move(s)) : s;
+  return estimates.of(can_delay(s, overlap) ? with_delayed_update(p, std::move(s)) : s);
 }
 
 // Greedy's candidates as they come: keeps the fastest that fits, and where asked the smallest peak (for the
@@ -283,8 +284,7 @@ double tier_step(const OffloadProblem& p, Estimates& estimates, const std::vecto
                  PrefetchTiming timing) {
   return estimates.of_tier(device, rung, timing, [&] {
     // An estimate: the candidates themselves are laid out later.
-    const Schedule s = as_run(p, estimates, greedy_for(p, device, device, rung, kWindowGap, timing), timing.overlap);
-    const Estimate& r = estimates.of(s);
+    const Estimate& r = as_run(p, estimates, greedy_for(p, device, device, rung, kWindowGap, timing), timing.overlap);
     return double(r.peak_device_bytes) > 1.25 * double(rung) ? NAN : r.step_s;
   });
 }

@@ -68,6 +68,21 @@ class ExpectedLink {
 
   double at(int point) const { return t_[point] + shift_; }
 
+  // The point where a walk back from `point` while `go_back` holds, not below `lowest`, stops: go_back
+  // holds from some point on (it asks whether at() is above a time, and at() never decreases along the
+  // step), so a bisection finds it. The walk itself, one op at a time, took most of greedy_for on deep models.
+  template <class GoBack>
+  static int walk_back(int point, int lowest, GoBack go_back) {
+    if (point <= lowest || !go_back(point)) return point;
+    int lo = lowest, hi = point - 1;  // the largest point in [lowest, point) where go_back fails, else lowest
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      if (go_back(mid)) hi = mid - 1;
+      else lo = mid;
+    }
+    return lo;
+  }
+
   // Where to issue the copy of window `index` (w) as its timing says, before memory has its say: not before
   // `released` (the bucket's previous window), nor `earliest` (its update, pipelined).
   int point(const Window& w, size_t index, int released, double earliest) const {
@@ -78,15 +93,15 @@ class ExpectedLink {
       // issued, and a window issued late because its bucket's previous window ends late (a small bucket
       // read again two ops on) would otherwise hold back the larger copies after it.
       const double start = std::max(latest_start_[index] + shift_, earliest);
-      while (point > released && at(point) > start) --point;
-      return point;
+      return walk_back(point, released, [&](int at_point) { return at(at_point) > start; });
     }
     // The latest point whose copy still lands in time, backing off only while that starts the copy sooner
     // (not before its update, nor, paced, before the link is free).
     const double copy = p_.cost.h2d.seconds(p_.bucket_bytes[w.bucket]);
     const double floor = std::max(earliest, timing_.issue == PrefetchTiming::Issue::Paced ? h2d_free_ : -INFINITY);
-    while (point > released && at(point) > floor && std::max(at(point), h2d_free_) + copy > at(w.first)) --point;
-    return point;
+    return walk_back(point, released, [&](int at_point) {
+      return at(at_point) > floor && std::max(at(at_point), h2d_free_) + copy > at(w.first);
+    });
   }
 
   // The copy issued at `point`: it queues behind the ones before it; where it lands after the window's first
@@ -113,11 +128,13 @@ std::vector<int64_t> bytes_before_windows(const OffloadProblem& p, const std::ve
   int64_t resident_bytes = 0;
   for (int b = 0; b < p.n_buckets; ++b)
     if (resident[b]) resident_bytes += p.bucket_bytes[b] + (device[b] ? device_state_bytes(p, b) : 0);
-  std::vector<int64_t> used(p.n_ops);
-  for (int i = 0; i < p.n_ops; ++i) used[i] = p.workspace_bytes + p.activation_live[i] + grads_live[i] + resident_bytes;
+  std::vector<int64_t> device_grads(p.n_ops + 1, 0);  // from each op on: the device tier's gradients written so far
   for (int b = 0; b < p.n_buckets; ++b)
-    if (device[b] && p.first_grad_op[b] >= 0)
-      for (int i = p.first_grad_op[b]; i < p.n_ops; ++i) used[i] += p.bucket_bytes[b];
+    if (device[b] && p.first_grad_op[b] >= 0) device_grads[p.first_grad_op[b]] += p.bucket_bytes[b];
+  std::vector<int64_t> used(p.n_ops);
+  int64_t grads = 0;
+  for (int i = 0; i < p.n_ops; ++i)
+    used[i] = p.workspace_bytes + p.activation_live[i] + grads_live[i] + resident_bytes + (grads += device_grads[i]);
   return used;
 }
 

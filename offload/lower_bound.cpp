@@ -22,7 +22,14 @@ bool crossing(const Affine& p, const Affine& q, double& x, double& y) {
 
 }  // namespace
 
-double min_of_max(const std::vector<Affine>& terms, const std::vector<Affine>& limits) {
+double min_of_max(const std::vector<Affine>& given_terms, const std::vector<Affine>& limits) {
+  // Each term once: a copy changes neither the maximum nor the vertices (its lines are those of the
+  // original), and the pipelined bound's terms repeat 8-fold without accumulation (96 terms, 12 distinct: the
+  // vertex search is quadratic in the lines, which are quadratic in the terms).
+  std::vector<Affine> terms;
+  for (const Affine& t : given_terms)
+    if (std::none_of(terms.begin(), terms.end(), [&](const Affine& u) { return u.a == t.a && u.b == t.b && u.c == t.c; }))
+      terms.push_back(t);
   std::vector<Affine> all_limits = limits;
   all_limits.push_back({-1, 0, 0});  // x >= 0
   all_limits.push_back({0, -1, 0});  // y >= 0
