@@ -43,7 +43,7 @@ std::vector<double> pipelined_ready(const OffloadProblem& p, const std::vector<b
     if (!device[b] && p.first_grad_op[b] >= 0) updated_on_cpu.push_back(b);
   double updated = -device_adam;
   for (int b : in_first_use_order(p, std::move(updated_on_cpu)))
-    ready[b] = updated += double(p.bucket_params[b]) / p.cost.cpu_adam_params_per_s;
+    ready[b] = updated += double(p.bucket_params[b]) / p.cpu_adam_params_per_s();
   return ready;
 }
 

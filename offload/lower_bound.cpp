@@ -125,7 +125,7 @@ double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   const double backward = std::accumulate(t.begin() + p.forward_ops, t.end(), 0.0);
   const double P = double(p.trained_params()), w = double(dtype_bytes(p.precision)), k = p.grad_accum;
   const double wh = w / (p.cost.h2d.gbps * 1e9), wd = w / (p.cost.d2h.gbps * 1e9);
-  const double a_cpu = 1 / p.cost.cpu_adam_params_per_s, a_norm = 1 / p.cost.cpu_norm_params_per_s;
+  const double a_cpu = 1 / p.cpu_adam_params_per_s(), a_norm = 1 / p.cost.cpu_norm_params_per_s;
   const double a_dev = 1 / p.cost.device_adam_params_per_s;
   const double state = p.grad_accum > 1 ? 16 : 12;
   // Terms in (x, y); s = P - x - y, s + y = P - x.
@@ -155,6 +155,7 @@ double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   }
   std::vector<Affine> limits = memory_limits(p, memory, w, state);
   limits.push_back({1, 1, -P});
+  if (p.compact_state) limits.push_back({1, 0, 0});  // x <= 0: the compact state is updated on the CPU only
   if (delayed) terms.push_back({a_dev - (a_cpu + a_norm), 0, P * (a_cpu + a_norm)});
   return min_of_max(terms, limits);
 }
