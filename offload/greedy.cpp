@@ -88,7 +88,8 @@ class Estimates {
   };
   struct TierKeyHash {
     size_t operator()(const TierKey& k) const {
-      return std::hash<std::vector<bool>>{}(k.device) ^ std::hash<int64_t>{}(k.rung * 31 + int(k.overlap) * 7 + int(k.issue));
+      return std::hash<std::vector<bool>>{}(k.device) ^
+             std::hash<int64_t>{}(k.rung * 31 + int(k.overlap) * 7 + int(k.issue));
     }
   };
   const OffloadProblem& p_;
@@ -244,7 +245,8 @@ struct Best {
   // first. The same plan as laying each out as it comes: the first, in the order they came, of the least step
   // among the candidates whose layout fits.
   void lay_out_pending() {
-    std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) { return a.step_s < b.step_s; });
+    std::stable_sort(pending.begin(), pending.end(),
+                     [](const Pending& a, const Pending& b) { return a.step_s < b.step_s; });
     for (Pending& candidate : pending) {
       if (fastest && candidate.step_s >= fastest->result.step_s) break;
       Candidate c = evaluate(p, std::move(candidate.schedule), red_zone_bytes);
@@ -294,8 +296,8 @@ double tier_step(const OffloadProblem& p, Estimates& estimates, const std::vecto
 // each round moves into the device tier (every other bucket streamed) the run with the best gain among the
 // moves that fit, until no move shortens the step; then halves, quarters, ... of the runs left, while one
 // fits and shortens it. At most kGroups^2 / 2 + kGroups log2(buckets) estimates.
-std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, Estimates& estimates, TierGain rank, int64_t rung,
-                                                PrefetchTiming timing) {
+std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, Estimates& estimates, TierGain rank,
+                                                int64_t rung, PrefetchTiming timing) {
   constexpr int kGroups = 8;
   const std::vector<int> order = device_tier_order(p);
   const int n = static_cast<int>(order.size()), groups = std::min(n, kGroups);

@@ -148,7 +148,8 @@ void order_actions(Schedule& s) {
   // Most points are in order already: sorting them anyway (stable_sort allocates its buffer) took a tenth
   // of greedy's search on deep models.
   for (auto& actions : s.before)
-    if (!std::is_sorted(actions.begin(), actions.end(), before)) std::stable_sort(actions.begin(), actions.end(), before);
+    if (!std::is_sorted(actions.begin(), actions.end(), before))
+      std::stable_sort(actions.begin(), actions.end(), before);
 }
 
 Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device,

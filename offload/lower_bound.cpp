@@ -28,7 +28,8 @@ double min_of_max(const std::vector<Affine>& given_terms, const std::vector<Affi
   // vertex search is quadratic in the lines, which are quadratic in the terms).
   std::vector<Affine> terms;
   for (const Affine& t : given_terms)
-    if (std::none_of(terms.begin(), terms.end(), [&](const Affine& u) { return u.a == t.a && u.b == t.b && u.c == t.c; }))
+    if (std::none_of(terms.begin(), terms.end(),
+                     [&](const Affine& u) { return u.a == t.a && u.b == t.b && u.c == t.c; }))
       terms.push_back(t);
   std::vector<Affine> all_limits = limits;
   all_limits.push_back({-1, 0, 0});  // x >= 0

@@ -147,7 +147,8 @@ double lower_bound_step_s(const models::ModelSpec& spec, const CostModel& cost, 
   for (int k = first; k <= last; ++k) {
     std::vector<bool> checkpointed(layers, false);
     std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
-    OffloadProblem p(spec, cost, request.bucket_bytes, request.budget_bytes, checkpointed, request.grad_accum, request.workspace_bytes);
+    OffloadProblem p(spec, cost, request.bucket_bytes, request.budget_bytes, checkpointed, request.grad_accum,
+                     request.workspace_bytes);
     p.compact_state = request.compact_state;  // its CPU AdamW's rate
     bound = std::min(bound, lower_bound_step_s(p, request.overlap));
   }

@@ -53,7 +53,8 @@ PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int6
 
 // Whether make_schedule finds a schedule that fits (BudgetError otherwise), found sooner: greedy stops at the
 // first candidate that fits.
-bool schedule_fits(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap);
+bool schedule_fits(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes, bool mixed_tiers,
+                   Overlap overlap);
 
 // The one rule on which overlap a policy allows: delayed and pipelined need AdamW on the CPU, which
 // resident never runs there. (Greedy may still choose to update every bucket in the step: plan_step then says why in a note.)

@@ -80,8 +80,8 @@ CpuOptimizerRates measure_cpu_optimizer_rates(int threads, DType grad_type, bool
   r.norm_params_per_s = double(n) / best_seconds(3, [&] { adamw.grad_stats(g.data(), grad_type, n); });
   // The compact state in the first half of the fp32 buffers, zero (the kernels' speed does not depend on values).
   std::memset(p.data(), 0, n * 2), std::memset(m.data(), 0, n * 2), std::memset(v.data(), 0, n * 2);
-  const cpu_optim::CompactBucket compact{p.as<uint16_t>().first(n), m.as<uint16_t>().first(n), v.as<uint16_t>().first(n),
-                                         g.data(), grad_type};
+  const cpu_optim::CompactBucket compact{p.as<uint16_t>().first(n), m.as<uint16_t>().first(n),
+                                         v.as<uint16_t>().first(n), g.data(), grad_type};
   r.compact_adam_params_per_s = double(n) / best_seconds(3, [&] { adamw.step(compact, ++step, 1e-4, 1.0f); });
   return r;
 }

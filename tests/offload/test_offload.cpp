@@ -118,13 +118,15 @@ TEST(CostModel, TheCompactStateIsChargedItsOwnAdamRate) {
   compact.compact_state = true;
   const double params = double(exact.trained_params());
   const Schedule s = make_schedule(exact, Policy::ZeroOffload).schedule;
-  const double cpu_exact = simulate_laid_out(exact, s).cpu_busy_s, cpu_compact = simulate_laid_out(compact, s).cpu_busy_s;
+  const double cpu_exact = simulate_laid_out(exact, s).cpu_busy_s,
+               cpu_compact = simulate_laid_out(compact, s).cpu_busy_s;
   EXPECT_NEAR(cpu_compact - cpu_exact, params / 1e9 - params / 4e9, 1e-9);
   EXPECT_GE(lower_bound_step_s(compact, Overlap::Backward), params / 1e9);
   EXPECT_LT(lower_bound_step_s(exact, Overlap::Backward), params / 1e9);
   // Pipelined, the forward waits for each bucket's update: the compact state's step is longer by the slower rate.
   const Schedule pipelined = with_pipelined_update(s);
-  EXPECT_GT(simulate_laid_out(compact, pipelined).step_s, simulate_laid_out(exact, pipelined).step_s + 0.5 * (params / 1e9 - params / 4e9));
+  EXPECT_GT(simulate_laid_out(compact, pipelined).step_s,
+            simulate_laid_out(exact, pipelined).step_s + 0.5 * (params / 1e9 - params / 4e9));
 }
 
 // In a 2-byte plan, token ids, LayerNorm statistics and losses keep their 4 bytes (a kernel writing an fp32

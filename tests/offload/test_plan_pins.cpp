@@ -34,8 +34,9 @@ std::string fingerprint(const StepPlan& plan) {
   const double step = simulate(plan.problem, s, plan.memory).step_s;
   char line[512];
   std::snprintf(line, sizeof line, "%s | %d ckpt | %lld / %lld / %lld params | peak %lld | step %a | actions %016llx",
-                s.label().c_str(), plan.problem.checkpointed_layers, (long long)tiers.params[0], (long long)tiers.params[1],
-                (long long)tiers.params[2], (long long)plan.memory.layout.peak, step, (unsigned long long)hash);
+                s.label().c_str(), plan.problem.checkpointed_layers, (long long)tiers.params[0],
+                (long long)tiers.params[1], (long long)tiers.params[2], (long long)plan.memory.layout.peak, step,
+                (unsigned long long)hash);
   return line;
 }
 
@@ -60,7 +61,8 @@ std::vector<PinCase> pin_cases() {
   models::LlamaConfig llama8b_width{8, 32, 8, 4096, 128256, 2048, 14336};
   const models::ModelSpec small = bf16(models::build_gpt2(gpt2_124m, 8, 1024));
   const models::ModelSpec small_batch = bf16(models::build_gpt2(gpt2_124m, 4, 1024));
-  constexpr int64_t kSmallBuckets = int64_t(8) << 20;  // 8 MiB: 124M's 15 buckets of 32 MiB would leave greedy few choices
+  constexpr int64_t kSmallBuckets = int64_t(8)
+                                    << 20;  // 8 MiB: 124M's 15 buckets of 32 MiB would leave greedy few choices
   const models::ModelSpec xl = bf16(models::build_gpt2(gpt2_xl, 4, 1024));
   const models::ModelSpec llama = bf16(models::build_llama(llama8b_width, 4, 2048));
   return {
@@ -72,21 +74,30 @@ std::vector<PinCase> pin_cases() {
       {"gpt2-1.5b 8 GiB pipelined", xl, 8, Overlap::Pipelined},
       {"gpt2-1.5b 16 GiB delayed, compact", xl, 16, Overlap::Delayed, Checkpointing::Auto, 1, true},
       {"llama-8b width, 8 layers, 16 GiB pipelined", llama, 16, Overlap::Pipelined},
-      {"llama-8b width, 8 layers, 16 GiB backward, compact", llama, 16, Overlap::Backward, Checkpointing::Auto, 1, true},
+      {"llama-8b width, 8 layers, 16 GiB backward, compact", llama, 16, Overlap::Backward, Checkpointing::Auto, 1,
+       true},
   };
 }
 
 TEST(GreedyPins, PlansAreThoseOfThePlannerBeforeItWasSpedUp) {
   const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
   const std::vector<std::string> pinned = {
-      "greedy (prefetch schedule, 5 of 26 buckets resident, 5 updated on the device) | 12 ckpt | 16735488 / 0 / 107704320 params | peak 2134604800 | step 0x1.1064e07d243e8p-4 | actions 579294fe5128eb8f",
-      "greedy (prefetch schedule, 20 of 26 buckets resident, 20 updated on the device) | 9 ckpt | 104355072 / 0 / 20084736 params | peak 3851888128 | step 0x1.d4adce84ec192p-6 | actions 17baa4a66e3ebc5f",
-      "greedy (prefetch schedule, 16 of 26 buckets resident, 16 updated on the device) | 0 ckpt | 90772224 / 0 / 33667584 params | peak 3681064448 | step 0x1.9cf11bd98dc0cp-6 | actions ae3d5de82de32814",
-      "greedy (prefetch schedule, 96 of 145 buckets resident, 96 updated on the device) | 48 ckpt | 1055513600 / 0 / 502097600 params | peak 17134441472 | step 0x1.5240144fcdc02p-2 | actions b0fd2e1502944292",
-      "greedy (prefetch schedule, 41 of 145 buckets resident, 41 updated on the device) | 48 ckpt | 491932800 / 0 / 1065678400 params | peak 8536519168 | step 0x1.e462ffc2cc8d2p-2 | actions e8f3d4ceadef01ab",
-      "greedy (zero-offload schedule) | 0 ckpt | 0 / 1557611200 / 0 params | peak 14054092544 | step 0x1.50b88eba63ed8p-1 | actions 91e6e106ad2314a4",
-      "greedy (prefetch schedule, 14 of 67 buckets resident, 14 updated on the device) | 8 ckpt | 785399808 / 0 / 2010173440 params | peak 16920150016 | step 0x1.ee4d39be94784p-1 | actions ecef1c188ea65736",
-      "greedy (prefetch schedule, 30 of 67 buckets resident) | 0 ckpt | 0 / 701566976 / 2094006272 params | peak 15926534144 | step 0x1.7d24d6466224dp+0 | actions 9ca2737bffee397a",
+      "greedy (prefetch schedule, 5 of 26 buckets resident, 5 updated on the device) | 12 ckpt | 16735488 / 0 / "
+      "107704320 params | peak 2134604800 | step 0x1.1064e07d243e8p-4 | actions 579294fe5128eb8f",
+      "greedy (prefetch schedule, 20 of 26 buckets resident, 20 updated on the device) | 9 ckpt | 104355072 / 0 / "
+      "20084736 params | peak 3851888128 | step 0x1.d4adce84ec192p-6 | actions 17baa4a66e3ebc5f",
+      "greedy (prefetch schedule, 16 of 26 buckets resident, 16 updated on the device) | 0 ckpt | 90772224 / 0 / "
+      "33667584 params | peak 3681064448 | step 0x1.9cf11bd98dc0cp-6 | actions ae3d5de82de32814",
+      "greedy (prefetch schedule, 96 of 145 buckets resident, 96 updated on the device) | 48 ckpt | 1055513600 / 0 / "
+      "502097600 params | peak 17134441472 | step 0x1.5240144fcdc02p-2 | actions b0fd2e1502944292",
+      "greedy (prefetch schedule, 41 of 145 buckets resident, 41 updated on the device) | 48 ckpt | 491932800 / 0 / "
+      "1065678400 params | peak 8536519168 | step 0x1.e462ffc2cc8d2p-2 | actions e8f3d4ceadef01ab",
+      "greedy (zero-offload schedule) | 0 ckpt | 0 / 1557611200 / 0 params | peak 14054092544 | step "
+      "0x1.50b88eba63ed8p-1 | actions 91e6e106ad2314a4",
+      "greedy (prefetch schedule, 14 of 67 buckets resident, 14 updated on the device) | 8 ckpt | 785399808 / 0 / "
+      "2010173440 params | peak 16920150016 | step 0x1.ee4d39be94784p-1 | actions ecef1c188ea65736",
+      "greedy (prefetch schedule, 30 of 67 buckets resident) | 0 ckpt | 0 / 701566976 / 2094006272 params | peak "
+      "15926534144 | step 0x1.7d24d6466224dp+0 | actions 9ca2737bffee397a",
   };
   const std::vector<PinCase> cases = pin_cases();
   ASSERT_EQ(cases.size(), pinned.size());
