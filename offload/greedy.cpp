@@ -103,7 +103,7 @@ class Estimates {
 std::vector<int> rank_buckets(const OffloadProblem& p) {
   const std::vector<bool> none(p.n_buckets, false);
   const Schedule offloaded = greedy_for(p, none, none, kUnlimitedBytes);
-  const SimResult base = evaluate(p, offloaded, 0).result;
+  const SimResult base = estimate(p, offloaded);  // the replay's stalls: no layout needed
   std::vector<double> value(p.n_buckets, 0.0);
   for (int point = 0; point < p.n_ops; ++point) {
     for (const Action& a : offloaded.before[point])
