@@ -97,6 +97,7 @@ void measure_machine_rates(device::Device& device, const Config& cfg, const mode
   cost.d2h.gbps = device::measure_link_gbps(device, device::Stream::D2H, bytes, 5);
   const ops::CpuOptimizerRates cpu = ops::measure_cpu_optimizer_rates(cfg.threads(), spec.precision, true);
   cost.cpu_adam_params_per_s = cpu.adam_params_per_s, cost.cpu_norm_params_per_s = cpu.norm_params_per_s;
+  cost.cpu_compact_adam_params_per_s = cpu.compact_adam_params_per_s;
   cost.name += fmt::format("; links and CPU AdamW measured at start-up ({:.1f} GB/s up, {:.1f} down, {:.2g} parameters/s on {} threads)",
                            cost.h2d.gbps, cost.d2h.gbps, cost.cpu_adam_params_per_s, cfg.threads());
 }

@@ -66,12 +66,18 @@ PlannedSchedule fixed(const OffloadProblem& p, Schedule s, int64_t red_zone_byte
 }
 
 PlannedSchedule chunk_lru_fitting(const OffloadProblem& p, int64_t red_zone_bytes) {
-  int64_t smallest = INT64_MAX;
-  for (double margin : {0.0, 0.02, 0.05, 0.1, 0.2}) {
-    Candidate c = evaluate(p, chunk_lru(p, static_cast<int64_t>(p.budget_bytes * (1 - margin))), red_zone_bytes);
+  constexpr double kMargins[] = {0.0, 0.02, 0.05, 0.1, 0.2};
+  auto built_for = [&](double margin) { return chunk_lru(p, static_cast<int64_t>(p.budget_bytes * (1 - margin))); };
+  // Laid out only where the most bytes alive at once, which no layout beats, fit the budget.
+  for (double margin : kMargins) {
+    Schedule s = built_for(margin);
+    if (!estimate(p, s).fits) continue;
+    Candidate c = evaluate(p, std::move(s), red_zone_bytes);
     if (c.result.fits) return std::move(c.plan);
-    smallest = std::min(smallest, c.result.peak_device_bytes);
   }
+  int64_t smallest = INT64_MAX;  // none fits: every layout, for the error's figure
+  for (double margin : kMargins)
+    smallest = std::min(smallest, evaluate(p, built_for(margin), red_zone_bytes).result.peak_device_bytes);
   BudgetShortfall need = shortfall(p, smallest, "policy chunk-lru", "with each bucket fetched on demand");
   need.suggest_greedy = true;
   throw BudgetError(need);

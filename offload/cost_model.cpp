@@ -77,6 +77,9 @@ CostModel CostModel::from_json(const nlohmann::json& j, const std::string& origi
   number(j["cpu_adam_params_per_s"], "cpu_adam_params_per_s", c.cpu_adam_params_per_s, 1);
   number(j["device_adam_params_per_s"], "device_adam_params_per_s", c.device_adam_params_per_s, 1);
   number(j["cpu_norm_params_per_s"], "cpu_norm_params_per_s", c.cpu_norm_params_per_s, 1);
+  c.cpu_compact_adam_params_per_s = kCompactAdamRatio * c.cpu_adam_params_per_s;  // a file from before it was measured
+  if (j.contains("cpu_compact_adam_params_per_s"))
+    number(j["cpu_compact_adam_params_per_s"], "cpu_compact_adam_params_per_s", c.cpu_compact_adam_params_per_s, 1);
   // Files of earlier builds also give activation_bytes and weight_bytes: the machine's figures do not decide the
   // bytes a tensor takes (train.precision does), so those two are ignored.
   if (!j["fused_attention"].is_boolean()) throw std::runtime_error(origin + ": 'fused_attention' must be true or false");
@@ -104,6 +107,7 @@ nlohmann::json CostModel::to_json() const {
           {"h2d", {{"gbps", h2d.gbps}, {"latency_s", h2d.latency_s}}},
           {"d2h", {{"gbps", d2h.gbps}, {"latency_s", d2h.latency_s}}},
           {"cpu_adam_params_per_s", cpu_adam_params_per_s},
+          {"cpu_compact_adam_params_per_s", cpu_compact_adam_params_per_s},
           {"cpu_norm_params_per_s", cpu_norm_params_per_s},
           {"device_adam_params_per_s", device_adam_params_per_s}};
 }

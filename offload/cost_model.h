@@ -28,6 +28,13 @@ struct CostModel {
   bool fused_attention = false;       // attention keeps a (B, heads, T) log-sum-exp, not the (T, T) probabilities
   LinkCost h2d, d2h;
   double cpu_adam_params_per_s = 1e9;
+  // The same AdamW on the compact state (optim.state: compact): bf16 weights rounded stochastically, m and v
+  // in bf16. Fewer bytes, more arithmetic: slower than the exact state's on AVX2 (ferry-bench adam).
+  double cpu_compact_adam_params_per_s = kCompactAdamRatio * 1e9;
+  // A cost model file without cpu_compact_adam_params_per_s (written before it was measured) takes the exact
+  // rate times this: ferry-bench adam, 10M parameters, bf16 gradients, 2 threads, AVX2 (2-core AMD EPYC,
+  // loaded, 2026-11-27): compact 443 Mparam/s against 569 exact with its bf16 upload.
+  static constexpr double kCompactAdamRatio = 0.78;
   // The fused gradient-statistics pass (sum of squares, inf/nan) that global-norm clipping needs before
   // any update (it reads 4 bytes per parameter where fp32 AdamW moves 28, hence the default's 7x).
   double cpu_norm_params_per_s = 7e9;

@@ -3,15 +3,99 @@
 // fastest the Simulator predicts that fits the budget.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <optional>
 #include <span>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "offload/greedy_schedule.h"
 
 namespace ferry::offload::detail {
 namespace {
+
+// A schedule's content as two independent 64-bit hashes: every action at its point, the tiers and the
+// overlap flags, all that its timings and device tensors depend on. Greedy's paths build the same schedule
+// many times (rungs above what its tiers need, prefetch timings that agree): each is estimated, and
+// considered, once.
+struct ScheduleKey {
+  uint64_t a = 0x243f6a8885a308d3ull, b = 0x13198a2e03707344ull;
+  bool operator==(const ScheduleKey&) const = default;
+};
+struct ScheduleKeyHash {
+  size_t operator()(const ScheduleKey& k) const { return k.a; }
+};
+
+ScheduleKey key_of(const Schedule& s) {
+  auto mix = [](uint64_t h) {  // splitmix64's finaliser
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+  };
+  ScheduleKey k;
+  auto add = [&](uint64_t v) { k.a = mix(k.a ^ v), k.b = mix(std::rotl(k.b, 29) + v * 0x9e3779b97f4a7c15ull); };
+  for (size_t point = 0; point < s.before.size(); ++point) {
+    if (s.before[point].empty()) continue;
+    add(point << 32 | s.before[point].size());
+    for (const Action& a : s.before[point]) add(uint64_t(a.kind) << 32 | uint32_t(a.bucket));
+  }
+  for (size_t b = 0; b < s.resident.size(); ++b) add(s.resident[b] + 2 * s.device_optimizer[b]);
+  add(s.delayed_update + 2 * s.pipelined_update);
+  return k;
+}
+
+// What greedy reads of an estimate (SimResult without the per-op stalls, which would take gigabytes kept for
+// every schedule of a deep model).
+struct Estimate {
+  std::string error;
+  bool fits = false;
+  double step_s = 0;
+  int64_t peak_device_bytes = 0;
+};
+
+// The Simulator's estimates of one greedy search, each made once: of each distinct schedule, and of each
+// device tier at a rung and prefetch timing (tier_step; both device-tier paths, and each round of a path,
+// try many of the same tiers again).
+class Estimates {
+ public:
+  explicit Estimates(const OffloadProblem& p) : p_(p) {}
+  const Estimate& of(const Schedule& s) {
+    auto [it, added] = known_.try_emplace(key_of(s));
+    if (added) {
+      SimResult r = estimate(p_, s);
+      it->second = {std::move(r.error), r.fits, r.step_s, r.peak_device_bytes};
+    }
+    return it->second;
+  }
+
+  // The step of `device` at `rung` and `timing`, from `step()` the first time it is asked for.
+  template <class Step>
+  double of_tier(const std::vector<bool>& device, int64_t rung, PrefetchTiming timing, Step step) {
+    auto [it, added] = tiers_.try_emplace(TierKey{device, rung, timing.overlap, timing.issue}, 0.0);
+    if (added) it->second = step();
+    return it->second;
+  }
+
+ private:
+  struct TierKey {
+    std::vector<bool> device;
+    int64_t rung;
+    Overlap overlap;
+    PrefetchTiming::Issue issue;
+    bool operator==(const TierKey&) const = default;
+  };
+  struct TierKeyHash {
+    size_t operator()(const TierKey& k) const {
+      return std::hash<std::vector<bool>>{}(k.device) ^
+             std::hash<int64_t>{}(k.rung * 31 + int(k.overlap) * 7 + int(k.issue));
+    }
+  };
+  const OffloadProblem& p_;
+  std::unordered_map<ScheduleKey, Estimate, ScheduleKeyHash> known_;
+  std::unordered_map<TierKey, double, TierKeyHash> tiers_;
+};
 
 // Greedy's ranking of the buckets by what residency saves per byte they would occupy: the copy time of
 // all their trips plus the compute stalls charged to their windows in the all-offloaded schedule (with
@@ -19,7 +103,7 @@ namespace {
 std::vector<int> rank_buckets(const OffloadProblem& p) {
   const std::vector<bool> none(p.n_buckets, false);
   const Schedule offloaded = greedy_for(p, none, none, kUnlimitedBytes);
-  const SimResult base = evaluate(p, offloaded, 0).result;
+  const SimResult base = estimate(p, offloaded);  // the replay's stalls: no layout needed
   std::vector<double> value(p.n_buckets, 0.0);
   for (int point = 0; point < p.n_ops; ++point) {
     for (const Action& a : offloaded.before[point])
@@ -81,25 +165,44 @@ std::array<Schedule, 2> pipelined_variants(const OffloadProblem& p, Schedule s) 
   return {std::move(in_need_order), with_pipelined_update(std::move(s))};
 }
 
-// A candidate as the step will run it, delayed or pipelined where it can be, so that greedy's paths compare
-// what will run; pipelined, the faster of its variants.
-Schedule as_run(const OffloadProblem& p, Schedule s, Overlap overlap) {
+// The estimate of a candidate as the step will run it, delayed or pipelined where it can be, so that greedy's
+// paths compare what will run; pipelined, the faster of its variants.
+const Estimate& as_run(const OffloadProblem& p, Estimates& estimates, Schedule s, Overlap overlap) {
   if (can_pipeline(s, overlap)) {
     auto [in_need_order, as_built] = pipelined_variants(p, std::move(s));
-    return estimate(p, in_need_order).step_s < estimate(p, as_built).step_s ? in_need_order : as_built;
+    const Estimate &a = estimates.of(in_need_order), &b = estimates.of(as_built);
+    return a.step_s < b.step_s ? a : b;
   }
-  return can_delay(s, overlap) ? with_delayed_update(p, std::move(s)) : s;
+  return estimates.of(can_delay(s, overlap) ? with_delayed_update(p, std::move(s)) : s);
 }
 
-// Greedy's candidates as they come: keeps the fastest that fits, and the smallest peak for the error.
+// Greedy's candidates as they come: keeps the fastest that fits, and where asked the smallest peak (for the
+// error when none fits; laying out every candidate that could lower it costs more than the search itself).
+// With stop_at_first_fit, only whether any candidate fits: settled() once one does.
 struct Best {
-  Best(const OffloadProblem& problem, int64_t red_zone, Overlap overlap_mode)
-      : p(problem), red_zone_bytes(red_zone), overlap(overlap_mode) {}
+  struct Goal {
+    bool smallest_peak = false;
+    bool stop_at_first_fit = false;
+  };
+  Best(const OffloadProblem& problem, Estimates& known, int64_t red_zone, Overlap overlap_mode, Goal search_goal)
+      : p(problem), estimates(known), red_zone_bytes(red_zone), overlap(overlap_mode), goal(search_goal) {}
   const OffloadProblem& p;
+  Estimates& estimates;
   int64_t red_zone_bytes;
   Overlap overlap;
+  Goal goal;
   std::optional<Candidate> fastest;
   int64_t smallest_peak = INT64_MAX;
+  std::unordered_set<ScheduleKey, ScheduleKeyHash> considered;
+
+  bool settled() const { return goal.stop_at_first_fit && fastest; }
+
+  // Greedy's residency ranking (rank_buckets), made on first use: a search that settles early needs none.
+  const std::vector<int>& residency_ranking() {
+    if (!ranking) ranking = rank_buckets(p);
+    return *ranking;
+  }
+  std::optional<std::vector<int>> ranking;
 
   // A candidate is laid out only when its estimate (the same timings; the most bytes alive at once, which
   // no layout beats) says it could be the fastest that fits, or could lower the smallest peak.
@@ -114,18 +217,52 @@ struct Best {
     consider_as_is(std::move(s));
   }
 
+  // A schedule considered before is skipped: its estimate and layout are the same, and neither the fastest
+  // (replaced only by a faster one) nor the smallest peak (only lowered) can change.
   void consider_as_is(Schedule s) {
+    if (settled()) return;
     s.policy = to_string(Policy::Greedy);
     if (p.compact_state && s.any_device_optimizer())
       throw std::logic_error(s.label() + ": AdamW on the device, and the state is on the host only");
-    const SimResult guess = estimate(p, s);
+    if (!considered.insert(key_of(s)).second) return;
+    const Estimate& guess = estimates.of(s);
     if (!guess.error.empty()) throw std::logic_error(s.label() + ": invalid schedule: " + guess.error);
     const bool could_be_fastest = guess.fits && (!fastest || guess.step_s < fastest->result.step_s);
-    if (!could_be_fastest && guess.peak_device_bytes >= smallest_peak) return;
+    const bool could_lower_peak = goal.smallest_peak && guess.peak_device_bytes < smallest_peak;
+    if (!could_be_fastest && !could_lower_peak) return;
+    if (!goal.smallest_peak && !goal.stop_at_first_fit) {
+      pending.push_back({std::move(s), guess.step_s});
+      if (pending.size() >= kBatch) lay_out_pending();
+      return;
+    }
     Candidate c = evaluate(p, std::move(s), red_zone_bytes);
     smallest_peak = std::min(smallest_peak, c.result.peak_device_bytes);
     if (c.result.fits && (!fastest || c.result.step_s < fastest->result.step_s)) fastest.emplace(std::move(c));
   }
+
+  // Looking for the fastest, the candidates that could be it are laid out in batches, fastest first, up to the
+  // first whose layout fits: the layouts are the search's dearest step, and candidates mostly come slower ones
+  // first. The same plan as laying each out as it comes: the first, in the order they came, of the least step
+  // among the candidates whose layout fits.
+  void lay_out_pending() {
+    std::stable_sort(pending.begin(), pending.end(),
+                     [](const Pending& a, const Pending& b) { return a.step_s < b.step_s; });
+    for (Pending& candidate : pending) {
+      if (fastest && candidate.step_s >= fastest->result.step_s) break;
+      Candidate c = evaluate(p, std::move(candidate.schedule), red_zone_bytes);
+      if (c.result.fits && (!fastest || c.result.step_s < fastest->result.step_s)) {
+        fastest.emplace(std::move(c));
+        break;
+      }
+    }
+    pending.clear();
+  }
+  struct Pending {
+    Schedule schedule;
+    double step_s;
+  };
+  static constexpr size_t kBatch = 32;
+  std::vector<Pending> pending;
 };
 
 // The buckets in the order greedy moves them into the device tier: latest final gradients first, so that
@@ -145,10 +282,13 @@ enum class TierGain { Seconds, SecondsPerByte };
 
 // The step with `device` as the device tier (every other bucket streamed) built within `rung`, when its
 // estimate fits below the next rung (the budget may lie between two); NaN otherwise.
-double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64_t rung, PrefetchTiming timing) {
-  // An estimate: the candidates themselves are laid out later.
-  const SimResult r = estimate(p, as_run(p, greedy_for(p, device, device, rung, kWindowGap, timing), timing.overlap));
-  return double(r.peak_device_bytes) > 1.25 * double(rung) ? NAN : r.step_s;
+double tier_step(const OffloadProblem& p, Estimates& estimates, const std::vector<bool>& device, int64_t rung,
+                 PrefetchTiming timing) {
+  return estimates.of_tier(device, rung, timing, [&] {
+    // An estimate: the candidates themselves are laid out later.
+    const Estimate& r = as_run(p, estimates, greedy_for(p, device, device, rung, kWindowGap, timing), timing.overlap);
+    return double(r.peak_device_bytes) > 1.25 * double(rung) ? NAN : r.step_s;
+  });
 }
 
 // Device tiers greedy tries, in the order it grows them within `rung` (a value of the ladder, never the
@@ -156,8 +296,8 @@ double tier_step(const OffloadProblem& p, const std::vector<bool>& device, int64
 // each round moves into the device tier (every other bucket streamed) the run with the best gain among the
 // moves that fit, until no move shortens the step; then halves, quarters, ... of the runs left, while one
 // fits and shortens it. At most kGroups^2 / 2 + kGroups log2(buckets) estimates.
-std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGain rank, int64_t rung,
-                                                PrefetchTiming timing) {
+std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, Estimates& estimates, TierGain rank,
+                                                int64_t rung, PrefetchTiming timing) {
   constexpr int kGroups = 8;
   const std::vector<int> order = device_tier_order(p);
   const int n = static_cast<int>(order.size()), groups = std::min(n, kGroups);
@@ -176,7 +316,7 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGai
       std::vector<bool> d = device;
       int64_t bytes = 0;
       for (int b : group(g)) d[b] = true, bytes += 2 * p.bucket_bytes[b] + device_state_bytes(p, b);
-      const double step = tier_step(p, d, rung, timing);
+      const double step = tier_step(p, estimates, d, rung, timing);
       if (std::isnan(step)) continue;
       const double saved = std::isinf(current) ? 1 / step : current - step;  // the first move: the fastest
       const double gain = saved / (rank == TierGain::SecondsPerByte ? double(bytes) : 1.0);
@@ -196,7 +336,7 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, TierGai
       for (; take >= 1; take /= 2) {
         d = device;
         for (int b : left.first(take)) d[b] = true;
-        if (step = tier_step(p, d, rung, timing); !std::isnan(step) && step < current) break;
+        if (step = tier_step(p, estimates, d, rung, timing); !std::isnan(step) && step < current) break;
       }
       if (take == 0) break;
       device = std::move(d), current = step, path.push_back(device);
@@ -261,10 +401,15 @@ void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed
   std::vector<int64_t> ladder{kUnlimitedBytes};  // unlimited memory first
   for (double rung = double(minimum_device_bytes(p)); rung <= double(p.budget_bytes); rung *= kRung)
     ladder.push_back(static_cast<int64_t>(rung));
-  // Nothing resident and every window as short as it can be: the least memory a prefetch schedule needs.
   const std::vector<bool> none(p.n_buckets, false);
-  for (int64_t rung : ladder) best.consider(greedy_for(p, none, none, rung, 1, build));
-  const std::vector<int> ranking = rank_buckets(p);
+  auto at_every_rung = [&](const std::vector<bool>& resident, int gap) {
+    for (int64_t rung : ladder)
+      if (!best.settled()) best.consider(greedy_for(p, resident, none, rung, gap, build));
+  };
+  // Nothing resident and every window as short as it can be: the least memory a prefetch schedule needs.
+  at_every_rung(none, 1);
+  if (best.settled()) return;
+  const std::vector<int>& ranking = best.residency_ranking();
   const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
   const int prefixes = std::min(p.n_buckets, kPrefixes);
   for (int k = 0; k <= prefixes; ++k) {
@@ -274,17 +419,35 @@ void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed
     for (int i = 0; i < size; ++i) resident_set[ranking[i]] = true, resident_bytes += p.bucket_bytes[ranking[i]];
     if (p.workspace_bytes + resident_bytes + most_activations > p.budget_bytes)
       break;  // neither this prefix nor a larger one fits
-    for (int64_t rung : ladder) best.consider(greedy_for(p, resident_set, none, rung, kWindowGap, build));
+    at_every_rung(resident_set, kWindowGap);
   }
   // Each device tier of both paths at every rung: every other bucket streamed (both window gaps), and with
   // the most of the residency ranking the rung holds beside it resident too.
   for (int64_t rung : mixed_tiers ? ladder : std::vector<int64_t>{})
     for (TierGain rank : {TierGain::Seconds, TierGain::SecondsPerByte})
-      for (const std::vector<bool>& device : device_tier_path(p, rank, rung, build)) {
+      for (const std::vector<bool>& device : device_tier_path(p, best.estimates, rank, rung, build)) {
         for (int gap : {kWindowGap, 1}) best.consider(greedy_for(p, device, device, rung, gap, build));
         best.consider(greedy_for(p, resident_beside(p, device, ranking, rung), device, rung, kWindowGap, build));
       }
   if (mixed_tiers) consider_device_prefixes(p, best, build);
+}
+
+// Greedy's search: the baselines' constructions, then the prefetch schedules for each build and timing.
+void search(const OffloadProblem& p, Best& best, bool mixed_tiers, Overlap overlap) {
+  if (!p.compact_state) best.consider(resident(p));  // its AdamW runs on the device
+  mixed_tiers = mixed_tiers && !p.compact_state;
+  best.consider(zero_offload(p));
+  // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
+  // this candidate keeps the monotonicity.
+  for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)})
+    if (!best.settled()) best.consider(chunk_lru(p, budget));
+  std::vector<Overlap> builds{overlap};
+  if (overlap == Overlap::Pipelined) builds.push_back(Overlap::Backward);
+  for (Overlap build : builds)
+    for (PrefetchTiming::Issue issue :
+         {PrefetchTiming::Issue::JustInTime, PrefetchTiming::Issue::Paced, PrefetchTiming::Issue::LatestStart})
+      if (!best.settled()) consider_prefetch_schedules(p, best, mixed_tiers, PrefetchTiming{build, issue});
+  best.lay_out_pending();
 }
 
 }  // namespace
@@ -293,22 +456,23 @@ void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed
 // prefetch timings each; the fastest the Simulator predicts that fits. What it optimises, and why more budget
 // never gives a slower plan: docs/design.md, "What greedy optimises".
 PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
-  Best best(p, red_zone_bytes, overlap);
-  if (!p.compact_state) best.consider(resident(p));  // its AdamW runs on the device
-  mixed_tiers = mixed_tiers && !p.compact_state;
-  best.consider(zero_offload(p));
-  // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
-  // this candidate keeps the monotonicity.
-  for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)})
-    best.consider(chunk_lru(p, budget));
-  std::vector<Overlap> builds{overlap};
-  if (overlap == Overlap::Pipelined) builds.push_back(Overlap::Backward);
-  for (Overlap build : builds)
-    for (PrefetchTiming::Issue issue :
-         {PrefetchTiming::Issue::JustInTime, PrefetchTiming::Issue::Paced, PrefetchTiming::Issue::LatestStart})
-      consider_prefetch_schedules(p, best, mixed_tiers, PrefetchTiming{build, issue});
-  if (!best.fastest) throw BudgetError(shortfall(p, best.smallest_peak, "greedy's smallest plan", ""));
-  return std::move(best.fastest->plan);
+  Estimates estimates(p);
+  Best best(p, estimates, red_zone_bytes, overlap, {});
+  search(p, best, mixed_tiers, overlap);
+  if (best.fastest) return std::move(best.fastest->plan);
+  // None fits: the search again for the error's figure, laying out every candidate that could lower the
+  // smallest peak (the estimates are kept).
+  Best smallest(p, estimates, red_zone_bytes, overlap, {.smallest_peak = true});
+  search(p, smallest, mixed_tiers, overlap);
+  throw BudgetError(shortfall(p, smallest.smallest_peak, "greedy's smallest plan", ""));
+}
+
+bool greedy_fits(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
+  if (minimum_device_bytes(p) > p.budget_bytes) return false;  // as make_schedule
+  Estimates estimates(p);
+  Best best(p, estimates, red_zone_bytes, overlap, {.stop_at_first_fit = true});
+  search(p, best, mixed_tiers, overlap);
+  return best.fastest.has_value();
 }
 
 }  // namespace ferry::offload::detail

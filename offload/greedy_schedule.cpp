@@ -43,7 +43,7 @@ std::vector<double> pipelined_ready(const OffloadProblem& p, const std::vector<b
     if (!device[b] && p.first_grad_op[b] >= 0) updated_on_cpu.push_back(b);
   double updated = -device_adam;
   for (int b : in_first_use_order(p, std::move(updated_on_cpu)))
-    ready[b] = updated += double(p.bucket_params[b]) / p.cost.cpu_adam_params_per_s;
+    ready[b] = updated += double(p.bucket_params[b]) / p.cpu_adam_params_per_s();
   return ready;
 }
 
@@ -68,6 +68,21 @@ class ExpectedLink {
 
   double at(int point) const { return t_[point] + shift_; }
 
+  // The point where a walk back from `point` while `go_back` holds, not below `lowest`, stops: go_back
+  // holds from some point on (it asks whether at() is above a time, and at() never decreases along the
+  // step), so a bisection finds it. The walk itself, one op at a time, took most of greedy_for on deep models.
+  template <class GoBack>
+  static int walk_back(int point, int lowest, GoBack go_back) {
+    if (point <= lowest || !go_back(point)) return point;
+    int lo = lowest, hi = point - 1;  // the largest point in [lowest, point) where go_back fails, else lowest
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      if (go_back(mid)) hi = mid - 1;
+      else lo = mid;
+    }
+    return lo;
+  }
+
   // Where to issue the copy of window `index` (w) as its timing says, before memory has its say: not before
   // `released` (the bucket's previous window), nor `earliest` (its update, pipelined).
   int point(const Window& w, size_t index, int released, double earliest) const {
@@ -78,15 +93,15 @@ class ExpectedLink {
       // issued, and a window issued late because its bucket's previous window ends late (a small bucket
       // read again two ops on) would otherwise hold back the larger copies after it.
       const double start = std::max(latest_start_[index] + shift_, earliest);
-      while (point > released && at(point) > start) --point;
-      return point;
+      return walk_back(point, released, [&](int at_point) { return at(at_point) > start; });
     }
     // The latest point whose copy still lands in time, backing off only while that starts the copy sooner
     // (not before its update, nor, paced, before the link is free).
     const double copy = p_.cost.h2d.seconds(p_.bucket_bytes[w.bucket]);
     const double floor = std::max(earliest, timing_.issue == PrefetchTiming::Issue::Paced ? h2d_free_ : -INFINITY);
-    while (point > released && at(point) > floor && std::max(at(point), h2d_free_) + copy > at(w.first)) --point;
-    return point;
+    return walk_back(point, released, [&](int at_point) {
+      return at(at_point) > floor && std::max(at(at_point), h2d_free_) + copy > at(w.first);
+    });
   }
 
   // The copy issued at `point`: it queues behind the ones before it; where it lands after the window's first
@@ -113,22 +128,28 @@ std::vector<int64_t> bytes_before_windows(const OffloadProblem& p, const std::ve
   int64_t resident_bytes = 0;
   for (int b = 0; b < p.n_buckets; ++b)
     if (resident[b]) resident_bytes += p.bucket_bytes[b] + (device[b] ? device_state_bytes(p, b) : 0);
-  std::vector<int64_t> used(p.n_ops);
-  for (int i = 0; i < p.n_ops; ++i) used[i] = p.workspace_bytes + p.activation_live[i] + grads_live[i] + resident_bytes;
+  std::vector<int64_t> device_grads(p.n_ops + 1, 0);  // from each op on: the device tier's gradients written so far
   for (int b = 0; b < p.n_buckets; ++b)
-    if (device[b] && p.first_grad_op[b] >= 0)
-      for (int i = p.first_grad_op[b]; i < p.n_ops; ++i) used[i] += p.bucket_bytes[b];
+    if (device[b] && p.first_grad_op[b] >= 0) device_grads[p.first_grad_op[b]] += p.bucket_bytes[b];
+  std::vector<int64_t> used(p.n_ops);
+  int64_t grads = 0;
+  for (int i = 0; i < p.n_ops; ++i)
+    used[i] = p.workspace_bytes + p.activation_live[i] + grads_live[i] + resident_bytes + (grads += device_grads[i]);
   return used;
 }
 
 }  // namespace
 
 void order_actions(Schedule& s) {
+  auto before = [](const Action& a, const Action& b) {
+    auto rank = [](Action::Kind k) { return k == Action::Kind::Release ? 0 : k == Action::Kind::Wait ? 2 : 1; };
+    return rank(a.kind) < rank(b.kind);
+  };
+  // Most points are in order already: sorting them anyway (stable_sort allocates its buffer) took a tenth
+  // of greedy's search on deep models.
   for (auto& actions : s.before)
-    std::stable_sort(actions.begin(), actions.end(), [](const Action& a, const Action& b) {
-      auto rank = [](Action::Kind k) { return k == Action::Kind::Release ? 0 : k == Action::Kind::Wait ? 2 : 1; };
-      return rank(a.kind) < rank(b.kind);
-    });
+    if (!std::is_sorted(actions.begin(), actions.end(), before))
+      std::stable_sort(actions.begin(), actions.end(), before);
 }
 
 Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device,
@@ -154,13 +175,15 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
     const int64_t bytes = p.bucket_bytes[w.bucket];
     const double earliest = ready[w.bucket];
     ready[w.bucket] = -INFINITY;  // its later windows carry the updated weights already
-    auto fits_from = [&](int point) {
-      for (int i = point; i <= w.last; ++i)
-        if (used[i] + bytes > budget) return false;
-      return true;
-    };
     int point = link.point(w, wi, released_at[w.bucket], earliest);
-    while (point < w.first && !fits_from(point)) ++point;  // then forward to the earliest point memory allows
+    // Then forward to the earliest point memory allows (never past the window's first op): just after the
+    // last op up to the window's end that has no room for the bucket. One pass: a point-by-point search that
+    // rechecked the rest of the window at each point took most of the planning time of deep models.
+    for (int i = w.last; i >= point; --i)
+      if (used[i] + bytes > budget) {
+        point = std::min(w.first, i + 1);
+        break;
+      }
     link.issue(w, point, earliest);
     s.before[point].push_back({Action::Kind::Prefetch, w.bucket});
     s.before[w.first].push_back({Action::Kind::Wait, w.bucket});

@@ -22,7 +22,15 @@ bool crossing(const Affine& p, const Affine& q, double& x, double& y) {
 
 }  // namespace
 
-double min_of_max(const std::vector<Affine>& terms, const std::vector<Affine>& limits) {
+double min_of_max(const std::vector<Affine>& given_terms, const std::vector<Affine>& limits) {
+  // Each term once: a copy changes neither the maximum nor the vertices (its lines are those of the
+  // original), and the pipelined bound's terms repeat 8-fold without accumulation (96 terms, 12 distinct: the
+  // vertex search is quadratic in the lines, which are quadratic in the terms).
+  std::vector<Affine> terms;
+  for (const Affine& t : given_terms)
+    if (std::none_of(terms.begin(), terms.end(),
+                     [&](const Affine& u) { return u.a == t.a && u.b == t.b && u.c == t.c; }))
+      terms.push_back(t);
   std::vector<Affine> all_limits = limits;
   all_limits.push_back({-1, 0, 0});  // x >= 0
   all_limits.push_back({0, -1, 0});  // y >= 0
@@ -118,7 +126,7 @@ double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   const double backward = std::accumulate(t.begin() + p.forward_ops, t.end(), 0.0);
   const double P = double(p.trained_params()), w = double(dtype_bytes(p.precision)), k = p.grad_accum;
   const double wh = w / (p.cost.h2d.gbps * 1e9), wd = w / (p.cost.d2h.gbps * 1e9);
-  const double a_cpu = 1 / p.cost.cpu_adam_params_per_s, a_norm = 1 / p.cost.cpu_norm_params_per_s;
+  const double a_cpu = 1 / p.cpu_adam_params_per_s(), a_norm = 1 / p.cost.cpu_norm_params_per_s;
   const double a_dev = 1 / p.cost.device_adam_params_per_s;
   const double state = p.grad_accum > 1 ? 16 : 12;
   // Terms in (x, y); s = P - x - y, s + y = P - x.
@@ -148,6 +156,7 @@ double lower_bound_step_s(const OffloadProblem& p, Overlap overlap) {
   }
   std::vector<Affine> limits = memory_limits(p, memory, w, state);
   limits.push_back({1, 1, -P});
+  if (p.compact_state) limits.push_back({1, 0, 0});  // x <= 0: the compact state is updated on the CPU only
   if (delayed) terms.push_back({a_dev - (a_cpu + a_norm), 0, P * (a_cpu + a_norm)});
   return min_of_max(terms, limits);
 }

@@ -32,16 +32,9 @@ class StepPlanner {
  private:
   // The plan of `with` (labelled with the requested policy) with the first k blocks checkpointed and the
   // delayed update applied where asked for and AdamW runs on the CPU. BudgetError when it does not fit.
-  // tiers: whether greedy may use the device tier where the request allows it (its candidates add to the
-  // others, so whether a plan fits does not depend on it).
-  StepPlan attempt(Policy with, int k, bool tiers = true) const {
-    std::vector<bool> checkpointed(layers_, false);
-    std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
-    OffloadProblem p(spec_, cost_, request_.bucket_bytes, request_.budget_bytes, checkpointed, request_.grad_accum,
-                     request_.workspace_bytes);
-    p.compact_state = request_.compact_state;
-    const bool mixed = tiers && request_.mixed_tiers;
-    PlannedSchedule planned = make_schedule(p, with, request_.red_zone_bytes, mixed, request_.overlap);
+  StepPlan attempt(Policy with, int k) const {
+    OffloadProblem p = problem(k);
+    PlannedSchedule planned = make_schedule(p, with, request_.red_zone_bytes, request_.mixed_tiers, request_.overlap);
     Schedule& s = planned.schedule;
     if (with != request_.policy) s.policy = to_string(request_.policy);  // the construction stays
     // Greedy has weighed the delayed and pipelined updates itself (make_schedule); the others take them
@@ -53,13 +46,20 @@ class StepPlanner {
     return StepPlan{std::move(p), std::move(s), std::move(planned.memory), ""};
   }
 
+  // The problem with the first k blocks checkpointed.
+  OffloadProblem problem(int k) const {
+    std::vector<bool> checkpointed(layers_, false);
+    std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
+    OffloadProblem p(spec_, cost_, request_.bucket_bytes, request_.budget_bytes, checkpointed, request_.grad_accum,
+                     request_.workspace_bytes);
+    p.compact_state = request_.compact_state;
+    return p;
+  }
+
+  // Whether `with` fits with the first k blocks checkpointed. Without greedy's device tier: its candidates add
+  // to the others, so whether a plan fits does not depend on it.
   bool fits(Policy with, int k) const {
-    try {
-      attempt(with, k, false);
-      return true;
-    } catch (const BudgetError&) {
-      return false;
-    }
+    return schedule_fits(problem(k), with, request_.red_zone_bytes, false, request_.overlap);
   }
 
   // The fewest blocks with which `with` fits: checkpointing more never needs more memory, so bisect.
@@ -147,7 +147,9 @@ double lower_bound_step_s(const models::ModelSpec& spec, const CostModel& cost, 
   for (int k = first; k <= last; ++k) {
     std::vector<bool> checkpointed(layers, false);
     std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
-    const OffloadProblem p(spec, cost, request.bucket_bytes, request.budget_bytes, checkpointed, request.grad_accum, request.workspace_bytes);
+    OffloadProblem p(spec, cost, request.bucket_bytes, request.budget_bytes, checkpointed, request.grad_accum,
+                     request.workspace_bytes);
+    p.compact_state = request.compact_state;  // its CPU AdamW's rate
     bound = std::min(bound, lower_bound_step_s(p, request.overlap));
   }
   return bound;

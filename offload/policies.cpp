@@ -82,4 +82,19 @@ PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t re
   throw std::logic_error("unknown policy");
 }
 
+bool schedule_fits(const OffloadProblem& p, Policy policy, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
+  if (policy == Policy::Greedy) return detail::greedy_fits(p, red_zone_bytes, mixed_tiers, overlap);
+  // A fixed placement whose most bytes alive at once exceed the budget fits in no layout: not laid out.
+  const bool fixed = (policy == Policy::Resident && !p.compact_state) || policy == Policy::ZeroOffload;
+  if (fixed && minimum_device_bytes(p) <= p.budget_bytes &&
+      !estimate(p, policy == Policy::Resident ? detail::resident(p) : detail::zero_offload(p)).fits)
+    return false;
+  try {
+    make_schedule(p, policy, red_zone_bytes, mixed_tiers, overlap);
+    return true;
+  } catch (const BudgetError&) {
+    return false;
+  }
+}
+
 }  // namespace ferry::offload

@@ -51,6 +51,11 @@ struct PlannedSchedule {
 PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0, bool mixed_tiers = true,
                               Overlap overlap = Overlap::Backward);
 
+// Whether make_schedule finds a schedule that fits (BudgetError otherwise), found sooner: greedy stops at the
+// first candidate that fits.
+bool schedule_fits(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes, bool mixed_tiers,
+                   Overlap overlap);
+
 // The one rule on which overlap a policy allows: delayed and pipelined need AdamW on the CPU, which
 // resident never runs there. (Greedy may still choose to update every bucket in the step: plan_step then says why in a note.)
 bool overlap_allowed(Policy policy, Overlap overlap);

@@ -26,6 +26,10 @@ struct OffloadProblem {
   // optim.state: compact: bf16 weights, m and v on the host only (memory::HostBuckets), which the CPU's AdamW
   // updates for every bucket: no plan has a device tier or the resident policy's device AdamW.
   bool compact_state = false;
+  // The CPU AdamW's rate on this problem's optimizer state (the cost model's exact or compact one).
+  double cpu_adam_params_per_s() const {
+    return compact_state ? cost.cpu_compact_adam_params_per_s : cost.cpu_adam_params_per_s;
+  }
 
   // The step's timeline: the spec's ops with the recomputations inserted. Everything below is indexed by it.
   int n_ops = 0;

@@ -279,7 +279,7 @@ class Replay {
     if (updates_queued_) return;
     updates_queued_ = true;
     for (int b : order_) {
-      const double t = p_.bucket_params[b] / p_.cost.cpu_adam_params_per_s;
+      const double t = p_.bucket_params[b] / p_.cpu_adam_params_per_s();
       cpu_ = updated_[b] = cpu_ + t;
       r_.cpu_busy_s += t;
     }

@@ -62,6 +62,7 @@ offload::CostModel measure_host_cost_model(int threads) {
   const CpuOptimizerRates rates = measure_cpu_optimizer_rates(threads, DType::F32, false);
   c.cpu_adam_params_per_s = rates.adam_params_per_s;
   c.cpu_norm_params_per_s = rates.norm_params_per_s;
+  c.cpu_compact_adam_params_per_s = rates.compact_adam_params_per_s;
   c.device_adam_params_per_s = c.cpu_adam_params_per_s;  // the host device's "device" is this CPU
   return c;
 }
@@ -77,6 +78,11 @@ CpuOptimizerRates measure_cpu_optimizer_rates(int threads, DType grad_type, bool
   CpuOptimizerRates r;
   r.adam_params_per_s = double(n) / best_seconds(3, [&] { adamw.step(bucket, ++step, 1e-4, 1.0f); });
   r.norm_params_per_s = double(n) / best_seconds(3, [&] { adamw.grad_stats(g.data(), grad_type, n); });
+  // The compact state in the first half of the fp32 buffers, zero (the kernels' speed does not depend on values).
+  std::memset(p.data(), 0, n * 2), std::memset(m.data(), 0, n * 2), std::memset(v.data(), 0, n * 2);
+  const cpu_optim::CompactBucket compact{p.as<uint16_t>().first(n), m.as<uint16_t>().first(n),
+                                         v.as<uint16_t>().first(n), g.data(), grad_type};
+  r.compact_adam_params_per_s = double(n) / best_seconds(3, [&] { adamw.step(compact, ++step, 1e-4, 1.0f); });
   return r;
 }
 
@@ -99,7 +105,7 @@ offload::CostModel host_cost_model(int threads, std::string* cache_path) {
     try {
       std::ifstream in(file);
       const auto j = nlohmann::json::parse(in);
-      if (j.contains("cpu_norm_params_per_s")) return offload::CostModel::from_json(j, file.string());
+      if (j.contains("cpu_compact_adam_params_per_s")) return offload::CostModel::from_json(j, file.string());
     } catch (const std::exception&) {
     }
     // a damaged cache, or one from before a rate was measured: measured again below

@@ -13,9 +13,10 @@ offload::CostModel measure_host_cost_model(int threads);
 
 // The CPU AdamW's update and gradient-statistics rates (parameters a second) on `threads` threads, with
 // gradients in `grad_type`; with `working_copy`, each update also writes the new weights out in `grad_type`,
-// as an offloaded step writes the device's working copy (bf16: 28 bytes a parameter in all).
+// as an offloaded step writes the device's working copy (bf16: 28 bytes a parameter in all). The compact
+// state's update (optim.state: compact) with the same gradients.
 struct CpuOptimizerRates {
-  double adam_params_per_s = 0, norm_params_per_s = 0;
+  double adam_params_per_s = 0, norm_params_per_s = 0, compact_adam_params_per_s = 0;
 };
 CpuOptimizerRates measure_cpu_optimizer_rates(int threads, DType grad_type, bool working_copy);
 

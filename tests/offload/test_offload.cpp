@@ -93,6 +93,42 @@ TEST(CostModel, MissingKeysAreNamed) {
   EXPECT_NO_THROW(CostModel::from_json(j, "older.json"));
 }
 
+// The compact state's CPU AdamW has its own rate; a file written before it was measured takes the exact rate
+// times the stated ratio, and a file that gives it keeps it.
+TEST(CostModel, CompactAdamRateIsReadAndOlderFilesFallBackToTheStatedRatio) {
+  std::ifstream in(testing::source_path("configs/cost_models/h100-assumed.json"));
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_DOUBLE_EQ(CostModel::from_json(j, "shipped").cpu_compact_adam_params_per_s, 2.5e9);
+  j.erase("cpu_compact_adam_params_per_s");
+  const CostModel older = CostModel::from_json(j, "older.json");
+  EXPECT_DOUBLE_EQ(older.cpu_compact_adam_params_per_s, CostModel::kCompactAdamRatio * 3.2e9);
+  EXPECT_DOUBLE_EQ(CostModel::from_json(older.to_json(), "round trip").cpu_compact_adam_params_per_s,
+                   older.cpu_compact_adam_params_per_s);
+  j["cpu_compact_adam_params_per_s"] = 0;
+  EXPECT_THROW(CostModel::from_json(j, "bad.json"), std::runtime_error);
+}
+
+// A plan of the compact state charges its CPU AdamW at the compact rate: in the Simulator's CPU time, in the
+// pipelined update's readiness greedy builds on, and in the lower bound.
+TEST(CostModel, TheCompactStateIsChargedItsOwnAdamRate) {
+  const models::ModelSpec spec = gpt2_bf16({4, 4, 256, 1024, 128}, 4, 128);
+  CostModel cost = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
+  cost.cpu_adam_params_per_s = 4e9, cost.cpu_compact_adam_params_per_s = 1e9;
+  OffloadProblem exact(spec, cost, 1 << 20, int64_t(1) << 40), compact = exact;
+  compact.compact_state = true;
+  const double params = double(exact.trained_params());
+  const Schedule s = make_schedule(exact, Policy::ZeroOffload).schedule;
+  const double cpu_exact = simulate_laid_out(exact, s).cpu_busy_s,
+               cpu_compact = simulate_laid_out(compact, s).cpu_busy_s;
+  EXPECT_NEAR(cpu_compact - cpu_exact, params / 1e9 - params / 4e9, 1e-9);
+  EXPECT_GE(lower_bound_step_s(compact, Overlap::Backward), params / 1e9);
+  EXPECT_LT(lower_bound_step_s(exact, Overlap::Backward), params / 1e9);
+  // Pipelined, the forward waits for each bucket's update: the compact state's step is longer by the slower rate.
+  const Schedule pipelined = with_pipelined_update(s);
+  EXPECT_GT(simulate_laid_out(compact, pipelined).step_s,
+            simulate_laid_out(exact, pipelined).step_s + 0.5 * (params / 1e9 - params / 4e9));
+}
+
 // In a 2-byte plan, token ids, LayerNorm statistics and losses keep their 4 bytes (a kernel writing an fp32
 // statistic into 2 bytes a element would write past it); activations and their gradients take 2.
 TEST(CostModel, TensorBytesFollowThePrecisionExceptFixedDtypes) {

@@ -1,0 +1,118 @@
+// Greedy's plans pinned: GPT-2 124M and 1.5B and a Llama-3.1-8B-width model at a few budgets, overlaps and
+// optimizer states, planned by plan_step on the shipped H100-class cost model. Making the planner faster
+// must not change one decision: the tiers, every action's point (prefetch distances), the checkpointed blocks,
+// the layout's peak and the predicted step are compared with what the planner gave before it was sped up.
+// (The compact cases' predicted steps since charge the compact state's own CPU AdamW rate: the same actions.)
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "models/gpt2.h"
+#include "models/llama.h"
+#include "offload/cost_model.h"
+#include "offload/policies.h"
+#include "test_helpers.h"
+
+namespace ferry::offload {
+namespace {
+
+// A plan in one line: its label, the blocks it recomputes, parameters per tier (device / weights resident
+// / streamed), the layout's peak, the predicted step (exact to the last bit, %a) and a hash of every action
+// at its point with the tiers and the overlap flags, which moves when any action moves.
+std::string fingerprint(const StepPlan& plan) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&](int64_t v) {
+    for (int byte = 0; byte < 8; ++byte) hash = (hash ^ uint64_t((v >> (8 * byte)) & 0xff)) * 1099511628211ull;
+  };
+  const Schedule& s = plan.schedule;
+  for (size_t point = 0; point < s.before.size(); ++point)
+    for (const Action& a : s.before[point]) mix(int64_t(point)), mix(int64_t(a.kind)), mix(a.bucket);
+  for (size_t b = 0; b < s.resident.size(); ++b) mix(s.resident[b] + 2 * s.device_optimizer[b]);
+  mix(s.delayed_update), mix(s.pipelined_update);
+  const TierTotals tiers = tier_totals(plan.problem, s);
+  const double step = simulate(plan.problem, s, plan.memory).step_s;
+  char line[512];
+  std::snprintf(line, sizeof line, "%s | %d ckpt | %lld / %lld / %lld params | peak %lld | step %a | actions %016llx",
+                s.label().c_str(), plan.problem.checkpointed_layers, (long long)tiers.params[0],
+                (long long)tiers.params[1], (long long)tiers.params[2], (long long)plan.memory.layout.peak, step,
+                (unsigned long long)hash);
+  return line;
+}
+
+models::ModelSpec bf16(models::ModelSpec spec) {
+  spec.set_precision(DType::BF16);
+  return spec;
+}
+
+struct PinCase {
+  std::string name;
+  models::ModelSpec spec;
+  int gib;
+  Overlap overlap;
+  Checkpointing checkpointing = Checkpointing::Auto;
+  int grad_accum = 1;
+  bool compact = false;
+  int64_t bucket_bytes = memory::BucketLayout::kDefaultBucketBytes;
+};
+
+std::vector<PinCase> pin_cases() {
+  const models::GptConfig gpt2_124m{12, 12, 768, 50257, 1024}, gpt2_xl{48, 25, 1600, 50257, 1024};
+  models::LlamaConfig llama8b_width{8, 32, 8, 4096, 128256, 2048, 14336};
+  const models::ModelSpec small = bf16(models::build_gpt2(gpt2_124m, 8, 1024));
+  const models::ModelSpec small_batch = bf16(models::build_gpt2(gpt2_124m, 4, 1024));
+  constexpr int64_t kSmallBuckets = int64_t(8)
+                                    << 20;  // 8 MiB: 124M's 15 buckets of 32 MiB would leave greedy few choices
+  const models::ModelSpec xl = bf16(models::build_gpt2(gpt2_xl, 4, 1024));
+  const models::ModelSpec llama = bf16(models::build_llama(llama8b_width, 4, 2048));
+  return {
+      {"gpt2-124m 2 GiB backward", small, 2, Overlap::Backward, Checkpointing::Auto, 1, false, kSmallBuckets},
+      {"gpt2-124m 4 GiB pipelined", small, 4, Overlap::Pipelined, Checkpointing::Auto, 1, false, kSmallBuckets},
+      {"gpt2-124m 4x1024 8 GiB delayed, 2 micro-batches, no checkpointing", small_batch, 8, Overlap::Delayed,
+       Checkpointing::Off, 2, false, kSmallBuckets},
+      {"gpt2-1.5b 16 GiB backward", xl, 16, Overlap::Backward},
+      {"gpt2-1.5b 8 GiB pipelined", xl, 8, Overlap::Pipelined},
+      {"gpt2-1.5b 16 GiB delayed, compact", xl, 16, Overlap::Delayed, Checkpointing::Auto, 1, true},
+      {"llama-8b width, 8 layers, 16 GiB pipelined", llama, 16, Overlap::Pipelined},
+      {"llama-8b width, 8 layers, 16 GiB backward, compact", llama, 16, Overlap::Backward, Checkpointing::Auto, 1,
+       true},
+  };
+}
+
+TEST(GreedyPins, PlansAreThoseOfThePlannerBeforeItWasSpedUp) {
+  const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
+  const std::vector<std::string> pinned = {
+      "greedy (prefetch schedule, 5 of 26 buckets resident, 5 updated on the device) | 12 ckpt | 16735488 / 0 / "
+      "107704320 params | peak 2134604800 | step 0x1.1064e07d243e8p-4 | actions 579294fe5128eb8f",
+      "greedy (prefetch schedule, 20 of 26 buckets resident, 20 updated on the device) | 9 ckpt | 104355072 / 0 / "
+      "20084736 params | peak 3851888128 | step 0x1.d4adce84ec192p-6 | actions 17baa4a66e3ebc5f",
+      "greedy (prefetch schedule, 16 of 26 buckets resident, 16 updated on the device) | 0 ckpt | 90772224 / 0 / "
+      "33667584 params | peak 3681064448 | step 0x1.9cf11bd98dc0cp-6 | actions ae3d5de82de32814",
+      "greedy (prefetch schedule, 96 of 145 buckets resident, 96 updated on the device) | 48 ckpt | 1055513600 / 0 / "
+      "502097600 params | peak 17134441472 | step 0x1.5240144fcdc02p-2 | actions b0fd2e1502944292",
+      "greedy (prefetch schedule, 41 of 145 buckets resident, 41 updated on the device) | 48 ckpt | 491932800 / 0 / "
+      "1065678400 params | peak 8536519168 | step 0x1.e462ffc2cc8d2p-2 | actions e8f3d4ceadef01ab",
+      "greedy (zero-offload schedule) | 0 ckpt | 0 / 1557611200 / 0 params | peak 14054092544 | step "
+      "0x1.50b88eba63ed8p-1 | actions 91e6e106ad2314a4",
+      "greedy (prefetch schedule, 14 of 67 buckets resident, 14 updated on the device) | 8 ckpt | 785399808 / 0 / "
+      "2010173440 params | peak 16920150016 | step 0x1.ee4d39be94784p-1 | actions ecef1c188ea65736",
+      "greedy (prefetch schedule, 30 of 67 buckets resident) | 0 ckpt | 0 / 701566976 / 2094006272 params | peak "
+      "15926534144 | step 0x1.7d24d6466224dp+0 | actions 9ca2737bffee397a",
+  };
+  const std::vector<PinCase> cases = pin_cases();
+  ASSERT_EQ(cases.size(), pinned.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const PinCase& c = cases[i];
+    PlanRequest request;
+    request.budget_bytes = int64_t(c.gib) << 30;
+    request.overlap = c.overlap;
+    request.checkpointing = c.checkpointing;
+    request.grad_accum = c.grad_accum;
+    request.compact_state = c.compact;
+    request.bucket_bytes = c.bucket_bytes;
+    EXPECT_EQ(fingerprint(plan_step(c.spec, h100, request)), pinned[i]) << c.name;
+  }
+}
+
+}  // namespace
+}  // namespace ferry::offload
