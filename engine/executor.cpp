@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <utility>
 
@@ -27,6 +28,7 @@
 #include "engine/faults.h"
 #include "engine/host_optimizer.h"
 #include "engine/ops/op_dispatch.h"
+#include "memory/convert.h"
 #include "offload/simulator.h"
 
 namespace ferry::engine {
@@ -105,6 +107,8 @@ struct Executor::Impl {
   const std::vector<std::vector<cpu_optim::HyperRange>> ranges;  // per bucket: its parameter groups' (empty: the plain update)
   HostOptimizer cpu;
   std::byte* batch_staging;          // pinned: tokens, targets and attention mask of one micro-batch
+  std::byte* tier_staging;           // pinned: the device tier's state on its way to or from the device (none: null)
+  int64_t tier_staging_size;         // bytes
   std::vector<int32_t> no_padding;   // the attention mask of a batch without one
   StepState st;
   std::vector<int> update_rank;  // pipelined: per bucket, its place in the CPU's update order (offload::cpu_update_order)
@@ -113,16 +117,27 @@ struct Executor::Impl {
   Impl(const models::ModelSpec& sp, const offload::StepPlan& plan, memory::HostBuckets& h, memory::PinnedHostPool& pool,
        device::Device& d, const cpu_optim::CpuAdamW& a, const ExecutorOptions& o, device::Trace* trace)
       : spec(sp), p(plan.problem), s(plan.schedule), host(h), dev(d), adamw(a), options(o),
-        at(sp, plan, d.arena().data(), plan.memory.red_zone_bytes),
-        ranges(checked_ranges(sp, plan.problem, o, a)),
-        cpu(plan.problem, h, pool, a, plan.schedule.delayed_update, o.grad_clip, at.bucket_labels(), ranges, faults, trace),
-        batch_staging(pool.carve(batch_bytes(sp), 4096)), update_rank(p.n_buckets, p.n_buckets) {
+        at(sp, plan, d.arena().data(), plan.memory.red_zone_bytes), ranges(checked_ranges(sp, plan.problem, o, a)),
+        cpu(plan.problem, device_only_buckets(plan), h, pool, a, plan.schedule.delayed_update, o.grad_clip,
+            at.bucket_labels(), ranges, faults, trace),
+        batch_staging(pool.carve(batch_bytes(sp), 4096)),
+        tier_staging(tier_staging_bytes(plan) > 0 ? pool.carve(tier_staging_bytes(plan), 4096) : nullptr),
+        tier_staging_size(tier_staging_bytes(plan)), update_rank(p.n_buckets, p.n_buckets) {
     const std::vector<int> order = offload::cpu_update_order(p, s);
     for (size_t i = 0; i < order.size(); ++i) update_rank[order[i]] = static_cast<int>(i);
     in_flight.clear(p.n_buckets);
   }
 
   static int64_t batch_bytes(const models::ModelSpec& spec) { return 3 * spec.tensors[spec.tensor_index("tokens")].bytes(); }
+  // A few MiB, or less when the device tier is smaller: its state moves through them in chunks.
+  static int64_t tier_staging_bytes(const offload::StepPlan& plan) {
+    constexpr int64_t kMost = int64_t{4} << 20;
+    int64_t most = 0;
+    const std::vector<bool> device_only = device_only_buckets(plan);
+    for (int b = 0; b < plan.problem.n_buckets; ++b)
+      if (device_only[b]) most = std::max(most, std::min(kMost, plan.problem.bucket_numel(b) * 4));
+    return most;
+  }
 
   // The per-bucket ranges of the options' parameter settings, which must freeze what the plan froze.
   static std::vector<std::vector<cpu_optim::HyperRange>> checked_ranges(const models::ModelSpec& spec, const offload::OffloadProblem& p,
@@ -174,6 +189,9 @@ struct Executor::Impl {
     if (!error.empty()) throw std::runtime_error(error);
   }
 
+  void through_tier_staging(Stream stream, std::byte* device, int64_t n, DType t,
+                            const std::function<void(std::byte* staged, int64_t begin, int64_t count)>& host_side);
+  std::byte* device_tier_state(int param, Region r, int64_t numel);
   void stage_batch(const dataset::Batch& batch);
   void warm_up();
   void run_micro_batch(const dataset::Batch& batch, MicroBatch& mb);
@@ -467,7 +485,49 @@ void Executor::Impl::flush_pending() {
 }
 
 int64_t Executor::host_bytes_needed(const models::ModelSpec& spec, const offload::StepPlan& plan) {
-  return Impl::batch_bytes(spec) + 4096 + HostOptimizer::bytes_needed(plan.problem, plan.schedule.delayed_update);
+  const int64_t tier = Impl::tier_staging_bytes(plan);
+  return Impl::batch_bytes(spec) + 4096 + (tier > 0 ? tier + 4096 : 0) +
+         HostOptimizer::bytes_needed(plan.problem, plan.schedule.delayed_update, device_only_buckets(plan));
+}
+
+std::vector<bool> Executor::device_only_buckets(const offload::StepPlan& plan) {
+  std::vector<bool> device_only(plan.problem.n_buckets, false);
+  for (int b = 0; b < plan.problem.n_buckets; ++b)
+    device_only[b] = plan.schedule.device_optimizer[b] && plan.problem.first_grad_op[b] >= 0;
+  return device_only;
+}
+
+// `n` elements of type t between host memory and the device, through the pinned staging in chunks: to the
+// device (h2d), host_side fills each chunk before it goes; from it (d2h), host_side reads each chunk after it came.
+void Executor::Impl::through_tier_staging(
+    Stream stream, std::byte* device, int64_t n, DType t,
+    const std::function<void(std::byte* staged, int64_t begin, int64_t count)>& host_side) {
+  barrier();  // a step's copies and updates are done: the state is the step's
+  const int64_t element = dtype_bytes(t), chunk = tier_staging_size / element;
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t count = std::min(chunk, n - begin);
+    if (stream == Stream::H2D) host_side(tier_staging, begin, count);
+    void* dst = stream == Stream::H2D ? static_cast<void*>(device + begin * element) : tier_staging;
+    const void* src = stream == Stream::H2D ? static_cast<const void*>(tier_staging) : device + begin * element;
+    dev.copy(stream, dst, src, count * element,
+             stream == Stream::H2D ? "device tier: upload" : "device tier: download");
+    dev.synchronize();
+    if (stream == Stream::D2H) host_side(tier_staging, begin, count);
+  }
+}
+
+// Where a parameter's master weights, m or v lie on the device, for a bucket the device alone keeps.
+std::byte* Executor::Impl::device_tier_state(int param, Region r, int64_t numel) {
+  const memory::BucketLayout::Slot& slot = p.layout.slot(param);
+  if (!host.on_device(slot.bucket) || !tier_staging)
+    throw std::logic_error("executor: parameter " + spec.params[param].name +
+                           " is not in a bucket the device alone keeps");
+  if (numel != slot.numel)
+    throw std::logic_error(
+        fmt::format("executor: {} values for parameter {} of {}", numel, spec.params[param].name, slot.numel));
+  const int part = r == Region::Master ? 0 : r == Region::M ? 1 : r == Region::V ? 2 : -1;
+  if (part < 0) throw std::logic_error("executor: the device tier's state is its master weights, m and v");
+  return at.address(at.state_tensor(slot.bucket)) + (part * p.bucket_numel(slot.bucket) + slot.offset) * 4;
 }
 
 namespace {
@@ -500,6 +560,13 @@ Executor::Executor(const models::ModelSpec& spec, const offload::StepPlan& plan,
   if (host.compact() && plan.schedule.any_device_optimizer())
     throw std::logic_error(
         "the compact optimizer state lives on the host, and the plan runs AdamW on the device for some bucket");
+  const std::vector<bool> device_only = device_only_buckets(plan);
+  for (int b = 0; b < plan.problem.n_buckets; ++b)
+    if (host.on_device(b) && !device_only[b])
+      throw std::logic_error(
+          fmt::format("the host buckets leave bucket {} to the device, and the plan does not keep its state there: "
+                      "make them with Executor::device_only_buckets(plan)",
+                      b));
   if (const std::string why = gradients_need_their_own_region(plan);
       !why.empty() && host.grad_landing() == memory::HostBuckets::GradLanding::OnWorkingCopy)
     throw std::logic_error("the host buckets land gradients on the working copies, and " + why +
@@ -532,6 +599,7 @@ void Executor::upload_state() {
   x.barrier();    // a pipelined update in flight
   x.cpu.reset();  // the host buckets are the whole state now
   for (int b = 0; b < x.p.n_buckets; ++b) {
+    if (x.host.on_device(b)) continue;  // its state is on the device already (write_device_tier)
     const std::string& name = x.at.bucket_label(b);
     if (x.at.resident_tensor(b) >= 0)
       x.copy(Stream::H2D, x.at.address(x.at.resident_tensor(b)), x.cpu.working(b), x.bytes(b), "upload " + name);
@@ -550,7 +618,7 @@ void Executor::download_state() {
   Impl& x = *impl_;
   for (int b = 0; b < x.p.n_buckets; ++b) {
     const int state = x.at.state_tensor(b);
-    if (state < 0) continue;
+    if (state < 0 || x.host.on_device(b)) continue;  // on the device only: read_device_tier
     const int64_t n = x.p.bucket_numel(b);
     const float* device_state = x.at.floats(state);
     const std::string& name = x.at.bucket_label(b);
@@ -560,6 +628,42 @@ void Executor::download_state() {
     x.copy(Stream::D2H, x.host.region(b, Region::Working).data, x.at.address(x.at.resident_tensor(b)), x.bytes(b), "download working " + name);
   }
   x.barrier();  // also finishes a pipelined update in flight: the host buckets then hold the step's state
+}
+
+void Executor::write_device_tier(int param, Region r, std::span<const float> values) {
+  Impl& x = *impl_;
+  const int64_t n = static_cast<int64_t>(values.size());
+  std::byte* state = x.device_tier_state(param, r, n);
+  x.through_tier_staging(Stream::H2D, state, n, DType::F32, [&](std::byte* staged, int64_t begin, int64_t count) {
+    std::memcpy(staged, values.data() + begin, static_cast<size_t>(count) * 4);
+  });
+  if (r != Region::Master) return;
+  // Its working copy, rounded from the master as the host's are (and as AdamW's fused copy-out writes them).
+  const memory::BucketLayout::Slot& slot = x.p.layout.slot(param);
+  std::byte* working = x.at.address(x.at.resident_tensor(slot.bucket)) + slot.offset * dtype_bytes(x.p.precision);
+  x.through_tier_staging(Stream::H2D, working, n, x.p.precision, [&](std::byte* staged, int64_t begin, int64_t count) {
+    memory::narrow(staged, x.p.precision, values.data() + begin, count);
+  });
+}
+
+void Executor::read_device_tier(int param, Region r, std::span<float> out) {
+  Impl& x = *impl_;
+  const int64_t n = static_cast<int64_t>(out.size());
+  x.through_tier_staging(Stream::D2H, x.device_tier_state(param, r, n), n, DType::F32,
+                         [&](std::byte* staged, int64_t begin, int64_t count) {
+                           std::memcpy(out.data() + begin, staged, static_cast<size_t>(count) * 4);
+                         });
+}
+
+void Executor::zero_device_tier_moments(int param) {
+  Impl& x = *impl_;
+  const int64_t n = x.p.layout.slot(param).numel;
+  for (Region r : {Region::M, Region::V}) {
+    std::byte* state = x.device_tier_state(param, r, n);
+    x.barrier();
+    x.dev.zero(Stream::Compute, state, n * 4, "device tier: zero moments");
+    x.dev.synchronize();
+  }
 }
 
 StepResult Executor::step(std::span<const dataset::Batch> micro_batches, int64_t adam_step, double lr, float loss_scale) {

@@ -49,12 +49,17 @@ class Executor {
   // reads a working copy between its bucket's gradients landing and its update: one micro-batch a step, the update
   // not delayed, the exact state. Otherwise in regions of their own.
   static memory::HostBuckets::GradLanding gradient_landing(const offload::StepPlan& plan);
+  // Per bucket, whether the device alone keeps its whole state: the plan's device tier (trained buckets whose
+  // AdamW runs on the device: master, m, v and working copy in the arena). The host buckets may leave these out
+  // (HostBuckets' on_device); start-up, resume and checkpoints then move their state with write_device_tier and
+  // read_device_tier.
+  static std::vector<bool> device_only_buckets(const offload::StepPlan& plan);
   // host: the buckets' master weights, moments, working copies and gradient landing regions (those two in
   // the plan's precision, landing as gradient_landing(plan) or in regions of their own), laid out as
-  // plan.problem.layout; pool: the device's pinned host memory, with
-  // host_bytes_needed() left to carve. The device's arena must hold plan.memory's layout. With red zones in
-  // the plan (tests), every op is followed by a check that no tensor it touched was written past its end
-  // (host device only).
+  // plan.problem.layout, with or without the buckets of device_only_buckets(plan); pool: the device's pinned host
+  // memory, with host_bytes_needed() left to carve. The device's arena must hold plan.memory's layout. With red zones
+  // in the plan (tests), every op is followed by a check that no tensor it touched was written past its end (host
+  // device only).
   Executor(const models::ModelSpec& spec, const offload::StepPlan& plan, memory::HostBuckets& host, memory::PinnedHostPool& pool,
            device::Device& device, const cpu_optim::CpuAdamW& adamw, const ExecutorOptions& options, device::Trace* trace);
   ~Executor();
@@ -62,13 +67,22 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   // Puts the host's state on the device: resident working copies and, when AdamW runs on the device,
-  // its master weights and moments. Call after changing the host buckets (start, resume); with the
-  // pipelined update, change them only after an entry point below has finished the last step's update.
+  // its master weights and moments (of the buckets the host keeps). Call after changing the host buckets (start,
+  // resume); with the pipelined update, change them only after an entry point below has finished the last step's
+  // update.
   void upload_state();
-  // Brings the device optimizer's master weights and moments back to the host buckets (nothing to do
-  // when AdamW runs on the CPU: the host holds them already). Call before reading them (eval, checkpoint).
+  // Brings the device optimizer's master weights and moments back to the host buckets that keep them (nothing to
+  // do when AdamW runs on the CPU: the host holds them already). Call before reading them (eval, checkpoint).
   // A pending delayed update stays pending: the host then holds the weights the next step computes with.
   void download_state();
+
+  // The state of a bucket the device alone keeps (HostBuckets::on_device): one parameter's master weights (with
+  // its working copy, rounded from them as start-up rounds the host's), m or v, written to the device or read from
+  // it through a pinned staging area of a few MiB, synchronously. Between steps: start-up, resume, checkpoints.
+  void write_device_tier(int param, memory::HostBuckets::Region r, std::span<const float> values);
+  void read_device_tier(int param, memory::HostBuckets::Region r, std::span<float> out);
+  // Zeroes a parameter's m and v there (start-up: the moments start at zero), with no host buffer.
+  void zero_device_tier_moments(int param);
 
   // One optimizer step over plan.problem.grad_accum micro-batches: forward, backward, gradients summed
   // over the micro-batches, global-norm clipping, AdamW (step counts from 1).

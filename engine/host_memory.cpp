@@ -50,10 +50,10 @@ int64_t host_op_scratch(const models::ModelSpec& spec) {
 
 HostMemoryEstimate estimate_host_memory(const models::ModelSpec& spec, const offload::StepPlan& plan, bool host_device) {
   HostMemoryEstimate e;
-  e.host_buckets =
-      memory::HostBuckets::bytes_needed(plan.problem.layout, plan.problem.precision, plan.problem.precision,
-                                        plan.problem.compact_state, Executor::gradient_landing(plan)) +
-      Executor::host_bytes_needed(spec, plan);
+  e.host_buckets = memory::HostBuckets::bytes_needed(
+                       plan.problem.layout, plan.problem.precision, plan.problem.precision, plan.problem.compact_state,
+                       Executor::gradient_landing(plan), Executor::device_only_buckets(plan)) +
+                   Executor::host_bytes_needed(spec, plan);
   e.op_scratch = host_device ? host_op_scratch(spec) : 0;
   e.device_arena = host_device ? plan.memory.layout.peak : 0;
   return e;

@@ -20,22 +20,25 @@ int64_t aligned(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * 
 
 }  // namespace
 
-int64_t HostOptimizer::bytes_needed(const offload::OffloadProblem& p, bool delayed) {
+int64_t HostOptimizer::bytes_needed(const offload::OffloadProblem& p, bool delayed,
+                                    const std::vector<bool>& device_only) {
   int64_t total = 0;
   const int parities = delayed ? 2 : 1;
   for (int b = 0; b < p.n_buckets; ++b) {
-    if (p.layout.buckets()[b].frozen) continue;  // no gradients, no updates: nothing beyond the host buckets
+    if (p.layout.buckets()[b].frozen || device_only.at(b)) continue;  // nothing lands here or is updated here
     if (p.grad_accum > 1) total += parities * aligned(p.bucket_numel(b) * 4);
     if (delayed) total += 2 * aligned(p.bucket_bytes[b]);  // a second landing region and a second working copy
   }
   return total;
 }
 
-HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, memory::HostBuckets& host, memory::PinnedHostPool& pool,
-                             const cpu_optim::CpuAdamW& adamw, bool delayed, float max_norm, std::vector<std::string> bucket_labels,
-                             std::vector<std::vector<cpu_optim::HyperRange>> ranges, const Faults& faults, device::Trace* trace)
-    : p_(p), host_(host), adamw_(adamw), delayed_(delayed), max_norm_(max_norm), faults_(faults), label_(std::move(bucket_labels)),
-      ranges_(std::move(ranges)) {
+HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, const std::vector<bool>& device_only,
+                             memory::HostBuckets& host, memory::PinnedHostPool& pool, const cpu_optim::CpuAdamW& adamw,
+                             bool delayed, float max_norm, std::vector<std::string> bucket_labels,
+                             std::vector<std::vector<cpu_optim::HyperRange>> ranges, const Faults& faults,
+                             device::Trace* trace)
+    : p_(p), host_(host), adamw_(adamw), delayed_(delayed), max_norm_(max_norm), faults_(faults),
+      label_(std::move(bucket_labels)), device_only_(device_only), ranges_(std::move(ranges)) {
   const int nb = p.n_buckets;
   if (delayed && host.compact())
     throw std::logic_error(
@@ -50,6 +53,12 @@ HostOptimizer::HostOptimizer(const offload::OffloadProblem& p, memory::HostBucke
     const int64_t sum_bytes = p.bucket_numel(b) * 4, bytes = p.bucket_bytes[b];
     if (p.layout.buckets()[b].frozen) {  // never updated; its gradients (a checkpoint's pending ones) read as the host's zeros
       add_frozen(host, b);
+      continue;
+    }
+    if (device_only_.at(b)) {  // the device tier: its gradients stay on the device; the host may keep no region of it
+      for (auto* per_bucket : {&grad_land_[0], &grad_land_[1], &working_next_}) per_bucket->push_back(nullptr);
+      for (auto& sums : grad_sum_) sums.push_back(nullptr);
+      working_now_.push_back(host.on_device(b) ? nullptr : host.region(b, Region::Working).as<std::byte>());
       continue;
     }
     grad_land_[0].push_back(host.region(b, Region::Grad).as<std::byte>());
@@ -190,7 +199,8 @@ void HostOptimizer::swap_working(const std::vector<int>& order) {
 
 void HostOptimizer::reset() {
   has_pending_ = false;
-  for (int b = 0; b < p_.n_buckets; ++b) working_now_[b] = host_.region(b, Region::Working).as<std::byte>();
+  for (int b = 0; b < p_.n_buckets; ++b)
+    working_now_[b] = host_.on_device(b) ? nullptr : host_.region(b, Region::Working).as<std::byte>();
   if (delayed_) working_next_ = working_spare_;
 }
 
@@ -203,6 +213,7 @@ void HostOptimizer::set_pending(int64_t adam_step, double lr, const cpu_optim::S
 
 memory::TensorView HostOptimizer::pending_gradients(int b) const {
   if (!has_pending_) throw std::logic_error("no pending update");
+  if (device_only_.at(b)) return {nullptr, {p_.bucket_numel(b)}, gradient_type()};  // none: updated in its step
   return {const_cast<void*>(gradients(pending_.parity, b)), {p_.bucket_numel(b)}, gradient_type()};
 }
 

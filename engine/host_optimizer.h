@@ -33,14 +33,18 @@ namespace ferry::engine {
 class HostOptimizer {
  public:
   // The pinned bytes it carves beyond the host buckets: fp32 sums over micro-batches, the delayed update's
-  // second landing regions and working copies (the pipelined update needs no second buffers).
-  static int64_t bytes_needed(const offload::OffloadProblem& problem, bool delayed);
+  // second landing regions and working copies (the pipelined update needs no second buffers); none for the
+  // buckets of device_only (per bucket: the device tier, whose gradients never come to the host).
+  static int64_t bytes_needed(const offload::OffloadProblem& problem, bool delayed,
+                              const std::vector<bool>& device_only);
   // bucket_labels: how errors and the trace name each bucket. ranges: per bucket, the lr multipliers and
   // weight decays of its parameter groups (cpu_optim::Bucket::ranges; empty, or an empty entry: the plain
-  // update). Its extra buffers come from `pool`. Buckets without gradients (frozen) are never updated.
-  HostOptimizer(const offload::OffloadProblem& problem, memory::HostBuckets& host, memory::PinnedHostPool& pool,
-                const cpu_optim::CpuAdamW& adamw, bool delayed, float max_norm, std::vector<std::string> bucket_labels,
-                std::vector<std::vector<cpu_optim::HyperRange>> ranges, const Faults& faults, device::Trace* trace);
+  // update). Its extra buffers come from `pool`. Buckets without gradients (frozen) are never updated, nor are
+  // those of device_only (the device updates them).
+  HostOptimizer(const offload::OffloadProblem& problem, const std::vector<bool>& device_only, memory::HostBuckets& host,
+                memory::PinnedHostPool& pool, const cpu_optim::CpuAdamW& adamw, bool delayed, float max_norm,
+                std::vector<std::string> bucket_labels, std::vector<std::vector<cpu_optim::HyperRange>> ranges,
+                const Faults& faults, device::Trace* trace);
   ~HostOptimizer();
 
   // A new step: its statistics are gathered as gradients land, under this loss scale. The last step's
@@ -95,7 +99,8 @@ class HostOptimizer {
   // A checkpoint's pending update: its gradients go to pending_gradients(b), then it applies next step to
   // the buckets of `order` (those the CPU updates: a device tier's were updated by the step itself).
   void set_pending(int64_t adam_step, double lr, const cpu_optim::StepDecision& decision, std::vector<int> order);
-  // The pending update's gradients of a bucket: fp32 sums, or as they landed in the precision.
+  // The pending update's gradients of a bucket: fp32 sums, or as they landed in the precision (no data for a bucket
+  // of the device tier: the step updated it).
   memory::TensorView pending_gradients(int bucket) const;
   int landing_parity() const { return delayed_ ? parity_ : 0; }
 
@@ -117,6 +122,7 @@ class HostOptimizer {
   const float max_norm_;
   const Faults& faults_;
   const std::vector<std::string> label_;
+  const std::vector<bool> device_only_;
   const std::vector<std::vector<cpu_optim::HyperRange>> ranges_;
 
   std::vector<std::byte*> grad_land_[2];  // per parity, per bucket: in the precision

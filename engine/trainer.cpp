@@ -1,5 +1,6 @@
 // train(): the model's parameters in host buckets (the only copy of the model), a plan for the device budget,
-// and the Executor running every step, and every evaluation, on the device. Checkpoints read the host buckets.
+// and the Executor running every step, and every evaluation, on the device. Checkpoints read the host buckets, and
+// the device tier (whose state the device alone keeps) through the executor's staging.
 #include "engine/trainer.h"
 
 #include <fmt/format.h>
@@ -63,6 +64,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 void round_into_working_copies(memory::HostBuckets& host, const std::function<std::span<float>(int)>& source) {
   constexpr size_t kChunk = size_t{1} << 20;  // elements
   tbb::parallel_for(size_t{0}, host.layout().buckets().size(), [&](size_t b) {
+    if (host.on_device(static_cast<int>(b))) return;  // its working copy is the device's (Executor::write_device_tier)
     const auto master = source(static_cast<int>(b));
     const memory::TensorView working = host.region(static_cast<int>(b), Region::Working);
     const size_t element_bytes = static_cast<size_t>(dtype_bytes(working.dtype));
@@ -80,12 +82,14 @@ void refresh_working_copies(memory::HostBuckets& host) {
 }
 
 // Per parameter, the fp32 weights that initialisation fills: slices of the masters, or of the compact state's
-// start-up scratch (initialised_weights rounds it into the working copies).
+// start-up scratch (initialised_weights rounds it into the working copies); empty for a bucket the device alone
+// keeps (initialize_device_tier).
 std::vector<std::span<float>> weights_to_initialise(const memory::HostBuckets& host, int params) {
   std::vector<std::span<float>> views;
   for (int p = 0; p < params; ++p) {
     const auto& slot = host.layout().slot(p);
-    views.push_back(host.compact()
+    views.push_back(host.on_device(slot.bucket) ? std::span<float>()
+                    : host.compact()
                         ? host.compact_scratch(slot.bucket)
                               .subspan(static_cast<size_t>(slot.offset), static_cast<size_t>(slot.numel))
                         : std::span<float>(host.view(p, Region::Master).as<float>(), static_cast<size_t>(slot.numel)));
@@ -105,13 +109,46 @@ void initialised_weights(memory::HostBuckets& host) {
 }
 
 // The weights, m and v per parameter as the host buckets keep them (fp32 masters and moments, or the compact
-// state's bf16 working copy and moments): checkpoints are written from, and read into, these views.
-formats::ParameterViews bucket_state(const memory::HostBuckets& host, int params) {
+// state's bf16 working copy and moments): checkpoints are written from, and read into, these views. A bucket the
+// device alone keeps has views without data, read and written one tensor at a time through the executor.
+formats::ParameterViews bucket_state(const memory::HostBuckets& host, Executor& executor, int params) {
   formats::ParameterViews views;
   const Region weights = host.compact() ? Region::Working : Region::Master;
   for (const auto& [to, r] : {std::pair{&views.weights, weights}, {&views.m, Region::M}, {&views.v, Region::V}})
-    for (int p = 0; p < params; ++p) to->push_back(host.view(p, r));
+    for (int p = 0; p < params; ++p) {
+      const auto& slot = host.layout().slot(p);
+      to->push_back(host.on_device(slot.bucket) ? memory::TensorView{nullptr, {slot.numel}, DType::F32}
+                                                : host.view(p, r));
+    }
+  using Part = formats::ParameterViews::Part;
+  const auto region = [](Part part) {
+    return part == Part::Weights ? Region::Master : part == Part::M ? Region::M : Region::V;
+  };
+  views.fetch = [&executor, region](Part part, int p, std::span<float> out) {
+    executor.read_device_tier(p, region(part), out);
+  };
+  views.store = [&executor, region](Part part, int p, std::span<const float> in) {
+    executor.write_device_tier(p, region(part), in);
+  };
   return views;
+}
+
+// The initial weights of the buckets the device alone keeps, one parameter at a time through a transient buffer
+// (init_model gives it the values a whole-model initialisation does), put on the device with zero moments.
+void initialize_device_tier(const Config& cfg, const models::ModelSpec& spec, const memory::HostBuckets& host,
+                            Executor& executor) {
+  const int params = static_cast<int>(spec.params.size());
+  std::vector<float> weights;
+  for (int p = 0; p < params; ++p) {
+    const auto& slot = host.layout().slot(p);
+    if (!host.on_device(slot.bucket)) continue;
+    weights.assign(static_cast<size_t>(slot.numel), 0.0f);
+    std::vector<std::span<float>> views(static_cast<size_t>(params));
+    views[p] = weights;
+    models::init_model(cfg.model, spec, views, cfg.train.seed);
+    executor.write_device_tier(p, Region::Master, weights);
+    executor.zero_device_tier_moments(p);
+  }
 }
 
 // Which device the run trains on (device::resolve_device: `auto` takes a visible GPU), said at once: measuring it
@@ -381,13 +418,19 @@ HostMemoryEstimate checked_host_memory(HostMemoryEstimate needs) {
 }
 
 // The initial weights, into the host buckets' masters (the moments start at zero, as the pool does), and the
-// working copies rounded from them. Parameters model.init_from lacks (allowed by model.init_missing) keep the
-// architecture's initialisation, and the start-up says which.
-void initialize_weights(const Config& cfg, const models::ModelSpec& spec, memory::HostBuckets& host, Progress& progress) {
+// working copies rounded from them; the device tier's straight to the device. Parameters model.init_from lacks
+// (allowed by model.init_missing) keep the architecture's initialisation, and the start-up says which.
+void initialize_weights(const Config& cfg, const models::ModelSpec& spec, memory::HostBuckets& host, Executor& executor,
+                        Progress& progress) {
   const std::vector<std::span<float>> masters = weights_to_initialise(host, static_cast<int>(spec.params.size()));
   models::init_model(cfg.model, spec, masters, cfg.train.seed);
+  initialize_device_tier(cfg, spec, host, executor);
   if (!cfg.model.init_from.empty()) {
-    const std::vector<std::string> initialised = formats::load_weights(cfg.model.init_from, spec, masters, {cfg.model.init_missing});
+    const auto to_device = [&executor](int p, std::span<const float> values) {
+      executor.write_device_tier(p, Region::Master, values);
+    };
+    const std::vector<std::string> initialised =
+        formats::load_weights(cfg.model.init_from, spec, masters, {cfg.model.init_missing, to_device});
     if (!initialised.empty())
       progress.message(fmt::format("model.init_from: initialised {} tensors the checkpoint lacks: {}", initialised.size(),
                                    fmt::join(initialised, ", ")));
@@ -423,7 +466,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
       pool_(during(progress_, "pinning " + memory::format_bytes(host_memory_.host_buckets) + " of host memory",
                    [this] { return device_->make_host_pool(host_memory_.host_buckets); })),
       host_(plan_.problem.layout, *pool_, plan_.problem.precision, plan_.problem.precision, plan_.problem.compact_state,
-            Executor::gradient_landing(plan_)),
+            Executor::gradient_landing(plan_), Executor::device_only_buckets(plan_)),
       executor_(during(progress_, "the executor's warm-up (every op once)",
                        [&] {
                          return Executor(spec_, plan_, host_, *pool_, *device_, adamw_,
@@ -435,7 +478,7 @@ Run::Run(const Config& cfg, const TrainOptions& opt, const EvalOptions* eval)
                 static_cast<float>(cfg.optim.lr), static_cast<float>(cfg.optim.min_lr), cfg.optim.warmup_steps,
                 cfg.train.steps},
       hash_(config_hash(cfg)) {
-  during(progress_, "initialising the weights", [&] { initialize_weights(cfg, spec_, host_, progress_); });
+  during(progress_, "initialising the weights", [&] { initialize_weights(cfg, spec_, host_, executor_, progress_); });
   if (checkpoints_)
     checkpoints_->on_warning([this](const std::string& warning) { progress_.message("ferry: warning: " + warning); });
   announce();
@@ -507,7 +550,7 @@ void Run::load_weights_of(const std::filesystem::path& checkpoint) {
         "layers, {} heads, n_embd {}, vocab_size {}, seq_len {}, {}: evaluate it with the config it was trained with",
         dir.string(), a.kind, a.n_layer, a.n_head, a.n_embd, a.vocab_size, a.seq_len, models::choices_of(a), b.kind, b.n_layer, b.n_head,
         b.n_embd, b.vocab_size, b.seq_len, models::choices_of(b)));
-  formats::read_checkpoint_into(dir, state, spec_, bucket_state(host_, param_count()));
+  formats::read_checkpoint_into(dir, state, spec_, bucket_state(host_, executor_, param_count()));
   refresh_working_copies(host_);
   weights_from_ = fmt::format("{} (step {})", dir.string(), state.step);
 }
@@ -600,7 +643,7 @@ void Run::start_or_resume() {
     // Straight into the host buckets (the pending update's gradients once the executor holds one). The
     // checkpoint was checked against the config when it was found (read_resume_point).
     const auto& [state, dir] = *resume_from_;
-    formats::read_checkpoint_into(dir, state, spec_, bucket_state(host_, param_count()));
+    formats::read_checkpoint_into(dir, state, spec_, bucket_state(host_, executor_, param_count()));
     refresh_working_copies(host_);
     resumed_ = state;
     progress_.message(fmt::format("resumed from {} at step {}{}", dir.string(), resumed_.step,
@@ -636,13 +679,16 @@ std::vector<std::string> Run::updated_in_step() const {
   return names;
 }
 
-// Per parameter, its slice of the pending delayed update's gradients (the executor holds one).
+// Per parameter, its slice of the pending delayed update's gradients (the executor holds one); without data for a
+// bucket the device alone keeps (none: the step updated it).
 std::vector<memory::TensorView> Run::pending_gradients() const {
   std::vector<memory::TensorView> views;
   for (int p = 0; p < param_count(); ++p) {
     const auto& slot = plan_.problem.layout.slot(p);
     const memory::TensorView bucket = executor_.pending_gradients(slot.bucket);
-    views.push_back({static_cast<std::byte*>(bucket.data) + slot.offset * dtype_bytes(bucket.dtype), {slot.numel}, bucket.dtype});
+    std::byte* data =
+        bucket.data ? static_cast<std::byte*>(bucket.data) + slot.offset * dtype_bytes(bucket.dtype) : nullptr;
+    views.push_back({data, {slot.numel}, bucket.dtype});
   }
   return views;
 }
@@ -656,7 +702,7 @@ float Run::evaluate() {
 void Run::checkpoint(int step) {
   if (!checkpoints_) return;
   executor_.download_state();
-  formats::StateToWrite from = bucket_state(host_, param_count());  // written as they are, no copy
+  formats::StateToWrite from = bucket_state(host_, executor_, param_count());  // written as they are, no copy
   formats::TrainState state{step, optimizer_steps_, sum_.val_loss_start, scaler_.value(), scaler_.good_steps(), hash_, cfg_.model,
                             batches_.source().tokenizer_name(), {}};
   state.origin = origin_of_run(cfg_, batches_.source());
@@ -738,10 +784,16 @@ std::string non_finite_text(float x) { return std::isnan(x) ? "nan" : fmt::forma
 
 // The first weight (master, or the compact state's bf16 weight) that is not finite, as "tensor NAME holds VALUE";
 // empty when all are.
-std::string first_non_finite(const models::ModelSpec& spec, const memory::HostBuckets& host) {
-  const formats::ParameterViews state = bucket_state(host, static_cast<int>(spec.params.size()));
+std::string first_non_finite(const models::ModelSpec& spec, const memory::HostBuckets& host, Executor& executor) {
+  const formats::ParameterViews state = bucket_state(host, executor, static_cast<int>(spec.params.size()));
+  std::vector<float> fetched;  // a device-tier tensor's
   for (size_t p = 0; p < state.weights.size(); ++p) {
-    const memory::TensorView& w = state.weights[p];
+    memory::TensorView w = state.weights[p];
+    if (!w.data) {
+      fetched.resize(static_cast<size_t>(w.numel()));
+      state.fetch(formats::ParameterViews::Part::Weights, static_cast<int>(p), fetched);
+      w.data = fetched.data();
+    }
     for (int64_t i = 0; i < w.numel(); ++i) {
       const float x = w.dtype == DType::F32 ? w.as<float>()[i] : bf16_to_float(w.as<uint16_t>()[i]);
       if (!std::isfinite(x)) return fmt::format("tensor {} holds {}", spec.params[p].name, non_finite_text(x));
@@ -755,7 +807,7 @@ std::string first_non_finite(const models::ModelSpec& spec, const memory::HostBu
 // diverged. (A step whose gradients are not finite is skipped, so the weights are those that gave the loss.)
 std::string Run::non_finite_loss(int step, float loss) {
   executor_.download_state();
-  const std::string bad = first_non_finite(spec_, host_);
+  const std::string bad = first_non_finite(spec_, host_, executor_);
   const bool first = step == static_cast<int>(resumed_.step) + 1;
   const std::string source = resume_from_                      ? "the checkpoint resumed, '" + resume_from_->second.string() + "'"
                              : !cfg_.model.init_from.empty()  ? "model.init_from, '" + cfg_.model.init_from.string() + "'"
@@ -860,9 +912,9 @@ TrainSummary Run::train() {
   sum_.checkpointed_blocks = plan_.problem.checkpointed_layers;
   sum_.arena_bytes = plan_.memory.layout.peak;
   sum_.params = spec_.param_count();
-  sum_.host_bucket_bytes =
-      memory::HostBuckets::bytes_needed(plan_.problem.layout, plan_.problem.precision, plan_.problem.precision,
-                                        plan_.problem.compact_state, Executor::gradient_landing(plan_));
+  sum_.host_bucket_bytes = memory::HostBuckets::bytes_needed(
+      plan_.problem.layout, plan_.problem.precision, plan_.problem.precision, plan_.problem.compact_state,
+      Executor::gradient_landing(plan_), Executor::device_only_buckets(plan_));
   sum_.budget_bytes = plan_.problem.budget_bytes;
   sum_.predicted_step_s = predicted_.step_s * cfg_.train.grad_accum;
   t_start_ = Clock::now();

@@ -327,16 +327,36 @@ std::string read_text(const std::filesystem::path& path) {
 // The tensors `prefix` + each parameter's name into typed views (the state as the host buckets keep it; pending
 // gradients, stored as they landed): read as fp32, then stored in the view's dtype (exact for a tensor written
 // in that dtype).
+// A view without data goes to `store` (null: the tensor is not read).
 void read_tensors(const SafetensorsFile& file, const std::string& prefix, const models::ModelSpec& spec,
-                  const std::vector<memory::TensorView>& into, const std::filesystem::path& origin) {
+                  const std::vector<memory::TensorView>& into, const std::filesystem::path& origin,
+                  const std::function<void(int param, std::span<const float> values)>& store) {
   for (size_t i = 0; i < spec.params.size(); ++i) {
     const std::string name = prefix + spec.params[i].name;
     const auto* e = file.find(name);
     if (!e || e->shape != spec.params[i].shape || into.at(i).numel() != models::numel(e->shape))
       throw std::runtime_error("--resume: '" + origin.string() + "' lacks " + name + " or has another shape");
+    if (!into[i].data && !store) continue;
     const auto values = file.read_f32(name);
-    memory::narrow(into[i].data, into[i].dtype, values.data(), static_cast<int64_t>(values.size()));
+    if (!into[i].data) store(static_cast<int>(i), values);
+    else memory::narrow(into[i].data, into[i].dtype, values.data(), static_cast<int64_t>(values.size()));
   }
+}
+
+// The safetensors entry of one parameter's view: its bytes in place, or (a view without data) filled when
+// written: fp32 from `fetch`, or zeros when there is none.
+SafetensorsTensorRef tensor_ref(std::string name, const models::ParamSpec& param, const memory::TensorView& view,
+                                std::function<void(std::span<float>)> fetch) {
+  SafetensorsTensorRef ref{std::move(name), param.shape, view.data, view.dtype};
+  if (view.data) return ref;
+  const size_t n = static_cast<size_t>(models::numel(param.shape));
+  if (fetch && view.dtype != DType::F32)
+    throw std::logic_error("write_checkpoint_files: " + ref.name + " lives elsewhere and is not fp32");
+  ref.fill = [n, bytes = n * static_cast<size_t>(dtype_bytes(view.dtype)), fetch = std::move(fetch)](std::byte* out) {
+    if (fetch) fetch(std::span<float>(reinterpret_cast<float*>(out), n));
+    else std::memset(out, 0, bytes);
+  };
+  return ref;
 }
 
 template <class Store, class Span>
@@ -505,10 +525,16 @@ std::map<std::string, FileChecksum> write_checkpoint_files(const std::filesystem
   if (from.weights.size() != n || from.m.size() != n || from.v.size() != n || (state.pending && from.pending.size() != n))
     throw std::logic_error("write_checkpoint_files: a view per parameter is needed");
   std::vector<SafetensorsTensorRef> weights, moments;
+  using Part = ParameterViews::Part;
+  const auto fetch = [&from](Part part, size_t i) -> std::function<void(std::span<float>)> {
+    if (!from.fetch) return nullptr;
+    return [&from, part, i](std::span<float> out) { from.fetch(part, static_cast<int>(i), out); };
+  };
   for (size_t i = 0; i < n; ++i) {
-    weights.push_back({spec.params[i].name, spec.params[i].shape, from.weights[i].data, from.weights[i].dtype});
-    moments.push_back({"exp_avg." + spec.params[i].name, spec.params[i].shape, from.m[i].data, from.m[i].dtype});
-    moments.push_back({"exp_avg_sq." + spec.params[i].name, spec.params[i].shape, from.v[i].data, from.v[i].dtype});
+    const models::ParamSpec& p = spec.params[i];
+    weights.push_back(tensor_ref(p.name, p, from.weights[i], fetch(Part::Weights, i)));
+    moments.push_back(tensor_ref("exp_avg." + p.name, p, from.m[i], fetch(Part::M, i)));
+    moments.push_back(tensor_ref("exp_avg_sq." + p.name, p, from.v[i], fetch(Part::V, i)));
   }
   std::vector<std::string> files{"model.safetensors", "optimizer.safetensors"};
   write_safetensors(dir / files[0], weights, {{"format", "pt"}});
@@ -516,7 +542,7 @@ std::map<std::string, FileChecksum> write_checkpoint_files(const std::filesystem
   if (state.pending) {
     std::vector<SafetensorsTensorRef> grads;
     for (size_t i = 0; i < n; ++i)
-      grads.push_back({"pending_grad." + spec.params[i].name, spec.params[i].shape, from.pending[i].data, from.pending[i].dtype});
+      grads.push_back(tensor_ref("pending_grad." + spec.params[i].name, spec.params[i], from.pending[i], nullptr));
     files.push_back("pending_update.safetensors");
     write_safetensors(dir / files.back(), grads);
   }
@@ -552,16 +578,22 @@ void read_checkpoint_into(const std::filesystem::path& dir, const TrainState& st
                           const StateToRead& into) {
   if (!into.weights.empty()) {
     for (const char* f : {"model.safetensors", "optimizer.safetensors"}) verify_checkpoint_file(dir, state, f);
-    read_tensors(SafetensorsFile::open(dir / "model.safetensors"), "", spec, into.weights, dir / "model.safetensors");
+    using Part = ParameterViews::Part;
+    const auto store = [&into](Part part) -> std::function<void(int, std::span<const float>)> {
+      if (!into.store) return nullptr;
+      return [&into, part](int i, std::span<const float> values) { into.store(part, i, values); };
+    };
+    read_tensors(SafetensorsFile::open(dir / "model.safetensors"), "", spec, into.weights, dir / "model.safetensors",
+                 store(Part::Weights));
     const auto optimizer = dir / "optimizer.safetensors";
     const SafetensorsFile opt = SafetensorsFile::open(optimizer);
-    read_tensors(opt, "exp_avg.", spec, into.m, optimizer);
-    read_tensors(opt, "exp_avg_sq.", spec, into.v, optimizer);
+    read_tensors(opt, "exp_avg.", spec, into.m, optimizer, store(Part::M));
+    read_tensors(opt, "exp_avg_sq.", spec, into.v, optimizer, store(Part::V));
   }
   if (state.pending && !into.pending.empty()) {
     const auto pending = dir / "pending_update.safetensors";
     verify_checkpoint_file(dir, state, "pending_update.safetensors");
-    read_tensors(SafetensorsFile::open(pending), "pending_grad.", spec, into.pending, pending);
+    read_tensors(SafetensorsFile::open(pending), "pending_grad.", spec, into.pending, pending, nullptr);
   }
 }
 

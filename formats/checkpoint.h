@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -110,9 +111,16 @@ SafetensorsFile open_checkpoint_weights(const std::filesystem::path& dir, const 
 // a pending delayed update's gradients. The engine gives views into its host buckets, so that a checkpoint
 // is written from, and read into, the training state itself, with no gathered copy of the model. Each is
 // written in its own dtype and read into its view's (exact where the dtypes match; a bf16 file widens).
+// A view without data is a parameter whose state lives elsewhere (the device tier, on the device only): its
+// weights, m and v are written from `fetch`, which fills a transient fp32 buffer (one tensor at a time), and read
+// through `store`; its pending gradients are written as zeros (the device tier updates in the step itself, so the
+// pending update has none of its gradients) and not read.
 struct ParameterViews {
+  enum class Part { Weights, M, V };
   std::vector<memory::TensorView> weights, m, v;  // fp32, or bf16 (optim.state: compact)
   std::vector<memory::TensorView> pending;        // each in the dtype its gradients landed in (fp32, bf16, fp16)
+  std::function<void(Part, int param, std::span<float> out)> fetch{};
+  std::function<void(Part, int param, std::span<const float> values)> store{};
 };
 using StateToWrite = ParameterViews;
 using StateToRead = ParameterViews;

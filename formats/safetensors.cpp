@@ -217,7 +217,16 @@ void write_safetensors(AtomicFile& out, const std::vector<SafetensorsTensorRef>&
   for (int i = 0; i < 8; ++i) le[i] = static_cast<char>((len >> (8 * i)) & 0xff);
   out.write(le, 8);
   out.write(h);
-  for (const auto& t : tensors) out.write(t.data, bytes_of(t));
+  std::vector<std::byte> transient;
+  for (const auto& t : tensors) {
+    if (!t.fill) {
+      out.write(t.data, bytes_of(t));
+      continue;
+    }
+    transient.resize(bytes_of(t));
+    t.fill(transient.data());
+    out.write(transient.data(), transient.size());
+  }
 }
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsTensorRef>& tensors,

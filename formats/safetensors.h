@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -56,6 +57,9 @@ struct SafetensorsTensorRef {
   // when set, `data` holds raw_bytes bytes of raw_dtype, and `dtype` is not used.
   std::string raw_dtype{};
   size_t raw_bytes = 0;
+  // A tensor that lives elsewhere (on a device): when set, `data` is null and fill writes the tensor's bytes
+  // into a transient buffer of its size, just before they are written (one such tensor in memory at a time).
+  std::function<void(std::byte* out)> fill{};
 };
 
 // Writes tensors to `path` atomically (a temporary file renamed into place; removed on failure).

@@ -97,7 +97,8 @@ std::string unknown_tensor(const std::string& name, const models::ModelSpec& spe
 }
 
 // Checks and copies the parameters found in `file`; records which it had and under which name.
-void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, std::span<const std::span<float>> values, Found& found) {
+void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, std::span<const std::span<float>> values,
+               const LoadOptions& options, Found& found) {
   std::set<std::string> wanted;
   for (const auto& p : spec.params) wanted.insert(p.name);
   for (const auto& e : file.entries()) {
@@ -113,11 +114,16 @@ void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, std::
     if (e.shape != spec.params[i].shape)
       throw std::runtime_error("weights: tensor '" + e.name + "' has shape " + shape_str(e.shape) +
                                " in the checkpoint; the model needs " + shape_str(spec.params[i].shape));
-    const std::vector<float> values_read = file.read_f32(e.name);
+    found[name] = e.name;
     const std::span<float> into = values[static_cast<size_t>(i)];
+    if (into.empty() && !options.store) continue;
+    const std::vector<float> values_read = file.read_f32(e.name);
+    if (into.empty()) {
+      options.store(i, values_read);
+      continue;
+    }
     if (into.size() != values_read.size()) throw std::logic_error("load_weights: the view of " + name + " has another size");
     std::copy(values_read.begin(), values_read.end(), into.begin());
-    found[name] = e.name;
   }
 }
 
@@ -156,7 +162,7 @@ std::string parameter_of(const std::string& checkpoint_name, const models::Model
 std::vector<std::string> load_weights(const SafetensorsFile& file, const models::ModelSpec& spec, std::span<const std::span<float>> values,
                                       const LoadOptions& options) {
   Found found;
-  load_from(file, spec, values, found);
+  load_from(file, spec, values, options, found);
   return check_missing(spec, found, options);
 }
 
@@ -214,7 +220,7 @@ std::vector<std::string> load_weights(const std::filesystem::path& path, const m
                                       std::span<const std::span<float>> values, const LoadOptions& options) {
   Found found;
   for (const std::filesystem::path& file : weight_files(path, "model.init_from").files)
-    load_from(SafetensorsFile::open(file), spec, values, found);
+    load_from(SafetensorsFile::open(file), spec, values, options, found);
   return check_missing(spec, found, options);
 }
 

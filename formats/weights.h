@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +17,9 @@ namespace ferry::formats {
 
 struct LoadOptions {
   std::vector<std::string> init_missing;  // entries of models::kInitMissingParts (model.init_missing)
+  // Where a parameter whose view is empty goes (its values live elsewhere: the device tier, on the device only),
+  // handed its values read as fp32; unset, such a parameter is not read.
+  std::function<void(int param, std::span<const float> values)> store{};
 };
 
 // Every parameter of the spec must be present with its exact shape, unless it belongs to a part named in

@@ -8,6 +8,9 @@
 // AdamW reads each gradient and writes the new weight in its place, 2 bytes a parameter less (4 in fp32).
 // The compact state (optim.state: compact) has no master: the working copy (bf16) is the weight, and m and v
 // are bf16 too (cpu_optim::CompactBucket).
+// A bucket whose whole state the device keeps (the device tier: AdamW on the device, its master, m, v and
+// working copy in the device's arena) may be left out: it then has no region here at all, and start-up and
+// checkpoints move its state through a small staging area of the executor (Executor::write_device_tier).
 #pragma once
 
 #include <array>
@@ -28,15 +31,18 @@ class HostBuckets {
   enum class GradLanding { OwnRegion, OnWorkingCopy };
 
   // The pool bytes HostBuckets will carve for this layout (to size the pool before creating it).
+  // device_only: per bucket, whether the device alone keeps its state (empty: none does).
   static int64_t bytes_needed(const BucketLayout& layout, DType working, DType grad, bool compact = false,
-                              GradLanding landing = GradLanding::OwnRegion);
+                              GradLanding landing = GradLanding::OwnRegion, const std::vector<bool>& device_only = {});
 
   HostBuckets(const BucketLayout& layout, PinnedHostPool& pool, DType working, DType grad, bool compact = false,
-              GradLanding landing = GradLanding::OwnRegion);
+              GradLanding landing = GradLanding::OwnRegion, std::vector<bool> device_only = {});
 
   const BucketLayout& layout() const { return layout_; }
   bool compact() const { return compact_; }
   GradLanding grad_landing() const { return landing_; }
+  // Whether the device alone keeps this bucket's state (no region here: region() and view() refuse it).
+  bool on_device(int bucket) const { return !on_device_.empty() && on_device_.at(bucket); }
   // The whole region of one bucket, and one parameter's slice of it. The compact state's master is an error.
   TensorView region(int bucket, Region r) const;
   TensorView view(int param, Region r) const;
@@ -50,13 +56,14 @@ class HostBuckets {
 
  private:
   std::span<float> fp32(int bucket, Region r) const;
-  void check_region(Region r) const;
+  void check_region(int bucket, Region r) const;
   DType dtype(Region r) const;
 
   const BucketLayout& layout_;
   DType working_, grad_;
   bool compact_;
   GradLanding landing_;
+  std::vector<bool> on_device_;
   std::vector<std::array<std::byte*, 5>> base_;  // per bucket, per region
 };
 

@@ -94,7 +94,7 @@ void init_bert(const ModelSpec& spec, std::span<const std::span<float>> values, 
     else if (p.name.ends_with(".bias")) rules.push_back(InitRule::constant(0.0f));
     else rules.push_back(InitRule::gaussian(0.02));
   }
-  fill_initial_values(rules, values, seed);
+  fill_initial_values(rules, param_numels(spec), values, seed);  // an empty view: skipped
 }
 
 }  // namespace ferry::models

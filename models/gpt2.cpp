@@ -82,7 +82,7 @@ void init_gpt2(const ModelSpec& spec, const GptConfig& cfg, std::span<const std:
     else if (name.find(".ln_") != std::string::npos) rules.push_back(InitRule::constant(1.0f));
     else rules.push_back(InitRule::gaussian(name.ends_with("c_proj.weight") ? proj_std : 0.02));
   }
-  fill_initial_values(rules, values, seed);
+  fill_initial_values(rules, param_numels(spec), values, seed);  // an empty view: skipped
 }
 
 }  // namespace ferry::models

@@ -99,7 +99,7 @@ void init_llama(const ModelSpec& spec, std::span<const std::span<float>> values,
     else if (p.shape.size() == 1) rules.push_back(InitRule::constant(1.0f));  // the RMSNorm gains
     else rules.push_back(InitRule::gaussian(0.02));
   }
-  fill_initial_values(rules, values, seed);
+  fill_initial_values(rules, param_numels(spec), values, seed);  // an empty view: skipped
 }
 
 }  // namespace ferry::models

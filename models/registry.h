@@ -86,7 +86,8 @@ std::string choices_of(const ModelConfig& model);
 // The op list of one step on `batch` sequences of `seq` tokens, its tensors stored in `precision`.
 ModelSpec build_model(const ModelConfig& model, int64_t batch, int64_t seq, DType precision = DType::F32);
 // The architecture's own initialisation (GPT-2's, BERT's or Llama's), deterministic in `seed`, into one fp32 view per
-// parameter (spec.params order): a ParameterStore's, or the host buckets' master weights.
+// parameter (spec.params order): a ParameterStore's, or the host buckets' master weights. An empty view is
+// skipped; every other parameter gets the values a whole-model initialisation gives it.
 void init_model(const ModelConfig& model, const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed);
 void init_model(const ModelConfig& model, const ModelSpec& spec, ParameterStore& params, uint64_t seed);
 

@@ -24,12 +24,14 @@ struct Chunk {
   uint64_t first_normal = 0;
 };
 
-std::vector<Chunk> chunks_of(std::span<const InitRule> rules, std::span<const std::span<float>> values) {
+std::vector<Chunk> chunks_of(std::span<const InitRule> rules, std::span<const int64_t> numel,
+                             std::span<const std::span<float>> values) {
   std::vector<Chunk> chunks;
   uint64_t normals_before = 0;  // normals drawn by the parameters before this one
   for (size_t p = 0; p < rules.size(); ++p) {
-    const size_t n = values[p].size();
-    for (size_t b = 0; b < n; b += kChunk) chunks.push_back({p, b, std::min(n, b + kChunk), normals_before + b});
+    const size_t n = static_cast<size_t>(numel[p]);
+    if (!values[p].empty())
+      for (size_t b = 0; b < n; b += kChunk) chunks.push_back({p, b, std::min(n, b + kChunk), normals_before + b});
     if (rules[p].normal) normals_before += n;
   }
   return chunks;
@@ -47,16 +49,35 @@ void fill_chunk(const Chunk& c, const InitRule& rule, std::span<float> v, uint64
 }  // namespace
 
 void fill_initial_values(std::span<const InitRule> rules, std::span<const std::span<float>> values, uint64_t seed) {
-  if (rules.size() != values.size())
-    throw std::invalid_argument("fill_initial_values: " + std::to_string(rules.size()) + " rules for " +
-                                std::to_string(values.size()) + " parameters; give one rule per parameter");
-  const std::vector<Chunk> chunks = chunks_of(rules, values);
+  std::vector<int64_t> numel;
+  for (const auto& v : values) numel.push_back(static_cast<int64_t>(v.size()));
+  fill_initial_values(rules, numel, values, seed);
+}
+
+void fill_initial_values(std::span<const InitRule> rules, std::span<const int64_t> numel,
+                         std::span<const std::span<float>> values, uint64_t seed) {
+  if (rules.size() != values.size() || numel.size() != values.size())
+    throw std::invalid_argument("fill_initial_values: " + std::to_string(rules.size()) + " rules and " +
+                                std::to_string(numel.size()) + " sizes for " + std::to_string(values.size()) +
+                                " parameters; give one of each per parameter");
+  for (size_t p = 0; p < values.size(); ++p)
+    if (!values[p].empty() && static_cast<int64_t>(values[p].size()) != numel[p])
+      throw std::invalid_argument("fill_initial_values: parameter " + std::to_string(p) + " has " +
+                                  std::to_string(numel[p]) + " elements and a view of " +
+                                  std::to_string(values[p].size()));
+  const std::vector<Chunk> chunks = chunks_of(rules, numel, values);
   tbb::parallel_for(tbb::blocked_range<size_t>(0, chunks.size(), 1), [&](const tbb::blocked_range<size_t>& r) {
     for (size_t i = r.begin(); i != r.end(); ++i) {
       const Chunk& c = chunks[i];
       fill_chunk(c, rules[c.param], values[c.param], seed);
     }
   });
+}
+
+std::vector<int64_t> param_numels(const ModelSpec& spec) {
+  std::vector<int64_t> n;
+  for (const ParamSpec& p : spec.params) n.push_back(numel(p.shape));
+  return n;
 }
 
 }  // namespace ferry::models

@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
+
+#include "models/model_spec.h"
 
 namespace ferry::models {
 
@@ -21,5 +24,12 @@ struct InitRule {
 // element order, as a sequential loop would; chunks of every parameter start at their place in that stream
 // (Rng::discard), so the result does not depend on the number of threads.
 void fill_initial_values(std::span<const InitRule> rules, std::span<const std::span<float>> values, uint64_t seed);
+// The same with each parameter's number of elements given apart (numel[i]): an empty view is skipped, its
+// elements still counted in the stream, so that a part of the model initialised alone (a device-tier bucket
+// through a staging buffer) gets the values a whole-model fill gives it.
+void fill_initial_values(std::span<const InitRule> rules, std::span<const int64_t> numel,
+                         std::span<const std::span<float>> values, uint64_t seed);
+// Per parameter of the spec, its number of elements (the sizes fill_initial_values counts in the stream).
+std::vector<int64_t> param_numels(const ModelSpec& spec);
 
 }  // namespace ferry::models

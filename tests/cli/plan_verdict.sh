@@ -2,7 +2,8 @@
 # `ferry plan` ends with one verdict over the device budget and the host memory, and nothing before it claims
 # another (issue 29: GPT-2 1.5B at 16 GiB printed "fits: yes", then "fits: no: host memory" on a 23 GiB machine).
 # Here gpt-tiny planned for configs/cost_models/h100-assumed.json's GPU, in seconds: at 32 MiB it fits the budget;
-# with 8 MiB of host memory available it does not fit the host (exit 3), with 1 TiB it fits (exit 0); at 1 MiB the
+# with 1 MiB of host memory available it does not fit the host (exit 3: its device tier
+# keeps no host copy, and what is left, staging, takes about 3 MiB), with 1 TiB it fits (exit 0); at 1 MiB the
 # budget is short (exit 3). CUDA_VISIBLE_DEVICES= : the plan is the cost model file's GPU on any machine.
 set -uo pipefail
 ferry=$1 root=$2
@@ -23,7 +24,7 @@ expect_verdict() {
   fi
   echo "$1 available, budget $2: $last"
 }
-expect_verdict 8MiB 32MiB 3 "fits: no: host memory: this run needs "
+expect_verdict 1MiB 32MiB 3 "fits: no: host memory: this run needs "
 expect_verdict 1TiB 32MiB 0 "fits: yes (device memory: peak "
 expect_verdict 1TiB 1MiB 3 "fits: no: device memory: offload.gpu_budget: 1.0 MiB is below"
 echo "one verdict, last"

@@ -520,6 +520,40 @@ TEST(Executor, ResumesAPendingUpdateBesideADeviceTierExactly) {
   std::filesystem::remove_all(dir);
 }
 
+// The device tier's state, which the host does not keep, is initialised on the device and reaches checkpoints
+// through the executor's staging as the bytes a host-kept state gives: a bf16 run with a device tier beside CPU
+// AdamW and one that updates every bucket on the CPU write the same model.safetensors and optimizer.safetensors at
+// every checkpoint, and the device-tier run stopped and resumed joins its uninterrupted self bitwise.
+TEST(Executor, TheDeviceTierCheckpointsTheBytesOfAHostKeptState) {
+  const auto dir = testing::scratch_path("tier_checkpoint_bytes");
+  std::filesystem::remove_all(dir);
+  Config tier = small_config("greedy", false, 1, 0, 6);
+  tier.train.precision = "bf16";
+  tier.offload.gpu_budget = tight_budget(tier, 1.8);
+  tier.train.checkpoint_every = 3;
+  Config cpu = tier;
+  cpu.offload.policy = "zero-offload";
+  const models::ModelSpec spec =
+      models::build_model(tier.model, tier.train.batch_size, tier.model.seq_len, DType::BF16);
+  const offload::StepPlan plan = plan_for_config(tier, spec, fp32_cost_model());
+  ASSERT_TRUE(plan.schedule.any_device_optimizer() && !plan.schedule.all_device_optimizer())
+      << plan.schedule.label() << ": no device tier beside the CPU's, the test would check nothing";
+  ASSERT_FALSE(plan_for_config(cpu, spec, fp32_cost_model()).schedule.any_device_optimizer());
+  tier.train.checkpoint_dir = dir / "tier", cpu.train.checkpoint_dir = dir / "cpu";
+  const TrainSummary with_tier = run(tier), without = run(cpu);
+  EXPECT_GT(with_tier.tier_params[0], 0);
+  EXPECT_LT(with_tier.tier_params[0], with_tier.params);
+  EXPECT_EQ(without.tier_params[0], 0);
+  EXPECT_EQ(with_tier.losses, without.losses);
+  for (const char* step : {"step-00000003", "step-00000006"})
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+      EXPECT_EQ(testing::file_text(dir / "tier" / step / file), testing::file_text(dir / "cpu" / step / file))
+          << step << "/" << file;
+  const StoppedAndResumed r = stop_and_resume(tier, dir / "resumed", 3);
+  EXPECT_EQ(r.losses(), with_tier.losses);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Executor, BertTrainsThroughEveryPolicyLikeResident) {
   auto bert = [](const std::string& policy) {
     Config c = small_config(policy, false, 1, 0, 10);

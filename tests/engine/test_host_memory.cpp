@@ -7,6 +7,7 @@
 
 #include "engine/executor.h"
 #include "engine/host_memory.h"
+#include "engine/host_optimizer.h"
 #include "memory/host_buckets.h"
 #include "memory/planner.h"
 #include "models/gpt2.h"
@@ -15,10 +16,12 @@
 namespace ferry::engine {
 namespace {
 
-offload::StepPlan small_plan(const models::ModelSpec& spec) {
+// policy greedy: a budget this large puts every bucket in the device tier; zero-offload: none.
+offload::StepPlan small_plan(const models::ModelSpec& spec, offload::Policy policy = offload::Policy::ZeroOffload) {
   offload::PlanRequest request;
   request.bucket_bytes = 64 << 10;
   request.budget_bytes = int64_t(1) << 30;
+  request.policy = policy;
   return offload::plan_step(spec, offload::CostModel{}, request);
 }
 
@@ -57,9 +60,47 @@ TEST(HostMemory, TheExactStateTakesFourteenBytesAParameterWhereItsGradientsLandO
   EXPECT_LE(bucket_bytes(plan) / params, 14.0 + padding);
   offload::PlanRequest accumulating;
   accumulating.bucket_bytes = 64 << 10, accumulating.budget_bytes = int64_t(1) << 30, accumulating.grad_accum = 2;
+  accumulating.policy = offload::Policy::ZeroOffload;
   const offload::StepPlan two = offload::plan_step(spec, offload::CostModel{}, accumulating);
   EXPECT_EQ(Executor::gradient_landing(two), memory::HostBuckets::GradLanding::OwnRegion);
   EXPECT_GE(bucket_bytes(two) / params, 16.0);
+}
+
+// The device tier (AdamW on the device, its whole state in the arena) holds no host copy: the estimate, which
+// ferry train pins and ferry plan --max-model fits, leaves its 14 bytes a parameter out.
+TEST(HostMemory, TheDeviceTierTakesNoHostBytes) {
+  models::ModelSpec spec = models::build_gpt2({4, 4, 128, 256, 32}, 2, 32);
+  spec.set_precision(DType::BF16);
+  const offload::StepPlan plan = small_plan(spec, offload::Policy::Greedy);
+  const std::vector<bool> device_only = Executor::device_only_buckets(plan);
+  int64_t device_numel = 0;
+  for (int b = 0; b < plan.problem.n_buckets; ++b) {
+    EXPECT_EQ(device_only[b], plan.schedule.device_optimizer[b] && plan.problem.first_grad_op[b] >= 0) << b;
+    if (device_only[b]) device_numel += plan.problem.bucket_numel(b);
+  }
+  ASSERT_GT(device_numel, 0) << plan.schedule.label() << ": no device tier, the test would check nothing";
+  const auto landing = memory::HostBuckets::GradLanding::OnWorkingCopy;
+  const int64_t with_copy =
+      memory::HostBuckets::bytes_needed(plan.problem.layout, DType::BF16, DType::BF16, false, landing);
+  const int64_t buckets =
+      estimate_host_memory(spec, plan, false).host_buckets - Executor::host_bytes_needed(spec, plan);
+  EXPECT_EQ(buckets, memory::HostBuckets::bytes_needed(plan.problem.layout, DType::BF16, DType::BF16, false, landing,
+                                                       device_only));
+  EXPECT_GE(with_copy - buckets, 14 * device_numel);
+  // Nor do the executor's extra buffers take any for it: with a second micro-batch, fp32 gradient sums (a page
+  // each at least) for the buckets the CPU updates only.
+  offload::PlanRequest accumulating;
+  accumulating.bucket_bytes = 64 << 10, accumulating.budget_bytes = int64_t(1) << 30, accumulating.grad_accum = 2;
+  const offload::StepPlan two = offload::plan_step(spec, offload::CostModel{}, accumulating);
+  const std::vector<bool> two_device_only = Executor::device_only_buckets(two);
+  int64_t sums = 0, in_tier = 0;
+  for (int b = 0; b < two.problem.n_buckets; ++b) {
+    in_tier += two_device_only[b];
+    if (!two_device_only[b] && two.problem.first_grad_op[b] >= 0)
+      sums += (two.problem.bucket_numel(b) * 4 + 4095) / 4096 * 4096;
+  }
+  ASSERT_GT(in_tier, 0) << two.schedule.label();
+  EXPECT_EQ(HostOptimizer::bytes_needed(two.problem, false, two_device_only), sums);
 }
 
 TEST(HostMemory, AvailableMemoryIsReadOrGiven) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <latch>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -162,6 +163,56 @@ TEST(Checkpoint, RoundTripsWithChecksumsThatCatchAnyChangedFile) {
   bool verified = false;
   const std::string truncated = error_of([&] { read_checkpoint_weights(dir, read, t.spec, &verified); });
   EXPECT_NE(truncated.find("model.safetensors' is damaged: it has 100 bytes, state.json records "), std::string::npos) << truncated;
+  std::filesystem::remove_all(root);
+}
+
+// Tensors that live elsewhere (the device tier's, on the device only) are written from `fetch`, one at a time,
+// as the same bytes their views would give, their pending gradients as zeros; read back, they go to `store`.
+TEST(Checkpoint, TensorsWithoutAViewAreWrittenFromFetchAndReadIntoStore) {
+  const auto root = testing::scratch_path("ckpt-elsewhere");
+  std::filesystem::remove_all(root);
+  Tiny t;
+  const int n = t.params.count();
+  for (int i = 0; i < n; i += 2)  // the odd ones live elsewhere: no pending gradients
+    for (float& g : t.params.grad(i)) g = 0.125f * static_cast<float>(i + 1);
+  TrainState s = t.state(3);
+  s.pending = TrainState::PendingUpdate{3, 0.001, 1.0, 1.0f, false};
+  const StateToWrite whole = views_of(t.params, t.m, t.v);
+  StateToWrite part = whole;
+  using Part = ParameterViews::Part;
+  int fetched = 0;
+  part.fetch = [&](Part p, int i, std::span<float> out) {
+    const memory::TensorView& from = (p == Part::Weights ? whole.weights : p == Part::M ? whole.m : whole.v)[i];
+    ASSERT_EQ(out.size(), static_cast<size_t>(from.numel()));
+    std::copy_n(from.as<float>(), out.size(), out.begin());
+    ++fetched;
+  };
+  for (int i = 1; i < n; i += 2)
+    for (auto* views : {&part.weights, &part.m, &part.v, &part.pending}) (*views)[i].data = nullptr;
+  for (const char* name : {"whole", "part"}) std::filesystem::create_directories(root / name);
+  write_checkpoint_files(root / "whole", t.spec, whole, s);
+  write_checkpoint_files(root / "part", t.spec, part, s);
+  EXPECT_EQ(fetched, 3 * (n / 2));
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "pending_update.safetensors", "state.json"})
+    EXPECT_EQ(file_text(root / "whole" / file), file_text(root / "part" / file)) << file;
+
+  Tiny back;
+  StateToRead into = views_of(back.params, back.m, back.v);
+  std::map<std::pair<Part, int>, std::vector<float>> stored;
+  into.store = [&](Part p, int i, std::span<const float> values) {
+    stored[std::pair(p, i)].assign(values.begin(), values.end());
+  };
+  for (int i = 1; i < n; i += 2)
+    for (auto* views : {&into.weights, &into.m, &into.v, &into.pending}) (*views)[i].data = nullptr;
+  const auto [state, dir] = read_checkpoint_state(root / "part");
+  read_checkpoint_into(dir, state, t.spec, into);
+  EXPECT_EQ(stored.size(), static_cast<size_t>(3 * (n / 2)));  // the pending gradients without a view are not read
+  for (int i = 1; i < n; i += 2) {
+    const std::span<const float> w = t.params.value(i);
+    EXPECT_EQ(stored[std::pair(Part::Weights, i)], std::vector<float>(w.begin(), w.end())) << i;
+    EXPECT_EQ(stored[std::pair(Part::V, i)], std::vector<float>(w.size(), 0.5f)) << i;
+  }
+  EXPECT_TRUE(std::equal(back.params.value(0).begin(), back.params.value(0).end(), t.params.value(0).begin()));
   std::filesystem::remove_all(root);
 }
 

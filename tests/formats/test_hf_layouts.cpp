@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "formats/safetensors.h"
@@ -91,6 +92,34 @@ TEST(HfLayouts, BertModelWithoutPrefixLoadsAndItsHeadKeepsItsInitialisation) {
   const std::vector<std::string> missing = load_weights(ckpt.path, bert_spec(), store, {.init_missing = {"head"}});
   EXPECT_EQ(std::set<std::string>(missing.begin(), missing.end()), std::set<std::string>(kBertHead.begin(), kBertHead.end()));
   expect_loaded(bert_spec(), store, kBertHead);
+}
+
+// A parameter whose view is empty (the device tier's, on the device only) is handed to options.store, read as
+// fp32; the others load into their views; a missing one is still missing.
+TEST(HfLayouts, AParameterWithoutAViewGoesToStore) {
+  const Checkpoint ckpt(bert_spec(), bert_model);
+  models::ParameterStore store = filled_store(bert_spec());
+  std::vector<std::span<float>> views = store.value_views();
+  const int n = static_cast<int>(views.size());
+  for (int i = 1; i < n; i += 2) views[i] = {};
+  std::map<int, std::vector<float>> stored;
+  LoadOptions options{.init_missing = {"head"}};
+  options.store = [&](int i, std::span<const float> values) { stored[i].assign(values.begin(), values.end()); };
+  const std::vector<std::string> missing = load_weights(ckpt.path, bert_spec(), views, options);
+  EXPECT_EQ(missing.size(), kBertHead.size());
+  for (int i = 0; i < n; ++i) {
+    const std::string& name = bert_spec().params[i].name;
+    const bool head = std::find(kBertHead.begin(), kBertHead.end(), name) != kBertHead.end();
+    if (i % 2 == 0) {
+      EXPECT_EQ(store.value(i)[0], head ? -7.0f : float(i + 1)) << name;
+      EXPECT_FALSE(stored.contains(i)) << name;
+    } else if (head) {
+      EXPECT_FALSE(stored.contains(i)) << name;
+    } else {
+      EXPECT_EQ(stored[i], std::vector<float>(store.value(i).size(), float(i + 1))) << name;
+      EXPECT_EQ(store.value(i)[0], -7.0f) << name;
+    }
+  }
 }
 
 TEST(HfLayouts, BertModelWithPrefixLoads) {

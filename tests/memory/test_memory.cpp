@@ -183,6 +183,44 @@ TEST(HostBuckets, GradientsLandingOnTheWorkingCopyTakeFourteenBytesAParameter) {
                std::logic_error);
 }
 
+// A bucket the device alone keeps (the device tier) takes no host byte: the pool holds the others' regions
+// exactly, its own regions are refused, and a frozen bucket (no optimizer state on the device) cannot be left out.
+TEST(HostBuckets, ABucketTheDeviceKeepsTakesNoHostBytes) {
+  Rng rng(11);
+  auto params = random_params(rng, 30);
+  for (size_t i = 0; i < 8; ++i) params[i].frozen = true;
+  const BucketLayout layout(params, 300000, DType::BF16);
+  const int n = static_cast<int>(layout.buckets().size());
+  ASSERT_GE(n, 4);
+  using Landing = HostBuckets::GradLanding;
+  std::vector<bool> on_device(n, false);
+  int64_t device_numel = 0;
+  for (int b = 1; b < n; b += 2)
+    if (!layout.buckets()[b].frozen) on_device[b] = true, device_numel += layout.buckets()[b].numel;
+  const int64_t all = HostBuckets::bytes_needed(layout, DType::BF16, DType::BF16, false, Landing::OnWorkingCopy);
+  const int64_t some =
+      HostBuckets::bytes_needed(layout, DType::BF16, DType::BF16, false, Landing::OnWorkingCopy, on_device);
+  // Master, m and v in fp32 and the working copy its gradients land on: 14 bytes, at most a page a region more.
+  EXPECT_GE(all - some, 14 * device_numel);
+  EXPECT_LE(all - some, 14 * device_numel + 4 * 4096 * n);
+  PinnedHostPool pool(some, {});
+  const HostBuckets host(layout, pool, DType::BF16, DType::BF16, false, Landing::OnWorkingCopy, on_device);
+  using R = HostBuckets::Region;
+  for (int b = 0; b < n; ++b) {
+    EXPECT_EQ(host.on_device(b), on_device[b]) << b;
+    if (on_device[b]) EXPECT_THROW(host.region(b, R::Master), std::logic_error) << b;
+    else EXPECT_NE(host.region(b, R::Working).data, nullptr) << b;
+  }
+  EXPECT_THROW(pool.carve(4096), std::runtime_error);  // exactly what bytes_needed said
+  std::vector<bool> frozen_too = on_device;
+  const auto frozen =
+      std::find_if(layout.buckets().begin(), layout.buckets().end(), [](const auto& b) { return b.frozen; });
+  ASSERT_NE(frozen, layout.buckets().end());
+  frozen_too[frozen - layout.buckets().begin()] = true;
+  EXPECT_THROW(HostBuckets::bytes_needed(layout, DType::BF16, DType::BF16, false, Landing::OnWorkingCopy, frozen_too),
+               std::logic_error);
+}
+
 TEST(PinnedHostPool, CarvesAlignedRegionsAndSaysWhenFull) {
   PinnedHostPool pool(10000, {false, true});
   if (!pool.locked()) std::printf("mlock: %s\n", pool.lock_error().c_str());

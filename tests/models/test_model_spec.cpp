@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -410,6 +411,43 @@ TEST(WeightInit, LlamaMatchesOneSequentialStreamOnAnyThreadCount) {
   for (const int threads : {1, 4})
     expect_same_bytes(spec, expected, parallel_init(spec, threads, [&](auto views) { init_llama(spec, views, 9); }),
                       "llama, " + std::to_string(threads) + " threads");
+}
+
+// A part of the model initialised alone (empty views for the rest: a device-tier bucket through a staging
+// buffer) gets the values the whole model's initialisation gives it, and nothing else is written.
+TEST(WeightInit, APartInitialisedAloneGetsTheWholeModelsValues) {
+  const GptConfig gpt{2, 2, 64, 3001, 128};
+  LlamaConfig llama{2, 4, 2, 64, 301, 32, 96};
+  llama.attention_bias = true;
+  const std::vector<std::pair<ModelSpec, std::function<void(std::span<const std::span<float>>)>>> models = [&] {
+    std::vector<std::pair<ModelSpec, std::function<void(std::span<const std::span<float>>)>>> m;
+    const ModelSpec g = build_gpt2(gpt, 1, 1), b = build_bert({2, 2, 64, 301, 32, 2}, 1, 1),
+                    l = build_llama(llama, 1, 1);
+    m.emplace_back(g, [g, gpt](auto views) { init_gpt2(g, gpt, views, 3); });
+    m.emplace_back(b, [b](auto views) { init_bert(b, views, 3); });
+    m.emplace_back(l, [l](auto views) { init_llama(l, views, 3); });
+    return m;
+  }();
+  for (const auto& [spec, init] : models) {
+    const Values whole = parallel_init(spec, 2, init);
+    const size_t n = spec.params.size();
+    for (const size_t stride : {size_t{2}, size_t{3}, n})  // every other one, every third, the first alone
+      for (size_t first = 0; first < std::min(stride, n); ++first) {
+        Values part;
+        std::vector<std::span<float>> views(n);
+        for (size_t i = 0; i < n; ++i) {
+          part.emplace_back(static_cast<size_t>(numel(spec.params[i].shape)), NAN);
+          if (i % stride == first) views[i] = part.back();
+        }
+        init(views);
+        for (size_t i = 0; i < n; ++i) {
+          const bool chosen = i % stride == first;
+          EXPECT_EQ(std::memcmp(part[i].data(), whole[i].data(), part[i].size() * sizeof(float)) == 0, chosen)
+              << spec.kind << ": " << spec.params[i].name
+              << (chosen ? " differs from the whole model's" : " was written");
+        }
+      }
+  }
 }
 
 }  // namespace
