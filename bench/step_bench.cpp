@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -32,6 +33,8 @@
 
 #ifdef FERRY_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_kernels.h"
 #endif
 
 namespace ferry::bench {
@@ -44,6 +47,25 @@ std::string cuda_gpu_name(int ordinal) {
   (void)ordinal;
   return "";
 }
+
+namespace {
+
+// The attention kernels the step's attention ops run on this GPU, as the CUDA kernels choose them per shape
+// ("cudnn-sdpa", "flash"); empty without CUDA.
+std::vector<std::string> attention_kernels(const models::ModelSpec& spec) {
+  std::set<std::string> used;
+#ifdef FERRY_WITH_CUDA
+  namespace kc = kernels::cuda;
+  ops::ops_scratch_bytes(spec, [&](const kc::AttentionShape& s, DType t, models::Pass) {
+    used.insert(kc::choose_attention_kernel(s, t) == kc::AttentionKernel::CudnnSdpa ? "cudnn-sdpa" : "flash");
+    return int64_t{0};
+  });
+#endif
+  (void)spec;
+  return {used.begin(), used.end()};
+}
+
+}  // namespace
 
 nlohmann::json mfu_json(const StepFlops& flops, double step_s, const std::optional<PeakRate>& peak) {
   nlohmann::json j{{"model_flops_per_step", flops.model},
@@ -335,6 +357,9 @@ int run_device_step_bench(const std::string& config_path, const std::vector<std:
                    {"machine", {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}}}, {"date", today()}, {"command", command}};
   j.update(mfu_json(r.flops, r.step_s, r.peak));
   j["by_op_kind"] = op_breakdown_json(by_kind);
+  if (kind == device::DeviceChoice::Kind::Cuda)
+    j["attention_kernels"] =
+        attention_kernels(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()));
   if (!json_path.empty()) write_result(json_path, "--json", j.dump(2) + "\n");
   if (!markdown_path.empty())
     write_result(markdown_path, "--markdown",
