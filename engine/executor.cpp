@@ -107,8 +107,8 @@ struct Executor::Impl {
   const std::vector<std::vector<cpu_optim::HyperRange>> ranges;  // per bucket: its parameter groups' (empty: the plain update)
   HostOptimizer cpu;
   std::byte* batch_staging;          // pinned: tokens, targets and attention mask of one micro-batch
+  int64_t tier_staging_size;         // bytes (tier_staging_bytes)
   std::byte* tier_staging;           // pinned: the device tier's state on its way to or from the device (none: null)
-  int64_t tier_staging_size;         // bytes
   std::vector<int32_t> no_padding;   // the attention mask of a batch without one
   StepState st;
   std::vector<int> update_rank;  // pipelined: per bucket, its place in the CPU's update order (offload::cpu_update_order)
@@ -120,9 +120,9 @@ struct Executor::Impl {
         at(sp, plan, d.arena().data(), plan.memory.red_zone_bytes), ranges(checked_ranges(sp, plan.problem, o, a)),
         cpu(plan.problem, device_only_buckets(plan), h, pool, a, plan.schedule.delayed_update, o.grad_clip,
             at.bucket_labels(), ranges, faults, trace),
-        batch_staging(pool.carve(batch_bytes(sp), 4096)),
-        tier_staging(tier_staging_bytes(plan) > 0 ? pool.carve(tier_staging_bytes(plan), 4096) : nullptr),
-        tier_staging_size(tier_staging_bytes(plan)), update_rank(p.n_buckets, p.n_buckets) {
+        batch_staging(pool.carve(batch_bytes(sp), 4096)), tier_staging_size(tier_staging_bytes(plan)),
+        tier_staging(tier_staging_size > 0 ? pool.carve(tier_staging_size, 4096) : nullptr),
+        update_rank(p.n_buckets, p.n_buckets) {
     const std::vector<int> order = offload::cpu_update_order(p, s);
     for (size_t i = 0; i < order.size(); ++i) update_rank[order[i]] = static_cast<int>(i);
     in_flight.clear(p.n_buckets);
