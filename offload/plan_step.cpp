@@ -10,12 +10,28 @@
 namespace ferry::offload {
 namespace {
 
+// The transformer blocks (op.layer) a spec's activation checkpointing chooses among.
+int block_count(const models::ModelSpec& spec) {
+  int layers = 0;
+  for (const auto& op : spec.ops) layers = std::max(layers, op.layer + 1);
+  return layers;
+}
+
+// The request's problem with the first k of the spec's `layers` blocks checkpointed.
+OffloadProblem checkpointed_problem(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request,
+                                    int layers, int k) {
+  std::vector<bool> checkpointed(layers, false);
+  std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
+  OffloadProblem p(spec, cost, request.bucket_bytes, request.budget_bytes, checkpointed, request.grad_accum,
+                   request.workspace_bytes);
+  p.compact_state = request.compact_state;  // no device tier, and its CPU AdamW's rate
+  return p;
+}
+
 class StepPlanner {
  public:
   StepPlanner(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request)
-      : spec_(spec), cost_(cost), request_(request) {
-    for (const auto& op : spec.ops) layers_ = std::max(layers_, op.layer + 1);
-  }
+      : spec_(spec), cost_(cost), request_(request), layers_(block_count(spec)) {}
 
   StepPlan plan() {
     if (request_.checkpointing == Checkpointing::Auto) return automatic();
@@ -46,15 +62,7 @@ class StepPlanner {
     return StepPlan{std::move(p), std::move(s), std::move(planned.memory), ""};
   }
 
-  // The problem with the first k blocks checkpointed.
-  OffloadProblem problem(int k) const {
-    std::vector<bool> checkpointed(layers_, false);
-    std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
-    OffloadProblem p(spec_, cost_, request_.bucket_bytes, request_.budget_bytes, checkpointed, request_.grad_accum,
-                     request_.workspace_bytes);
-    p.compact_state = request_.compact_state;
-    return p;
-  }
+  OffloadProblem problem(int k) const { return checkpointed_problem(spec_, cost_, request_, layers_, k); }
 
   // Whether `with` fits with the first k blocks checkpointed. Without greedy's device tier: its candidates add
   // to the others, so whether a plan fits does not depend on it.
@@ -139,19 +147,12 @@ Checkpointing parse_checkpointing(const std::string& name) {
 }
 
 double lower_bound_step_s(const models::ModelSpec& spec, const CostModel& cost, const PlanRequest& request) {
-  int layers = 0;
-  for (const auto& op : spec.ops) layers = std::max(layers, op.layer + 1);
+  const int layers = block_count(spec);
   const int first = request.checkpointing == Checkpointing::On ? layers : 0;
   const int last = request.checkpointing == Checkpointing::Off ? 0 : layers;
   double bound = INFINITY;
-  for (int k = first; k <= last; ++k) {
-    std::vector<bool> checkpointed(layers, false);
-    std::fill(checkpointed.begin(), checkpointed.begin() + k, true);
-    OffloadProblem p(spec, cost, request.bucket_bytes, request.budget_bytes, checkpointed, request.grad_accum,
-                     request.workspace_bytes);
-    p.compact_state = request.compact_state;  // its CPU AdamW's rate
-    bound = std::min(bound, lower_bound_step_s(p, request.overlap));
-  }
+  for (int k = first; k <= last; ++k)
+    bound = std::min(bound, lower_bound_step_s(checkpointed_problem(spec, cost, request, layers, k), request.overlap));
   return bound;
 }
 
