@@ -1,5 +1,5 @@
-// `ferry --version`, from the build's generated headers (cli/build_info.h.in, cli/git_commit.cmake) and two
-// run-time probes: the GPUs the CUDA runtime sees and the CPU AdamW kernel chosen for this CPU.
+// `ferry --version`, from the build's generated headers (cli/build_info.h.in, cli/git_commit.cmake) and run-time
+// probes: the GPUs the CUDA runtime sees, the cuBLASLt they would use, and the CPU AdamW kernel for this CPU.
 #include "cli/version.h"
 
 #include <fmt/format.h>
@@ -11,6 +11,9 @@
 #include "cli/git_commit.h"
 #include "cpu_optim/isa.h"
 #include "engine/device/cuda_devices.h"
+#ifdef FERRY_WITH_CUDA
+#include "kernels/cuda/cublaslt_library.h"
+#endif
 
 namespace ferry::cli {
 namespace {
@@ -19,8 +22,11 @@ std::string cuda_line() {
 #ifdef FERRY_WITH_CUDA
   const char* attention = FERRY_CUDNN_SDPA ? "cuDNN SDPA where libcudnn.so.9 loads, else Ferry's flash kernel"
                                            : "Ferry's flash kernel (cuDNN SDPA not compiled in)";
-  return fmt::format("CUDA: built with CUDA {} for {}; attention: {}; GPUs visible: {}", FERRY_CUDA_TOOLKIT,
-                     FERRY_CUDA_ARCHITECTURES, attention, device::cuda_device_count());
+  // cuBLASLt is opened where a GPU would use it: the line says which file, or why none loads.
+  const int gpus = device::cuda_device_count();
+  return fmt::format("CUDA: built with CUDA {} for {}; attention: {}; GPUs visible: {}; {}", FERRY_CUDA_TOOLKIT,
+                     FERRY_CUDA_ARCHITECTURES, attention, gpus,
+                     gpus > 0 ? kernels::cuda::cublaslt_status() : "cuBLASLt: opened at first GPU use");
 #else
   return fmt::format("CUDA: not in this build (FERRY_CUDA={}); device: cpu only", FERRY_CUDA_SETTING);
 #endif

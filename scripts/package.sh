@@ -75,32 +75,36 @@ stage_binaries() {
   check_sm90 "${BINARIES[@]/#/$STAGE/bin/}"
 }
 
+# One library into lib/ under its soname, its licence into share/licenses/, its row (with NOTE) for the manifest.
+carry_library() {
+  local real soname origin licence
+  real=$(readlink -f "$1")
+  [[ -f $real ]] || die "library '$1' not found in $BUILD_DIR's toolkit"
+  soname=$(objdump -p "$real" | awk '$1 == "SONAME" { print $2 }')
+  cp "$real" "$STAGE/lib/$soname"
+  IFS=$'\t' read -r origin licence < <(origin_of "$real")
+  [[ -n $licence && -f $licence ]] || die "no licence file found for $soname ($origin)"
+  mkdir -p "$STAGE/share/licenses/${origin%% *}"
+  cp "$licence" "$STAGE/share/licenses/${origin%% *}/"
+  LIB_ROWS+=("$soname"$'\t'"$origin$2")
+}
+
 # lib/: what the binaries load beyond the system's, under their sonames; a library that loads another carried
 # one gets RUNPATH $ORIGIN (a RUNPATH serves only its own object's needs); licences into share/licenses.
 stage_libraries() {
   mkdir -p "$STAGE/lib" "$STAGE/share/licenses"
-  local soname path real origin licence
+  local soname path
   LIB_ROWS=()
   while read -r soname path; do
     [[ $path != not ]] || die "ldd: $soname not found for ${BINARIES[*]} in $BUILD_DIR"
     [[ ! $soname =~ $DRIVER_LIBS ]] || die "the binaries link $soname, the driver's: it must come from the machine (dlopen it instead)"
     [[ ! $soname =~ $SYSTEM_LIBS ]] || continue
-    real=$(readlink -f "$path")
-    cp "$real" "$STAGE/lib/$soname"
-    IFS=$'\t' read -r origin licence < <(origin_of "$real")
-    [[ -n $licence && -f $licence ]] || die "no licence file found for $soname ($origin)"
-    mkdir -p "$STAGE/share/licenses/${origin%% *}"
-    cp "$licence" "$STAGE/share/licenses/${origin%% *}/"
-    LIB_ROWS+=("$soname"$'\t'"$origin")
+    carry_library "$path" ""
   done < <(loaded_libraries "${BINARIES[@]/#/$BUILD_DIR/}")
-  # cudnn-frontend dlopen()s the CUDA runtime for its few calls (the binaries link it statically).
-  if [[ $SDPA == yes ]]; then
-    real=$(readlink -f "$(cache CUDA_cudart_LIBRARY)")
-    soname=$(objdump -p "$real" | awk '$1 == "SONAME" { print $2 }')
-    cp "$real" "$STAGE/lib/$soname"
-    IFS=$'\t' read -r origin licence < <(origin_of "$real")
-    LIB_ROWS+=("$soname"$'\t'"$origin, for cuDNN SDPA")
-  fi
+  # Opened at run time, so ldd does not list them: cuBLASLt (kernels/cuda/cublaslt_library.h; the loader finds it
+  # through the binaries' RUNPATH), and the CUDA runtime cudnn-frontend opens for its few calls.
+  carry_library "$(cache CUDA_cublasLt_LIBRARY)" ", opened at the first GPU matmul"
+  [[ $SDPA != yes ]] || carry_library "$(cache CUDA_cudart_LIBRARY)" ", for cuDNN SDPA"
   local lib
   for lib in "$STAGE"/lib/*; do
     readelf -d "$lib" | grep -q 'R\(UN\)\?PATH.*\$ORIGIN' && continue

@@ -4,11 +4,11 @@
 // Compiled to "never available" unless configured with FERRY_CUDNN_FRONTEND_INCLUDE (FERRY_WITH_CUDNN_SDPA).
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/attention_sdpa_desc.h"
+#include "kernels/cuda/library_search.h"
 
 #if defined(FERRY_WITH_CUDNN_SDPA)
 
 #include <dlfcn.h>
-#include <glob.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -34,27 +34,10 @@ namespace {
 
 namespace fe = cudnn_frontend;
 
-// Where libcudnn.so.9 may be: $FERRY_CUDNN_LIB (the file or its folder), the loader's search path, then
-// PyTorch's wheels (nvidia/cudnn/lib in a site-packages folder).
+// Where libcudnn.so.9 may be: $FERRY_CUDNN_LIB (the file or its folder), the loader's search path, the build's
+// toolkit, then PyTorch's wheels (nvidia/cudnn/lib in a site-packages folder).
 std::vector<std::string> cudnn_candidates() {
-  std::vector<std::string> paths;
-  if (const char* env = std::getenv("FERRY_CUDNN_LIB"); env && *env) {
-    struct stat st{};
-    const bool dir = stat(env, &st) == 0 && S_ISDIR(st.st_mode);
-    paths.push_back(dir ? std::string(env) + "/libcudnn.so.9" : std::string(env));
-  }
-  paths.emplace_back("libcudnn.so.9");
-  std::vector<std::string> roots = {"/usr/local/lib/python3*/dist-packages", "/usr/local/lib/python3*/site-packages",
-                                    "/usr/lib/python3*/dist-packages", "/opt/conda/lib/python3*/site-packages"};
-  if (const char* venv = std::getenv("VIRTUAL_ENV")) roots.push_back(std::string(venv) + "/lib/python3*/site-packages");
-  if (const char* home = std::getenv("HOME")) roots.push_back(std::string(home) + "/.local/lib/python3*/site-packages");
-  for (const std::string& root : roots) {
-    glob_t g{};
-    if (glob((root + "/nvidia/cudnn/lib/libcudnn.so.9").c_str(), 0, nullptr, &g) == 0)
-      for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
-    globfree(&g);
-  }
-  return paths;
+  return library_candidates({"FERRY_CUDNN_LIB", "libcudnn.so.9", FERRY_CUDA_LIBRARY_DIR, {"nvidia/cudnn/lib"}});
 }
 
 // A built graph and its workspace.

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cublaslt_library.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/target_sums.h"
 
@@ -23,7 +24,7 @@ void check(cudaError_t e, const std::string& what) {
 }
 
 void check(cublasStatus_t s, const std::string& what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(what + ": cuBLASLt " + cublasLtGetStatusString(s));
+  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(what + ": cuBLASLt " + cublaslt().status_string(s));
 }
 
 void* ptr(kernels::Operand o) { return o.data; }

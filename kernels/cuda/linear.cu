@@ -1,8 +1,10 @@
-// LtMatmuls: cuBLASLt plans cached per shape (Linear's dbias is cuda::column_sums, kernels/cuda/ops.h).
+// LtMatmuls: cuBLASLt plans cached per shape (Linear's dbias is cuda::column_sums, kernels/cuda/ops.h); cuBLASLt
+// itself is opened at first use (cublaslt_library.h).
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/cublaslt_library.h"
 #include "kernels/cuda/linear.h"
 
 namespace ferry::kernels::cuda {
@@ -35,47 +37,47 @@ int64_t alignment(const void* p) {
 }  // namespace
 
 struct LtMatmuls::Plan {
+  const CublasLtLibrary& lt = cublaslt();
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   ~Plan() {
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (c) lt.layout_destroy(c);
+    if (b) lt.layout_destroy(b);
+    if (a) lt.layout_destroy(a);
+    if (op) lt.desc_destroy(op);
   }
 
   cublasStatus_t describe(const LtMatmulDesc& d, cudaDataType_t type) {
-    FERRY_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    FERRY_LT(lt.desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    FERRY_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    FERRY_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    FERRY_LT(lt.desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    FERRY_LT(lt.desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     if (d.bias_epilogue) {  // the bias vector has D's type (cuBLASLt's default); its pointer is set per call
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      FERRY_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+      FERRY_LT(lt.desc_set_attribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     }
-    FERRY_LT(cublasLtMatrixLayoutCreate(&a, type, static_cast<uint64_t>(d.a_rows), static_cast<uint64_t>(d.a_cols), d.lda));
-    FERRY_LT(cublasLtMatrixLayoutCreate(&b, type, static_cast<uint64_t>(d.b_rows), static_cast<uint64_t>(d.b_cols), d.ldb));
-    FERRY_LT(cublasLtMatrixLayoutCreate(&c, type, static_cast<uint64_t>(d.m), static_cast<uint64_t>(d.n), d.ldc));
+    FERRY_LT(lt.layout_create(&a, type, static_cast<uint64_t>(d.a_rows), static_cast<uint64_t>(d.a_cols), d.lda));
+    FERRY_LT(lt.layout_create(&b, type, static_cast<uint64_t>(d.b_rows), static_cast<uint64_t>(d.b_cols), d.ldb));
+    FERRY_LT(lt.layout_create(&c, type, static_cast<uint64_t>(d.m), static_cast<uint64_t>(d.n), d.ldc));
     return CUBLAS_STATUS_SUCCESS;
   }
 
   // The heuristic's first algorithm for this workspace and these alignments.
   cublasStatus_t choose(cublasLtHandle_t handle, size_t workspace_bytes, const std::array<uint32_t, 4>& align) {
     cublasLtMatmulPreference_t pref = nullptr;
-    FERRY_LT(cublasLtMatmulPreferenceCreate(&pref));
+    FERRY_LT(lt.preference_create(&pref));
     const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, cublasStatus_t (*)(cublasLtMatmulPreference_t)> owned(
-        pref, cublasLtMatmulPreferenceDestroy);
-    FERRY_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-                                                  sizeof(workspace_bytes)));
+        pref, lt.preference_destroy);
+    FERRY_LT(lt.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                         sizeof(workspace_bytes)));
     const cublasLtMatmulPreferenceAttributes_t which[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; ++i)
-      FERRY_LT(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i], sizeof(align[i])));
+    for (int i = 0; i < 4; ++i) FERRY_LT(lt.preference_set_attribute(pref, which[i], &align[i], sizeof(align[i])));
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    FERRY_LT(cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, c, c, pref, 1, &heuristic, &found));
+    FERRY_LT(lt.algo_get_heuristic(handle, op, a, b, c, c, pref, 1, &heuristic, &found));
     if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
     algo = heuristic.algo;
     return CUBLAS_STATUS_SUCCESS;
@@ -83,14 +85,15 @@ struct LtMatmuls::Plan {
 };
 
 LtMatmuls::LtMatmuls() {
-  const cublasStatus_t s = cublasLtCreate(&handle_);
+  const CublasLtLibrary& lt = cublaslt();
+  const cublasStatus_t s = lt.create(&handle_);
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cublasLtCreate: ") + cublasLtGetStatusString(s) + " (is a CUDA device visible?)");
+    throw std::runtime_error(std::string("cublasLtCreate: ") + lt.status_string(s) + " (is a CUDA device visible?)");
 }
 
 LtMatmuls::~LtMatmuls() {
   plans_.clear();  // the descriptors before the handle
-  if (handle_) cublasLtDestroy(handle_);
+  if (handle_) cublaslt().destroy(handle_);
 }
 
 cublasStatus_t LtMatmuls::run(const LtMatmulDesc& d, void* c, const void* A, const void* B, const void* bias, DType type,
@@ -114,10 +117,10 @@ cublasStatus_t LtMatmuls::run(const LtMatmulDesc& d, void* c, const void* A, con
     found = plans_.emplace(key, std::move(plan)).first;
   }
   Plan& p = *found->second;
-  if (d.bias_epilogue)
-    FERRY_LT(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  return cublasLtMatmul(handle_, p.op, &d.alpha, slot_a, p.a, slot_b, p.b, &d.beta, c, p.c, c, p.c, &p.algo, workspace,
-                        workspace_bytes, stream);
+  const CublasLtLibrary& lt = p.lt;
+  if (d.bias_epilogue) FERRY_LT(lt.desc_set_attribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  return lt.matmul(handle_, p.op, &d.alpha, slot_a, p.a, slot_b, p.b, &d.beta, c, p.c, c, p.c, &p.algo, workspace,
+                   workspace_bytes, stream);
 }
 
 }  // namespace ferry::kernels::cuda
