@@ -115,6 +115,8 @@ smoke_test() {
   for t in ferry ferry-bench test_device test_engine test_kernels_cuda; do
     if ldd "$dir/$t" | grep "not found" >/dev/null; then log "$dir/$t: $(ldd "$dir/$t" | grep 'not found' | tr '\n' ' ')"; return 1; fi
   done
+  # cuBLASLt is opened at run time, so ldd does not show it: --version names the file it opened (or why none).
+  log "$("$dir/ferry" --version 2>&1 | tr '\n' ' ')"
   "$dir/ferry" --help >/dev/null && "$dir/ferry-bench" --help >/dev/null && "$dir/test_device" --gtest_list_tests >/dev/null
 }
 
