@@ -26,8 +26,8 @@ __m256 load_grad8(const void* grad, DType type, size_t i) {
   return _mm256_setzero_ps();
 }
 
-__m256i random8(uint32_t key, uint32_t i) {
-  __m256i x = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+// random_bits (foundation/precision.h's hash) of the 8 indices.
+__m256i hash8(uint32_t key, __m256i x) {
   x = _mm256_xor_si256(x, _mm256_set1_epi32(static_cast<int>(key)));
   x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
   x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
@@ -36,22 +36,33 @@ __m256i random8(uint32_t key, uint32_t i) {
   return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 
-// bf16 by integer rounding (nearest-even, or stochastic with the bits of elements index .. index+7), NaN kept
-// quiet: the rules of foundation/precision.h.
-__m128i to_bf16(__m256 p, bool stochastic, uint32_t key, uint32_t index) {
+// bf16 by integer rounding (nearest-even, or stochastic with the bits of `random`), NaN kept quiet: the rules
+// of foundation/precision.h, each lane's result in its low 16 bits (ready for packus).
+__m256i bf16_bits(__m256 p, bool stochastic, __m256i random) {
   const __m256i bits = _mm256_castps_si256(p);
   const __m256i hi = _mm256_srli_epi32(bits, 16);
   __m256i add;
   if (stochastic) {
     const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
     const __m256i inf = _mm256_cmpeq_epi32(abs, _mm256_set1_epi32(0x7f800000));
-    add = _mm256_andnot_si256(inf, _mm256_and_si256(random8(key, index), _mm256_set1_epi32(0xffff)));
+    add = _mm256_andnot_si256(inf, _mm256_and_si256(random, _mm256_set1_epi32(0xffff)));
   } else {
     add = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1)));
   }
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, add), 16);
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, add), 16);
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(p, p, _CMP_UNORD_Q));
-  r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+  return _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+}
+__m256i round_bits(__m256 p) { return bf16_bits(p, false, _mm256_setzero_si256()); }
+// Stochastic, lane k hashing element index + offsets[k].
+__m256i stochastic_bits(__m256 p, uint32_t key, uint32_t index, __m256i offsets) {
+  return bf16_bits(p, true, hash8(key, _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(index)), offsets)));
+}
+
+// 8 lanes of bf16, elements index .. index+7.
+__m128i to_bf16(__m256 p, bool stochastic, uint32_t key, uint32_t index) {
+  const __m256i r =
+      stochastic ? stochastic_bits(p, key, index, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)) : round_bits(p);
   // 8 x u32 (each <= 0xffff) -> 8 x u16: pack within 128-bit lanes, then gather the two halves.
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0b1000);
   return _mm256_castsi256_si128(packed);
@@ -62,20 +73,16 @@ __m128i to_bf16(__m256 p, bool stochastic, uint32_t key, uint32_t index) {
 void store_upload8(const KernelArgs& a, __m256 p, size_t i) {
   if (a.upload_type == DType::F32) {
     float* out = static_cast<float*>(a.upload) + i;
-    if ((reinterpret_cast<uintptr_t>(out) & 31) == 0)
-      _mm256_stream_ps(out, p);
-    else
-      _mm256_storeu_ps(out, p);
+    if ((reinterpret_cast<uintptr_t>(out) & 31) == 0) _mm256_stream_ps(out, p);
+    else _mm256_storeu_ps(out, p);
     return;
   }
   const __m128i h = a.upload_type == DType::F16
                         ? _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
                         : to_bf16(p, a.rounding == Rounding::Stochastic, a.c.random_key, static_cast<uint32_t>(i));
   auto* out = reinterpret_cast<__m128i*>(static_cast<uint16_t*>(a.upload) + i);
-  if ((reinterpret_cast<uintptr_t>(out) & 15) == 0)
-    _mm_stream_si128(out, h);
-  else
-    _mm_storeu_si128(out, h);
+  if ((reinterpret_cast<uintptr_t>(out) & 15) == 0) _mm_stream_si128(out, h);
+  else _mm_storeu_si128(out, h);
 }
 
 // The step's coefficients, broadcast once per call.
@@ -117,9 +124,43 @@ void adamw_avx2(const KernelArgs& a, size_t begin, size_t end) {
   adamw_scalar(a, i, end);
 }
 
+namespace {
+
+// The compact update, 16 elements an iteration with bf16 gradients. Widening by interleaving with zeros keeps
+// each 128-bit lane's elements: the low vector holds elements 0-3 and 8-11, the high one 4-7 and 12-15, and
+// packing the two back (per lane, as packus does) restores the order, so no lane crossing is needed either
+// way; the stochastic rounding hashes each element's own index, as the scalar path does.
+void compact16_bf16(const CompactArgs& a, const Coefficients8& c, size_t begin, size_t end, size_t& i) {
+  uint16_t* const param = a.param;
+  uint16_t* const m_out = a.m;
+  uint16_t* const v_out = a.v;
+  const auto* const grad = static_cast<const uint16_t*>(a.grad);
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i lo_index = _mm256_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11),
+                hi_index = _mm256_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15);
+  const auto load16 = [](const uint16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
+  const auto lo = [&](__m256i h) { return _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h)); };
+  const auto hi = [&](__m256i h) { return _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h)); };
+  for (i = begin; i + 16 <= end; i += 16) {
+    const __m256i w16 = load16(param + i), m16 = load16(m_out + i), v16 = load16(v_out + i), g16 = load16(grad + i);
+    __m256 p0 = lo(w16), p1 = hi(w16), m0 = lo(m16), m1 = hi(m16), v0 = lo(v16), v1 = hi(v16);
+    adamw8(c, lo(g16), p0, m0, v0);
+    adamw8(c, hi(g16), p1, m1, v1);
+    const uint32_t index = a.first_index + static_cast<uint32_t>(i);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(m_out + i), _mm256_packus_epi32(round_bits(m0), round_bits(m1)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(v_out + i), _mm256_packus_epi32(round_bits(v0), round_bits(v1)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(param + i),
+                        _mm256_packus_epi32(stochastic_bits(p0, a.c.random_key, index, lo_index),
+                                            stochastic_bits(p1, a.c.random_key, index, hi_index)));
+  }
+}
+
+}  // namespace
+
 void compact_avx2(const CompactArgs& a, size_t begin, size_t end) {
   const Coefficients8 c(a.c);
   size_t i = begin;
+  if (a.grad_type == DType::BF16) compact16_bf16(a, c, begin, end, i);
   for (; i + 8 <= end; i += 8) {
     __m256 m = load_bf16x8(a.m + i), v = load_bf16x8(a.v + i), p = load_bf16x8(a.param + i);
     adamw8(c, load_grad8(a.grad, a.grad_type, i), p, m, v);
