@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "bench/bench_common.h"
+#include "bench/lt_algorithms.h"
 #include "bench/mfu.h"
 #include "bench/op_breakdown.h"
 #include "cpu_optim/adamw.h"
@@ -357,9 +358,12 @@ int run_device_step_bench(const std::string& config_path, const std::vector<std:
                    {"machine", {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}}}, {"date", today()}, {"command", command}};
   j.update(mfu_json(r.flops, r.step_s, r.peak));
   j["by_op_kind"] = op_breakdown_json(by_kind);
-  if (kind == device::DeviceChoice::Kind::Cuda)
-    j["attention_kernels"] =
-        attention_kernels(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()));
+  if (kind == device::DeviceChoice::Kind::Cuda) {
+    const models::ModelSpec spec =
+        models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision());
+    j["attention_kernels"] = attention_kernels(spec);
+    j["cublaslt_algorithms"] = cublaslt_algorithms(spec);
+  }
   if (!json_path.empty()) write_result(json_path, "--json", j.dump(2) + "\n");
   if (!markdown_path.empty())
     write_result(markdown_path, "--markdown",

@@ -49,6 +49,7 @@ CublasLtLibrary open_cublaslt() {
   resolve(lib, l.path, "cublasLtDestroy", l.destroy);
   resolve(lib, l.path, "cublasLtMatmul", l.matmul);
   resolve(lib, l.path, "cublasLtMatmulAlgoGetHeuristic", l.algo_get_heuristic);
+  resolve(lib, l.path, "cublasLtMatmulAlgoConfigGetAttribute", l.algo_config_get_attribute);
   resolve(lib, l.path, "cublasLtMatmulDescCreate", l.desc_create);
   resolve(lib, l.path, "cublasLtMatmulDescDestroy", l.desc_destroy);
   resolve(lib, l.path, "cublasLtMatmulDescSetAttribute", l.desc_set_attribute);

@@ -17,6 +17,7 @@ struct CublasLtLibrary {
   decltype(&::cublasLtDestroy) destroy = nullptr;
   decltype(&::cublasLtMatmul) matmul = nullptr;
   decltype(&::cublasLtMatmulAlgoGetHeuristic) algo_get_heuristic = nullptr;
+  decltype(&::cublasLtMatmulAlgoConfigGetAttribute) algo_config_get_attribute = nullptr;
   decltype(&::cublasLtMatmulDescCreate) desc_create = nullptr;
   decltype(&::cublasLtMatmulDescDestroy) desc_destroy = nullptr;
   decltype(&::cublasLtMatmulDescSetAttribute) desc_set_attribute = nullptr;

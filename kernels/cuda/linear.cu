@@ -41,6 +41,8 @@ struct LtMatmuls::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;  // the heuristic's workspace and waves for the algorithm (LtAlgorithm)
+  float waves = 0;
   ~Plan() {
     if (c) lt.layout_destroy(c);
     if (b) lt.layout_destroy(b);
@@ -79,7 +81,7 @@ struct LtMatmuls::Plan {
     int found = 0;
     FERRY_LT(lt.algo_get_heuristic(handle, op, a, b, c, c, pref, 1, &heuristic, &found));
     if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
-    algo = heuristic.algo;
+    algo = heuristic.algo, workspace = heuristic.workspaceSize, waves = heuristic.wavesCount;
     return CUBLAS_STATUS_SUCCESS;
   }
 };
@@ -96,16 +98,10 @@ LtMatmuls::~LtMatmuls() {
   if (handle_) cublaslt().destroy(handle_);
 }
 
-cublasStatus_t LtMatmuls::run(const LtMatmulDesc& d, void* c, const void* A, const void* B, const void* bias, DType type,
-                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+cublasStatus_t LtMatmuls::plan_for(const LtMatmulDesc& d, DType type, size_t workspace_bytes,
+                                   const std::array<uint32_t, 4>& align, Plan** out) {
   cudaDataType_t t;
-  if (!data_type(type, &t) || (d.bias_epilogue && !bias)) return CUBLAS_STATUS_INVALID_VALUE;
-  const void* slot_a = d.lt_a == LtOperand::A ? A : B;
-  const void* slot_b = d.lt_b == LtOperand::A ? A : B;
-  // C and D are one buffer; the bias is read by the epilogue as D's elements, so it shares D's alignment rule.
-  const std::array<uint32_t, 4> align{static_cast<uint32_t>(alignment(slot_a)), static_cast<uint32_t>(alignment(slot_b)),
-                                      static_cast<uint32_t>(std::min(alignment(c), alignment(bias))),
-                                      static_cast<uint32_t>(std::min(alignment(c), alignment(bias)))};
+  if (!data_type(type, &t)) return CUBLAS_STATUS_INVALID_VALUE;
   const Key key{d.m, d.n, d.k, d.trans_a, d.trans_b, d.a_rows, d.a_cols, d.lda, d.b_rows, d.b_cols, d.ldb, d.ldc,
                 d.beta != 0.0f, d.bias_epilogue, static_cast<int64_t>(type), static_cast<int64_t>(workspace_bytes),
                 align[0], align[1], align[2], d.lt_a == LtOperand::A};
@@ -116,11 +112,47 @@ cublasStatus_t LtMatmuls::run(const LtMatmulDesc& d, void* c, const void* A, con
     FERRY_LT(plan->choose(handle_, workspace_bytes, align));
     found = plans_.emplace(key, std::move(plan)).first;
   }
-  Plan& p = *found->second;
-  const CublasLtLibrary& lt = p.lt;
-  if (d.bias_epilogue) FERRY_LT(lt.desc_set_attribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  return lt.matmul(handle_, p.op, &d.alpha, slot_a, p.a, slot_b, p.b, &d.beta, c, p.c, c, p.c, &p.algo, workspace,
+  *out = found->second.get();
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t LtMatmuls::run(const LtMatmulDesc& d, void* c, const void* A, const void* B, const void* bias,
+                              DType type, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (d.bias_epilogue && !bias) return CUBLAS_STATUS_INVALID_VALUE;
+  const void* slot_a = d.lt_a == LtOperand::A ? A : B;
+  const void* slot_b = d.lt_b == LtOperand::A ? A : B;
+  // C and D are one buffer; the bias is read by the epilogue as D's elements, so it shares D's alignment rule.
+  const std::array<uint32_t, 4> align{static_cast<uint32_t>(alignment(slot_a)),
+                                      static_cast<uint32_t>(alignment(slot_b)),
+                                      static_cast<uint32_t>(std::min(alignment(c), alignment(bias))),
+                                      static_cast<uint32_t>(std::min(alignment(c), alignment(bias)))};
+  Plan* p = nullptr;
+  FERRY_LT(plan_for(d, type, workspace_bytes, align, &p));
+  const CublasLtLibrary& lt = p->lt;
+  if (d.bias_epilogue) FERRY_LT(lt.desc_set_attribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  return lt.matmul(handle_, p->op, &d.alpha, slot_a, p->a, slot_b, p->b, &d.beta, c, p->c, c, p->c, &p->algo, workspace,
                    workspace_bytes, stream);
+}
+
+cublasStatus_t LtMatmuls::algorithm(const LtMatmulDesc& d, DType type, size_t workspace_bytes, uint32_t alignment,
+                                    LtAlgorithm* out) {
+  Plan* p = nullptr;
+  FERRY_LT(plan_for(d, type, workspace_bytes, {alignment, alignment, alignment, alignment}, &p));
+  const auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto* value) {
+    size_t written = 0;
+    return p->lt.algo_config_get_attribute(&p->algo, attr, value, sizeof(*value), &written);
+  };
+  LtAlgorithm a;
+  FERRY_LT(get(CUBLASLT_ALGO_CONFIG_ID, &a.id));
+  FERRY_LT(get(CUBLASLT_ALGO_CONFIG_TILE_ID, &a.tile));
+  FERRY_LT(get(CUBLASLT_ALGO_CONFIG_STAGES_ID, &a.stages));
+  FERRY_LT(get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &a.split_k));
+  FERRY_LT(get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &a.reduction));
+  FERRY_LT(get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &a.swizzle));
+  FERRY_LT(get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &a.cluster));
+  a.workspace = p->workspace, a.waves = p->waves;
+  *out = a;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 }  // namespace ferry::kernels::cuda

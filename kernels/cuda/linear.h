@@ -38,6 +38,16 @@ constexpr LtMatmulDesc linear_dw_desc(const LinearShape& s) {
                          : lt_matmul_desc(s.in, s.out, s.rows, true, false, false, true);
 }
 
+// The algorithm cuBLASLt's heuristic gave a plan, as its configuration attributes name it (cublasLt.h's
+// CUBLASLT_ALGO_CONFIG_*), with the workspace it needs and its waves (1: one full wave of the GPU's SMs).
+struct LtAlgorithm {
+  int32_t id = 0, split_k = 0;
+  uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0;
+  uint16_t cluster = 0;  // Hopper's thread-block cluster shape id (0: cuBLASLt's choice)
+  size_t workspace = 0;
+  float waves = 0;
+};
+
 // cuBLASLt's handle (RAII) and a plan per matmul shape: descriptors, layouts and the heuristic's first
 // algorithm for the workspace given, made the first time the shape runs (the executor's warm-up) and reused,
 // so the same shape runs the same algorithm, hence the same bits, every step. Not thread-safe: one caller.
@@ -53,8 +63,15 @@ class LtMatmuls {
   cublasStatus_t run(const LtMatmulDesc& d, void* c, const void* A, const void* B, const void* bias, DType type,
                      void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
+  // The algorithm run() uses for `d` when every operand is `alignment`-byte aligned (the plan is made and kept
+  // as run() would make it).
+  cublasStatus_t algorithm(const LtMatmulDesc& d, DType type, size_t workspace_bytes, uint32_t alignment,
+                           LtAlgorithm* out);
+
  private:
   struct Plan;
+  cublasStatus_t plan_for(const LtMatmulDesc& d, DType type, size_t workspace_bytes,
+                          const std::array<uint32_t, 4>& align, Plan** out);
   // Everything the plan depends on: the description, the type, the workspace and the operands' alignment
   // (the heuristic only offers algorithms that work with pointers as aligned as the ones it was shown).
   using Key = std::array<int64_t, 20>;

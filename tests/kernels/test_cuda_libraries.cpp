@@ -34,8 +34,8 @@ TEST(CublasLtLibrary, OpenedAtFirstUseWithEveryEntryPoint) {
   EXPECT_EQ(lt->get_version() / 10000, static_cast<size_t>(CUBLAS_VER_MAJOR));
   EXPECT_NE(std::string(lt->status_string(CUBLAS_STATUS_NOT_SUPPORTED)).find("not supported"), std::string::npos);
   for (const void* entry : {(void*)lt->create, (void*)lt->destroy, (void*)lt->matmul, (void*)lt->algo_get_heuristic,
-                            (void*)lt->desc_create, (void*)lt->desc_destroy, (void*)lt->desc_set_attribute,
-                            (void*)lt->preference_create, (void*)lt->preference_destroy,
+                            (void*)lt->algo_config_get_attribute, (void*)lt->desc_create, (void*)lt->desc_destroy,
+                            (void*)lt->desc_set_attribute, (void*)lt->preference_create, (void*)lt->preference_destroy,
                             (void*)lt->preference_set_attribute, (void*)lt->layout_create, (void*)lt->layout_destroy})
     EXPECT_NE(entry, nullptr);
   EXPECT_NE(cublaslt_status().find(lt->path), std::string::npos);
