@@ -107,9 +107,45 @@ void store_bf16x8(uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__
 
 }  // namespace
 
+namespace {
+
+// The training path: bf16 gradients and a bf16 copy-out, 16 elements an iteration so that the copy-out is one
+// pack of two rounded vectors, one lane fix-up and one 32-byte store.
+void adamw16_bf16(const KernelArgs& a, const Coefficients8& c, size_t begin, size_t end, size_t& i) {
+  float* const param = a.param;
+  float* const m_out = a.m;
+  float* const v_out = a.v;
+  const auto* const grad = static_cast<const uint16_t*>(a.grad);
+  auto* const upload = static_cast<uint16_t*>(a.upload);
+  const bool stochastic = a.rounding == Rounding::Stochastic;
+  const __m256i first8 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                next8 = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+  for (i = begin; i + 16 <= end; i += 16) {
+    __m256 p0 = _mm256_loadu_ps(param + i), p1 = _mm256_loadu_ps(param + i + 8);
+    __m256 m0 = _mm256_loadu_ps(m_out + i), m1 = _mm256_loadu_ps(m_out + i + 8);
+    __m256 v0 = _mm256_loadu_ps(v_out + i), v1 = _mm256_loadu_ps(v_out + i + 8);
+    adamw8(c, load_bf16x8(grad + i), p0, m0, v0);
+    adamw8(c, load_bf16x8(grad + i + 8), p1, m1, v1);
+    _mm256_storeu_ps(m_out + i, m0), _mm256_storeu_ps(m_out + i + 8, m1);
+    _mm256_storeu_ps(v_out + i, v0), _mm256_storeu_ps(v_out + i + 8, v1);
+    _mm256_storeu_ps(param + i, p0), _mm256_storeu_ps(param + i + 8, p1);
+    const auto index = static_cast<uint32_t>(i);
+    const __m256i r0 = stochastic ? stochastic_bits(p0, a.c.random_key, index, first8) : round_bits(p0);
+    const __m256i r1 = stochastic ? stochastic_bits(p1, a.c.random_key, index, next8) : round_bits(p1);
+    // packus interleaves the two per 128-bit lane (0-3, 8-11, 4-7, 12-15): quadwords 0, 2, 1, 3 restore the order.
+    const __m256i h = _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0b11011000);
+    auto* out = reinterpret_cast<__m256i*>(upload + i);
+    if ((reinterpret_cast<uintptr_t>(out) & 31) == 0) _mm256_stream_si256(out, h);
+    else _mm256_storeu_si256(out, h);
+  }
+}
+
+}  // namespace
+
 void adamw_avx2(const KernelArgs& a, size_t begin, size_t end) {
   const Coefficients8 c(a.c);
   size_t i = begin;
+  if (a.upload && a.upload_type == DType::BF16 && a.grad_type == DType::BF16) adamw16_bf16(a, c, begin, end, i);
   for (; i + 8 <= end; i += 8) {
     __m256 m = _mm256_loadu_ps(a.m + i);
     __m256 v = _mm256_loadu_ps(a.v + i);

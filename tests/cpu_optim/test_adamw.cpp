@@ -112,7 +112,8 @@ TEST(AdamW, OddSizesAndUnalignedStartsTouchExactlyTheirElements) {
     for (DType ut : {DType::BF16, DType::F16, DType::F32}) {
       for (size_t n : {0, 1, 7, 15, 16, 17, 31, 33, 100, 1000}) {
         for (size_t offset : {0, 1, 3, 8, 16}) {
-          SCOPED_TRACE(label(isa, DType::BF16, ut, true) + " n " + std::to_string(n) + " offset " + std::to_string(offset));
+          SCOPED_TRACE(label(isa, DType::BF16, ut, true) + " n " + std::to_string(n) + " offset " +
+                       std::to_string(offset));
           Rng rng(n * 10 + offset);
           const size_t total = n + offset + 5;
           State s = make_state(rng, total), ref = s;
@@ -144,25 +145,27 @@ TEST(AdamW, StochasticRoundingIsUnbiasedDeterministicAndTheSameOnEveryPath) {
   const size_t n = 200000;
   const float x = 1.0f + 0.3f * 0x1p-7f;  // 30% of the way from bf16 1.0 to the next value up
   std::vector<uint16_t> first;
-  for (Isa isa : paths()) {
-    SCOPED_TRACE(to_string(isa));
-    std::vector<float> p(n, x), m(n), v(n), g(n, 0.0f);
-    std::vector<uint16_t> up(n);
-    // lr 0: the weights stay x, so the upload shows the rounding alone.
-    const CpuAdamW opt(AdamWOptions{{0.0, 0.9, 0.95, 1e-8, 0.0}, to_string(isa), 2, Rounding::Stochastic, 5});
-    opt.step({p, m, v, g.data(), DType::F32, up.data(), DType::BF16}, 1, 0.0, 1.0f);
-    size_t ups = 0;
-    for (uint16_t h : up) {
-      ASSERT_TRUE(h == 0x3f80 || h == 0x3f81) << h;  // one of the two neighbours
-      ups += h == 0x3f81;
+  // Zero gradients, as fp32 or bf16 (each path has a loop of its own for bf16 gradients into a bf16 copy).
+  for (Isa isa : paths())
+    for (DType grad_type : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(to_string(isa)) + " grad " + dtype_name(grad_type));
+      std::vector<float> p(n, x), m(n), v(n), g(n, 0.0f);  // 4 bytes of zeros an element: either dtype
+      std::vector<uint16_t> up(n);
+      // lr 0: the weights stay x, so the upload shows the rounding alone.
+      const CpuAdamW opt(AdamWOptions{{0.0, 0.9, 0.95, 1e-8, 0.0}, to_string(isa), 2, Rounding::Stochastic, 5});
+      opt.step({p, m, v, g.data(), grad_type, up.data(), DType::BF16}, 1, 0.0, 1.0f);
+      size_t ups = 0;
+      for (uint16_t h : up) {
+        ASSERT_TRUE(h == 0x3f80 || h == 0x3f81) << h;  // one of the two neighbours
+        ups += h == 0x3f81;
+      }
+      EXPECT_NEAR(double(ups) / n, 0.3, 0.01);
+      if (first.empty()) first = up;
+      EXPECT_EQ(up, first);  // bitwise the same bits on every path
+      std::vector<uint16_t> step2(n);
+      opt.step({p, m, v, g.data(), grad_type, step2.data(), DType::BF16}, 2, 0.0, 1.0f);
+      EXPECT_NE(step2, up);  // a new step draws new bits
     }
-    EXPECT_NEAR(double(ups) / n, 0.3, 0.01);
-    if (first.empty()) first = up;
-    EXPECT_EQ(up, first);  // bitwise the same bits on every path
-    std::vector<uint16_t> step2(n);
-    opt.step({p, m, v, g.data(), DType::F32, step2.data(), DType::BF16}, 2, 0.0, 1.0f);
-    EXPECT_NE(step2, up);  // a new step draws new bits
-  }
   std::vector<float> p(4, 1.0f), m(4), v(4), g(4);
   std::vector<uint16_t> up(4);
   const CpuAdamW f16(AdamWOptions{kHyper, "auto", 1, Rounding::Stochastic, 1});
@@ -181,7 +184,8 @@ TEST_P(Fp32CopyOut, IsBitwiseTheNewMasterAtEveryLengthAndStart) {
     for (DType gt : {DType::F32, DType::BF16, DType::F16}) {
       for (size_t n : {1, 7, 8, 9, 15, 16, 17, 40, 16384 + 19}) {
         for (size_t offset : {0, 1, 5, 8, 16}) {
-          SCOPED_TRACE(label(isa, gt, DType::F32, true) + " n " + std::to_string(n) + " offset " + std::to_string(offset));
+          SCOPED_TRACE(label(isa, gt, DType::F32, true) + " n " + std::to_string(n) + " offset " +
+                       std::to_string(offset));
           Rng rng(n + offset);
           const size_t total = n + offset + 3;
           State s = make_state(rng, total);
@@ -212,7 +216,8 @@ TEST(AdamW, RefusesInt32GradientsAndUploadsAndChangesNothing) {
     const CpuAdamW opt = optimizer(isa);
     const Bucket int_grads{s.p, s.m, s.v, ints.data(), DType::I32};
     expect_error<std::invalid_argument>([&] { opt.step(int_grads, 1, 1e-3, 1.0f); }, "gradients are int32");
-    expect_error<std::invalid_argument>([&] { opt.grad_stats(ints.data(), DType::I32, ints.size()); }, "gradients are int32");
+    expect_error<std::invalid_argument>([&] { opt.grad_stats(ints.data(), DType::I32, ints.size()); },
+                                        "gradients are int32");
     expect_error<std::invalid_argument>([&] { opt.step(s.bucket(g, 0, 40, true, DType::I32), 1, 1e-3, 1.0f); },
                                         "upload copy's elements are int32");
     EXPECT_EQ(s.p, before.p);
@@ -312,7 +317,8 @@ TEST(AdamW, MatchesTorchOptimAdamW) {
   const auto h = nlohmann::json::parse(ref.metadata().at("adamw"));
   const AdamWHyper hyper{h["lr"], h["beta1"], h["beta2"], h["eps"], h["weight_decay"]};
   const std::vector<float> p0 = ref.read_f32("param0"), grads = ref.read_f32("grads");
-  const std::vector<float> want_p = ref.read_f32("param"), want_m = ref.read_f32("exp_avg"), want_v = ref.read_f32("exp_avg_sq");
+  const std::vector<float> want_p = ref.read_f32("param"), want_m = ref.read_f32("exp_avg"),
+                           want_v = ref.read_f32("exp_avg_sq");
   const size_t n = p0.size(), steps = grads.size() / n;
   for (Isa isa : paths()) {
     SCOPED_TRACE(to_string(isa));
@@ -328,15 +334,17 @@ TEST(AdamW, MatchesTorchOptimAdamW) {
         const double m_prev = k ? want_m[(k - 1) * n + i] : 0.0, p_prev = k ? want_p[(k - 1) * n + i] : p0[i];
         const double g = grads[k * n + i];
         // Differences carried from earlier steps scale with the values then: keep the largest seen.
-        const double m_scale = m_seen[i] = std::max({m_seen[i], std::abs(hyper.beta1 * m_prev),
-                                                     std::abs((1 - hyper.beta1) * g), std::abs(double(want_m[k * n + i]))});
+        const double m_scale = m_seen[i] =
+            std::max({m_seen[i], std::abs(hyper.beta1 * m_prev), std::abs((1 - hyper.beta1) * g),
+                      std::abs(double(want_m[k * n + i]))});
         const double p_scale = std::max(std::abs(p_prev), std::abs(double(want_p[k * n + i])));
         worst = std::max({worst, std::abs(p[i] - want_p[k * n + i]) / ulp(p_scale),
                           std::abs(m[i] - want_m[k * n + i]) / ulp(m_scale),
                           std::abs(v[i] - want_v[k * n + i]) / ulp(want_v[k * n + i])});
         ASSERT_LE(std::abs(p[i] - want_p[k * n + i]), 8 * ulp(p_scale)) << "step " << k + 1 << " element " << i;
         ASSERT_LE(std::abs(m[i] - want_m[k * n + i]), 8 * ulp(m_scale)) << "step " << k + 1 << " element " << i;
-        ASSERT_LE(std::abs(v[i] - want_v[k * n + i]), 8 * ulp(want_v[k * n + i])) << "step " << k + 1 << " element " << i;
+        ASSERT_LE(std::abs(v[i] - want_v[k * n + i]), 8 * ulp(want_v[k * n + i]))
+            << "step " << k + 1 << " element " << i;
       }
     }
     std::printf("%s: worst difference from torch over %zu steps (p, m, v): %.2f ulp\n", to_string(isa), steps, worst);
