@@ -14,6 +14,8 @@ namespace ferry::kernels::cuda {
 namespace {
 
 const std::string kSoname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+// PyTorch's wheels: nvidia-cublas-cu12 keeps it in nvidia/cublas/lib, the CUDA 13 wheels in nvidia/cu13/lib.
+const std::string kWheelDir = "nvidia/cu" + std::to_string(CUBLAS_VER_MAJOR) + "/lib";
 
 template <class F>
 void resolve(void* lib, const std::string& path, const char* name, F& slot) {
@@ -28,8 +30,8 @@ CublasLtLibrary open_cublaslt() {
   std::vector<std::string> errors;
   void* lib = nullptr;
   CublasLtLibrary l;
-  for (const std::string& path : library_candidates(
-           {"FERRY_CUBLASLT_LIB", kSoname, FERRY_CUDA_LIBRARY_DIR, {"nvidia/cublas/lib", "nvidia/cu13/lib"}})) {
+  for (const std::string& path :
+       library_candidates({"FERRY_CUBLASLT_LIB", kSoname, FERRY_CUDA_LIBRARY_DIR, {"nvidia/cublas/lib", kWheelDir}})) {
     // Never closed: plans and handles may be released at exit, after the loader would have unloaded it.
     if ((lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))) {
       l.path = path;
