@@ -969,6 +969,12 @@ EvalSummary evaluate(const Config& config, const EvalOptions& options) {
 
 std::vector<PathUse> run_inputs(const Config& config) { return inputs_of(config); }
 
+void initialize_weights(const Config& config, const models::ModelSpec& spec, memory::HostBuckets& host,
+                        Executor& executor, std::FILE* progress) {
+  Progress lines(progress);
+  initialize_weights(config, spec, host, executor, lines);  // as a Run does, with its own progress lines
+}
+
 formats::StartingPoint starting_point(const Config& config) {
   const dataset::DataRequest request = data_request(config);
   dataset::DataSource data;
