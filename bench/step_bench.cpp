@@ -21,7 +21,7 @@
 #include "engine/device/make_device.h"
 #include "engine/executor.h"
 #include "engine/step_planning.h"
-#include "memory/convert.h"
+#include "engine/trainer.h"
 #include "memory/host_buckets.h"
 #include "models/registry.h"
 #include "memory/host_buffer.h"
@@ -257,13 +257,14 @@ struct DeviceStep {
   std::string device, gpu;
   std::vector<double> seconds;  // per timed step
   double step_s = 0;
+  int64_t host_bucket_bytes = 0;  // pinned for the buckets the host keeps (none of the device tier's), as ferry train
   StepFlops flops;
   std::optional<PeakRate> peak;
 };
 
-// The run set up as the trainer sets one up (plan, device with the plan's arena, pinned host buckets, the
-// architecture's initial weights), then `warmup` untimed and `steps` timed steps on one random batch, each
-// timed to the end of its device work.
+// The run set up as the trainer sets one up (plan, device with the plan's arena, pinned host buckets without the
+// buckets the device alone keeps, the initial weights as ferry train sets them), then `warmup` untimed and `steps`
+// timed steps on one random batch, each timed to the end of its device work.
 DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Kind kind, int steps, int warmup) {
   const models::ModelSpec spec = models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision());
   offload::CostModel cost = cfg.offload.cost_model.empty() ? offload::CostModel{} : offload::CostModel::load(cfg.offload.cost_model);
@@ -274,24 +275,17 @@ DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Ki
   auto dev = device::make_device({.kind = kind, .arena_bytes = plan.memory.layout.peak, .compute_threads = cfg.threads()});
   const DType precision = plan.problem.precision;
   const memory::HostBuckets::GradLanding landing = engine::Executor::gradient_landing(plan);
-  auto pool =
-      dev->make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, precision, precision, false, landing) +
-                          engine::Executor::host_bytes_needed(spec, plan));
-  memory::HostBuckets host(plan.problem.layout, *pool, precision, precision, false, landing);
-  std::vector<std::span<float>> masters;
-  for (int p = 0; p < static_cast<int>(spec.params.size()); ++p) {
-    const memory::TensorView t = host.view(p, memory::HostBuckets::Region::Master);
-    masters.emplace_back(t.as<float>(), static_cast<size_t>(t.numel()));
-  }
-  models::init_model(cfg.model, spec, masters, 1);
-  for (int b = 0; b < static_cast<int>(plan.problem.layout.buckets().size()); ++b) {
-    const memory::TensorView working = host.region(b, memory::HostBuckets::Region::Working);
-    memory::narrow(working.data, working.dtype, host.master(b).data(), static_cast<int64_t>(host.master(b).size()));
-  }
+  const std::vector<bool> device_only = engine::Executor::device_only_buckets(plan);
+  DeviceStep r;
+  r.host_bucket_bytes =
+      memory::HostBuckets::bytes_needed(plan.problem.layout, precision, precision, false, landing, device_only);
+  auto pool = dev->make_host_pool(r.host_bucket_bytes + engine::Executor::host_bytes_needed(spec, plan));
+  memory::HostBuckets host(plan.problem.layout, *pool, precision, precision, false, landing, device_only);
   const cpu_optim::CpuAdamW adamw({{cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay}, "auto", cfg.threads()});
   engine::ExecutorOptions options;
   options.grad_clip = static_cast<float>(cfg.optim.grad_clip);
   engine::Executor executor(spec, plan, host, *pool, *dev, adamw, options, nullptr);
+  engine::initialize_weights(cfg, spec, host, executor, stderr);
   executor.upload_state();
   Rng rng(7);
   std::vector<dataset::Batch> batch(static_cast<size_t>(cfg.train.grad_accum));
@@ -301,7 +295,6 @@ DeviceStep time_device_steps(const engine::Config& cfg, device::DeviceChoice::Ki
     b.targets = b.tokens;
     std::rotate(b.targets.begin(), b.targets.begin() + 1, b.targets.end());
   }
-  DeviceStep r;
   r.device = dev->name();
   if (kind == device::DeviceChoice::Kind::Cuda) r.gpu = cuda_gpu_name(0);
   console::print(stderr,
@@ -340,22 +333,36 @@ int run_device_step_bench(const std::string& config_path, const std::vector<std:
       op_breakdown(models::build_model(cfg.model, cfg.train.batch_size, cfg.sequence(), cfg.precision()),
                    cfg.model.vocab_size, kind, cfg.threads(), r.peak);
   const double tokens_per_s = double(cfg.train.batch_size) * cfg.sequence() * cfg.train.grad_accum / r.step_s;
+  const int64_t params = models::build_model(cfg.model, 1, 1).param_count();
   const std::string mfu_text = r.peak ? fmt::format("{:.1f}% of {} ({:.0f} TFLOP/s)", 100 * mfu(r.flops, r.step_s, *r.peak), r.peak->name, r.peak->flops / 1e12)
                                       : std::string("not computed (no peak known for this device)");
   console::print(
       "model {} ({} {}) batch {}x{} on {}\n  step: {:.1f} ms median of {}, {:.0f} tokens/s, {:.1f} model TFLOP/s\n  "
-      "MFU: {}\n  ({})\n",
+      "MFU: {}\n  ({})\n  host buckets: {:.2f} bytes a parameter\n",
       config_path, cfg.model.kind, cfg.train.precision, cfg.train.batch_size, cfg.sequence(), r.device, r.step_s * 1e3,
-      steps, tokens_per_s, r.flops.model / r.step_s / 1e12, mfu_text, kMfuFormula);
+      steps, tokens_per_s, r.flops.model / r.step_s / 1e12, mfu_text, kMfuFormula,
+      static_cast<double>(r.host_bucket_bytes) / static_cast<double>(params));
   const std::string breakdown = op_breakdown_markdown(by_kind, r.step_s, r.peak);
   console::print("\n{}", breakdown);
   std::vector<double> step_ms;
   for (double s : r.seconds) step_ms.push_back(s * 1e3);
-  nlohmann::json j{{"benchmark", "step"}, {"device", r.device}, {"gpu", r.gpu}, {"policy", cfg.offload.policy},
-                   {"precision", cfg.train.precision}, {"ms_per_step_median", r.step_s * 1e3}, {"step_ms_all", step_ms},
-                   {"tokens_per_s", tokens_per_s}, {"config", config_path}, {"batch", cfg.train.batch_size}, {"seq", cfg.sequence()},
-                   {"grad_accum", cfg.train.grad_accum}, {"params", models::build_model(cfg.model, 1, 1).param_count()},
-                   {"machine", {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}}}, {"date", today()}, {"command", command}};
+  nlohmann::json j{{"benchmark", "step"},
+                   {"device", r.device},
+                   {"gpu", r.gpu},
+                   {"policy", cfg.offload.policy},
+                   {"precision", cfg.train.precision},
+                   {"ms_per_step_median", r.step_s * 1e3},
+                   {"step_ms_all", step_ms},
+                   {"tokens_per_s", tokens_per_s},
+                   {"config", config_path},
+                   {"batch", cfg.train.batch_size},
+                   {"seq", cfg.sequence()},
+                   {"grad_accum", cfg.train.grad_accum},
+                   {"params", params},
+                   {"host_bucket_bytes", r.host_bucket_bytes},
+                   {"machine", {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}}},
+                   {"date", today()},
+                   {"command", command}};
   j.update(mfu_json(r.flops, r.step_s, r.peak));
   j["by_op_kind"] = op_breakdown_json(by_kind);
   if (kind == device::DeviceChoice::Kind::Cuda) {

@@ -131,11 +131,10 @@ struct Executor::Impl {
   static int64_t batch_bytes(const models::ModelSpec& spec) { return 3 * spec.tensors[spec.tensor_index("tokens")].bytes(); }
   // A few MiB, or less when the device tier is smaller: its state moves through them in chunks.
   static int64_t tier_staging_bytes(const offload::StepPlan& plan) {
-    constexpr int64_t kMost = int64_t{4} << 20;
     int64_t most = 0;
     const std::vector<bool> device_only = device_only_buckets(plan);
     for (int b = 0; b < plan.problem.n_buckets; ++b)
-      if (device_only[b]) most = std::max(most, std::min(kMost, plan.problem.bucket_numel(b) * 4));
+      if (device_only[b]) most = std::max(most, std::min(kTierStagingBytes, plan.problem.bucket_numel(b) * 4));
     return most;
   }
 
@@ -191,7 +190,7 @@ struct Executor::Impl {
 
   void through_tier_staging(Stream stream, std::byte* device, int64_t n, DType t,
                             const std::function<void(std::byte* staged, int64_t begin, int64_t count)>& host_side);
-  std::byte* device_tier_state(int param, Region r, int64_t numel);
+  std::byte* device_tier_state(int param, Region r, int64_t first, int64_t count);
   void stage_batch(const dataset::Batch& batch);
   void warm_up();
   void run_micro_batch(const dataset::Batch& batch, MicroBatch& mb);
@@ -516,18 +515,19 @@ void Executor::Impl::through_tier_staging(
   }
 }
 
-// Where a parameter's master weights, m or v lie on the device, for a bucket the device alone keeps.
-std::byte* Executor::Impl::device_tier_state(int param, Region r, int64_t numel) {
+// Where elements [first, first + count) of a parameter's master weights, m or v lie on the device, for a bucket the
+// device alone keeps.
+std::byte* Executor::Impl::device_tier_state(int param, Region r, int64_t first, int64_t count) {
   const memory::BucketLayout::Slot& slot = p.layout.slot(param);
   if (!host.on_device(slot.bucket) || !tier_staging)
     throw std::logic_error("executor: parameter " + spec.params[param].name +
                            " is not in a bucket the device alone keeps");
-  if (numel != slot.numel)
-    throw std::logic_error(
-        fmt::format("executor: {} values for parameter {} of {}", numel, spec.params[param].name, slot.numel));
+  if (first < 0 || first + count > slot.numel)
+    throw std::logic_error(fmt::format("executor: values [{}, {}) of parameter {}, which has {}", first, first + count,
+                                       spec.params[param].name, slot.numel));
   const int part = r == Region::Master ? 0 : r == Region::M ? 1 : r == Region::V ? 2 : -1;
   if (part < 0) throw std::logic_error("executor: the device tier's state is its master weights, m and v");
-  return at.address(at.state_tensor(slot.bucket)) + (part * p.bucket_numel(slot.bucket) + slot.offset) * 4;
+  return at.address(at.state_tensor(slot.bucket)) + (part * p.bucket_numel(slot.bucket) + slot.offset + first) * 4;
 }
 
 namespace {
@@ -630,17 +630,18 @@ void Executor::download_state() {
   x.barrier();  // also finishes a pipelined update in flight: the host buckets then hold the step's state
 }
 
-void Executor::write_device_tier(int param, Region r, std::span<const float> values) {
+void Executor::write_device_tier(int param, Region r, std::span<const float> values, int64_t first) {
   Impl& x = *impl_;
   const int64_t n = static_cast<int64_t>(values.size());
-  std::byte* state = x.device_tier_state(param, r, n);
+  std::byte* state = x.device_tier_state(param, r, first, n);
   x.through_tier_staging(Stream::H2D, state, n, DType::F32, [&](std::byte* staged, int64_t begin, int64_t count) {
     std::memcpy(staged, values.data() + begin, static_cast<size_t>(count) * 4);
   });
   if (r != Region::Master) return;
   // Its working copy, rounded from the master as the host's are (and as AdamW's fused copy-out writes them).
   const memory::BucketLayout::Slot& slot = x.p.layout.slot(param);
-  std::byte* working = x.at.address(x.at.resident_tensor(slot.bucket)) + slot.offset * dtype_bytes(x.p.precision);
+  std::byte* working =
+      x.at.address(x.at.resident_tensor(slot.bucket)) + (slot.offset + first) * dtype_bytes(x.p.precision);
   x.through_tier_staging(Stream::H2D, working, n, x.p.precision, [&](std::byte* staged, int64_t begin, int64_t count) {
     memory::narrow(staged, x.p.precision, values.data() + begin, count);
   });
@@ -649,7 +650,10 @@ void Executor::write_device_tier(int param, Region r, std::span<const float> val
 void Executor::read_device_tier(int param, Region r, std::span<float> out) {
   Impl& x = *impl_;
   const int64_t n = static_cast<int64_t>(out.size());
-  x.through_tier_staging(Stream::D2H, x.device_tier_state(param, r, n), n, DType::F32,
+  if (n != x.p.layout.slot(param).numel)
+    throw std::logic_error(fmt::format("executor: {} values read of parameter {}, which has {}", n,
+                                       x.spec.params[param].name, x.p.layout.slot(param).numel));
+  x.through_tier_staging(Stream::D2H, x.device_tier_state(param, r, 0, n), n, DType::F32,
                          [&](std::byte* staged, int64_t begin, int64_t count) {
                            std::memcpy(out.data() + begin, staged, static_cast<size_t>(count) * 4);
                          });
@@ -659,7 +663,7 @@ void Executor::zero_device_tier_moments(int param) {
   Impl& x = *impl_;
   const int64_t n = x.p.layout.slot(param).numel;
   for (Region r : {Region::M, Region::V}) {
-    std::byte* state = x.device_tier_state(param, r, n);
+    std::byte* state = x.device_tier_state(param, r, 0, n);
     x.barrier();
     x.dev.zero(Stream::Compute, state, n * 4, "device tier: zero moments");
     x.dev.synchronize();

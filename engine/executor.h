@@ -78,8 +78,11 @@ class Executor {
 
   // The state of a bucket the device alone keeps (HostBuckets::on_device): one parameter's master weights (with
   // its working copy, rounded from them as start-up rounds the host's), m or v, written to the device or read from
-  // it through a pinned staging area of a few MiB, synchronously. Between steps: start-up, resume, checkpoints.
-  void write_device_tier(int param, memory::HostBuckets::Region r, std::span<const float> values);
+  // it through a pinned staging area of kTierStagingBytes at most, synchronously. Between steps: start-up, resume,
+  // checkpoints. A write may give the parameter's elements [first, first + values.size()) alone: start-up writes a
+  // large parameter a staging's worth at a time.
+  static constexpr int64_t kTierStagingBytes = int64_t{4} << 20;
+  void write_device_tier(int param, memory::HostBuckets::Region r, std::span<const float> values, int64_t first = 0);
   void read_device_tier(int param, memory::HostBuckets::Region r, std::span<float> out);
   // Zeroes a parameter's m and v there (start-up: the moments start at zero), with no host buffer.
   void zero_device_tier_moments(int param);

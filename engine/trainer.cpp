@@ -47,6 +47,7 @@
 #include "memory/pinned_pool.h"
 #include "kernels/cpu/matmul.h"
 #include "models/registry.h"
+#include "models/weight_init.h"
 #include "offload/policies.h"
 
 namespace ferry::engine {
@@ -133,20 +134,22 @@ formats::ParameterViews bucket_state(const memory::HostBuckets& host, Executor& 
   return views;
 }
 
-// The initial weights of the buckets the device alone keeps, one parameter at a time through a transient buffer
-// (init_model gives it the values a whole-model initialisation does), put on the device with zero moments.
+// The initial weights of the buckets the device alone keeps, each element the value a whole-model initialisation
+// gives it, put on the device a staging's worth at a time (a whole parameter would be a transient copy as large as
+// an embedding table: 2.1 GB for Llama-3.1-8B's), with zero moments.
 void initialize_device_tier(const Config& cfg, const models::ModelSpec& spec, const memory::HostBuckets& host,
                             Executor& executor) {
-  const int params = static_cast<int>(spec.params.size());
-  std::vector<float> weights;
-  for (int p = 0; p < params; ++p) {
+  const models::InitialValues initial(models::init_rules(cfg.model, spec), models::param_numels(spec), cfg.train.seed);
+  constexpr int64_t kChunk = Executor::kTierStagingBytes / 4;  // fp32 elements
+  std::vector<float> chunk;
+  for (int p = 0; p < static_cast<int>(spec.params.size()); ++p) {
     const auto& slot = host.layout().slot(p);
     if (!host.on_device(slot.bucket)) continue;
-    weights.assign(static_cast<size_t>(slot.numel), 0.0f);
-    std::vector<std::span<float>> views(static_cast<size_t>(params));
-    views[p] = weights;
-    models::init_model(cfg.model, spec, views, cfg.train.seed);
-    executor.write_device_tier(p, Region::Master, weights);
+    for (int64_t begin = 0; begin < slot.numel; begin += kChunk) {
+      chunk.resize(static_cast<size_t>(std::min(kChunk, slot.numel - begin)));
+      initial.fill(p, begin, chunk);
+      executor.write_device_tier(p, Region::Master, chunk, begin);
+    }
     executor.zero_device_tier_moments(p);
   }
 }
@@ -965,6 +968,12 @@ EvalSummary evaluate(const Config& config, const EvalOptions& options) {
 }
 
 std::vector<PathUse> run_inputs(const Config& config) { return inputs_of(config); }
+
+void initialize_weights(const Config& config, const models::ModelSpec& spec, memory::HostBuckets& host,
+                        Executor& executor, std::FILE* progress) {
+  Progress lines(progress);
+  initialize_weights(config, spec, host, executor, lines);  // as a Run does, with its own progress lines
+}
 
 formats::StartingPoint starting_point(const Config& config) {
   const dataset::DataRequest request = data_request(config);

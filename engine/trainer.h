@@ -14,8 +14,16 @@
 namespace ferry::formats {
 struct StartingPoint;  // formats/export.h
 }
+namespace ferry::memory {
+class HostBuckets;  // memory/host_buckets.h
+}
+namespace ferry::models {
+struct ModelSpec;  // models/model_spec.h
+}
 
 namespace ferry::engine {
+
+class Executor;  // engine/executor.h
 
 struct TrainOptions {
   // JSON lines, one per step; empty: none, or metrics.jsonl in a run folder. Resuming, the file is cut back to
@@ -101,6 +109,13 @@ struct EvalSummary {
 };
 
 EvalSummary evaluate(const Config& config, const EvalOptions& options);
+
+// A run's initial weights as train() sets them, for a benchmark that sets up its own Executor (ferry-bench step
+// --device): the initialisation of train.seed, or model.init_from's weights, into the host buckets' masters and
+// working copies, and the device tier's straight to the device a few MiB at a time. Then executor.upload_state().
+// progress: where start-up lines go (model.init_from's tensors initialised instead); null: nowhere.
+void initialize_weights(const Config& config, const models::ModelSpec& spec, memory::HostBuckets& host,
+                        Executor& executor, std::FILE* progress);
 
 // What a run of `config` starts from, for `ferry export --config`: its model, the seed of its initialisation,
 // and its tokenizer as its checkpoints record it (a shard's sidecar is read; a text's tokens are not made).

@@ -87,14 +87,18 @@ ModelSpec build_bert(const BertConfig& cfg, int64_t B, int64_t T) {
   return std::move(b).finish();
 }
 
-void init_bert(const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed) {
+std::vector<InitRule> bert_init_rules(const ModelSpec& spec) {
   std::vector<InitRule> rules;
   for (const ParamSpec& p : spec.params) {
     if (p.name.find("LayerNorm.weight") != std::string::npos) rules.push_back(InitRule::constant(1.0f));
     else if (p.name.ends_with(".bias")) rules.push_back(InitRule::constant(0.0f));
     else rules.push_back(InitRule::gaussian(0.02));
   }
-  fill_initial_values(rules, param_numels(spec), values, seed);  // an empty view: skipped
+  return rules;
+}
+
+void init_bert(const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed) {
+  fill_initial_values(bert_init_rules(spec), param_numels(spec), values, seed);  // an empty view: skipped
 }
 
 }  // namespace ferry::models

@@ -8,6 +8,7 @@
 
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
+#include "models/weight_init.h"
 
 namespace ferry::models {
 
@@ -31,6 +32,7 @@ ModelSpec build_bert(const BertConfig& config, int64_t B, int64_t T);
 
 // BERT's initialisation: N(0, 0.02) weights and embeddings, zero biases, unit LayerNorm gains.
 // Deterministic in `seed` on every platform.
+std::vector<InitRule> bert_init_rules(const ModelSpec& spec);
 void init_bert(const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed);
 inline void init_bert(const ModelSpec& spec, ParameterStore& store, uint64_t seed) { init_bert(spec, store.value_views(), seed); }
 

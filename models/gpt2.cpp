@@ -73,7 +73,7 @@ ModelSpec build_gpt2(const GptConfig& cfg, int64_t B, int64_t T) {
   return std::move(b).finish();
 }
 
-void init_gpt2(const ModelSpec& spec, const GptConfig& cfg, std::span<const std::span<float>> values, uint64_t seed) {
+std::vector<InitRule> gpt2_init_rules(const ModelSpec& spec, const GptConfig& cfg) {
   const double proj_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
   std::vector<InitRule> rules;
   for (const ParamSpec& p : spec.params) {
@@ -82,7 +82,11 @@ void init_gpt2(const ModelSpec& spec, const GptConfig& cfg, std::span<const std:
     else if (name.find(".ln_") != std::string::npos) rules.push_back(InitRule::constant(1.0f));
     else rules.push_back(InitRule::gaussian(name.ends_with("c_proj.weight") ? proj_std : 0.02));
   }
-  fill_initial_values(rules, param_numels(spec), values, seed);  // an empty view: skipped
+  return rules;
+}
+
+void init_gpt2(const ModelSpec& spec, const GptConfig& cfg, std::span<const std::span<float>> values, uint64_t seed) {
+  fill_initial_values(gpt2_init_rules(spec, cfg), param_numels(spec), values, seed);  // an empty view: skipped
 }
 
 }  // namespace ferry::models

@@ -6,6 +6,7 @@
 
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
+#include "models/weight_init.h"
 
 namespace ferry::models {
 
@@ -26,6 +27,7 @@ ModelSpec build_gpt2(const GptConfig& config, int64_t B, int64_t T);
 
 // GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2 n_layer), zero
 // biases, unit LayerNorm gains. Deterministic in `seed` on every platform.
+std::vector<InitRule> gpt2_init_rules(const ModelSpec& spec, const GptConfig& config);
 void init_gpt2(const ModelSpec& spec, const GptConfig& config, std::span<const std::span<float>> values, uint64_t seed);
 inline void init_gpt2(const ModelSpec& spec, const GptConfig& config, ParameterStore& store, uint64_t seed) {
   init_gpt2(spec, config, store.value_views(), seed);

@@ -92,14 +92,18 @@ ModelSpec build_llama(const LlamaConfig& cfg, int64_t B, int64_t T) {
   return std::move(b).finish();
 }
 
-void init_llama(const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed) {
+std::vector<InitRule> llama_init_rules(const ModelSpec& spec) {
   std::vector<InitRule> rules;
   for (const ParamSpec& p : spec.params) {
     if (p.name.ends_with(".bias")) rules.push_back(InitRule::constant(0.0f));
     else if (p.shape.size() == 1) rules.push_back(InitRule::constant(1.0f));  // the RMSNorm gains
     else rules.push_back(InitRule::gaussian(0.02));
   }
-  fill_initial_values(rules, param_numels(spec), values, seed);  // an empty view: skipped
+  return rules;
+}
+
+void init_llama(const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed) {
+  fill_initial_values(llama_init_rules(spec), param_numels(spec), values, seed);  // an empty view: skipped
 }
 
 }  // namespace ferry::models

@@ -8,6 +8,7 @@
 
 #include "foundation/rope.h"
 #include "models/model_spec.h"
+#include "models/weight_init.h"
 
 namespace ferry::models {
 
@@ -30,6 +31,7 @@ ModelSpec build_llama(const LlamaConfig& config, int64_t B, int64_t T);
 
 // Hugging Face's LlamaPreTrainedModel initialisation: every weight N(0, 0.02) (initializer_range), biases 0,
 // RMSNorm gains 1. Deterministic in `seed` on every platform.
+std::vector<InitRule> llama_init_rules(const ModelSpec& spec);
 void init_llama(const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed);
 
 }  // namespace ferry::models

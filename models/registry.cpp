@@ -92,4 +92,10 @@ void init_model(const ModelConfig& m, const ModelSpec& spec, ParameterStore& par
   init_model(m, spec, params.value_views(), seed);
 }
 
+std::vector<InitRule> init_rules(const ModelConfig& m, const ModelSpec& spec) {
+  if (m.kind == "bert") return bert_init_rules(spec);
+  if (m.kind == "llama") return llama_init_rules(spec);
+  return gpt2_init_rules(spec, gpt_config(m));
+}
+
 }  // namespace ferry::models

@@ -10,6 +10,7 @@
 #include "foundation/rope.h"
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
+#include "models/weight_init.h"
 
 namespace ferry::models {
 
@@ -90,5 +91,8 @@ ModelSpec build_model(const ModelConfig& model, int64_t batch, int64_t seq, DTyp
 // skipped; every other parameter gets the values a whole-model initialisation gives it.
 void init_model(const ModelConfig& model, const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed);
 void init_model(const ModelConfig& model, const ModelSpec& spec, ParameterStore& params, uint64_t seed);
+// The rule each parameter starts from (spec.params order), as init_model applies them: with InitialValues, any
+// elements of a parameter without the rest of the model.
+std::vector<InitRule> init_rules(const ModelConfig& model, const ModelSpec& spec);
 
 }  // namespace ferry::models

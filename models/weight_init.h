@@ -32,4 +32,19 @@ void fill_initial_values(std::span<const InitRule> rules, std::span<const int64_
 // Per parameter of the spec, its number of elements (the sizes fill_initial_values counts in the stream).
 std::vector<int64_t> param_numels(const ModelSpec& spec);
 
+// Any elements of any parameter, each the value fill_initial_values gives it, without the rest of the model: a
+// parameter the device alone keeps goes there a few MiB at a time, with no transient copy of all of it.
+class InitialValues {
+ public:
+  InitialValues(std::vector<InitRule> rules, std::span<const int64_t> numel, uint64_t seed);
+  // Elements [begin, begin + out.size()) of parameter `param`, in parallel.
+  void fill(int param, int64_t begin, std::span<float> out) const;
+
+ private:
+  std::vector<InitRule> rules_;
+  std::vector<int64_t> numel_;
+  std::vector<uint64_t> first_normal_;  // per parameter, where its elements start in the stream of normals
+  uint64_t seed_;
+};
+
 }  // namespace ferry::models

@@ -31,6 +31,7 @@
 #include "engine/executor.h"
 #include "engine/step_planning.h"
 #include "engine/trainer.h"
+#include "formats/checkpoint.h"
 #include "memory/convert.h"
 #include "memory/host_buckets.h"
 #include "memory/pinned_pool.h"
@@ -551,6 +552,42 @@ TEST(Executor, TheDeviceTierCheckpointsTheBytesOfAHostKeptState) {
           << step << "/" << file;
   const StoppedAndResumed r = stop_and_resume(tier, dir / "resumed", 3);
   EXPECT_EQ(r.losses(), with_tier.losses);
+  std::filesystem::remove_all(dir);
+}
+
+// The device tier's initial weights are a whole-model initialisation's, bit for bit, though they reach the device a
+// staging's worth at a time: an embedding of more than one such chunk, whose chunks end inside a row, in a run with
+// every bucket in the device tier and a learning rate of 0 (its final checkpoint holds the initial weights). Its
+// losses are those of a run that keeps every bucket on the host: the working copies were rounded alike.
+TEST(Executor, TheDeviceTierStartsFromTheWholeModelsInitialisationChunkByChunk) {
+  const auto dir = testing::scratch_path("tier_initial_weights");
+  std::filesystem::remove_all(dir);
+  Config tier = small_config("greedy", false, 1, int64_t{1} << 30, 1,
+                             "model: {n_layer: 1, n_head: 2, n_embd: 96, vocab_size: 12000, seq_len: 16}\n");
+  tier.train.precision = "bf16";
+  tier.optim.lr = tier.optim.min_lr = 0, tier.optim.warmup_steps = 0;
+  tier.train.checkpoint_dir = dir / "tier";
+  Config cpu = tier;
+  cpu.offload.policy = "zero-offload", cpu.train.checkpoint_dir = dir / "cpu";
+  const models::ModelSpec spec =
+      models::build_model(tier.model, tier.train.batch_size, tier.model.seq_len, DType::BF16);
+  ASSERT_TRUE(plan_for_config(tier, spec, fp32_cost_model()).schedule.all_device_optimizer());
+  constexpr int64_t kChunk = Executor::kTierStagingBytes / 4;
+  const int64_t wte = models::numel(spec.params[spec.param_index("transformer.wte.weight")].shape);
+  ASSERT_GT(wte, kChunk) << "the embedding fits one chunk: the test would check nothing";
+  ASSERT_NE(kChunk % tier.model.n_embd, 0) << "the chunks end on rows";
+  const TrainSummary with_tier = run(tier), without = run(cpu);
+  EXPECT_EQ(with_tier.tier_params[0], with_tier.params);
+  EXPECT_EQ(with_tier.losses, without.losses);
+  models::ParameterStore expected(spec.params);
+  models::init_model(tier.model, spec, expected, tier.train.seed);
+  const auto [state, folder] = formats::read_checkpoint_state(dir / "tier");
+  bool verified = false;
+  const models::ParameterStore initial = formats::read_checkpoint_weights(folder, state, spec, &verified);
+  ASSERT_TRUE(verified);
+  for (int p = 0; p < expected.count(); ++p)
+    EXPECT_EQ(std::memcmp(initial.value(p).data(), expected.value(p).data(), expected.value(p).size_bytes()), 0)
+        << spec.params[p].name;
   std::filesystem::remove_all(dir);
 }
 

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/bert.h"
@@ -447,6 +448,43 @@ TEST(WeightInit, APartInitialisedAloneGetsTheWholeModelsValues) {
               << (chosen ? " differs from the whole model's" : " was written");
         }
       }
+  }
+}
+
+// Any elements of a parameter filled alone (a parameter the device alone keeps goes there a few MiB at a time) are
+// the whole model's values: ranges that start and end inside the fill's chunks of 65536 elements and across them.
+TEST(WeightInit, AnyRangeOfAParameterAloneGetsTheWholeModelsValues) {
+  const GptConfig gpt{2, 2, 64, 3001, 128};
+  LlamaConfig llama{2, 4, 2, 64, 3001, 32, 96};
+  llama.attention_bias = true;
+  const ModelSpec g = build_gpt2(gpt, 1, 1), b = build_bert({2, 2, 64, 3001, 32, 2}, 1, 1),
+                  l = build_llama(llama, 1, 1);
+  using Init = std::function<void(std::span<const std::span<float>>)>;
+  const std::vector<std::tuple<const ModelSpec*, std::vector<InitRule>, Init>> models{
+      {&g, gpt2_init_rules(g, gpt), [&](auto views) { init_gpt2(g, gpt, views, 3); }},
+      {&b, bert_init_rules(b), [&](auto views) { init_bert(b, views, 3); }},
+      {&l, llama_init_rules(l), [&](auto views) { init_llama(l, views, 3); }}};
+  Rng rng(4);
+  for (const auto& [spec, rules, init] : models) {
+    const Values whole = parallel_init(*spec, 2, init);
+    const InitialValues initial(rules, param_numels(*spec), 3);
+    for (size_t p = 0; p < whole.size(); ++p) {
+      const int64_t n = static_cast<int64_t>(whole[p].size());
+      std::vector<std::pair<int64_t, int64_t>> ranges{{0, n}, {n - 1, n}};
+      if (n > 2 * 65536) ranges.emplace_back(65535, 2 * 65536 + 1);
+      for (int i = 0; i < 3; ++i) {
+        const int64_t begin = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
+        ranges.emplace_back(begin, begin + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - begin + 1))));
+      }
+      for (const auto& [begin, end] : ranges) {
+        std::vector<float> got(static_cast<size_t>(end - begin), NAN);
+        initial.fill(static_cast<int>(p), begin, got);
+        EXPECT_EQ(std::memcmp(got.data(), whole[p].data() + begin, got.size() * sizeof(float)), 0)
+            << spec->kind << ": " << spec->params[p].name << " [" << begin << ", " << end << ")";
+      }
+      std::vector<float> past_the_end(2);
+      EXPECT_THROW(initial.fill(static_cast<int>(p), n - 1, past_the_end), std::out_of_range);
+    }
   }
 }
 
