@@ -55,7 +55,8 @@ std::string why_not_sampleable(const formats::TrainState& state) {
   return {};
 }
 
-std::string sample(const SampleOptions& o, const std::function<bool(std::string_view)>& on_text) {
+std::string sample(const SampleOptions& o, const std::function<bool(std::string_view)>& on_text,
+                   std::vector<int32_t>* generated) {
   if (o.tokens < 0) throw std::invalid_argument(fmt::format("--tokens: {} is out of range; expected an integer >= 0", o.tokens));
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
     throw std::invalid_argument(fmt::format("--temperature: {} is not allowed; expected a finite number >= 0", o.temperature));
@@ -72,6 +73,8 @@ std::string sample(const SampleOptions& o, const std::function<bool(std::string_
                    dir.string());
   warn_if_not_finite(spec, params, dir / "model.safetensors");
   ops::CpuRunner runner(spec, params);
+  // The logits' rows are the vocabulary padded inside the engine (models/vocab.h); only the first V are tokens.
+  const int64_t stride = spec.tensors[spec.tensor_index("lm_head.out")].shape.back();
 
   std::vector<int32_t> text;
   for (unsigned char ch : o.prompt) text.push_back(ch);
@@ -87,7 +90,7 @@ std::string sample(const SampleOptions& o, const std::function<bool(std::string_
     runner.set_batch(window, targets);
     runner.forward();
     const std::vector<float> all_logits = runner.tensor("lm_head.out");  // a copy: it outlives the expression
-    const float* logits = all_logits.data() + (len - 1) * V;
+    const float* logits = all_logits.data() + (len - 1) * stride;
     int32_t next = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
     if (o.temperature > 0) {
       std::vector<int> order(V);
@@ -105,6 +108,7 @@ std::string sample(const SampleOptions& o, const std::function<bool(std::string_
         }
     }
     text.push_back(next);
+    if (generated) generated->push_back(next);
     if (on_text) heard = on_text(std::string(1, text_of(next)));
   }
   std::string out;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ferry::formats {
 struct TrainState;
@@ -25,7 +26,10 @@ struct SampleOptions {
 // The prompt followed by the generated text. Deterministic for a seed. `on_text`, when given, hears the
 // prompt, then each token's text as soon as it is generated (what `ferry sample` prints as it goes); when it
 // returns false (stdout takes no more), generation stops there.
-std::string sample(const SampleOptions& options, const std::function<bool(std::string_view)>& on_text = {});
+// `generated`, when given, receives the ids of the generated tokens (every one below model.vocab_size: the
+// engine's padded vocabulary is never sampled).
+std::string sample(const SampleOptions& options, const std::function<bool(std::string_view)>& on_text = {},
+                   std::vector<int32_t>* generated = nullptr);
 
 // Why `ferry sample` cannot continue text from this checkpoint; empty when it can.
 std::string why_not_sampleable(const formats::TrainState& state);

@@ -334,27 +334,35 @@ void read_tensors(const SafetensorsFile& file, const std::string& prefix, const 
   for (size_t i = 0; i < spec.params.size(); ++i) {
     const std::string name = prefix + spec.params[i].name;
     const auto* e = file.find(name);
-    if (!e || e->shape != spec.params[i].shape || into.at(i).numel() != models::numel(e->shape))
+    const models::ParamSpec& param = spec.params[i];
+    if (!e || e->shape != param.file_shape() || into.at(i).numel() != models::numel(param.shape))
       throw std::runtime_error("--resume: '" + origin.string() + "' lacks " + name + " or has another shape");
     if (!into[i].data && !store) continue;
-    const auto values = file.read_f32(name);
+    auto values = file.read_f32(name);
+    values.resize(static_cast<size_t>(models::numel(param.shape)), 0.0f);  // a padded vocabulary's rows: zero
     if (!into[i].data) store(static_cast<int>(i), values);
     else memory::narrow(into[i].data, into[i].dtype, values.data(), static_cast<int64_t>(values.size()));
   }
 }
 
 // The safetensors entry of one parameter's view: its bytes in place, or (a view without data) filled when
-// written: fp32 from `fetch`, or zeros when there is none.
+// written: fp32 from `fetch`, or zeros when there is none. Only the real rows of a padded vocabulary are written
+// (the file's shape, the view's first elements): checkpoints keep the shape outside the engine.
 SafetensorsTensorRef tensor_ref(std::string name, const models::ParamSpec& param, const memory::TensorView& view,
                                 std::function<void(std::span<float>)> fetch) {
-  SafetensorsTensorRef ref{std::move(name), param.shape, view.data, view.dtype};
+  SafetensorsTensorRef ref{std::move(name), param.file_shape(), view.data, view.dtype};
   if (view.data) return ref;
-  const size_t n = static_cast<size_t>(models::numel(param.shape));
+  const size_t n = static_cast<size_t>(models::numel(param.shape)),
+               real = static_cast<size_t>(models::numel(ref.shape));
   if (fetch && view.dtype != DType::F32)
     throw std::logic_error("write_checkpoint_files: " + ref.name + " lives elsewhere and is not fp32");
-  ref.fill = [n, bytes = n * static_cast<size_t>(dtype_bytes(view.dtype)), fetch = std::move(fetch)](std::byte* out) {
-    if (fetch) fetch(std::span<float>(reinterpret_cast<float*>(out), n));
-    else std::memset(out, 0, bytes);
+  ref.fill = [n, real, bytes = real * static_cast<size_t>(dtype_bytes(view.dtype)),
+              fetch = std::move(fetch)](std::byte* out) {
+    if (!fetch) return static_cast<void>(std::memset(out, 0, bytes));
+    if (n == real) return fetch(std::span<float>(reinterpret_cast<float*>(out), n));
+    std::vector<float> all(n);  // the whole parameter, of which the file takes the real rows
+    fetch(all);
+    std::memcpy(out, all.data(), bytes);
   };
   return ref;
 }

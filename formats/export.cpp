@@ -352,10 +352,10 @@ ExportReport export_checkpoint(const fs::path& checkpoint, const fs::path& out, 
   for (const models::ParamSpec& p : spec.params) {
     const SafetensorsEntry* e = weights.find(p.name);
     const std::optional<DType> type = e ? float_dtype(e->dtype) : std::nullopt;
-    if (!e || e->shape != p.shape || !type)
+    if (!e || e->shape != p.file_shape() || !type)
       throw std::runtime_error(fmt::format("'{}' lacks {} as a floating-point tensor of its shape; the checkpoint is damaged",
                                            (dir / "model.safetensors").string(), p.name));
-    refs.push_back({p.name, p.shape, weights.data(*e), *type});
+    refs.push_back({p.name, p.file_shape(), weights.data(*e), *type});
   }
   const fs::path source = export_source(state, options);
   std::optional<HfWeights> source_weights;  // its bytes stay in memory until the export is written
@@ -397,8 +397,8 @@ ExportReport export_starting_point(const StartingPoint& start, const fs::path& o
     const models::ParamSpec& p = spec.params[i];
     const auto it = from_source.find(p.name);
     const std::optional<DType> type = it == from_source.end() ? std::nullopt : float_dtype(it->second.second->dtype);
-    if (type) refs.push_back({p.name, p.shape, it->second.first->data(*it->second.second), *type});
-    else refs.push_back({p.name, p.shape, views[i].data(), DType::F32});
+    if (type) refs.push_back({p.name, p.file_shape(), it->second.first->data(*it->second.second), *type});
+    else refs.push_back({p.name, p.file_shape(), views[i].data(), DType::F32});  // the real rows: the first elements
   }
   const TokenizerOrigin tokens = tokenizer_origin(start.tokenizer, start.origin);
   export_model(m, spec, std::move(refs), source ? &*source : nullptr, tokens, out, {}, options, report);

@@ -111,13 +111,15 @@ void load_from(const SafetensorsFile& file, const models::ModelSpec& spec, std::
       throw std::runtime_error("weights: the checkpoint has both '" + seen->second + "' and '" + e.name + "', which are the same tensor '" +
                                name + "' of this model; remove one of them");
     const int i = spec.param_index(name);
-    if (e.shape != spec.params[i].shape)
+    const models::ParamSpec& param = spec.params[i];
+    if (e.shape != param.file_shape())
       throw std::runtime_error("weights: tensor '" + e.name + "' has shape " + shape_str(e.shape) +
-                               " in the checkpoint; the model needs " + shape_str(spec.params[i].shape));
+                               " in the checkpoint; the model needs " + shape_str(param.file_shape()));
     found[name] = e.name;
     const std::span<float> into = values[static_cast<size_t>(i)];
     if (into.empty() && !options.store) continue;
-    const std::vector<float> values_read = file.read_f32(e.name);
+    std::vector<float> values_read = file.read_f32(e.name);
+    values_read.resize(static_cast<size_t>(models::numel(param.shape)), 0.0f);  // a padded vocabulary's rows: zero
     if (into.empty()) {
       options.store(i, values_read);
       continue;

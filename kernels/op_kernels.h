@@ -103,12 +103,22 @@ struct SwiGluBackward {
 struct ResidualForward { Operand out, a, b; int64_t n; };
 struct ResidualBackward { Operand da, db, dout; int64_t n; };
 
-// losses (N) fp32 = logsumexp(logits (N,V)) - logits[target], 0 where target < 0; *loss (host) receives
+// Logits (N, stride) of which the first V (vocab) columns are the classes; the columns past them (a padded
+// vocabulary's, models/vocab.h) never enter the softmax, and their gradients are left as they are (zero).
+// losses (N) fp32 = logsumexp(logits[:, :V]) - logits[target], 0 where target < 0; *loss (host) receives
 // the mean over the targets >= 0 (0 when there are none).
-struct CrossEntropyForward { Operand losses, logits, targets; int64_t rows, vocab; float* loss; };
-// dlogits (N,V) += loss_weight / count * (softmax(logits) - onehot(target)), count = targets >= 0 (the
+struct CrossEntropyForward {
+  Operand losses, logits, targets;
+  int64_t rows, vocab, stride;
+  float* loss;
+};
+// dlogits[:, :V] += loss_weight / count * (softmax(logits[:, :V]) - onehot(target)), count = targets >= 0 (the
 // backend counts them, on its device), nothing where target < 0.
-struct CrossEntropyBackward { Operand dlogits, logits, targets; int64_t rows, vocab; float loss_weight; };
+struct CrossEntropyBackward {
+  Operand dlogits, logits, targets;
+  int64_t rows, vocab, stride;
+  float loss_weight;
+};
 
 // A device's implementation of every op kind and pass. Forward overwrites its outputs; backward
 // accumulates (+=) into every gradient it writes.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/builder.h"
+#include "models/vocab.h"
 #include "models/weight_init.h"
 
 namespace ferry::models {
@@ -38,18 +39,19 @@ ModelSpec build_bert(const BertConfig& cfg, int64_t B, int64_t T) {
   if (T < 1 || T > cfg.seq_len) throw std::invalid_argument("bert: sequence length must be in [1, seq_len]");
   const int64_t C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer, F = cfg.ffn();
   Builder b("bert", {B, T, cfg.n_head, /*causal=*/false});
+  b.vocab_multiple = cfg.vocab_multiple;
   const float eps = cfg.eps;
   const GeluForm gelu_form = cfg.exact_gelu ? GeluForm::Erf : GeluForm::Tanh;
   constexpr WeightLayout nn_linear = WeightLayout::OutIn;
 
   // Parameters, in BertForMaskedLM's order.
-  const int word = b.param("bert.embeddings.word_embeddings.weight", {V, C});
+  const int word = b.vocab_param("bert.embeddings.word_embeddings.weight", V, {C});
   const int pos = b.param("bert.embeddings.position_embeddings.weight", {cfg.seq_len, C});
   const int type = b.param("bert.embeddings.token_type_embeddings.weight", {cfg.type_vocab_size, C});
   const std::vector<int> emb_ln = b.weight_and_bias("bert.embeddings.LayerNorm.", {C}, {C});
   std::vector<Block> blocks;
   for (int64_t l = 0; l < L; ++l) blocks.push_back(block_params(b, l, C, F));
-  const int decoder_bias = b.param("cls.predictions.bias", {V});
+  const int decoder_bias = b.vocab_param("cls.predictions.bias", V, {});
   const std::vector<int> head_dense = b.weight_and_bias("cls.predictions.transform.dense.", {C, C}, {C});
   const std::vector<int> head_ln = b.weight_and_bias("cls.predictions.transform.LayerNorm.", {C}, {C});
 
@@ -83,7 +85,7 @@ ModelSpec build_bert(const BertConfig& cfg, int64_t B, int64_t T) {
   const int normed = b.layernorm("head.ln", head_ln, gelu, eps);
   // The decoder is tied to the word embeddings, with its own bias.
   const int logits = b.linear("head.decoder", {word, decoder_bias}, normed, nn_linear);
-  b.cross_entropy("loss", logits, targets);
+  b.cross_entropy("loss", logits, targets, V);
   return std::move(b).finish();
 }
 
@@ -98,7 +100,7 @@ std::vector<InitRule> bert_init_rules(const ModelSpec& spec) {
 }
 
 void init_bert(const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed) {
-  fill_initial_values(bert_init_rules(spec), param_numels(spec), values, seed);  // an empty view: skipped
+  fill_real_values(spec, bert_init_rules(spec), values, seed);  // an empty view: skipped
 }
 
 }  // namespace ferry::models

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "models/model_spec.h"
+#include "models/vocab.h"
 #include "models/parameter_store.h"
 #include "models/weight_init.h"
 
@@ -22,6 +23,7 @@ struct BertConfig {
   float eps = 1e-12f;      // LayerNorm epsilon (layer_norm_eps)
   bool exact_gelu = true;  // GELU's erf form (hidden_act gelu) instead of the tanh approximation (gelu_new)
   int type_vocab_size = 2; // token-type embedding rows
+  int64_t vocab_multiple = kVocabMultiple;  // the engine's vocabulary padding (models/vocab.h); 1: none
   int ffn() const { return intermediate > 0 ? intermediate : 4 * n_embd; }
 };
 

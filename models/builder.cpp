@@ -14,6 +14,13 @@ int Builder::param(const std::string& name, Shape shape) {
   return static_cast<int>(spec_.params.size()) - 1;
 }
 
+int Builder::vocab_param(const std::string& name, int64_t vocab, Shape rest) {
+  rest.insert(rest.begin(), padded_vocab(vocab, vocab_multiple));
+  const int p = param(name, std::move(rest));
+  spec_.params[p].vocab = vocab;
+  return p;
+}
+
 std::vector<int> Builder::weight_and_bias(const std::string& prefix, Shape weight, Shape bias) {
   const int w = param(prefix + "weight", std::move(weight));
   return {w, param(prefix + "bias", std::move(bias))};
@@ -138,10 +145,14 @@ int Builder::residual(const std::string& name, int a, int b) {
   return forward(name, OpKind::Residual, {}, {a, b}, {out}, attrs, 1.0 * attrs.rows * attrs.in);
 }
 
-int Builder::cross_entropy(const std::string& name, int logits, int targets) {
+int Builder::cross_entropy(const std::string& name, int logits, int targets, int64_t vocab) {
+  if (vocab < 1 || vocab > width(logits))
+    throw std::invalid_argument(name + ": a vocabulary of " + std::to_string(vocab) + " for logits of width " +
+                                std::to_string(width(logits)));
   const int losses = statistic(name + ".out", {seq_.batch, seq_.seq});
-  const OpAttrs a = rows_of(width(logits));
-  return forward(name, OpKind::CrossEntropy, {}, {logits, targets}, {losses}, a, 3.0 * a.rows * a.in);
+  OpAttrs a = rows_of(width(logits));
+  a.out = vocab;
+  return forward(name, OpKind::CrossEntropy, {}, {logits, targets}, {losses}, a, 3.0 * a.rows * a.out);
 }
 
 ModelSpec Builder::finish() && {

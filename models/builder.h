@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/model_spec.h"
+#include "models/vocab.h"
 
 namespace ferry::models {
 
@@ -27,11 +28,15 @@ class Builder {
   Builder(std::string kind, Sequence sequence);
 
   int param(const std::string& name, Shape shape);
+  // A table indexed by token id, (vocab, rest...) outside the engine: padded_vocab(vocab, vocab_multiple) rows
+  // inside it (models/vocab.h).
+  int vocab_param(const std::string& name, int64_t vocab, Shape rest);
   // "<prefix>weight" and "<prefix>bias", the pair most layers hold: {weight, bias}.
   std::vector<int> weight_and_bias(const std::string& prefix, Shape weight, Shape bias);
   int input(const std::string& name);  // a (B,T) int32 batch input: tokens, targets, attention_mask
 
   int layer = -1;  // the transformer block the next ops belong to (-1: embeddings, head, loss)
+  int64_t vocab_multiple = kVocabMultiple;  // what vocab_param pads to (1: no padding)
 
   // params: the embedding tables {tokens (V,C), positions (maxT,C)[, token type (2,C)]}, summed per token.
   int embedding(const std::string& name, const std::vector<int>& params, int tokens);
@@ -49,8 +54,9 @@ class Builder {
   int swiglu(const std::string& name, int gate, int up);
   int gelu(const std::string& name, int x, GeluForm form);
   int residual(const std::string& name, int a, int b);
-  // The loss: the mean over targets >= 0 of the softmax cross-entropy of logits (B,T,V).
-  int cross_entropy(const std::string& name, int logits, int targets);
+  // The loss: the mean over targets >= 0 of the softmax cross-entropy of logits (B,T,Vp), its softmax over the
+  // first `vocab` columns of each row (the columns past them are the padded vocabulary's).
+  int cross_entropy(const std::string& name, int logits, int targets, int64_t vocab);
 
   // Appends the backward pass, derived from the forward ops, and returns the finalized spec.
   ModelSpec finish() &&;

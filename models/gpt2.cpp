@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/builder.h"
+#include "models/vocab.h"
 #include "models/weight_init.h"
 
 namespace ferry::models {
@@ -37,10 +38,11 @@ ModelSpec build_gpt2(const GptConfig& cfg, int64_t B, int64_t T) {
   if (T < 1 || T > cfg.seq_len) throw std::invalid_argument("gpt2: sequence length must be in [1, seq_len]");
   const int64_t C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer, F = cfg.ffn();
   Builder b("gpt2", {B, T, cfg.n_head, /*causal=*/true});
+  b.vocab_multiple = cfg.vocab_multiple;
   const GeluForm gelu = cfg.exact_gelu ? GeluForm::Erf : GeluForm::Tanh;
 
   // Parameters, in the order GPT2LMHeadModel lists them (also the order of first use in forward).
-  const int wte = b.param("transformer.wte.weight", {V, C});
+  const int wte = b.vocab_param("transformer.wte.weight", V, {C});
   const int wpe = b.param("transformer.wpe.weight", {cfg.seq_len, C});
   std::vector<Block> blocks;
   for (int64_t l = 0; l < L; ++l) blocks.push_back(block_params(b, l, C, F));
@@ -69,7 +71,7 @@ ModelSpec build_gpt2(const GptConfig& cfg, int64_t B, int64_t T) {
   b.layer = -1;
   const int lnf = b.layernorm("ln_f", ln_f, x, cfg.eps);
   const int logits = b.linear("lm_head", {wte}, lnf, WeightLayout::OutIn);  // tied to the token embedding
-  b.cross_entropy("loss", logits, targets);
+  b.cross_entropy("loss", logits, targets, V);
   return std::move(b).finish();
 }
 
@@ -86,7 +88,7 @@ std::vector<InitRule> gpt2_init_rules(const ModelSpec& spec, const GptConfig& cf
 }
 
 void init_gpt2(const ModelSpec& spec, const GptConfig& cfg, std::span<const std::span<float>> values, uint64_t seed) {
-  fill_initial_values(gpt2_init_rules(spec, cfg), param_numels(spec), values, seed);  // an empty view: skipped
+  fill_real_values(spec, gpt2_init_rules(spec, cfg), values, seed);  // an empty view: skipped
 }
 
 }  // namespace ferry::models

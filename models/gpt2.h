@@ -7,6 +7,7 @@
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
 #include "models/weight_init.h"
+#include "models/vocab.h"
 
 namespace ferry::models {
 
@@ -19,6 +20,7 @@ struct GptConfig {
   int intermediate = 0;       // the MLP's width (n_inner); 0: 4 * n_embd
   float eps = 1e-5f;          // LayerNorm epsilon (layer_norm_epsilon)
   bool exact_gelu = false;    // GELU's erf form (activation_function gelu) instead of gelu_new's tanh
+  int64_t vocab_multiple = kVocabMultiple;  // the engine's vocabulary padding (models/vocab.h); 1: none
   int ffn() const { return intermediate > 0 ? intermediate : 4 * n_embd; }
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/builder.h"
+#include "models/vocab.h"
 #include "models/weight_init.h"
 
 namespace ferry::models {
@@ -52,13 +53,16 @@ ModelSpec build_llama(const LlamaConfig& cfg, int64_t B, int64_t T) {
   check(cfg, T);
   const int64_t C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer;
   Builder b("llama", {B, T, cfg.n_head, /*causal=*/true});
+  b.vocab_multiple = cfg.vocab_multiple;
 
   // Parameters, in the order LlamaForCausalLM lists them.
-  const int embed = b.param("model.embed_tokens.weight", {V, C});
+  // Only a table the LM head multiplies by is padded: an untied embedding is only gathered from.
+  const int embed =
+      cfg.tied ? b.vocab_param("model.embed_tokens.weight", V, {C}) : b.param("model.embed_tokens.weight", {V, C});
   std::vector<Block> blocks;
   for (int64_t l = 0; l < L; ++l) blocks.push_back(block_params(b, cfg, l));
   const int norm = b.param("model.norm.weight", {C});
-  const int head = cfg.tied ? embed : b.param("lm_head.weight", {V, C});
+  const int head = cfg.tied ? embed : b.vocab_param("lm_head.weight", V, {C});
 
   const int tokens = b.input("tokens");
   const int targets = b.input("targets");
@@ -88,7 +92,7 @@ ModelSpec build_llama(const LlamaConfig& cfg, int64_t B, int64_t T) {
   b.layer = -1;
   const int final_norm = b.rmsnorm("norm", {norm}, x, cfg.eps);
   const int logits = b.linear("lm_head", {head}, final_norm, WeightLayout::OutIn);
-  b.cross_entropy("loss", logits, targets);
+  b.cross_entropy("loss", logits, targets, V);
   return std::move(b).finish();
 }
 
@@ -103,7 +107,7 @@ std::vector<InitRule> llama_init_rules(const ModelSpec& spec) {
 }
 
 void init_llama(const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed) {
-  fill_initial_values(llama_init_rules(spec), param_numels(spec), values, seed);  // an empty view: skipped
+  fill_real_values(spec, llama_init_rules(spec), values, seed);  // an empty view: skipped
 }
 
 }  // namespace ferry::models

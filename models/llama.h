@@ -9,6 +9,7 @@
 #include "foundation/rope.h"
 #include "models/model_spec.h"
 #include "models/weight_init.h"
+#include "models/vocab.h"
 
 namespace ferry::models {
 
@@ -24,6 +25,7 @@ struct LlamaConfig {
   RopeScaling rope{};           // rope_theta and rope_scaling
   bool tied = false;            // tie_word_embeddings: the LM head is model.embed_tokens.weight
   bool attention_bias = false;  // q/k/v biases (Qwen2)
+  int64_t vocab_multiple = kVocabMultiple;  // the engine's vocabulary padding (models/vocab.h); 1: none
 };
 
 // The spec of one training step on a batch of B sequences of T <= seq_len tokens.

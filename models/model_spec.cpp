@@ -27,6 +27,12 @@ const char* to_string(OpKind kind) {
   return "?";
 }
 
+Shape ParamSpec::file_shape() const {
+  Shape s = shape;
+  if (vocab > 0) s.at(0) = vocab;
+  return s;
+}
+
 int ModelSpec::param_index(const std::string& name) const {
   for (size_t i = 0; i < params.size(); ++i)
     if (params[i].name == name) return static_cast<int>(i);
@@ -41,7 +47,7 @@ int ModelSpec::tensor_index(const std::string& name) const {
 
 int64_t ModelSpec::param_count() const {
   int64_t n = 0;
-  for (const auto& p : params) n += numel(p.shape);
+  for (const auto& p : params) n += numel(p.file_shape());
   return n;
 }
 

@@ -21,6 +21,12 @@ struct ParamSpec {
   // Never updated (optim.groups): backward computes no gradient for it, so no gradient buffer, copy or
   // optimizer step is planned for it. Set after the model is built (engine/param_groups.h).
   bool frozen = false;
+  // A table indexed by token id: its first dimension's real rows, the vocabulary; `shape` has padded_vocab of
+  // them (models/vocab.h), the rows past it zero. 0: not such a table.
+  int64_t vocab = 0;
+  // The shape outside the engine (Hugging Face files, checkpoints, export): `shape` with only the real rows.
+  // Row-major, so the real elements are the first numel(file_shape()) of the parameter.
+  Shape file_shape() const;
 };
 
 // A tensor that is not a parameter: batch data, an activation, or an activation's gradient.
@@ -43,7 +49,9 @@ const char* to_string(OpKind kind);
 // Shape attributes of an op; which fields matter depends on the kind (see kernels/cpu/ops.h).
 struct OpAttrs {
   int64_t rows = 0;       // tokens: B*T
-  int64_t in = 0, out = 0;    // Linear: in/out features. Norms, Gelu, Residual, Rope, SwiGlu: channels in `in`
+  int64_t in = 0, out = 0;    // Linear: in/out features. Norms, Gelu, Residual, Rope, SwiGlu: channels in `in`.
+                              // CrossEntropy: `in` the logits' row (the padded vocabulary), `out` the classes of
+                              // the softmax (the real vocabulary, the first `out` of each row)
   bool weight_out_in = false; // Linear: weight stored [out, in] (nn.Linear, tied LM head) vs [in, out] (HF Conv1D)
   int64_t batch = 0, seq = 0, heads = 0;  // Attention, Embedding; Rope: the heads of q or k it rotates
   int64_t kv_heads = 0;                   // Attention: key/value heads (grouped-query attention); 0: as many as heads
@@ -82,7 +90,7 @@ struct ModelSpec {
 
   int param_index(const std::string& name) const;   // throws when absent
   int tensor_index(const std::string& name) const;  // throws when absent
-  int64_t param_count() const;
+  int64_t param_count() const;                      // the real elements: a padded vocabulary's padding is not counted
   double step_flops() const;  // forward + backward
   double forward_flops() const;
   // Every tensor's bytes and live interval over the op list, for the memory Planner. The batch inputs

@@ -20,23 +20,31 @@ bool exact_gelu(const ModelConfig& m) {
 }
 
 GptConfig gpt_config(const ModelConfig& m) {
-  return {m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len, m.mlp_width(), static_cast<float>(m.norm_eps()), exact_gelu(m)};
+  return {m.n_layer,
+          m.n_head,
+          m.n_embd,
+          m.vocab_size,
+          m.seq_len,
+          m.mlp_width(),
+          static_cast<float>(m.norm_eps()),
+          exact_gelu(m),
+          m.vocab_multiple};
 }
 
 LlamaConfig llama_config(const ModelConfig& m) {
-  return {m.n_layer,       m.n_head,
-          m.kv_heads(),    m.n_embd,
-          m.vocab_size,    m.seq_len,
-          m.mlp_width(),   static_cast<float>(m.norm_eps()),
-          m.rope(),        m.tie_word_embeddings,
-          m.attention_bias};
+  return {m.n_layer,        m.n_head,
+          m.kv_heads(),     m.n_embd,
+          m.vocab_size,     m.seq_len,
+          m.mlp_width(),    static_cast<float>(m.norm_eps()),
+          m.rope(),         m.tie_word_embeddings,
+          m.attention_bias, m.vocab_multiple};
 }
 
 ModelSpec build_fp32(const ModelConfig& m, int64_t batch, int64_t seq) {
   if (m.kind == "gpt2") return build_gpt2(gpt_config(m), batch, seq);
   if (m.kind == "bert")
-    return build_bert({m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len, m.mlp_width(), static_cast<float>(m.norm_eps()),
-                       exact_gelu(m), m.type_vocab_size},
+    return build_bert({m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.seq_len, m.mlp_width(),
+                       static_cast<float>(m.norm_eps()), exact_gelu(m), m.type_vocab_size, m.vocab_multiple},
                       batch, seq);
   if (m.kind == "llama") return build_llama(llama_config(m), batch, seq);
   throw std::invalid_argument("model.kind: '" + m.kind + "' is not a model; expected gpt2, bert or llama");

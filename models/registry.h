@@ -11,6 +11,7 @@
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
 #include "models/weight_init.h"
+#include "models/vocab.h"
 
 namespace ferry::models {
 
@@ -65,6 +66,9 @@ struct ModelConfig {
   RopeScalingConfig rope_scaling{};
   bool tie_word_embeddings = false;  // the LM head is the token embedding (SmolLM, Qwen2 0.5B) or its own lm_head
   bool attention_bias = false;       // q, k and v projections with biases (Qwen2)
+  // The engine's vocabulary padding (models/vocab.h). Not a config key: nothing outside the engine sees it; tests
+  // set 1 (no padding) to compare.
+  int64_t vocab_multiple = kVocabMultiple;
 
   // The values in effect, defaults resolved.
   int mlp_width() const { return intermediate_size > 0 ? intermediate_size : 4 * n_embd; }

@@ -123,11 +123,11 @@ void swiglu(const Slots& s, OpKernels& k) {
 float cross_entropy(const Slots& s, float loss_weight, OpKernels& k) {
   const OpAttrs& a = s.op.attrs;
   if (!s.fwd()) {
-    k.cross_entropy_backward({s.out(0), s.in(0), s.in(1), a.rows, a.in, loss_weight});
+    k.cross_entropy_backward({s.out(0), s.in(0), s.in(1), a.rows, a.out, a.in, loss_weight});
     return 0;
   }
   float loss = 0;
-  k.cross_entropy_forward({s.out(0), s.in(0), s.in(1), a.rows, a.in, &loss});
+  k.cross_entropy_forward({s.out(0), s.in(0), s.in(1), a.rows, a.out, a.in, &loss});
   return loss;
 }
 

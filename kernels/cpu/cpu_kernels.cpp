@@ -92,7 +92,7 @@ void CpuKernels::residual_backward(const ResidualBackward& a) {
 // The mean is summed in double over the per-token losses, in row order, so it is reproducible.
 void CpuKernels::cross_entropy_forward(const CrossEntropyForward& a) {
   float* losses = f32(a.losses);
-  cpu::cross_entropy_forward(losses, f32(a.logits), i32(a.targets), a.rows, a.vocab);
+  cpu::cross_entropy_forward(losses, f32(a.logits), i32(a.targets), a.rows, a.vocab, a.stride);
   const int64_t counted = targets_counted(i32(a.targets), a.rows);
   double sum = 0;
   for (int64_t r = 0; r < a.rows; ++r) sum += losses[r];
@@ -102,7 +102,7 @@ void CpuKernels::cross_entropy_backward(const CrossEntropyBackward& a) {
   const int64_t counted = targets_counted(i32(a.targets), a.rows);
   if (counted)
     cpu::cross_entropy_backward(f32(a.dlogits), f32(a.logits), i32(a.targets),
-                                a.loss_weight / static_cast<float>(counted), a.rows, a.vocab);
+                                a.loss_weight / static_cast<float>(counted), a.rows, a.vocab, a.stride);
 }
 
 }  // namespace ferry::kernels::cpu

@@ -1,8 +1,9 @@
-// Softmax cross-entropy over the vocabulary:
-//   forward:  losses[r] = -log_softmax(logits[r])[target[r]]
-//   backward: dlogits[r] += dloss * (softmax(logits[r]) - onehot(target[r]))
+// Softmax cross-entropy over the vocabulary (the first V of each row's `stride` logits; the rest are padding):
+//   forward:  losses[r] = -log_softmax(logits[r, :V])[target[r]]
+//   backward: dlogits[r, :V] += dloss * (softmax(logits[r, :V]) - onehot(target[r]))
 // The probabilities are never kept between passes (backward recomputes them). The softmaxes run in
 // oneDNN (vectorised exp over rows of up to 50k entries; scalar libm exp cost ~10% of a GPT-2 step).
+#include <algorithm>
 #include <tuple>
 
 #include "kernels/cpu/onednn.h"
@@ -35,27 +36,39 @@ const Softmax& softmax_for(int64_t N, int64_t V, bool log) {
   });
 }
 
-float* softmax_into_scratch(const float* logits, int64_t N, int64_t V, bool log) {
+// The (log-)softmax of each row's first V of `stride` logits, as dense (N,V) rows in scratch. Rows with padding
+// are first gathered into the scratch and transformed in place: oneDNN's vectorised softmax takes only dense
+// rows (a strided one falls back to its scalar reference).
+float* softmax_into_scratch(const float* logits, int64_t N, int64_t V, int64_t stride, bool log) {
   float* probs = workspace(Scratch::Op, N * V * 4);
   const Softmax& s = softmax_for(N, V, log);
-  onednn::execute(s.prim, s.scratchpad, {{DNNL_ARG_SRC, onednn::wrap(s.md, logits)}, {DNNL_ARG_DST, onednn::wrap(s.md, probs)}});
+  const float* src = logits;
+  if (stride != V) {
+    parallel_chunks(N, 64, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) std::copy_n(logits + r * stride, V, probs + r * V);
+    });
+    src = probs;
+  }
+  onednn::execute(s.prim, s.scratchpad,
+                  {{DNNL_ARG_SRC, onednn::wrap(s.md, src)}, {DNNL_ARG_DST, onednn::wrap(s.md, probs)}});
   return probs;
 }
 
 }  // namespace
 
-void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V) {
-  const float* logp = softmax_into_scratch(logits, N, V, /*log=*/true);
+void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                           int64_t stride) {
+  const float* logp = softmax_into_scratch(logits, N, V, stride, /*log=*/true);
   for (int64_t r = 0; r < N; ++r) losses[r] = targets[r] < 0 ? 0.0f : -logp[r * V + targets[r]];
 }
 
 void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int64_t N,
-                            int64_t V) {
-  const float* p = softmax_into_scratch(logits, N, V, /*log=*/false);
+                            int64_t V, int64_t stride) {
+  const float* p = softmax_into_scratch(logits, N, V, stride, /*log=*/false);
   parallel_chunks(N, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       if (targets[r] < 0) continue;  // not a position of the loss
-      float* d = dlogits + r * V;
+      float* d = dlogits + r * stride;
       const float* pr = p + r * V;
       for (int64_t v = 0; v < V; ++v) d[v] += dloss * pr[v];
       d[targets[r]] -= dloss;

@@ -97,12 +97,14 @@ void residual_forward(float* out, const float* a, const float* b, int64_t N);
 void residual_backward(float* da, float* db, const float* dout, int64_t N);
 
 // ---- Softmax cross-entropy over the vocabulary, fused.
-// logits (N,V), targets (N); losses (N) = logsumexp(logits) - logits[target]; a negative target (BERT's
-// -100: a position not chosen for the masked-LM loss) gives loss 0 and no gradient.
-void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V);
-// dlogits (N,V) += dloss * (softmax(logits) - onehot(target)); dloss is d(total loss)/d(losses[i]), e.g.
-// 1/(targets counted).
+// logits (N,stride) of which the first V columns are the classes (the columns past them, a padded vocabulary's,
+// are never read), targets (N); losses (N) = logsumexp(logits[:, :V]) - logits[target]; a negative target
+// (BERT's -100: a position not chosen for the masked-LM loss) gives loss 0 and no gradient.
+void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                           int64_t stride);
+// dlogits[:, :V] (N,stride) += dloss * (softmax(logits[:, :V]) - onehot(target)), the padded columns left as they
+// are; dloss is d(total loss)/d(losses[i]), e.g. 1/(targets counted).
 void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int64_t N,
-                            int64_t V);
+                            int64_t V, int64_t stride);
 
 }  // namespace ferry::kernels::cpu

@@ -219,8 +219,8 @@ void CudaKernels::residual_backward(const kernels::ResidualBackward& a) {
 }
 
 void CudaKernels::cross_entropy_forward(const kernels::CrossEntropyForward& a) {
-  check(cuda::cross_entropy_forward(as<float>(a.losses), ptr(a.logits), ids(a.targets), a.rows, a.vocab, a.logits.dtype,
-                                    stream_),
+  check(cuda::cross_entropy_forward(as<float>(a.losses), ptr(a.logits), ids(a.targets), a.rows, a.vocab, a.stride,
+                                    a.logits.dtype, stream_),
         "cuda::cross_entropy_forward");
   if (loss_mean_)
     check(target_sums(as<const float>(a.losses), ids(a.targets), a.rows, 0.0f, loss_mean_, nullptr, stream_), "the loss's mean");
@@ -230,7 +230,7 @@ void CudaKernels::cross_entropy_backward(const kernels::CrossEntropyBackward& a)
   auto* dloss = reinterpret_cast<float*>(scratch(sizeof(float), "cross-entropy backward"));
   check(target_sums(nullptr, ids(a.targets), a.rows, a.loss_weight, nullptr, dloss, stream_), "the loss gradient's scale");
   check(cuda::cross_entropy_backward_from_device(ptr(a.dlogits), ptr(a.logits), ids(a.targets), dloss, a.rows, a.vocab,
-                                                 a.logits.dtype, stream_),
+                                                 a.stride, a.logits.dtype, stream_),
         "cuda::cross_entropy_backward");
 }
 

@@ -34,20 +34,23 @@ FERRY_HD inline int64_t elementwise_index(const ElementwiseMap& m, int64_t block
   return (block_id * m.block + thread) + k * (m.grid * m.block);
 }
 
-// One block per row of an (rows, cols) matrix; thread t takes columns t, t + block, ... of its row.
+// One block per row of an (rows, cols) matrix whose rows lie `stride` elements apart (cross-entropy's logits of a
+// padded vocabulary: the columns past cols are not the row's); thread t takes columns t, t + block, ... of its row.
 struct RowMap {
   int64_t rows, cols, grid;
   int block;
   int64_t per_thread;
+  int64_t stride;
 };
 
-inline RowMap row_map(int64_t rows, int64_t cols) {
-  return {rows, cols, rows, kRowBlock, (cols + kRowBlock - 1) / kRowBlock};
+inline RowMap row_map(int64_t rows, int64_t cols, int64_t stride) {
+  return {rows, cols, rows, kRowBlock, (cols + kRowBlock - 1) / kRowBlock, stride};
 }
+inline RowMap row_map(int64_t rows, int64_t cols) { return row_map(rows, cols, cols); }
 
 FERRY_HD inline int64_t row_col(const RowMap& m, int thread, int64_t k) { return thread + k * m.block; }
 FERRY_HD inline int64_t row_index(const RowMap& m, int64_t row, int thread, int64_t k) {
-  return row * m.cols + row_col(m, thread, k);
+  return row * m.stride + row_col(m, thread, k);
 }
 
 // Column partial sums of an (rows, cols) matrix: thread (bx, t) of chunk y sums rows

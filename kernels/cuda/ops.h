@@ -69,15 +69,16 @@ cudaError_t residual_backward(void* da, void* db, const void* dout, int64_t N, D
 size_t column_sums_scratch_bytes(int64_t rows, int64_t cols);
 cudaError_t column_sums(void* dst, const void* src, int64_t rows, int64_t cols, void* scratch, DType dtype, cudaStream_t stream);
 
-// logits (N,V), targets (N) (< 0: ignored), losses (N) fp32; dlogits (N,V) += dloss (softmax - onehot).
+// logits (N,stride) whose first V columns are the classes (the rest a padded vocabulary's, never read), targets
+// (N) (< 0: ignored), losses (N) fp32; dlogits[:, :V] += dloss (softmax - onehot), the padded columns untouched.
 cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32_t* targets, int64_t N, int64_t V,
-                                  DType dtype, cudaStream_t stream);
+                                  int64_t stride, DType dtype, cudaStream_t stream);
 cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, int64_t N,
-                                   int64_t V, DType dtype, cudaStream_t stream);
+                                   int64_t V, int64_t stride, DType dtype, cudaStream_t stream);
 // The same with dloss read from device memory when the kernel runs (an earlier kernel counted the targets on
 // the device: no host round trip inside a step).
 cudaError_t cross_entropy_backward_from_device(void* dlogits, const void* logits, const int32_t* targets,
-                                               const float* dloss, int64_t N, int64_t V, DType dtype,
+                                               const float* dloss, int64_t N, int64_t V, int64_t stride, DType dtype,
                                                cudaStream_t stream);
 
 // The gradients' sum of squares (double) and inf/nan flag of grad (n): out[0] = {sum, nonfinite}.

@@ -190,10 +190,10 @@ cudaError_t column_sums(void* dst, const void* src, int64_t rows, int64_t cols, 
 }
 
 cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32_t* targets, int64_t N, int64_t V,
-                                  DType dtype, cudaStream_t stream) {
-  if (!rows_fit(N)) return cudaErrorInvalidValue;
+                                  int64_t stride, DType dtype, cudaStream_t stream) {
+  if (!rows_fit(N) || stride < V) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
-  const RowMap m = row_map(N, V);
+  const RowMap m = row_map(N, V, stride);
   return launched(with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     ce_forward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, losses, static_cast<const T*>(logits), targets);
@@ -203,10 +203,10 @@ cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32
 namespace {
 
 cudaError_t ce_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, const float* dloss_at,
-                        int64_t N, int64_t V, DType dtype, cudaStream_t stream) {
-  if (!rows_fit(N)) return cudaErrorInvalidValue;
+                        int64_t N, int64_t V, int64_t stride, DType dtype, cudaStream_t stream) {
+  if (!rows_fit(N) || stride < V) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
-  const RowMap m = row_map(N, V);
+  const RowMap m = row_map(N, V, stride);
   return launched(with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     ce_backward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, static_cast<T*>(dlogits),
@@ -218,14 +218,14 @@ cudaError_t ce_backward(void* dlogits, const void* logits, const int32_t* target
 }  // namespace
 
 cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, int64_t N,
-                                   int64_t V, DType dtype, cudaStream_t stream) {
-  return ce_backward(dlogits, logits, targets, dloss, nullptr, N, V, dtype, stream);
+                                   int64_t V, int64_t stride, DType dtype, cudaStream_t stream) {
+  return ce_backward(dlogits, logits, targets, dloss, nullptr, N, V, stride, dtype, stream);
 }
 
 cudaError_t cross_entropy_backward_from_device(void* dlogits, const void* logits, const int32_t* targets,
-                                               const float* dloss, int64_t N, int64_t V, DType dtype,
+                                               const float* dloss, int64_t N, int64_t V, int64_t stride, DType dtype,
                                                cudaStream_t stream) {
-  return ce_backward(dlogits, logits, targets, 0.0f, dloss, N, V, dtype, stream);
+  return ce_backward(dlogits, logits, targets, 0.0f, dloss, N, V, stride, dtype, stream);
 }
 
 size_t sum_squares_scratch_bytes(int64_t n) {

@@ -158,7 +158,8 @@ FERRY_HD void column_finish(const ColumnMap& m, T* dst, const float* partials, i
   store(dst, c, s);
 }
 
-// ---- Softmax cross-entropy, row r of logits (N,V) T: the online-softmax state of the thread's entries.
+// ---- Softmax cross-entropy, row r of logits (N,stride) T, its first V (m.cols) columns the classes: the
+// online-softmax state of the thread's entries.
 template <class T>
 FERRY_HD SoftmaxState ce_fold(const RowMap& m, const T* logits, int64_t r, int t) {
   SoftmaxState s = softmax_empty();
@@ -171,10 +172,11 @@ FERRY_HD SoftmaxState ce_fold(const RowMap& m, const T* logits, int64_t r, int t
 template <class T>
 FERRY_HD float ce_loss(const RowMap& m, const T* logits, int32_t target, int64_t r, SoftmaxState s) {
   if (target < 0) return 0.0f;
-  return (log_f(s.sum) + s.max) - load(logits, r * m.cols + target);
+  return (log_f(s.sum) + s.max) - load(logits, r * m.stride + target);
 }
 
-// dlogits[r] += dloss * (softmax - onehot(target)); the caller skips ignored rows.
+// dlogits[r, :V] += dloss * (softmax - onehot(target)), the padded columns left as they are; the caller skips
+// ignored rows.
 template <class T>
 FERRY_HD void ce_backward_write(const RowMap& m, T* dlogits, const T* logits, int32_t target, float dloss, int64_t r,
                                 int t, SoftmaxState s) {

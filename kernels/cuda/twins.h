@@ -87,16 +87,18 @@ SoftmaxState softmax_row(const RowMap& m, const T* logits, int64_t r) {
   return block_reduce_twin(partial, m.block, softmax_empty(), softmax_merge);
 }
 
-// logits (N,V), targets (N), losses (N) fp32
+// logits (N,stride) of which the first V columns are the classes, targets (N), losses (N) fp32
 template <class T>
-void cross_entropy_forward(float* losses, const T* logits, const int32_t* targets, int64_t N, int64_t V) {
-  const RowMap m = row_map(N, V);
+void cross_entropy_forward(float* losses, const T* logits, const int32_t* targets, int64_t N, int64_t V,
+                           int64_t stride) {
+  const RowMap m = row_map(N, V, stride);
   for (int64_t r = 0; r < N; ++r) losses[r] = ce_loss(m, logits, targets[r], r, softmax_row(m, logits, r));
 }
 
 template <class T>
-void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets, float dloss, int64_t N, int64_t V) {
-  const RowMap m = row_map(N, V);
+void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets, float dloss, int64_t N, int64_t V,
+                            int64_t stride) {
+  const RowMap m = row_map(N, V, stride);
   for (int64_t r = 0; r < N; ++r) {
     if (targets[r] < 0) continue;
     const SoftmaxState s = softmax_row(m, logits, r);

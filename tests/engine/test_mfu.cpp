@@ -60,11 +60,13 @@ TEST(Mfu, PeakRateByGpuAndPrecision) {
 
 // The forward matmuls' bytes written out for two GPT-2 124M blocks at 16 x 1024 in bf16: each block's c_attn
 // (C -> 3C), attention's c_proj (C -> C), c_fc (C -> 4C) and the MLP's c_proj (4C -> C) read their input, weight
-// and bias and write their output; the LM head reads x and the tied wte (V x C), no bias, and writes the logits.
+// and bias and write their output; the LM head reads x and the tied wte (Vp x C, the padded vocabulary), no bias,
+// and writes the logits.
 // Each of these is compute-bound on an H100 at this shape (c_attn, the closest: 58 GFLOP = 59 us against 104 MB
 // = 31 us), so the row's roofline is its FLOPs at the peak; LayerNorm's is its bytes at the bandwidth.
 TEST(Roofline, LinearBytesWrittenOutAndEachRowOnItsBound) {
-  const int64_t L = 2, C = 768, V = 50257, B = 16, T = 1024, BT = B * T;
+  // The LM head's rows are the vocabulary padded inside the engine (50257 -> 50304, models/vocab.h).
+  const int64_t L = 2, C = 768, V = models::padded_vocab(50257), B = 16, T = 1024, BT = B * T;
   models::ModelSpec spec = gpt2(L, 12, C, B, T);
   spec.set_precision(DType::BF16);
   const PeakRate h100 = *peak_rate("H100 SXM", DType::BF16);

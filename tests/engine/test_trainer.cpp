@@ -376,6 +376,28 @@ TEST(Checkpoints, ResumingTheFinalCheckpointTrainsAndRewritesNothing) {
   std::filesystem::remove_all(root);
 }
 
+// A vocabulary of 300 is 384 rows inside the engine (models/vocab.h); sampling draws only among the 300, even at a
+// temperature that makes every token about as likely (the padded logits, exactly 0, would then be drawn).
+TEST(Sample, NeverReturnsATokenOfThePaddedVocabulary) {
+  const auto root = testing::scratch_path("sample-padded");
+  std::filesystem::remove_all(root);
+  Config cfg = tiny_config(2, 3);
+  cfg.model.vocab_size = 300;
+  cfg.train.checkpoint_dir = root;
+  train(cfg, quiet_options());
+  cli::SampleOptions o;
+  o.checkpoint = root;
+  o.prompt = "The ";
+  o.tokens = 300;
+  o.temperature = 50;
+  std::vector<int32_t> ids;
+  cli::sample(o, {}, &ids);
+  ASSERT_EQ(ids.size(), 300u);
+  EXPECT_LT(*std::max_element(ids.begin(), ids.end()), 300);
+  EXPECT_GE(*std::max_element(ids.begin(), ids.end()), 256);  // the ids past the bytes are drawn too
+  std::filesystem::remove_all(root);
+}
+
 TEST(Sample, ContinuesAPromptFromACheckpointDeterministically) {
   const auto root = testing::scratch_path("sample");
   std::filesystem::remove_all(root);

@@ -7,6 +7,7 @@
 // make_llama_finetune_reference.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "formats/hf_config.h"
 #include "formats/hf_source.h"
 #include "formats/weights.h"
+#include "golden_helpers.h"
 #include "test_helpers.h"
 
 namespace ferry::formats {
@@ -214,6 +216,12 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kSentenceTransformerFiles{"1_Pooling/config.json", "README.md", "config_sentence_transformers.json",
                                                          "modules.json", "sentence_bert_config.json"};
 
+// Parameter i's values outside the engine: without a padded vocabulary's rows (models/vocab.h).
+std::vector<float> real_values(const models::ModelSpec& spec, const models::ParameterStore& params, int i) {
+  const auto v = params.value(i);
+  return {v.begin(), v.begin() + models::numel(spec.params[i].file_shape())};
+}
+
 void write_text(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());
   std::ofstream(path) << text;
@@ -259,7 +267,7 @@ TEST(Export, TheWeightsARunStartsFromExportWithoutAStepBitwiseWithTheSourcesFile
   for (int i = 0; i < initial.count(); ++i)
     if (spec.params[i].name.starts_with("cls.")) {
       const std::vector<float> got = out.read_f32(spec.params[i].name);
-      testing::expect_bitwise(got, std::vector<float>(initial.value(i).begin(), initial.value(i).end()), spec.params[i].name.c_str());
+      testing::expect_bitwise(got, real_values(spec, initial, i), spec.params[i].name.c_str());
     }
   EXPECT_EQ(e.carried_files, kSentenceTransformerFiles);
   expect_files_copied(source, s.dir / "out", kSentenceTransformerFiles);
@@ -387,8 +395,7 @@ TEST(Export, AFineTunedLlamaExportGivesTransformersLogits) {
   ops::CpuRunner runner(spec, params);
   runner.set_batch(ref.read_i32("input_ids"), ref.read_i32("targets"));
   const float loss = runner.forward();
-  const auto logits = runner.tensor("lm_head.out");
-  EXPECT_LT(testing::max_rel_error(std::vector<float>(logits.begin(), logits.end()), ref.read_f32("logits"), 1e-2),
+  EXPECT_LT(testing::max_rel_error(testing::real_logits(runner, spec, "lm_head.out"), ref.read_f32("logits"), 1e-2),
             1e-4);
   EXPECT_NEAR(loss, ref.read_f32("loss")[0], 1e-4 * ref.read_f32("loss")[0]);
 }
@@ -430,10 +437,51 @@ TEST(Export, WithoutInitFromAStartingPointIsTheSeedsInitialisation) {
   EXPECT_TRUE(e.source.empty());
   const SafetensorsFile out = SafetensorsFile::open(s.dir / "out" / "model.safetensors");
   for (int i = 0; i < initial.count(); ++i)
-    testing::expect_bitwise(out.read_f32(spec.params[i].name), std::vector<float>(initial.value(i).begin(), initial.value(i).end()),
+    testing::expect_bitwise(out.read_f32(spec.params[i].name), real_values(spec, initial, i),
                             spec.params[i].name.c_str());
   export_starting_point({kTinyBert, 43, "byte", {}}, s.dir / "other");
   EXPECT_NE(testing::file_text(s.dir / "other" / "model.safetensors"), testing::file_text(s.dir / "out" / "model.safetensors"));
+}
+
+// The vocabulary padded inside the engine (models/vocab.h) leaves it at its real size: a GPT-2 of 300 tokens (384
+// rows inside) checkpoints and exports wte as (300, C) with config.json's vocab_size 300, and both load back with
+// the padded rows zero, whatever the store held there.
+TEST(Export, APaddedVocabularyLeavesTheEngineAtItsRealSizeAndComesBackZeroPadded) {
+  Scratch s("export_padded_vocab");
+  const models::ModelConfig gpt{"gpt2", 1, 2, 16, 300, 8, {}, {}};
+  const models::ModelSpec spec = models::build_model(gpt, 1, 4);
+  const int wte = spec.param_index("transformer.wte.weight");
+  ASSERT_EQ(spec.params[wte].shape, (models::Shape{384, 16}));
+  models::ParameterStore params{spec.params};
+  models::init_model(gpt, spec, params, 3);
+  const auto padding = params.value(wte).subspan(300 * 16);
+  EXPECT_TRUE(std::all_of(padding.begin(), padding.end(), [](float x) { return x == 0.0f; }));
+  std::vector<float> m(params.values().size(), 0.f), v(params.values().size(), 0.f);
+  TrainState state;
+  state.config_hash = "0123456789abcdef";
+  state.model = gpt;
+  const fs::path ckpt = save_checkpoint(s.dir / "ckpt", spec, params, m, v, state, 1);
+  const SafetensorsFile written = SafetensorsFile::open(ckpt / "model.safetensors");
+  EXPECT_EQ(written.find("transformer.wte.weight")->shape, (models::Shape{300, 16}));
+  EXPECT_EQ(SafetensorsFile::open(ckpt / "optimizer.safetensors").find("exp_avg.transformer.wte.weight")->shape,
+            (models::Shape{300, 16}));
+
+  export_checkpoint(ckpt, s.dir / "hf");
+  EXPECT_EQ(json_of(s.dir / "hf" / "config.json")["vocab_size"], 300);
+  const SafetensorsFile out = SafetensorsFile::open(s.dir / "hf" / "model.safetensors");
+  EXPECT_EQ(out.find("transformer.wte.weight")->shape, (models::Shape{300, 16}));
+  testing::expect_bitwise(out.read_f32("transformer.wte.weight"), real_values(spec, params, wte), "exported wte");
+
+  const std::vector<float> want(params.value(wte).begin(), params.value(wte).end());
+  models::ParameterStore from_export{spec.params};
+  std::fill(from_export.values().begin(), from_export.values().end(), 7.0f);
+  load_weights(s.dir / "hf", spec, from_export);  // model.init_from
+  testing::expect_bitwise(std::vector<float>(from_export.value(wte).begin(), from_export.value(wte).end()), want,
+                          "init_from");
+  const auto [read_state, dir] = read_checkpoint_state(ckpt);
+  bool verified = false;
+  const models::ParameterStore resumed = read_checkpoint_weights(dir, read_state, spec, &verified);
+  testing::expect_bitwise(std::vector<float>(resumed.value(wte).begin(), resumed.value(wte).end()), want, "checkpoint");
 }
 
 TEST(Export, ACheckpointOfARunFromASentenceTransformerCarriesItsFiles) {

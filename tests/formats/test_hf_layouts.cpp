@@ -40,7 +40,7 @@ struct Checkpoint {
     for (size_t i = 0; i < spec.params.size(); ++i) {
       data.emplace_back(models::numel(spec.params[i].shape), float(i + 1));
       const std::string name = rename(spec.params[i].name);
-      if (!name.empty()) refs.push_back({name, spec.params[i].shape, data.back().data()});
+      if (!name.empty()) refs.push_back({name, spec.params[i].file_shape(), data.back().data()});  // the files' shape
     }
     for (const auto& name : extra) {
       data.emplace_back(2, -1.0f);

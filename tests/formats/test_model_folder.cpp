@@ -46,7 +46,7 @@ struct Folder {
     data.reserve(spec().params.size());
     for (size_t i = 0; i < spec().params.size(); ++i) {
       data.emplace_back(models::numel(spec().params[i].shape), float(i));
-      refs.push_back({spec().params[i].name, spec().params[i].shape, data.back().data()});
+      refs.push_back({spec().params[i].name, spec().params[i].file_shape(), data.back().data()});
     }
     write_safetensors(path, refs);
   }

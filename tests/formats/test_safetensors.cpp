@@ -126,7 +126,8 @@ TEST(Weights, MissingExtraAndMisshapenTensorsAreNamed) {
   for (const auto& p : spec.params) {
     data.emplace_back(models::numel(p.shape), 0.25f);
   }
-  for (size_t i = 0; i < spec.params.size(); ++i) refs.push_back({spec.params[i].name, spec.params[i].shape, data[i].data()});
+  for (size_t i = 0; i < spec.params.size(); ++i)
+    refs.push_back({spec.params[i].name, spec.params[i].file_shape(), data[i].data()});
 
   write_safetensors(path, refs);
   load_weights(SafetensorsFile::open(path), spec, store);
@@ -164,7 +165,7 @@ TEST(Weights, ShardedCheckpointsLoadThroughTheirIndex) {
   nlohmann::json map;
   for (size_t i = 0; i < spec.params.size(); ++i) {
     const bool first = i % 2 == 0;
-    (first ? a : b).push_back({spec.params[i].name, spec.params[i].shape, data[i].data()});
+    (first ? a : b).push_back({spec.params[i].name, spec.params[i].file_shape(), data[i].data()});
     map[spec.params[i].name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
   }
   write_safetensors(dir / "model-00001-of-00002.safetensors", a);

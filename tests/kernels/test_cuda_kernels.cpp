@@ -97,26 +97,29 @@ TYPED_TEST(CudaKernels, LayerNormEqualsTwin) {
   }
 }
 
+// Dense rows, and rows of a padded vocabulary (stride > V: the columns past V are not the row's, and their
+// gradients are left as they were).
 TYPED_TEST(CudaKernels, CrossEntropyEqualsTwin) {
   FERRY_NEED_DEVICE();
   using T = TypeParam;
-  for (const auto [N, V] : kShapes) {
-    const auto logits = random_storage<T>(N * V, 8, 4.0f);
-    std::vector<int32_t> targets(N);
-    for (int64_t r = 0; r < N; ++r) targets[r] = r % 4 == 3 ? -100 : static_cast<int32_t>((r * 7919) % V);
-    std::vector<float> losses(N);
-    Device<T> dl(logits);
-    Device<int32_t> dt(targets);
-    Device<float> dloss(losses);
-    ASSERT_EQ(cross_entropy_forward(dloss.p, dl.p, dt.p, N, V, dtype_of<T>(), nullptr), cudaSuccess);
-    twin::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
-    expect_bitwise(dloss.get(), losses, "loss");
-    auto d = random_storage<T>(N * V, 9);
-    Device<T> dd(d);
-    ASSERT_EQ(cross_entropy_backward(dd.p, dl.p, dt.p, 0.125f, N, V, dtype_of<T>(), nullptr), cudaSuccess);
-    twin::cross_entropy_backward(d.data(), logits.data(), targets.data(), 0.125f, N, V);
-    expect_bitwise(dd.get(), d, "dlogits");
-  }
+  for (const auto [N, V] : kShapes)
+    for (const int64_t stride : {V, (V / 128 + 1) * 128}) {
+      const auto logits = random_storage<T>(N * stride, 8, 4.0f);
+      std::vector<int32_t> targets(N);
+      for (int64_t r = 0; r < N; ++r) targets[r] = r % 4 == 3 ? -100 : static_cast<int32_t>((r * 7919) % V);
+      std::vector<float> losses(N);
+      Device<T> dl(logits);
+      Device<int32_t> dt(targets);
+      Device<float> dloss(losses);
+      ASSERT_EQ(cross_entropy_forward(dloss.p, dl.p, dt.p, N, V, stride, dtype_of<T>(), nullptr), cudaSuccess);
+      twin::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, stride);
+      expect_bitwise(dloss.get(), losses, "loss");
+      auto d = random_storage<T>(N * stride, 9);
+      Device<T> dd(d);
+      ASSERT_EQ(cross_entropy_backward(dd.p, dl.p, dt.p, 0.125f, N, V, stride, dtype_of<T>(), nullptr), cudaSuccess);
+      twin::cross_entropy_backward(d.data(), logits.data(), targets.data(), 0.125f, N, V, stride);
+      expect_bitwise(dd.get(), d, "dlogits");
+    }
 }
 
 TYPED_TEST(CudaKernels, SumSquaresEqualsTwin) {
@@ -282,8 +285,8 @@ TEST(CudaLaunchFunctions, RefuseBadArgumentsBeforeLaunching) {
   EXPECT_EQ(layernorm_backward(none, none, none, none, none, none, none, none, 65536 * kColumnChunkRows, 8, none,
                                DType::F32, nullptr),
             cudaErrorInvalidValue);  // more column chunks than grid.y takes
-  EXPECT_EQ(cross_entropy_forward(none, none, nullptr, 4, 8, DType::I32, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cross_entropy_backward(none, none, nullptr, 1.0f, 0, 8, DType::F32, nullptr), cudaSuccess);
+  EXPECT_EQ(cross_entropy_forward(none, none, nullptr, 4, 8, 8, DType::I32, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cross_entropy_backward(none, none, nullptr, 1.0f, 0, 8, 8, DType::F32, nullptr), cudaSuccess);
   EXPECT_EQ(gelu_forward(none, none, 0, false, DType::BF16, nullptr), cudaSuccess);
   EXPECT_EQ(residual_forward(none, none, none, 5, DType::I32, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(embedding_backward(none, none, none, none, nullptr, 2, 3, 4, 10, none, DType::I32, nullptr),

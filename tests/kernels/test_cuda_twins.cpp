@@ -2,6 +2,7 @@
 // within fp32 tolerance where the reduction order differs, bitwise where the twin keeps the CPU's order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -137,17 +138,64 @@ TEST(CudaTwins, CrossEntropyMatchesCpuOp) {
     std::vector<int32_t> targets(N);
     for (int64_t r = 0; r < N; ++r) targets[r] = r % 3 == 1 ? -100 : static_cast<int32_t>((r * 7919) % V);
     std::vector<float> loss(N), loss2(N);
-    kernels::cpu::cross_entropy_forward(loss.data(), logits.data(), targets.data(), N, V);
-    twin::cross_entropy_forward(loss2.data(), logits.data(), targets.data(), N, V);
+    kernels::cpu::cross_entropy_forward(loss.data(), logits.data(), targets.data(), N, V, V);
+    twin::cross_entropy_forward(loss2.data(), logits.data(), targets.data(), N, V, V);
     expect_near(loss2, loss, 1e-5f, 1e-5f, "loss");
     auto d = random_vector(N * V, 15), d2 = d;
-    kernels::cpu::cross_entropy_backward(d.data(), logits.data(), targets.data(), 0.25f, N, V);
-    twin::cross_entropy_backward(d2.data(), logits.data(), targets.data(), 0.25f, N, V);
+    kernels::cpu::cross_entropy_backward(d.data(), logits.data(), targets.data(), 0.25f, N, V, V);
+    twin::cross_entropy_backward(d2.data(), logits.data(), targets.data(), 0.25f, N, V, V);
     expect_near(d2, d, 1e-5f, 1e-6f, "dlogits");
     for (int64_t r = 0; r < N; ++r) {  // an ignored row is left exactly as it was
       if (targets[r] >= 0) continue;
       for (int64_t v = 0; v < V; ++v) ASSERT_EQ(d2[r * V + v], d[r * V + v]);
     }
+  }
+}
+
+// A padded vocabulary (models/vocab.h): rows of `stride` logits whose columns past V hold values large enough to
+// own the softmax if they entered it. The CPU op and the twin give bitwise what they give on the dense (N,V)
+// logits, and leave the padded columns' gradients exactly as they were.
+TEST(CudaTwins, CrossEntropyReadsOnlyTheFirstVColumnsOfAPaddedRow) {
+  const Shape shapes[] = {{3, 1}, {4, 31}, {5, 257}, {4, 5003}};
+  for (const auto [N, V] : shapes) {
+    const int64_t stride = (V + 127) / 128 * 128 + (V % 128 == 0 ? 128 : 0);  // at least one padded column
+    const auto dense = random_vector(N * V, 24, 3.0f);
+    std::vector<float> padded(N * stride, 1e4f);
+    for (int64_t r = 0; r < N; ++r) std::copy_n(dense.begin() + r * V, V, padded.begin() + r * stride);
+    std::vector<int32_t> targets(N);
+    for (int64_t r = 0; r < N; ++r) targets[r] = r % 3 == 1 ? -100 : static_cast<int32_t>((r * 7919) % V);
+
+    std::vector<float> want(N), got(N), want_twin(N), got_twin(N);
+    kernels::cpu::cross_entropy_forward(want.data(), dense.data(), targets.data(), N, V, V);
+    kernels::cpu::cross_entropy_forward(got.data(), padded.data(), targets.data(), N, V, stride);
+    twin::cross_entropy_forward(want_twin.data(), dense.data(), targets.data(), N, V, V);
+    twin::cross_entropy_forward(got_twin.data(), padded.data(), targets.data(), N, V, stride);
+    for (int64_t r = 0; r < N; ++r) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[r]), std::bit_cast<uint32_t>(want[r]))
+          << "cpu loss, V " << V << " row " << r;
+      ASSERT_EQ(std::bit_cast<uint32_t>(got_twin[r]), std::bit_cast<uint32_t>(want_twin[r])) << "twin loss, V " << V;
+    }
+
+    const auto d_dense = random_vector(N * V, 25);
+    std::vector<float> d_padded(N * stride, 0.0f);
+    for (int64_t r = 0; r < N; ++r) std::copy_n(d_dense.begin() + r * V, V, d_padded.begin() + r * stride);
+    auto want_d = d_dense, want_d_twin = d_dense;
+    auto got_d = d_padded, got_d_twin = d_padded;
+    kernels::cpu::cross_entropy_backward(want_d.data(), dense.data(), targets.data(), 0.25f, N, V, V);
+    kernels::cpu::cross_entropy_backward(got_d.data(), padded.data(), targets.data(), 0.25f, N, V, stride);
+    twin::cross_entropy_backward(want_d_twin.data(), dense.data(), targets.data(), 0.25f, N, V, V);
+    twin::cross_entropy_backward(got_d_twin.data(), padded.data(), targets.data(), 0.25f, N, V, stride);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t v = 0; v < stride; ++v) {
+        const float cpu = got_d[r * stride + v], twin = got_d_twin[r * stride + v];
+        if (v >= V) {  // a padded column: untouched, its gradient stays zero
+          ASSERT_EQ(cpu, 0.0f) << "cpu dlogits, V " << V << " padded column " << v;
+          ASSERT_EQ(twin, 0.0f) << "twin dlogits, V " << V << " padded column " << v;
+          continue;
+        }
+        ASSERT_EQ(std::bit_cast<uint32_t>(cpu), std::bit_cast<uint32_t>(want_d[r * V + v])) << "cpu dlogits, V " << V;
+        ASSERT_EQ(std::bit_cast<uint32_t>(twin), std::bit_cast<uint32_t>(want_d_twin[r * V + v])) << "twin dlogits";
+      }
   }
 }
 

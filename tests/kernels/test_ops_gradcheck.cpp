@@ -183,12 +183,12 @@ TEST_P(GradCheck, CrossEntropy) {
   const float dloss = 0.37f;  // d(objective)/d(loss_i), the same for every row
   std::vector<float> losses(N), dlogits(N * V);
   auto loss = [&] {
-    cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+    cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, V);
     double s = 0;
     for (float l : losses) s += dloss * l;
     return s;
   };
-  cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V);
+  cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, V);
   expect_gradient("logits", logits, dlogits, loss, rng);
 }
 

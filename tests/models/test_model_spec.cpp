@@ -5,6 +5,7 @@
 #include <tbb/global_control.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -18,6 +19,7 @@
 #include "models/gpt2.h"
 #include "models/llama.h"
 #include "foundation/rng.h"
+#include "models/vocab.h"
 #include "models/weight_init.h"
 
 namespace ferry::models {
@@ -241,6 +243,39 @@ TEST(Gpt2Spec, Gpt2SmallHasHuggingFaceNamesShapesAndCount) {
   EXPECT_THROW(spec.param_index("lm_head.weight"), std::out_of_range);  // tied to transformer.wte.weight
 }
 
+// The vocabulary padded inside the engine (models/vocab.h): the tables indexed by token id get padded_vocab rows
+// (GPT-2's tied wte, BERT's word embeddings and decoder bias, Llama's LM head; an untied Llama embedding is only
+// gathered from), the loss's softmax takes the real vocabulary of each padded row, the files' shape and the
+// parameter count are the real ones; padding off (multiple 1) builds the shapes of before.
+TEST(VocabPadding, TablesIndexedByTokenArePaddedInsideTheEngineOnly) {
+  EXPECT_EQ(padded_vocab(50257), 50304);
+  EXPECT_EQ(padded_vocab(256), 256);
+  EXPECT_EQ(padded_vocab(50257, 1), 50257);
+  GptConfig gpt{12, 12, 768, 50257, 1024};
+  const ModelSpec padded = build_gpt2(gpt, 1, 8);
+  const ParamSpec& wte = padded.params[padded.param_index("transformer.wte.weight")];
+  EXPECT_EQ(wte.shape, (Shape{50304, 768}));
+  EXPECT_EQ(wte.file_shape(), (Shape{50257, 768}));
+  EXPECT_EQ(padded.param_count(), 124439808);
+  const OpSpec& loss = *std::find_if(padded.ops.begin(), padded.ops.end(),
+                                     [](const OpSpec& o) { return o.kind == OpKind::CrossEntropy; });
+  EXPECT_EQ(loss.attrs.in, 50304);
+  EXPECT_EQ(loss.attrs.out, 50257);
+  EXPECT_EQ(padded.tensors[padded.tensor_index("lm_head.out")].shape.back(), 50304);
+  gpt.vocab_multiple = 1;
+  const ModelSpec unpadded = build_gpt2(gpt, 1, 8);
+  EXPECT_EQ(unpadded.params[unpadded.param_index("transformer.wte.weight")].shape, (Shape{50257, 768}));
+  EXPECT_EQ(unpadded.param_count(), 124439808);
+
+  const ModelSpec bert = build_bert({2, 2, 64, 30522, 64}, 1, 8);
+  EXPECT_EQ(bert.params[bert.param_index("bert.embeddings.word_embeddings.weight")].shape, (Shape{30592, 64}));
+  EXPECT_EQ(bert.params[bert.param_index("cls.predictions.bias")].shape, (Shape{30592}));
+  EXPECT_EQ(bert.params[bert.param_index("cls.predictions.bias")].file_shape(), (Shape{30522}));
+  const ModelSpec llama = build_llama({2, 4, 2, 64, 1000, 32, 96}, 1, 8);
+  EXPECT_EQ(llama.params[llama.param_index("model.embed_tokens.weight")].shape, (Shape{1000, 64}));
+  EXPECT_EQ(llama.params[llama.param_index("lm_head.weight")].shape, (Shape{1024, 64}));
+}
+
 TEST(Gpt2Spec, StepFlopsAreSixPerParameterPerTokenPlusAttention) {
   const int64_t B = 4, T = 64;
   const GptConfig cfg{12, 12, 768, 50257, 1024};
@@ -298,7 +333,12 @@ TEST(BertSpec, BertBaseHasHuggingFaceNamesShapesAndCount) {
 
 // The initialisations as one sequential walk over the parameters with one Rng, as they were written before
 // they ran in parallel: the reference the parallel fill must match byte for byte.
+// A padded vocabulary's rows (models/vocab.h) draw nothing from the stream and stay zero.
 using Values = std::vector<std::vector<float>>;
+
+std::span<float> real(std::vector<float>& v, const ParamSpec& p) {
+  return std::span<float>(v).first(static_cast<size_t>(numel(p.file_shape())));
+}
 
 Values sequential_gpt2(const ModelSpec& spec, const GptConfig& cfg, uint64_t seed) {
   Rng rng(seed);
@@ -308,7 +348,9 @@ Values sequential_gpt2(const ModelSpec& spec, const GptConfig& cfg, uint64_t see
     std::vector<float>& v = out.emplace_back(static_cast<size_t>(numel(p.shape)));
     if (p.name.ends_with(".bias")) std::fill(v.begin(), v.end(), 0.0f);
     else if (p.name.find(".ln_") != std::string::npos) std::fill(v.begin(), v.end(), 1.0f);
-    else for (float& w : v) w = static_cast<float>(rng.normal() * (p.name.ends_with("c_proj.weight") ? proj_std : 0.02));
+    else
+      for (float& w : real(v, p))
+        w = static_cast<float>(rng.normal() * (p.name.ends_with("c_proj.weight") ? proj_std : 0.02));
   }
   return out;
 }
@@ -320,7 +362,8 @@ Values sequential_bert(const ModelSpec& spec, uint64_t seed) {
     std::vector<float>& v = out.emplace_back(static_cast<size_t>(numel(p.shape)));
     if (p.name.find("LayerNorm.weight") != std::string::npos) std::fill(v.begin(), v.end(), 1.0f);
     else if (p.name.ends_with(".bias")) std::fill(v.begin(), v.end(), 0.0f);
-    else for (float& w : v) w = static_cast<float>(rng.normal() * 0.02);
+    else
+      for (float& w : real(v, p)) w = static_cast<float>(rng.normal() * 0.02);
   }
   return out;
 }
@@ -342,6 +385,26 @@ void expect_same_bytes(const ModelSpec& spec, const Values& expected, const Valu
     ASSERT_EQ(expected[i].size(), got[i].size());
     EXPECT_EQ(std::memcmp(expected[i].data(), got[i].data(), expected[i].size() * sizeof(float)), 0)
         << what << ": " << spec.params[i].name << " differs from the sequential stream";
+  }
+}
+
+// Padded or not, every real element starts with the same value; the padded rows start at zero.
+TEST(VocabPadding, PaddingChangesNoInitialValue) {
+  for (const int64_t V : {int64_t{301}, int64_t{3001}}) {
+    GptConfig off{2, 2, 64, static_cast<int>(V), 32};
+    off.vocab_multiple = 1;
+    GptConfig on = off;
+    on.vocab_multiple = kVocabMultiple;
+    const ModelSpec a = build_gpt2(off, 1, 1), b = build_gpt2(on, 1, 1);
+    const Values want = parallel_init(a, 2, [&](auto views) { init_gpt2(a, off, views, 4); });
+    const Values got = parallel_init(b, 2, [&](auto views) { init_gpt2(b, on, views, 4); });
+    ASSERT_EQ(got[0].size(), static_cast<size_t>(padded_vocab(V) * 64));
+    EXPECT_EQ(std::memcmp(got[0].data(), want[0].data(), want[0].size() * sizeof(float)), 0) << "wte, V " << V;
+    EXPECT_TRUE(std::all_of(got[0].begin() + static_cast<std::ptrdiff_t>(want[0].size()), got[0].end(),
+                            [](float x) { return std::bit_cast<uint32_t>(x) == 0; }))
+        << "a padded row of wte is not zero, V " << V;
+    for (size_t i = 1; i < want.size(); ++i)
+      EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(float)), 0) << a.params[i].name;
   }
 }
 
@@ -407,7 +470,7 @@ TEST(WeightInit, LlamaMatchesOneSequentialStreamOnAnyThreadCount) {
     if (p.name.ends_with(".bias")) std::fill(v.begin(), v.end(), 0.0f);
     else if (p.name.ends_with("norm.weight")) std::fill(v.begin(), v.end(), 1.0f);
     else
-      for (float& w : v) w = static_cast<float>(rng.normal() * 0.02);
+      for (float& w : real(v, p)) w = static_cast<float>(rng.normal() * 0.02);
   }
   for (const int threads : {1, 4})
     expect_same_bytes(spec, expected, parallel_init(spec, threads, [&](auto views) { init_llama(spec, views, 9); }),
@@ -467,9 +530,11 @@ TEST(WeightInit, AnyRangeOfAParameterAloneGetsTheWholeModelsValues) {
   Rng rng(4);
   for (const auto& [spec, rules, init] : models) {
     const Values whole = parallel_init(*spec, 2, init);
-    const InitialValues initial(rules, param_numels(*spec), 3);
+    // Over the real elements: a padded vocabulary's rows draw nothing and are zero (VocabPadding.*).
+    const std::vector<int64_t> real = real_numels(*spec);
+    const InitialValues initial(rules, real, 3);
     for (size_t p = 0; p < whole.size(); ++p) {
-      const int64_t n = static_cast<int64_t>(whole[p].size());
+      const int64_t n = real[p];
       std::vector<std::pair<int64_t, int64_t>> ranges{{0, n}, {n - 1, n}};
       if (n > 2 * 65536) ranges.emplace_back(65535, 2 * 65536 + 1);
       for (int i = 0; i < 3; ++i) {

@@ -120,7 +120,7 @@ TEST_F(Dispatch, LinearSlotsWithAndWithoutBias) {
   EXPECT_TRUE(same(bwd.w, b.values[0]));
   EXPECT_EQ(bwd.dbias.data, nullptr);
   EXPECT_TRUE(bwd.weight_out_in);
-  EXPECT_EQ(bwd.out_features, 96);
+  EXPECT_EQ(bwd.out_features, 128);  // the vocabulary of 96 padded inside the engine (models/vocab.h)
 }
 
 TEST_F(Dispatch, EmbeddingSlots) {
@@ -188,12 +188,15 @@ TEST_F(Dispatch, CrossEntropyReturnsTheLossAndPassesTheWeight) {
   EXPECT_TRUE(same(fwd.losses, f.out[0]) && same(fwd.logits, f.in[0]) && same(fwd.targets, f.in[1]));
   EXPECT_EQ(fwd.losses.dtype, DType::F32);  // fixed: the per-token losses stay fp32
   EXPECT_EQ(loss, 1.25f);
+  EXPECT_EQ(fwd.vocab, 96);
+  EXPECT_EQ(fwd.stride, 128);
   const FakeOperands b = run(bert, "loss.bwd");  // [logits, targets] -> [dlogits]
   const auto& bwd = std::get<CrossEntropyBackward>(kernels.last);
   EXPECT_TRUE(same(bwd.dlogits, b.out[0]) && same(bwd.logits, b.in[0]) && same(bwd.targets, b.in[1]));
   EXPECT_EQ(bwd.loss_weight, 0.5f);
   EXPECT_EQ(bwd.rows, 32);
-  EXPECT_EQ(bwd.vocab, 96);
+  EXPECT_EQ(bwd.vocab, 96);  // the softmax's classes; the logits' rows are the vocabulary padded (models/vocab.h)
+  EXPECT_EQ(bwd.stride, 128);
 }
 
 // The loss's backward creates dlogits: zeroed, in its storage's bytes, before the op accumulates into it.
@@ -201,7 +204,7 @@ TEST_F(Dispatch, CreatedGradientsAreZeroedFirst) {
   const FakeOperands b = run(gpt, "loss.bwd");
   ASSERT_EQ(kernels.zeroed.size(), 1u);
   EXPECT_TRUE(same(kernels.zeroed[0].first, b.out[0]));
-  EXPECT_EQ(kernels.zeroed[0].second, 32 * 96 * 2);
+  EXPECT_EQ(kernels.zeroed[0].second, 32 * 128 * 2);  // the logits' rows: the vocabulary of 96 padded to 128
   kernels.zeroed.clear();
   run(gpt, "h.0.ln_1.fwd");
   EXPECT_TRUE(kernels.zeroed.empty());
