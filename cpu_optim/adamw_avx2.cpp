@@ -105,10 +105,6 @@ inline void adamw8(const Coefficients8& c, __m256 g, __m256& p, __m256& m, __m25
 
 void store_bf16x8(uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
 
-}  // namespace
-
-namespace {
-
 // The training path: bf16 gradients and a bf16 copy-out, 16 elements an iteration so that the copy-out is one
 // pack of two rounded vectors, one lane fix-up and one 32-byte store.
 void adamw16_bf16(const KernelArgs& a, const Coefficients8& c, size_t begin, size_t end, size_t& i) {

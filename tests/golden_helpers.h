@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <span>
+#include <string>
+#include <vector>
+
 #include "cpu_optim/adamw.h"
 #include "formats/safetensors.h"
 #include "memory/host_buffer.h"
@@ -14,10 +18,9 @@
 namespace ferry::testing {
 
 // The logits `name` as transformers returns them: each row's first V columns of the vocabulary padded inside the
-// engine (models/vocab.h), V being the loss's classes.
-inline std::vector<float> real_logits(const ops::CpuRunner& runner, const models::ModelSpec& spec,
+// engine (models/vocab.h), V being the loss's classes. `all` holds the tensor as the engine does.
+inline std::vector<float> real_logits(const std::vector<float>& all, const models::ModelSpec& spec,
                                       const std::string& name) {
-  const std::vector<float> all = runner.tensor(name);
   const int64_t stride = spec.tensors[spec.tensor_index(name)].shape.back();
   int64_t vocab = stride;
   for (const models::OpSpec& op : spec.ops)
@@ -27,15 +30,20 @@ inline std::vector<float> real_logits(const ops::CpuRunner& runner, const models
     real.insert(real.end(), all.begin() + row * stride, all.begin() + row * stride + vocab);
   return real;
 }
+inline std::vector<float> real_logits(const ops::CpuRunner& runner, const models::ModelSpec& spec,
+                                      const std::string& name) {
+  return real_logits(runner.tensor(name), spec, name);
+}
 
-// Parameter i's gradient as transformers has it: its real elements. The padded vocabulary's rows take no part in
-// the loss, so their gradient must be exactly zero.
-inline std::vector<float> real_grad(const models::ModelSpec& spec, const models::ParameterStore& params, int i) {
-  const auto g = params.grad(i);
+// Parameter i's gradient `g` as transformers gives it: its real rows, each padded row's gradient checked zero.
+inline std::vector<float> real_grad(const models::ModelSpec& spec, std::span<const float> g, int i) {
   const auto real = static_cast<std::ptrdiff_t>(models::numel(spec.params[i].file_shape()));
   for (auto it = g.begin() + real; it != g.end(); ++it)
     EXPECT_EQ(*it, 0.0f) << spec.params[i].name << ": a padded row's gradient at " << (it - g.begin());
   return {g.begin(), g.begin() + real};
+}
+inline std::vector<float> real_grad(const models::ModelSpec& spec, const models::ParameterStore& params, int i) {
+  return real_grad(spec, params.grad(i), i);
 }
 
 // `runner` holds the reference batch; `params` the reference weights (changed by the steps).
