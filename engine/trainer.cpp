@@ -140,7 +140,7 @@ formats::ParameterViews bucket_state(const memory::HostBuckets& host, Executor& 
 // an embedding table: 2.1 GB for Llama-3.1-8B's), with zero moments.
 void initialize_device_tier(const Config& cfg, const models::ModelSpec& spec, const memory::HostBuckets& host,
                             Executor& executor) {
-  // The real elements draw from the stream; a padded vocabulary's rows after them are zero (models/vocab.h).
+  // Over the real elements: a padded vocabulary's rows draw nothing and are zero (models/vocab.h).
   const std::vector<int64_t> real = models::real_numels(spec);
   const models::InitialValues initial(models::init_rules(cfg.model, spec), real, cfg.train.seed);
   constexpr int64_t kChunk = Executor::kTierStagingBytes / 4;  // fp32 elements
@@ -150,10 +150,7 @@ void initialize_device_tier(const Config& cfg, const models::ModelSpec& spec, co
     if (!host.on_device(slot.bucket)) continue;
     for (int64_t begin = 0; begin < slot.numel; begin += kChunk) {
       chunk.resize(static_cast<size_t>(std::min(kChunk, slot.numel - begin)));
-      const auto drawn =
-          static_cast<size_t>(std::clamp<int64_t>(real[p] - begin, 0, static_cast<int64_t>(chunk.size())));
-      if (drawn > 0) initial.fill(p, begin, std::span(chunk).first(drawn));
-      std::fill(chunk.begin() + static_cast<std::ptrdiff_t>(drawn), chunk.end(), 0.0f);
+      models::fill_real_range(initial, real, p, begin, chunk);
       executor.write_device_tier(p, Region::Master, chunk, begin);
     }
     executor.zero_device_tier_moments(p);

@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "models/model_spec.h"
-#include "models/vocab.h"
 #include "models/parameter_store.h"
+#include "models/vocab.h"
 #include "models/weight_init.h"
 
 namespace ferry::models {

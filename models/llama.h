@@ -8,8 +8,8 @@
 
 #include "foundation/rope.h"
 #include "models/model_spec.h"
-#include "models/weight_init.h"
 #include "models/vocab.h"
+#include "models/weight_init.h"
 
 namespace ferry::models {
 

@@ -89,11 +89,7 @@ ModelSpec build_model(const ModelConfig& m, int64_t batch, int64_t seq, DType pr
 }
 
 void init_model(const ModelConfig& m, const ModelSpec& spec, std::span<const std::span<float>> values, uint64_t seed) {
-  if (values.size() != spec.params.size())
-    throw std::invalid_argument("init_model: " + std::to_string(values.size()) + " views for " + std::to_string(spec.params.size()) + " parameters");
-  if (m.kind == "bert") return init_bert(spec, values, seed);
-  if (m.kind == "llama") return init_llama(spec, values, seed);
-  init_gpt2(spec, gpt_config(m), values, seed);
+  fill_real_values(spec, init_rules(m, spec), values, seed);  // checks one view a parameter
 }
 
 void init_model(const ModelConfig& m, const ModelSpec& spec, ParameterStore& params, uint64_t seed) {

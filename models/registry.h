@@ -10,8 +10,8 @@
 #include "foundation/rope.h"
 #include "models/model_spec.h"
 #include "models/parameter_store.h"
-#include "models/weight_init.h"
 #include "models/vocab.h"
+#include "models/weight_init.h"
 
 namespace ferry::models {
 

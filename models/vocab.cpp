@@ -1,4 +1,5 @@
-// fill_real_values: the initialisation that leaves a padded vocabulary's rows zero and out of the random stream.
+// fill_real_values and fill_real_range: the initialisation that leaves a padded vocabulary's rows zero and out of the
+// random stream.
 #include "models/vocab.h"
 
 #include <algorithm>
@@ -26,6 +27,14 @@ void fill_real_values(const ModelSpec& spec, std::span<const InitRule> rules, st
   fill_initial_values(rules, real_numel, real_views, seed);
   for (size_t p = 0; p < values.size(); ++p)
     if (!values[p].empty()) std::fill(values[p].begin() + real_numel[p], values[p].end(), 0.0f);
+}
+
+void fill_real_range(const InitialValues& initial, std::span<const int64_t> real_numel, int param, int64_t begin,
+                     std::span<float> out) {
+  const auto drawn = static_cast<size_t>(
+      std::clamp<int64_t>(real_numel[static_cast<size_t>(param)] - begin, 0, static_cast<int64_t>(out.size())));
+  if (drawn > 0) initial.fill(param, begin, out.first(drawn));
+  std::fill(out.begin() + static_cast<std::ptrdiff_t>(drawn), out.end(), 0.0f);
 }
 
 }  // namespace ferry::models

@@ -32,4 +32,9 @@ std::vector<int64_t> real_numels(const ModelSpec& spec);
 void fill_real_values(const ModelSpec& spec, std::span<const InitRule> rules, std::span<const std::span<float>> values,
                       uint64_t seed);
 
+// Elements [begin, begin + out.size()) of parameter `param` as stored in the engine, a piece of what
+// fill_real_values gives it: the real ones from `initial` (made over real_numels), a padded vocabulary's zero.
+void fill_real_range(const InitialValues& initial, std::span<const int64_t> real_numel, int param, int64_t begin,
+                     std::span<float> out);
+
 }  // namespace ferry::models
