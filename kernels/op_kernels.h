@@ -29,12 +29,21 @@ struct EmbeddingBackward { Operand dwte, dwpe, dtype, dout, tokens; int64_t batc
 // x, out (N,C); w, b (C); mean, rstd (N) fp32, saved for backward.
 struct LayerNormForward { Operand out, mean, rstd, x, w, b; int64_t rows, channels; float eps; };
 // dx (N,C) += ...; dw, db (C) += ...; reads dout (N,C), x, w, mean, rstd.
-struct LayerNormBackward { Operand dx, dw, db, dout, x, w, mean, rstd; int64_t rows, channels; };
+struct LayerNormBackward {
+  Operand dx, dw, db, dout, x, w, mean, rstd;
+  int64_t rows, channels;
+  bool accumulate = true;
+};
 
 // out (N,OC) = x (N,IC) @ W + bias (OC, or null); W [IC,OC], or [OC,IC] with weight_out_in.
 struct LinearForward { Operand out, x, w, bias; int64_t rows, in, out_features; bool weight_out_in; };
 // dx (N,IC) += dout W^T; dw (like W) += x^T dout; dbias (OC, or null) += column sums of dout.
-struct LinearBackward { Operand dx, dw, dbias, dout, x, w; int64_t rows, in, out_features; bool weight_out_in; };
+struct LinearBackward {
+  Operand dx, dw, dbias, dout, x, w;
+  int64_t rows, in, out_features;
+  bool weight_out_in;
+  bool accumulate = true;
+};
 
 // q, k, v: (B,T,C) views whose rows are row_stride elements apart: GPT-2's packed qkv (B,T,3C) split at
 // 0, C, 2C (row_stride 3C), or BERT's three tensors (row_stride C). key_mask (B,T) int32 or null (causal).
@@ -51,11 +60,20 @@ struct AttentionDims {
 struct AttentionForward { Operand out, probs, q, k, v, key_mask; AttentionDims dims; };
 // dq, dk, dv (the same views, of dqkv for GPT-2) += ...; y is the forward's output (read by fused kernels
 // that keep a log-sum-exp in place of probs; the CPU reads probs).
-struct AttentionBackward { Operand dq, dk, dv, dout, q, k, v, key_mask, probs, y; AttentionDims dims; };
+struct AttentionBackward {
+  Operand dq, dk, dv, dout, q, k, v, key_mask, probs, y;
+  AttentionDims dims;
+  bool accumulate = true;
+};
 
 // x, out (N); exact: the erf form (BERT), else tanh (GPT-2).
 struct GeluForward { Operand out, x; int64_t n; bool exact; };
-struct GeluBackward { Operand dx, dout, x; int64_t n; bool exact; };
+struct GeluBackward {
+  Operand dx, dout, x;
+  int64_t n;
+  bool exact;
+  bool accumulate = true;
+};
 
 // RMSNorm over the last dim (Llama, Mistral, Qwen2): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps).
 // x, out (rows, channels); w (channels); rstd (rows) fp32, saved for backward.
@@ -68,6 +86,7 @@ struct RmsNormForward {
 struct RmsNormBackward {
   Operand dx, dw, dout, x, w, rstd;
   int64_t rows, channels;
+  bool accumulate = true;
 };
 
 // Rotary position embedding of q or k: x, out (batch, seq, heads, head_size), the rows of one token
@@ -86,6 +105,7 @@ struct RopeForward {
 struct RopeBackward {
   Operand dx, dout;
   RopeDims dims;
+  bool accumulate = true;
 };
 
 // SwiGLU, Llama's MLP activation: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)); all (n) elements.
@@ -97,11 +117,16 @@ struct SwiGluForward {
 struct SwiGluBackward {
   Operand dgate, dup, dout, gate, up;
   int64_t n;
+  bool accumulate = true;
 };
 
 // out = a + b (N); da += dout, db += dout.
 struct ResidualForward { Operand out, a, b; int64_t n; };
-struct ResidualBackward { Operand da, db, dout; int64_t n; };
+struct ResidualBackward {
+  Operand da, db, dout;
+  int64_t n;
+  bool accumulate = true;
+};
 
 // Logits (N, stride) of which the first V (vocab) columns are the classes; the columns past them (a padded
 // vocabulary's, models/vocab.h) never enter the softmax, and their gradients are left as they are (zero).
@@ -118,10 +143,14 @@ struct CrossEntropyBackward {
   Operand dlogits, logits, targets;
   int64_t rows, vocab, stride;
   float loss_weight;
+  bool accumulate = true;
 };
 
-// A device's implementation of every op kind and pass. Forward overwrites its outputs; backward
-// accumulates (+=) into every gradient it writes.
+// A device's implementation of every op kind and pass. Forward overwrites its outputs. Backward adds (+=) into
+// its parameters' gradients always, and into its outputs (the activation gradients: dx, dq/dk/dv, da/db,
+// dgate/dup, dlogits) while `accumulate`; with accumulate false it writes its outputs instead, every element
+// (a padded vocabulary's columns, rows without a target and masked keys as zeros): the dispatcher clears it
+// when the op is the first to produce every one of them, so they are neither zeroed nor read before.
 class OpKernels {
  public:
   virtual ~OpKernels() = default;
