@@ -1,6 +1,7 @@
 // ModelSpec lookups, FLOP totals, and lifetime derivation + validation of the op list.
 #include "models/model_spec.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace ferry::models {
@@ -116,6 +117,15 @@ void ModelSpec::finalize() {
     ops[first[t]].creates.push_back(t);
     ops[last[t]].frees.push_back(t);
   }
+}
+
+bool ModelSpec::creates_gradient(const OpSpec& op, int t) const {
+  return tensors[t].is_grad && std::ranges::find(op.creates, t) != op.creates.end();
+}
+
+bool ModelSpec::writes_gradients(const OpSpec& op) const {
+  if (op.pass == Pass::Forward || op.outputs.empty()) return false;
+  return std::ranges::all_of(op.outputs, [&](int t) { return creates_gradient(op, t); });
 }
 
 void ModelSpec::set_precision(DType storage) {

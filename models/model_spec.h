@@ -34,7 +34,7 @@ struct TensorSpec {
   std::string name;  // e.g. "h.0.ln_1.out", "h.0.ln_1.out.grad"
   Shape shape;
   DType dtype = DType::F32;
-  bool is_grad = false;  // gradients start at zero when created: backward ops accumulate into them
+  bool is_grad = false;  // an activation's gradient: begun by one backward op, added into by later ones
   bool is_input = false; // filled from the batch before the step, not by an op
   // Stored in `dtype` whatever the training precision: token ids, and what numerics keep in fp32 (LayerNorm
   // statistics, per-token losses). Every other tensor is stored in the precision the step computes in.
@@ -102,6 +102,12 @@ struct ModelSpec {
   // Derives each op's `creates`/`frees` from first and last use, and checks the op list: every tensor
   // read is live (written earlier or a batch input), parameter and tensor indices are in range.
   void finalize();
+  // Whether backward op `op` writes its outputs (the gradients it produces first, every one of them) rather
+  // than adding into them; an op that adds into a gradient another op began accumulates into all of its
+  // outputs (those it creates zeroed first). False for forward ops, which overwrite theirs anyway.
+  bool writes_gradients(const OpSpec& op) const;
+  // Whether op `op` is the first to write tensor `t` and `t` is a gradient.
+  bool creates_gradient(const OpSpec& op, int t) const;
   // Stores every tensor that is not of a fixed dtype (and every parameter) in `storage`: F32, BF16 or F16.
   void set_precision(DType storage);
 };

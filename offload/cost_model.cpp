@@ -15,11 +15,16 @@ double CostModel::op_seconds(const models::ModelSpec& spec, const models::OpSpec
   return op_overhead_s + std::max(op.flops / flops_per_s, op_bytes(spec, op) / memory_bytes_per_s);
 }
 
+// Backward reads and writes its parameters' gradients (they add up over the step); it reads its outputs too
+// when it adds into them, not when it produces them first (ModelSpec::writes_gradients).
 double CostModel::op_bytes(const models::ModelSpec& spec, const models::OpSpec& op) const {
+  const bool backward = op.pass == models::Pass::Backward;
   double bytes = 0;
-  for (int p : op.params) bytes += double(models::numel(spec.params[p].shape)) * double(dtype_bytes(spec.precision));
-  for (const auto* list : {&op.inputs, &op.outputs})
-    for (int t : *list) bytes += double(tensor_bytes(spec, t));
+  for (int p : op.params)
+    bytes += double(models::numel(spec.params[p].shape)) * double(dtype_bytes(spec.precision)) * (backward ? 3 : 1);
+  for (int t : op.inputs) bytes += double(tensor_bytes(spec, t));
+  const bool adds = backward && !spec.writes_gradients(op);
+  for (int t : op.outputs) bytes += double(tensor_bytes(spec, t)) * (adds ? 2 : 1);
   return bytes;
 }
 

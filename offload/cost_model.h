@@ -51,7 +51,8 @@ struct CostModel {
   // of its FLOPs at flops_per_s and the bytes it touches (its tensors and parameters at the device's
   // storage: ModelSpec::precision and each tensor's dtype) at memory_bytes_per_s, plus the per-op overhead.
   double op_seconds(const models::ModelSpec& spec, const models::OpSpec& op) const;
-  // The bytes that roofline counts for an op: its parameters, inputs and outputs at their device storage.
+  // The bytes that roofline counts for an op: its parameters (in backward their gradients too, read and
+  // written), inputs and outputs (read too where backward adds into them) at their device storage.
   double op_bytes(const models::ModelSpec& spec, const models::OpSpec& op) const;
   // Bytes a tensor takes on the device: its own (TensorSpec::bytes, from its storage dtype), except the
   // attention probabilities under fused attention (one fp32 log-sum-exp per row instead of a row of T).

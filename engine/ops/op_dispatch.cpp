@@ -38,6 +38,7 @@ using models::OpAttrs;
 struct Slots {
   const models::OpSpec& op;
   std::span<const Operand> inputs, outputs, values, grads;
+  bool accumulate;  // backward: add into the outputs (false: write them, this op produces them first)
   bool fwd() const { return op.pass == models::Pass::Forward; }
   Operand in(size_t k) const { return inputs[k]; }
   Operand out(size_t k) const { return outputs[k]; }
@@ -57,13 +58,17 @@ void embedding(const Slots& s, OpKernels& k) {
 void layernorm(const Slots& s, OpKernels& k) {
   const OpAttrs& a = s.op.attrs;
   if (s.fwd()) k.layernorm_forward({s.out(0), s.out(1), s.out(2), s.in(0), s.value(0), s.value(1), a.rows, a.in, a.eps});
-  else k.layernorm_backward({s.out(0), s.grad(0), s.grad(1), s.in(0), s.in(1), s.value(0), s.in(2), s.in(3), a.rows, a.in});
+  else
+    k.layernorm_backward(
+        {s.out(0), s.grad(0), s.grad(1), s.in(0), s.in(1), s.value(0), s.in(2), s.in(3), a.rows, a.in, s.accumulate});
 }
 
 void linear(const Slots& s, OpKernels& k) {
   const OpAttrs& a = s.op.attrs;
   if (s.fwd()) k.linear_forward({s.out(0), s.in(0), s.value(0), s.value(1), a.rows, a.in, a.out, a.weight_out_in});
-  else k.linear_backward({s.out(0), s.grad(0), s.grad(1), s.in(0), s.in(1), s.value(0), a.rows, a.in, a.out, a.weight_out_in});
+  else
+    k.linear_backward({s.out(0), s.grad(0), s.grad(1), s.in(0), s.in(1), s.value(0), a.rows, a.in, a.out,
+                       a.weight_out_in, s.accumulate});
 }
 
 void attention(const Slots& s, OpKernels& k) {
@@ -78,52 +83,63 @@ void attention(const Slots& s, OpKernels& k) {
     const Operand qkv = s.in(first);
     if (s.fwd()) return k.attention_forward({s.out(0), s.out(1), qkv, offset(qkv, C), offset(qkv, 2 * C), {}, dims});
     const Operand dqkv = s.out(0);
-    return k.attention_backward({dqkv, offset(dqkv, C), offset(dqkv, 2 * C), s.in(0), qkv, offset(qkv, C),
-                                 offset(qkv, 2 * C), {}, s.in(2), s.in(3), dims});
+    return k.attention_backward({dqkv,
+                                 offset(dqkv, C),
+                                 offset(dqkv, 2 * C),
+                                 s.in(0),
+                                 qkv,
+                                 offset(qkv, C),
+                                 offset(qkv, 2 * C),
+                                 {},
+                                 s.in(2),
+                                 s.in(3),
+                                 dims,
+                                 s.accumulate});
   }
   // BERT: [q, k, v, mask] | [dy, q, k, v, mask, probs, y]; Llama: [q, k, v] | [dy, q, k, v, probs, y] -> [dq, dk, dv]
   const Operand q = s.in(first), key = s.in(first + 1), v = s.in(first + 2);
   const Operand mask = forward_inputs == 4 ? s.in(first + 3) : Operand{};
   if (s.fwd()) return k.attention_forward({s.out(0), s.out(1), q, key, v, mask, dims});
   const size_t probs = first + forward_inputs;  // then y
-  k.attention_backward({s.out(0), s.out(1), s.out(2), s.in(0), q, key, v, mask, s.in(probs), s.in(probs + 1), dims});
+  k.attention_backward(
+      {s.out(0), s.out(1), s.out(2), s.in(0), q, key, v, mask, s.in(probs), s.in(probs + 1), dims, s.accumulate});
 }
 
 void gelu(const Slots& s, OpKernels& k) {
   const int64_t n = s.op.attrs.rows * s.op.attrs.in;
   if (s.fwd()) k.gelu_forward({s.out(0), s.in(0), n, s.op.attrs.exact_gelu});
-  else k.gelu_backward({s.out(0), s.in(0), s.in(1), n, s.op.attrs.exact_gelu});
+  else k.gelu_backward({s.out(0), s.in(0), s.in(1), n, s.op.attrs.exact_gelu, s.accumulate});
 }
 
 void residual(const Slots& s, OpKernels& k) {
   const int64_t n = s.op.attrs.rows * s.op.attrs.in;
   if (s.fwd()) k.residual_forward({s.out(0), s.in(0), s.in(1), n});
-  else k.residual_backward({s.out(0), s.out(1), s.in(0), n});
+  else k.residual_backward({s.out(0), s.out(1), s.in(0), n, s.accumulate});
 }
 
 void rmsnorm(const Slots& s, OpKernels& k) {
   const OpAttrs& a = s.op.attrs;
   if (s.fwd()) k.rmsnorm_forward({s.out(0), s.out(1), s.in(0), s.value(0), a.rows, a.in, a.eps});
-  else k.rmsnorm_backward({s.out(0), s.grad(0), s.in(0), s.in(1), s.value(0), s.in(2), a.rows, a.in});
+  else k.rmsnorm_backward({s.out(0), s.grad(0), s.in(0), s.in(1), s.value(0), s.in(2), a.rows, a.in, s.accumulate});
 }
 
 void rope(const Slots& s, OpKernels& k) {
   const OpAttrs& a = s.op.attrs;
   const kernels::RopeDims dims{a.batch, a.seq, a.heads, a.in / a.heads, a.in, a.rope};
   if (s.fwd()) k.rope_forward({s.out(0), s.in(0), dims});
-  else k.rope_backward({s.out(0), s.in(0), dims});
+  else k.rope_backward({s.out(0), s.in(0), dims, s.accumulate});
 }
 
 void swiglu(const Slots& s, OpKernels& k) {
   const int64_t n = s.op.attrs.rows * s.op.attrs.in;
   if (s.fwd()) k.swiglu_forward({s.out(0), s.in(0), s.in(1), n});
-  else k.swiglu_backward({s.out(0), s.out(1), s.in(0), s.in(1), s.in(2), n});
+  else k.swiglu_backward({s.out(0), s.out(1), s.in(0), s.in(1), s.in(2), n, s.accumulate});
 }
 
 float cross_entropy(const Slots& s, float loss_weight, OpKernels& k) {
   const OpAttrs& a = s.op.attrs;
   if (!s.fwd()) {
-    k.cross_entropy_backward({s.out(0), s.in(0), s.in(1), a.rows, a.out, a.in, loss_weight});
+    k.cross_entropy_backward({s.out(0), s.in(0), s.in(1), a.rows, a.out, a.in, loss_weight, s.accumulate});
     return 0;
   }
   float loss = 0;
@@ -187,12 +203,6 @@ float launch(const Slots& s, float loss_weight, OpKernels& kernels) {
   throw std::logic_error("decode_op: op " + s.op.name + " has an unknown kind");
 }
 
-bool creates_grad(const models::ModelSpec& spec, const models::OpSpec& op, int t) {
-  if (!spec.tensors[t].is_grad) return false;
-  for (int c : op.creates)
-    if (c == t) return true;
-  return false;
-}
 
 }  // namespace
 
@@ -225,19 +235,24 @@ kernels::OpCall decode_op(const models::ModelSpec& spec, const models::OpSpec& o
     call.operands.push_back({o, models::numel(spec.params[p].shape), true, written, false});
   };
   for (size_t k = 0; k < at.inputs.size(); ++k) tensor(at.inputs[k], op.inputs[k], true, false, false);
-  // Forward overwrites its outputs; backward accumulates into them, but into a gradient it creates only
-  // after zeroing it.
+  // Forward overwrites its outputs; backward writes them when it produces them all first, else accumulates
+  // into them, into a gradient it creates only after zeroing it.
+  const bool writes = spec.writes_gradients(op);
   for (size_t k = 0; k < at.outputs.size(); ++k) {
-    const bool created = creates_grad(spec, op, op.outputs[k]);
-    tensor(at.outputs[k], op.outputs[k], !fwd && !created, true, created);
+    const bool created = !writes && spec.creates_gradient(op, op.outputs[k]);
+    tensor(at.outputs[k], op.outputs[k], !fwd && !writes && !created, true, created);
   }
   for (size_t k = 0; k < at.values.size(); ++k) param(at.values[k], op.params[k], false);
   if (!fwd)  // forward leaves gradients alone
     for (size_t k = 0; k < at.grads.size(); ++k) param(at.grads[k], op.params[k], true);
   const size_t inputs = at.inputs.size(), outputs = at.outputs.size(), values = at.values.size();
-  call.launch = [&op, loss_weight, inputs, outputs, values](OpKernels& kernels, std::span<const Operand> o) {
-    const Slots s{op, o.first(inputs), o.subspan(inputs, outputs), o.subspan(inputs + outputs, values),
-                  o.subspan(inputs + outputs + values)};
+  call.launch = [&op, loss_weight, inputs, outputs, values, writes](OpKernels& kernels, std::span<const Operand> o) {
+    const Slots s{op,
+                  o.first(inputs),
+                  o.subspan(inputs, outputs),
+                  o.subspan(inputs + outputs, values),
+                  o.subspan(inputs + outputs + values),
+                  !writes};
     return launch(s, loss_weight, kernels);
   };
   return call;

@@ -23,10 +23,10 @@ struct OpOperands {
 // Throws std::invalid_argument naming the op otherwise.
 DType op_compute_dtype(const models::ModelSpec& spec, const models::OpSpec& op, const OpOperands& at);
 
-// `op` on `at` as a kernel call (checked by op_compute_dtype): forward overwrites its outputs, backward
-// accumulates into them and into its parameters' gradients (gradient tensors the op creates are zeroed
-// first). loss_weight scales the loss's gradient (1 / micro-batches, times fp16's loss scale). The call
-// refers to `op`, which must outlive it.
+// `op` on `at` as a kernel call (checked by op_compute_dtype): forward overwrites its outputs; backward adds
+// into its parameters' gradients, and writes its outputs when it is the first to produce every one of them,
+// else accumulates into them (those it creates zeroed first). loss_weight scales the loss's gradient (1 /
+// micro-batches, times fp16's loss scale). The call refers to `op`, which must outlive it.
 kernels::OpCall decode_op(const models::ModelSpec& spec, const models::OpSpec& op, const OpOperands& at,
                           float loss_weight);
 

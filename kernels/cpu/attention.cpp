@@ -4,7 +4,7 @@
 // Per head, with q, k, v (T,hs) views and scale = 1/sqrt(hs):
 //   forward:  S = q k^T * scale, masked;  P = softmax(S) (saved);  out = P v
 //   backward: dP = dout v^T;  dv += P^T dout;  dS = P * (dP - rowsum(P * dP)) * scale;
-//             dq += dS k;  dk += dS^T q
+//             dq += dS k;  dk += dS^T q      (or = for gradients this op produces first)
 // The products are oneDNN batched matmuls over (batch, head) reading q, k, v in place through strides;
 // the masked softmax and its backward are plain loops. The CUDA path will use a fused kernel.
 #include <cmath>
@@ -87,18 +87,19 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
 }
 
 // A key/value head's gradients sum over the G query heads that read it: the members add one after the other,
-// in order, so the sums are reproducible.
+// in order, so the sums are reproducible (the first one writes them when they are not accumulated into).
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* vv, const float* att, const AttentionShape& s) {
+                        const float* vv, const float* att, const AttentionShape& s, bool accumulate) {
   const int64_t B = s.B, T = s.T, NH = s.NH, hs = s.C / s.NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const Groups g = groups(s);
   const Views v = views(s, g);
   float* ds = workspace(Scratch::Op, B * NH * T * T * 4);
-  // dP = dout v^T;  dv += P^T dout
+  // dP = dout v^T;  dv (+)= P^T dout
   for (int64_t j = 0; j < g.G; ++j) {
     batched_matmul(ds + j * T * T, v.probs, dout + j * hs, v.head_of_out, vv, v.head_of_kv_t, B, g.KV, T, T, hs, false);
-    batched_matmul(dv, v.head_of_kv, att + j * T * T, v.probs_t, dout + j * hs, v.head_of_out, B, g.KV, T, hs, T, true);
+    batched_matmul(dv, v.head_of_kv, att + j * T * T, v.probs_t, dout + j * hs, v.head_of_out, B, g.KV, T, hs, T,
+                   accumulate || j > 0);
   }
   // Softmax backward, in place: dS = P * (dP - sum_j P_j dP_j) * scale (zero where masked, as P is)
   parallel_chunks(B * NH * T, 64, [&](int64_t r0, int64_t r1) {
@@ -111,10 +112,11 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       for (int64_t t2 = 0; t2 < T; ++t2) d[t2] = p[t2] * (d[t2] - dot) * scale;
     }
   });
-  // dq += dS k;  dk += dS^T q
+  // dq (+)= dS k;  dk (+)= dS^T q
   for (int64_t j = 0; j < g.G; ++j) {
-    batched_matmul(dq + j * hs, v.head_of_q, ds + j * T * T, v.probs, k, v.head_of_kv, B, g.KV, T, hs, T, true);
-    batched_matmul(dk, v.head_of_kv, ds + j * T * T, v.probs_t, q + j * hs, v.head_of_q, B, g.KV, T, hs, T, true);
+    batched_matmul(dq + j * hs, v.head_of_q, ds + j * T * T, v.probs, k, v.head_of_kv, B, g.KV, T, hs, T, accumulate);
+    batched_matmul(dk, v.head_of_kv, ds + j * T * T, v.probs_t, q + j * hs, v.head_of_q, B, g.KV, T, hs, T,
+                   accumulate || j > 0);
   }
 }
 
@@ -123,8 +125,9 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
-                        int64_t C, int64_t NH) {
-  attention_backward(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, att, {B, T, C, NH, 3 * C, true, nullptr});
+                        int64_t C, int64_t NH, bool accumulate) {
+  attention_backward(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, att,
+                     {B, T, C, NH, 3 * C, true, nullptr}, accumulate);
 }
 
 }  // namespace ferry::kernels::cpu

@@ -40,7 +40,7 @@ void CpuKernels::layernorm_forward(const LayerNormForward& a) {
 }
 void CpuKernels::layernorm_backward(const LayerNormBackward& a) {
   cpu::layernorm_backward(f32(a.dx), f32(a.dw), f32(a.db), f32(a.dout), f32(a.x), f32(a.w), f32(a.mean), f32(a.rstd),
-                          a.rows, a.channels);
+                          a.rows, a.channels, a.accumulate);
 }
 
 void CpuKernels::linear_forward(const LinearForward& a) {
@@ -48,7 +48,7 @@ void CpuKernels::linear_forward(const LinearForward& a) {
 }
 void CpuKernels::linear_backward(const LinearBackward& a) {
   cpu::linear_backward(f32(a.dx), f32(a.dw), f32(a.dbias), f32(a.dout), f32(a.x), f32(a.w), a.rows, a.in,
-                       a.out_features, a.weight_out_in);
+                       a.out_features, a.weight_out_in, a.accumulate);
 }
 
 // The CPU's backward reads probs; y is left alone.
@@ -57,36 +57,39 @@ void CpuKernels::attention_forward(const AttentionForward& a) {
 }
 void CpuKernels::attention_backward(const AttentionBackward& a) {
   cpu::attention_backward(f32(a.dq), f32(a.dk), f32(a.dv), f32(a.dout), f32(a.q), f32(a.k), f32(a.v), f32(a.probs),
-                          shape_of(a.dims, a.key_mask));
+                          shape_of(a.dims, a.key_mask), a.accumulate);
 }
 
 void CpuKernels::gelu_forward(const GeluForward& a) { cpu::gelu_forward(f32(a.out), f32(a.x), a.n, a.exact); }
 void CpuKernels::gelu_backward(const GeluBackward& a) {
-  cpu::gelu_backward(f32(a.dx), f32(a.dout), f32(a.x), a.n, a.exact);
+  cpu::gelu_backward(f32(a.dx), f32(a.dout), f32(a.x), a.n, a.exact, a.accumulate);
 }
 
 void CpuKernels::rmsnorm_forward(const RmsNormForward& a) {
   cpu::rmsnorm_forward(f32(a.out), f32(a.rstd), f32(a.x), f32(a.w), a.rows, a.channels, a.eps);
 }
 void CpuKernels::rmsnorm_backward(const RmsNormBackward& a) {
-  cpu::rmsnorm_backward(f32(a.dx), f32(a.dw), f32(a.dout), f32(a.x), f32(a.w), f32(a.rstd), a.rows, a.channels);
+  cpu::rmsnorm_backward(f32(a.dx), f32(a.dw), f32(a.dout), f32(a.x), f32(a.w), f32(a.rstd), a.rows, a.channels,
+                        a.accumulate);
 }
 
 void CpuKernels::rope_forward(const RopeForward& a) { cpu::rope_forward(f32(a.out), f32(a.x), shape_of(a.dims)); }
-void CpuKernels::rope_backward(const RopeBackward& a) { cpu::rope_backward(f32(a.dx), f32(a.dout), shape_of(a.dims)); }
+void CpuKernels::rope_backward(const RopeBackward& a) {
+  cpu::rope_backward(f32(a.dx), f32(a.dout), shape_of(a.dims), a.accumulate);
+}
 
 void CpuKernels::swiglu_forward(const SwiGluForward& a) {
   cpu::swiglu_forward(f32(a.out), f32(a.gate), f32(a.up), a.n);
 }
 void CpuKernels::swiglu_backward(const SwiGluBackward& a) {
-  cpu::swiglu_backward(f32(a.dgate), f32(a.dup), f32(a.dout), f32(a.gate), f32(a.up), a.n);
+  cpu::swiglu_backward(f32(a.dgate), f32(a.dup), f32(a.dout), f32(a.gate), f32(a.up), a.n, a.accumulate);
 }
 
 void CpuKernels::residual_forward(const ResidualForward& a) {
   cpu::residual_forward(f32(a.out), f32(a.a), f32(a.b), a.n);
 }
 void CpuKernels::residual_backward(const ResidualBackward& a) {
-  cpu::residual_backward(f32(a.da), f32(a.db), f32(a.dout), a.n);
+  cpu::residual_backward(f32(a.da), f32(a.db), f32(a.dout), a.n, a.accumulate);
 }
 
 // The mean is summed in double over the per-token losses, in row order, so it is reproducible.
@@ -102,7 +105,9 @@ void CpuKernels::cross_entropy_backward(const CrossEntropyBackward& a) {
   const int64_t counted = targets_counted(i32(a.targets), a.rows);
   if (counted)
     cpu::cross_entropy_backward(f32(a.dlogits), f32(a.logits), i32(a.targets),
-                                a.loss_weight / static_cast<float>(counted), a.rows, a.vocab, a.stride);
+                                a.loss_weight / static_cast<float>(counted), a.rows, a.vocab, a.stride, a.accumulate);
+  else if (!a.accumulate)  // no target: a zero gradient
+    std::memset(a.dlogits.data, 0, static_cast<size_t>(a.rows * a.stride) * sizeof(float));
 }
 
 }  // namespace ferry::kernels::cpu

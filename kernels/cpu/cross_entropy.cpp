@@ -1,6 +1,6 @@
 // Softmax cross-entropy over the vocabulary (the first V of each row's `stride` logits; the rest are padding):
 //   forward:  losses[r] = -log_softmax(logits[r, :V])[target[r]]
-//   backward: dlogits[r, :V] += dloss * (softmax(logits[r, :V]) - onehot(target[r]))
+//   backward: dlogits[r, :V] (+)= dloss * (softmax(logits[r, :V]) - onehot(target[r]))
 // The probabilities are never kept between passes (backward recomputes them). The softmaxes run in
 // oneDNN (vectorised exp over rows of up to 50k entries; scalar libm exp cost ~10% of a GPT-2 step).
 #include <algorithm>
@@ -63,14 +63,15 @@ void cross_entropy_forward(float* losses, const float* logits, const int32_t* ta
 }
 
 void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int64_t N,
-                            int64_t V, int64_t stride) {
+                            int64_t V, int64_t stride, bool accumulate) {
   const float* p = softmax_into_scratch(logits, N, V, stride, /*log=*/false);
   parallel_chunks(N, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      if (targets[r] < 0) continue;  // not a position of the loss
       float* d = dlogits + r * stride;
+      if (!accumulate) std::fill(d + (targets[r] < 0 ? 0 : V), d + stride, 0.0f);  // no gradient there
+      if (targets[r] < 0) continue;                                                // not a position of the loss
       const float* pr = p + r * V;
-      for (int64_t v = 0; v < V; ++v) d[v] += dloss * pr[v];
+      for (int64_t v = 0; v < V; ++v) d[v] = accumulate ? d[v] + dloss * pr[v] : dloss * pr[v];
       d[targets[r]] -= dloss;
     }
   });

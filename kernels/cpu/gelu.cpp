@@ -43,12 +43,13 @@ void gelu_forward(float* out, const float* x, int64_t N, bool exact) {
   onednn::execute(g.fwd, g.fwd_scratchpad, {{DNNL_ARG_SRC, onednn::wrap(g.md, x)}, {DNNL_ARG_DST, onednn::wrap(g.md, out)}});
 }
 
-void gelu_backward(float* dx, const float* dout, const float* x, int64_t N, bool exact) {
-  // oneDNN overwrites its output; ops accumulate, so compute into scratch and add.
-  float* s = workspace(Scratch::Op, N * 4);
+void gelu_backward(float* dx, const float* dout, const float* x, int64_t N, bool exact, bool accumulate) {
+  // oneDNN overwrites its output: straight into dx when it is written, else into scratch, then added.
+  float* s = accumulate ? workspace(Scratch::Op, N * 4) : dx;
   const Gelu& g = gelu_for(N, exact);
   onednn::execute(g.bwd, g.bwd_scratchpad,
                   {{DNNL_ARG_SRC, onednn::wrap(g.md, x)}, {DNNL_ARG_DIFF_DST, onednn::wrap(g.md, dout)}, {DNNL_ARG_DIFF_SRC, onednn::wrap(g.md, s)}});
+  if (!accumulate) return;
   parallel_chunks(N, 1 << 15, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) dx[i] += s[i];
   });

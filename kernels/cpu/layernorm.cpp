@@ -29,7 +29,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
 }
 
 void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
-                        const float* mean, const float* rstd, int64_t N, int64_t C) {
+                        const float* mean, const float* rstd, int64_t N, int64_t C, bool accumulate) {
   // dx_i = rstd * (g_i - mean(g) - xhat_i * mean(g * xhat)), with g = dout * w and xhat the normalised input.
   parallel_chunks(N, 8, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -48,7 +48,8 @@ void layernorm_backward(float* dx, float* dw, float* db, const float* dout, cons
       float* dxr = dx + r * C;
       for (int64_t c = 0; c < C; ++c) {
         const float xhat = (xr[c] - m) * s;
-        dxr[c] += s * (d[c] * w[c] - g_mean - xhat * gx_mean);
+        const float v = s * (d[c] * w[c] - g_mean - xhat * gx_mean);
+        dxr[c] = accumulate ? dxr[c] + v : v;
       }
     }
   });

@@ -11,10 +11,10 @@ void linear_forward(float* out, const float* x, const float* W, const float* bia
   matmul(out, x, W, bias, N, OC, IC, /*trans_a=*/false, /*trans_b=*/weight_out_in, /*accumulate=*/false);
 }
 
-void linear_backward(float* dx, float* dW, float* dbias, const float* dout, const float* x, const float* W,
-                     int64_t N, int64_t IC, int64_t OC, bool weight_out_in) {
-  // dx (N,IC) += dout (N,OC) @ W^T as (OC,IC)
-  matmul(dx, dout, W, nullptr, N, IC, OC, false, /*trans_b=*/!weight_out_in, true);
+void linear_backward(float* dx, float* dW, float* dbias, const float* dout, const float* x, const float* W, int64_t N,
+                     int64_t IC, int64_t OC, bool weight_out_in, bool accumulate) {
+  // dx (N,IC) (+)= dout (N,OC) @ W^T as (OC,IC)
+  matmul(dx, dout, W, nullptr, N, IC, OC, false, /*trans_b=*/!weight_out_in, accumulate);
   if (!dW) {
     // a frozen weight: no gradient
   } else if (weight_out_in) {

@@ -24,7 +24,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, in
 }
 
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
-                      int64_t N, int64_t C) {
+                      int64_t N, int64_t C, bool accumulate) {
   // dx_i = rstd * (g_i - xhat_i * mean(g * xhat)), with g = dout * w and xhat = x * rstd.
   parallel_chunks(N, 8, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -36,7 +36,10 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
       for (int64_t c = 0; c < C; ++c) gx_mean += d[c] * w[c] * xr[c] * s;
       gx_mean /= static_cast<float>(C);
       float* dxr = dx + r * C;
-      for (int64_t c = 0; c < C; ++c) dxr[c] += s * (d[c] * w[c] - xr[c] * s * gx_mean);
+      for (int64_t c = 0; c < C; ++c) {
+        const float v = s * (d[c] * w[c] - xr[c] * s * gx_mean);
+        dxr[c] = accumulate ? dxr[c] + v : v;
+      }
     }
   });
   // dw = sum_rows dout * xhat: split over channels so each sum runs in row order. Null: a frozen weight.

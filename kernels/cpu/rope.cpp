@@ -64,6 +64,8 @@ void rotate(float* out, const float* x, const RopeShape& s, float sign, bool acc
 
 void rope_forward(float* out, const float* x, const RopeShape& s) { rotate(out, x, s, 1.0f, false); }
 
-void rope_backward(float* dx, const float* dout, const RopeShape& s) { rotate(dx, dout, s, -1.0f, true); }
+void rope_backward(float* dx, const float* dout, const RopeShape& s, bool accumulate) {
+  rotate(dx, dout, s, -1.0f, accumulate);
+}
 
 }  // namespace ferry::kernels::cpu

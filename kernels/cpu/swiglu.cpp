@@ -18,13 +18,16 @@ void swiglu_forward(float* out, const float* gate, const float* up, int64_t N) {
   });
 }
 
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t N) {
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t N,
+                     bool accumulate) {
   parallel_chunks(N, 1 << 15, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const float g = gate[i];
       const float sig = sigmoid(g);
-      dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
-      dup[i] += dout[i] * g * sig;
+      const float dg = dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+      const float du = dout[i] * g * sig;
+      dgate[i] = accumulate ? dgate[i] + dg : dg;
+      dup[i] = accumulate ? dup[i] + du : du;
     }
   });
 }

