@@ -45,11 +45,12 @@ cudaError_t attention_forward(AttentionKernel kernel, void* out, float* lse, con
                               const void* v, const int32_t* key_mask, const AttentionShape& s, DType dtype,
                               void* scratch, size_t scratch_bytes, cudaStream_t stream);
 // dq, dk, dv (the same views as q, k, v) += the gradients, from dout and the forward's out and lse
-// (produced by the same kernel). Deterministic: no float atomics (flash: one block per key tile for dk/dv,
-// one per query tile for dq; cuDNN: its deterministic algorithm, into scratch, then added).
-cudaError_t attention_backward(AttentionKernel kernel, void* dq, void* dk, void* dv, const void* dout,
-                               const void* q, const void* k, const void* v, const int32_t* key_mask,
-                               const void* out, const float* lse, const AttentionShape& s, DType dtype,
-                               void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// (produced by the same kernel); not accumulating: = the gradients, every element of the views (0 for a masked
+// key), the old values never read. Deterministic: no float atomics (flash: one block per key tile for dk/dv,
+// one per query tile for dq; cuDNN: its deterministic algorithm, into scratch, then added or copied).
+cudaError_t attention_backward(AttentionKernel kernel, void* dq, void* dk, void* dv, const void* dout, const void* q,
+                               const void* k, const void* v, const int32_t* key_mask, const void* out, const float* lse,
+                               const AttentionShape& s, bool accumulate, DType dtype, void* scratch,
+                               size_t scratch_bytes, cudaStream_t stream);
 
 }  // namespace ferry::kernels::cuda

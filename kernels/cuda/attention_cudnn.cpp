@@ -295,8 +295,8 @@ cudaError_t cudnn_sdpa_forward(void* out, float* lse, const void* q, const void*
 
 cudaError_t cudnn_sdpa_backward(void* dq, void* dk, void* dv, const void* dout, const void* q, const void* k,
                                 const void* v, const int32_t* key_mask, const void* out, const float* lse,
-                                const AttentionShape& s, DType dtype, void* scratch, size_t scratch_bytes,
-                                cudaStream_t stream) {
+                                const AttentionShape& s, bool accumulate, DType dtype, void* scratch,
+                                size_t scratch_bytes, cudaStream_t stream) {
   Cudnn& c = cudnn();
   if (!c.handle) return cudaErrorNotSupported;
   std::unique_lock<std::mutex> lock(c.mutex);
@@ -311,15 +311,17 @@ cudaError_t cudnn_sdpa_backward(void* dq, void* dk, void* dv, const void* dout, 
       {kDQ, g[0]},                {kDK, g[1]},                  {kDV, g[2]}};
   cudaError_t e = execute(c, *p, pack, l, scratch, key_mask, s, stream);
   lock.unlock();
-  // cuDNN wrote the gradients; ours accumulate. On an H100, compute-sanitizer's initcheck flags this kernel's
-  // reads of g[1] and g[2] (dk, dv; not dq) though their values are right (the CUDA op tests match the host
-  // device): most likely cuDNN's sm90 kernel stores them by TMA, which initcheck does not see. Sanitize
+  // cuDNN wrote the gradients into scratch; they are added into the views, or copied there when not accumulating.
+  // (A graph whose outputs are the strided views themselves, GPT-2's dqkv rows 3C apart, would save the copy and
+  // the scratch; it has never run on a GPU, so the scratch stays.) On an H100, compute-sanitizer's initcheck flags
+  // this kernel's reads of g[1] and g[2] (dk, dv; not dq) though their values are right (the CUDA op tests match
+  // the host device): most likely cuDNN's sm90 kernel stores them by TMA, which initcheck does not see. Sanitize
   // Ferry's own kernels with FERRY_ATTENTION=flash.
   void* dst[3] = {dq, dk, dv};
   const int64_t channels[3] = {s.C, kv_channels(s), kv_channels(s)};
   const int64_t strides[3] = {s.row_stride, kv_row_stride(s), kv_row_stride(s)};
   for (int i = 0; i < 3 && e == cudaSuccess; ++i)
-    e = accumulate_view(dst[i], g[i], s.B, s.T, channels[i], strides[i], dtype, stream);
+    e = write_view(dst[i], g[i], s.B, s.T, channels[i], strides[i], accumulate, dtype, stream);
   return e;
 }
 
@@ -338,9 +340,9 @@ cudaError_t cudnn_sdpa_forward(void*, float*, const void*, const void*, const vo
   return cudaErrorNotSupported;
 }
 
-cudaError_t cudnn_sdpa_backward(void*, void*, void*, const void*, const void*, const void*, const void*,
-                                const int32_t*, const void*, const float*, const AttentionShape&, DType, void*,
-                                size_t, cudaStream_t) {
+cudaError_t cudnn_sdpa_backward(void*, void*, void*, const void*, const void*, const void*, const void*, const int32_t*,
+                                const void*, const float*, const AttentionShape&, bool, DType, void*, size_t,
+                                cudaStream_t) {
   return cudaErrorNotSupported;
 }
 

@@ -110,7 +110,8 @@ __device__ BackwardInputs<T> inputs_at(const Geometry& g, BackwardInputs<T> in, 
 // One block per key tile of key/value head kv: the query heads that read it add up in the accumulators, head
 // after head (no two blocks write one dk or dv row).
 template <class T, int kCols>
-__global__ void __launch_bounds__(kThreads) key_value_kernel(Geometry g, T* dk, T* dv, BackwardInputs<T> all) {
+__global__ void __launch_bounds__(kThreads)
+    key_value_kernel(Geometry g, T* dk, T* dv, BackwardInputs<T> all, bool accumulate) {
   extern __shared__ float smem[];
   const Smem sm = carve(smem, Pass::KeyValue, g.pitch);
   const int64_t kt = blockIdx.x, kv = blockIdx.y, b = blockIdx.z, k0 = kt * kTile;
@@ -132,11 +133,11 @@ __global__ void __launch_bounds__(kThreads) key_value_kernel(Geometry g, T* dk, 
     }
   }
   const int64_t head = b * g.T * g.krs + kv * g.hs;
-  key_value_write(th, dk + head, dv + head, g, k0, ty, tx);
+  key_value_write(th, dk + head, dv + head, g, k0, ty, tx, accumulate);
 }
 
 template <class T, int kCols>
-__global__ void __launch_bounds__(kThreads) query_kernel(Geometry g, T* dq, BackwardInputs<T> all) {
+__global__ void __launch_bounds__(kThreads) query_kernel(Geometry g, T* dq, BackwardInputs<T> all, bool accumulate) {
   extern __shared__ float smem[];
   const Smem sm = carve(smem, Pass::Query, g.pitch);
   const int64_t qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * kTile;
@@ -154,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) query_kernel(Geometry g, T* dq, Back
     __syncthreads();
     query_accumulate(th, sm, g, ty, tx);
   }
-  query_write(th, dq + b * g.T * g.rs + h * g.hs, g, q0, ty, tx);
+  query_write(th, dq + b * g.T * g.rs + h * g.hs, g, q0, ty, tx, accumulate);
 }
 
 // ---- The cuDNN path's helpers.
@@ -167,13 +168,12 @@ __global__ void __launch_bounds__(kThreads) seq_lens_kernel(int32_t* seq_q, int3
 }
 
 template <class T>
-__global__ void __launch_bounds__(kElementwiseBlock) accumulate_view_kernel(ElementwiseMap m, T* dst, const T* src,
-                                                                            int64_t C, int64_t row_stride) {
+__global__ void __launch_bounds__(kElementwiseBlock)
+    write_view_kernel(ElementwiseMap m, T* dst, const T* src, int64_t C, int64_t row_stride, bool accumulate) {
   for (int64_t k = 0; k < m.per_thread; ++k) {
     const int64_t e = elementwise_index(m, blockIdx.x, static_cast<int>(threadIdx.x), k);
     if (e >= m.n) break;
-    const int64_t d = sdpa::view_index(e, C, row_stride);
-    store(dst, d, load(dst, d) + load(src, e));
+    store_grad(dst, sdpa::view_index(e, C, row_stride), load(src, e), accumulate);
   }
 }
 
@@ -215,14 +215,16 @@ cudaError_t flash_forward(const Geometry& g, void* out, float* lse, const void* 
 
 template <class T, int kCols>
 cudaError_t flash_backward(const Geometry& g, void* dq, void* dk, void* dv, const BackwardInputs<T>& in,
-                           const void* out, float* d, cudaStream_t stream) {
+                           const void* out, float* d, bool accumulate, cudaStream_t stream) {
   const int64_t rows = g.B * g.NH * g.T;
   row_dot_kernel<T><<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
       g, d, in.dout, static_cast<const T*>(out));
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess)
-    e = launch_tiles(key_value_kernel<T, kCols>, g, Pass::KeyValue, stream, static_cast<T*>(dk), static_cast<T*>(dv), in);
-  if (e == cudaSuccess) e = launch_tiles(query_kernel<T, kCols>, g, Pass::Query, stream, static_cast<T*>(dq), in);
+    e = launch_tiles(key_value_kernel<T, kCols>, g, Pass::KeyValue, stream, static_cast<T*>(dk), static_cast<T*>(dv),
+                     in, accumulate);
+  if (e == cudaSuccess)
+    e = launch_tiles(query_kernel<T, kCols>, g, Pass::Query, stream, static_cast<T*>(dq), in, accumulate);
   return e;
 }
 
@@ -249,14 +251,14 @@ cudaError_t cudnn_seq_lens(int32_t* seq_q, int32_t* seq_kv, const int32_t* key_m
   return cudaGetLastError();
 }
 
-cudaError_t accumulate_view(void* dst, const void* src, int64_t B, int64_t T, int64_t C, int64_t row_stride,
-                            DType dtype, cudaStream_t stream) {
+cudaError_t write_view(void* dst, const void* src, int64_t B, int64_t T, int64_t C, int64_t row_stride, bool accumulate,
+                       DType dtype, cudaStream_t stream) {
   const ElementwiseMap m = elementwise_map(B * T * C);
   if (m.n == 0) return cudaSuccess;
   return launched(with_storage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    accumulate_view_kernel<S><<<static_cast<unsigned>(m.grid), m.block, 0, stream>>>(
-        m, static_cast<S*>(dst), static_cast<const S*>(src), C, row_stride);
+    write_view_kernel<S><<<static_cast<unsigned>(m.grid), m.block, 0, stream>>>(
+        m, static_cast<S*>(dst), static_cast<const S*>(src), C, row_stride, accumulate);
   }));
 }
 
@@ -288,14 +290,15 @@ cudaError_t attention_forward(AttentionKernel kernel, void* out, float* lse, con
   });
 }
 
-cudaError_t attention_backward(AttentionKernel kernel, void* dq, void* dk, void* dv, const void* dout,
-                               const void* q, const void* k, const void* v, const int32_t* key_mask,
-                               const void* out, const float* lse, const AttentionShape& s, DType dtype,
-                               void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+cudaError_t attention_backward(AttentionKernel kernel, void* dq, void* dk, void* dv, const void* dout, const void* q,
+                               const void* k, const void* v, const int32_t* key_mask, const void* out, const float* lse,
+                               const AttentionShape& s, bool accumulate, DType dtype, void* scratch,
+                               size_t scratch_bytes, cudaStream_t stream) {
   if (!valid_shape(s) || scratch_bytes < attention_backward_scratch_bytes(kernel, s, dtype)) return cudaErrorInvalidValue;
   if (s.B == 0 || s.T == 0) return cudaSuccess;
   if (kernel == AttentionKernel::CudnnSdpa)
-    return cudnn_sdpa_backward(dq, dk, dv, dout, q, k, v, key_mask, out, lse, s, dtype, scratch, scratch_bytes, stream);
+    return cudnn_sdpa_backward(dq, dk, dv, dout, q, k, v, key_mask, out, lse, s, accumulate, dtype, scratch,
+                               scratch_bytes, stream);
   const Geometry g = geometry(s);
   auto* d = static_cast<float*>(scratch);
   return with_instance(dtype, g, [&](auto tag, auto cols) {
@@ -303,7 +306,7 @@ cudaError_t attention_backward(AttentionKernel kernel, void* dq, void* dk, void*
     const BackwardInputs<T> in{static_cast<const T*>(q),    static_cast<const T*>(k), static_cast<const T*>(v),
                                static_cast<const T*>(dout), key_mask,                 lse,
                                d};
-    return flash_backward<T, decltype(cols)::value>(g, dq, dk, dv, in, out, d, stream);
+    return flash_backward<T, decltype(cols)::value>(g, dq, dk, dv, in, out, d, accumulate, stream);
   });
 }
 

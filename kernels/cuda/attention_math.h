@@ -6,7 +6,7 @@
 // Per head, S = q k^T * scale (scale = 1/sqrt(hs)), masked to -inf; P = softmax(S) by rows; out = P v;
 // lse_i = log sum_j e^{S_ij}. Backward with D_i = rowsum(dout_i * out_i) and P_ij = e^{S_ij - lse_i}:
 //   dv_j += sum_i P_ij dout_i;  dS_ij = P_ij (dout_i . v_j - D_i) * scale;  dk_j += sum_i dS_ij q_i;
-//   dq_i += sum_j dS_ij k_j.
+//   dq_i += sum_j dS_ij k_j   (= for all three when the op is told not to accumulate).
 // A block takes one 64-row tile (queries or keys) of one (b, h); its 16 x 16 threads each own a 4 x 4
 // micro-tile of the 64 x 64 score tile: rows ty*4 + r (its own rows: the accumulators' rows too) and columns
 // tx + 16 c (interleaved: with the odd pitch below, 16 lanes read 16 banks). Every dot product runs over the
@@ -209,17 +209,18 @@ FERRY_HD void zero(float (&acc)[kMicro][kCols]) {
     for (int c = 0; c < kCols; ++c) acc[r][c] = 0.0f;
 }
 
-// dst (a view at (b, row 0, h, 0), rows `stride` apart) += acc on rows row0 + ty*4 + r < T, channels < hs.
+// dst (a view at (b, row 0, h, 0), rows `stride` apart) += acc (= when not accumulating) on rows
+// row0 + ty*4 + r < T, channels < hs.
 template <class T, int kCols>
-FERRY_HD void accumulate_rows(T* dst, int64_t stride, const float (&acc)[kMicro][kCols], const Geometry& g,
-                              int64_t row0, int ty, int tx) {
+FERRY_HD void write_rows(T* dst, int64_t stride, const float (&acc)[kMicro][kCols], const Geometry& g, int64_t row0,
+                         int ty, int tx, bool accumulate) {
   FERRY_UNROLL
   for (int r = 0; r < kMicro; ++r) {
     const int64_t i = row0 + ty * kMicro + r;
     FERRY_UNROLL
     for (int c = 0; c < kCols; ++c) {
       const int64_t ch = tx + kSide * c;
-      if (i < g.T && ch < g.hs) store(dst, i * stride + ch, load(dst, i * stride + ch) + acc[r][c]);
+      if (i < g.T && ch < g.hs) store_grad(dst, i * stride + ch, acc[r][c], accumulate);
     }
   }
 }
@@ -377,12 +378,13 @@ FERRY_HD void key_value_accumulate(KeyValueThread<kCols>& th, const Smem& sm, co
   micro_accumulate(th.dk, sm.ds, sm.q, g.pitch, g.hs, ty, tx);
 }
 
-// dk, dv (pointing at (b, row 0, kv, 0) of their views) += the accumulators.
+// dk, dv (pointing at (b, row 0, kv, 0) of their views) += the accumulators (= when not accumulating: every key
+// row of the tile is written, 0 for a masked key).
 template <class T, int kCols>
 FERRY_HD void key_value_write(const KeyValueThread<kCols>& th, T* dk, T* dv, const Geometry& g, int64_t k0, int ty,
-                              int tx) {
-  accumulate_rows(dk, g.krs, th.dk, g, k0, ty, tx);
-  accumulate_rows(dv, g.krs, th.dv, g, k0, ty, tx);
+                              int tx, bool accumulate) {
+  write_rows(dk, g.krs, th.dk, g, k0, ty, tx, accumulate);
+  write_rows(dv, g.krs, th.dv, g, k0, ty, tx, accumulate);
 }
 
 // dQ pass (one block per query tile): rows are queries ty*4 + r, columns keys tx + 16 j; dS to shared memory.
@@ -416,8 +418,9 @@ FERRY_HD void query_accumulate(QueryThread<kCols>& th, const Smem& sm, const Geo
 }
 
 template <class T, int kCols>
-FERRY_HD void query_write(const QueryThread<kCols>& th, T* dq, const Geometry& g, int64_t q0, int ty, int tx) {
-  accumulate_rows(dq, g.rs, th.dq, g, q0, ty, tx);
+FERRY_HD void query_write(const QueryThread<kCols>& th, T* dq, const Geometry& g, int64_t q0, int ty, int tx,
+                          bool accumulate) {
+  write_rows(dq, g.rs, th.dq, g, q0, ty, tx, accumulate);
 }
 
 }  // namespace ferry::kernels::cuda::attn

@@ -47,8 +47,8 @@ FERRY_HD inline int32_t keys_before_padding(const int32_t* mask_row, int64_t T) 
 }
 
 // cuDNN writes dq into a (B,T,C) buffer, dk and dv into (B,T,KV*hs) ones; element e of one, C its channels,
-// goes to the view with rows row_stride apart at this index (the backward adds it there: ours accumulate,
-// cuDNN's overwrite).
+// goes to the view with rows row_stride apart at this index (the backward adds it there, or copies it when the
+// op is told not to accumulate).
 FERRY_HD inline int64_t view_index(int64_t e, int64_t C, int64_t row_stride) { return (e / C) * row_stride + e % C; }
 
 // The scratch of one call: [seq_q (B) | seq_kv (B) | dq (B*T*C) | dk | dv (B*T*kv_channels each; dq, dk, dv

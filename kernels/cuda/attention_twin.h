@@ -1,7 +1,7 @@
 // Host twin of the flash attention kernels (attention_flash.cu): the same blocks, tiles and per-thread phases
 // (attention_math.h) run one thread after another, barriers being the phase boundaries, and the 16 lanes of
 // a row meeting by the replayed butterfly; so the kernels must equal it bitwise. Tested against the CPU op
-// (kernels/cpu/attention.cpp). Shapes: see attn::Geometry; backward accumulates (+=).
+// (kernels/cpu/attention.cpp). Shapes: see attn::Geometry; backward accumulates (+=), or writes (=) when told.
 #pragma once
 
 #include <array>
@@ -85,7 +85,7 @@ struct Head {
 // The block of key tile kt of one key/value head: `members` are the query heads that read it, in order.
 template <class T, int kCols>
 void key_value_block(const Geometry& g, T* dk, T* dv, const std::vector<Head<T>>& members, int64_t kt,
-                     std::vector<float>& smem) {
+                     std::vector<float>& smem, bool accumulate) {
   const Smem sm = carve(smem.data(), Pass::KeyValue, g.pitch);
   const int64_t k0 = kt * kTile;
   load_keys(sm, g, members[0].k, members[0].v, members[0].mask, k0);
@@ -97,11 +97,11 @@ void key_value_block(const Geometry& g, T* dk, T* dv, const std::vector<Head<T>>
       for (int t = 0; t < kThreads; ++t) key_value_scores(sm, g, qt * kTile, k0, t / kSide, t % kSide);
       for (int t = 0; t < kThreads; ++t) key_value_accumulate(th[t], sm, g, t / kSide, t % kSide);
     }
-  for (int t = 0; t < kThreads; ++t) key_value_write(th[t], dk, dv, g, k0, t / kSide, t % kSide);
+  for (int t = 0; t < kThreads; ++t) key_value_write(th[t], dk, dv, g, k0, t / kSide, t % kSide, accumulate);
 }
 
 template <class T, int kCols>
-void query_block(const Geometry& g, T* dq, const Head<T>& in, int64_t qt, std::vector<float>& smem) {
+void query_block(const Geometry& g, T* dq, const Head<T>& in, int64_t qt, std::vector<float>& smem, bool accumulate) {
   const Smem sm = carve(smem.data(), Pass::Query, g.pitch);
   const int64_t q0 = qt * kTile;
   load_queries(sm, g, in.q, in.dout, in.lse, in.d, q0);
@@ -112,7 +112,7 @@ void query_block(const Geometry& g, T* dq, const Head<T>& in, int64_t qt, std::v
     for (int t = 0; t < kThreads; ++t) query_scores(sm, g, q0, kt * kTile, t / kSide, t % kSide);
     for (int t = 0; t < kThreads; ++t) query_accumulate(th[t], sm, g, t / kSide, t % kSide);
   }
-  for (int t = 0; t < kThreads; ++t) query_write(th[t], dq, g, q0, t / kSide, t % kSide);
+  for (int t = 0; t < kThreads; ++t) query_write(th[t], dq, g, q0, t / kSide, t % kSide, accumulate);
 }
 
 template <class T, int kCols>
@@ -129,7 +129,7 @@ void forward(const Geometry& g, T* out, float* lse, const T* q, const T* k, cons
 
 template <class T, int kCols>
 void backward(const Geometry& g, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-              const int32_t* key_mask, const T* out, const float* lse) {
+              const int32_t* key_mask, const T* out, const float* lse, bool accumulate) {
   std::vector<float> d(g.B * g.NH * g.T);  // the kernels' scratch: D = rowsum(dout * out)
   for (int64_t n = 0; n < g.B * g.NH * g.T; ++n) {
     const int64_t i = n % g.T, bh = n / g.T, h = bh % g.NH, b = bh / g.NH;
@@ -150,13 +150,13 @@ void backward(const Geometry& g, T* dq, T* dk, T* dv, const T* dout, const T* q,
       for (int64_t h = first_query_head(g, kv); h < first_query_head(g, kv + 1); ++h) members.push_back(head_of(b, h));
       for (int64_t kt = 0; kt < tile_count(g.T); ++kt) {
         const int64_t head = b * g.T * g.krs + kv * g.hs;
-        key_value_block<T, kCols>(g, dk + head, dv + head, members, kt, smem);
+        key_value_block<T, kCols>(g, dk + head, dv + head, members, kt, smem, accumulate);
       }
     }
   for (int64_t b = 0; b < g.B; ++b)
     for (int64_t h = 0; h < g.NH; ++h)
       for (int64_t qt = 0; qt < tile_count(g.T); ++qt)
-        query_block<T, kCols>(g, dq + b * g.T * g.rs + h * g.hs, head_of(b, h), qt, smem);
+        query_block<T, kCols>(g, dq + b * g.T * g.rs + h * g.hs, head_of(b, h), qt, smem, accumulate);
 }
 
 }  // namespace detail
@@ -172,14 +172,12 @@ void attention_forward(const attn::Geometry& g, T* out, float* lse, const T* q, 
     detail::forward<T, 8>(g, out, lse, q, k, v, key_mask);
 }
 
-// dq, dk, dv (the views of q, k, v) += the gradients, from the forward's out and lse.
+// dq, dk, dv (the views of q, k, v) += the gradients (= when not accumulating), from the forward's out and lse.
 template <class T>
 void attention_backward(const attn::Geometry& g, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-                        const int32_t* key_mask, const T* out, const float* lse) {
-  if (attn::cols_for(g.hs) == 4)
-    detail::backward<T, 4>(g, dq, dk, dv, dout, q, k, v, key_mask, out, lse);
-  else
-    detail::backward<T, 8>(g, dq, dk, dv, dout, q, k, v, key_mask, out, lse);
+                        const int32_t* key_mask, const T* out, const float* lse, bool accumulate) {
+  if (attn::cols_for(g.hs) == 4) detail::backward<T, 4>(g, dq, dk, dv, dout, q, k, v, key_mask, out, lse, accumulate);
+  else detail::backward<T, 8>(g, dq, dk, dv, dout, q, k, v, key_mask, out, lse, accumulate);
 }
 
 }  // namespace ferry::kernels::cuda::twin

@@ -112,7 +112,7 @@ void CudaKernels::layernorm_backward(const kernels::LayerNormBackward& a) {
   auto* s = reinterpret_cast<float*>(
       scratch(layernorm_backward_scratch_floats(a.rows, a.channels) * int64_t{sizeof(float)}, "layernorm backward"));
   check(cuda::layernorm_backward(ptr(a.dx), ptr(a.dw), ptr(a.db), ptr(a.dout), ptr(a.x), ptr(a.w), as<float>(a.mean),
-                                 as<float>(a.rstd), a.rows, a.channels, s, a.x.dtype, stream_),
+                                 as<float>(a.rstd), a.rows, a.channels, s, a.accumulate, a.x.dtype, stream_),
         "cuda::layernorm_backward");
 }
 
@@ -124,15 +124,17 @@ void CudaKernels::linear_forward(const kernels::LinearForward& a) {
         "linear forward " + linear_shape(a.rows, a.in, a.out_features));
 }
 
-// dx += dy W^T, dW += x^T dy (beta 1: both accumulate), dbias += column sums of dy: one after the other on the
-// stream, each with the whole workspace.
+// dx += dy W^T (beta 1; beta 0, written, when not accumulating), dW += x^T dy (beta 1 always), dbias += column
+// sums of dy: one after the other on the stream, each with the whole workspace.
 void CudaKernels::linear_backward(const kernels::LinearBackward& a) {
   const LinearShape shape{a.rows, a.in, a.out_features, a.weight_out_in};
   const DType t = a.dout.dtype;
   const size_t ws = static_cast<size_t>(std::min(workspace_bytes_, kLtWorkspaceBytes));
   const std::string what = "linear backward " + linear_shape(a.rows, a.in, a.out_features);
   if (a.dx.data)
-    check(lt().run(linear_dx_desc(shape), ptr(a.dx), ptr(a.dout), ptr(a.w), nullptr, t, workspace_, ws, stream_), what + ": dx");
+    check(lt().run(linear_dx_desc(shape, a.accumulate), ptr(a.dx), ptr(a.dout), ptr(a.w), nullptr, t, workspace_, ws,
+                   stream_),
+          what + ": dx");
   const void* dw_a = a.weight_out_in ? ptr(a.dout) : ptr(a.x);
   const void* dw_b = a.weight_out_in ? ptr(a.x) : ptr(a.dout);
   if (a.dw.data)
@@ -162,8 +164,8 @@ void CudaKernels::attention_backward(const kernels::AttentionBackward& a) {
   const auto bytes = static_cast<int64_t>(attention_backward_scratch_bytes(kernel, s, t));
   std::byte* ws = scratch(bytes, "attention backward");
   check(cuda::attention_backward(kernel, ptr(a.dq), ptr(a.dk), ptr(a.dv), ptr(a.dout), ptr(a.q), ptr(a.k), ptr(a.v),
-                                 ids(a.key_mask), ptr(a.y), as<const float>(a.probs), s, t, ws, static_cast<size_t>(bytes),
-                                 stream_),
+                                 ids(a.key_mask), ptr(a.y), as<const float>(a.probs), s, a.accumulate, t, ws,
+                                 static_cast<size_t>(bytes), stream_),
         "cuda::attention_backward (" + shape_of(s, t) + ")");
 }
 
@@ -171,7 +173,8 @@ void CudaKernels::gelu_forward(const kernels::GeluForward& a) {
   check(cuda::gelu_forward(ptr(a.out), ptr(a.x), a.n, a.exact, a.x.dtype, stream_), "cuda::gelu_forward");
 }
 void CudaKernels::gelu_backward(const kernels::GeluBackward& a) {
-  check(cuda::gelu_backward(ptr(a.dx), ptr(a.dout), ptr(a.x), a.n, a.exact, a.x.dtype, stream_), "cuda::gelu_backward");
+  check(cuda::gelu_backward(ptr(a.dx), ptr(a.dout), ptr(a.x), a.n, a.exact, a.accumulate, a.x.dtype, stream_),
+        "cuda::gelu_backward");
 }
 
 void CudaKernels::rmsnorm_forward(const kernels::RmsNormForward& a) {
@@ -184,7 +187,7 @@ void CudaKernels::rmsnorm_backward(const kernels::RmsNormBackward& a) {
   const int64_t floats = a.dw.data ? rmsnorm_backward_scratch_floats(a.rows, a.channels) : 0;
   auto* s = reinterpret_cast<float*>(scratch(floats * int64_t{sizeof(float)}, "rmsnorm backward"));
   check(cuda::rmsnorm_backward(ptr(a.dx), ptr(a.dw), ptr(a.dout), ptr(a.x), ptr(a.w), as<float>(a.rstd), a.rows,
-                               a.channels, s, a.x.dtype, stream_),
+                               a.channels, s, a.accumulate, a.x.dtype, stream_),
         "cuda::rmsnorm_backward");
 }
 
@@ -198,7 +201,7 @@ void CudaKernels::rope_forward(const kernels::RopeForward& a) {
 void CudaKernels::rope_backward(const kernels::RopeBackward& a) {
   const kernels::RopeDims& d = a.dims;
   check(cuda::rope_backward(ptr(a.dx), ptr(a.dout), d.batch, d.seq, d.heads, d.head_size, d.row_stride, d.scaling,
-                            a.dout.dtype, stream_),
+                            a.accumulate, a.dout.dtype, stream_),
         rope_what("backward", d));
 }
 
@@ -206,16 +209,17 @@ void CudaKernels::swiglu_forward(const kernels::SwiGluForward& a) {
   check(cuda::swiglu_forward(ptr(a.out), ptr(a.gate), ptr(a.up), a.n, a.gate.dtype, stream_), "cuda::swiglu_forward");
 }
 void CudaKernels::swiglu_backward(const kernels::SwiGluBackward& a) {
-  check(
-      cuda::swiglu_backward(ptr(a.dgate), ptr(a.dup), ptr(a.dout), ptr(a.gate), ptr(a.up), a.n, a.dout.dtype, stream_),
-      "cuda::swiglu_backward");
+  check(cuda::swiglu_backward(ptr(a.dgate), ptr(a.dup), ptr(a.dout), ptr(a.gate), ptr(a.up), a.n, a.accumulate,
+                              a.dout.dtype, stream_),
+        "cuda::swiglu_backward");
 }
 
 void CudaKernels::residual_forward(const kernels::ResidualForward& a) {
   check(cuda::residual_forward(ptr(a.out), ptr(a.a), ptr(a.b), a.n, a.a.dtype, stream_), "cuda::residual_forward");
 }
 void CudaKernels::residual_backward(const kernels::ResidualBackward& a) {
-  check(cuda::residual_backward(ptr(a.da), ptr(a.db), ptr(a.dout), a.n, a.dout.dtype, stream_), "cuda::residual_backward");
+  check(cuda::residual_backward(ptr(a.da), ptr(a.db), ptr(a.dout), a.n, a.accumulate, a.dout.dtype, stream_),
+        "cuda::residual_backward");
 }
 
 void CudaKernels::cross_entropy_forward(const kernels::CrossEntropyForward& a) {
@@ -230,7 +234,7 @@ void CudaKernels::cross_entropy_backward(const kernels::CrossEntropyBackward& a)
   auto* dloss = reinterpret_cast<float*>(scratch(sizeof(float), "cross-entropy backward"));
   check(target_sums(nullptr, ids(a.targets), a.rows, a.loss_weight, nullptr, dloss, stream_), "the loss gradient's scale");
   check(cuda::cross_entropy_backward_from_device(ptr(a.dlogits), ptr(a.logits), ids(a.targets), dloss, a.rows, a.vocab,
-                                                 a.stride, a.logits.dtype, stream_),
+                                                 a.stride, a.accumulate, a.logits.dtype, stream_),
         "cuda::cross_entropy_backward");
 }
 

@@ -38,9 +38,10 @@ __global__ void __launch_bounds__(kElementwiseBlock) gelu_forward_kernel(Element
 }
 
 template <class T>
-__global__ void __launch_bounds__(kElementwiseBlock) gelu_backward_kernel(ElementwiseMap m, T* dx, const T* dout,
-                                                                          const T* x, bool exact) {
-  for_each_element(m, [&](int64_t i) { store(dx, i, load(dx, i) + load(dout, i) * gelu_backward_f(load(x, i), exact)); });
+__global__ void __launch_bounds__(kElementwiseBlock)
+    gelu_backward_kernel(ElementwiseMap m, T* dx, const T* dout, const T* x, bool exact, bool accumulate) {
+  for_each_element(
+      m, [&](int64_t i) { store_grad(dx, i, load(dout, i) * gelu_backward_f(load(x, i), exact), accumulate); });
 }
 
 template <class T>
@@ -51,15 +52,16 @@ __global__ void __launch_bounds__(kElementwiseBlock)
 
 template <class T>
 __global__ void __launch_bounds__(kElementwiseBlock)
-    swiglu_backward_kernel(ElementwiseMap m, T* dgate, T* dup, const T* dout, const T* gate, const T* up) {
+    swiglu_backward_kernel(ElementwiseMap m, T* dgate, T* dup, const T* dout, const T* gate, const T* up,
+                           bool accumulate) {
   for_each_element(m, [&](int64_t i) {
     const SwiGluGrads g = swiglu_backward_f(load(gate, i), load(up, i), load(dout, i));
-    store(dgate, i, load(dgate, i) + g.dgate);
-    store(dup, i, load(dup, i) + g.dup);
+    store_grad(dgate, i, g.dgate, accumulate);
+    store_grad(dup, i, g.dup, accumulate);
   });
 }
 
-// One thread per rotated pair; sign -1 and accumulate for backward.
+// One thread per rotated pair; sign -1 for backward, which also accumulates unless told to write.
 template <class T>
 __global__ void __launch_bounds__(kElementwiseBlock)
     rope_kernel(ElementwiseMap m, RopeArgs a, T* out, const T* x, float sign, bool accumulate) {
@@ -73,12 +75,12 @@ __global__ void __launch_bounds__(kElementwiseBlock) residual_forward_kernel(Ele
 }
 
 template <class T>
-__global__ void __launch_bounds__(kElementwiseBlock) residual_backward_kernel(ElementwiseMap m, T* da, T* db,
-                                                                              const T* dout) {
+__global__ void __launch_bounds__(kElementwiseBlock)
+    residual_backward_kernel(ElementwiseMap m, T* da, T* db, const T* dout, bool accumulate) {
   for_each_element(m, [&](int64_t i) {
     const float d = load(dout, i);
-    store(da, i, load(da, i) + d);
-    store(db, i, load(db, i) + d);
+    store_grad(da, i, d, accumulate);
+    store_grad(db, i, d, accumulate);
   });
 }
 
@@ -137,14 +139,14 @@ cudaError_t gelu_forward(void* out, const void* x, int64_t N, bool exact, DType 
   }));
 }
 
-cudaError_t gelu_backward(void* dx, const void* dout, const void* x, int64_t N, bool exact, DType dtype,
-                          cudaStream_t stream) {
+cudaError_t gelu_backward(void* dx, const void* dout, const void* x, int64_t N, bool exact, bool accumulate,
+                          DType dtype, cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
   const ElementwiseMap m = elementwise_map(N);
   return launched(with_storage(dtype, [&](auto tag) {
     using S = decltype(tag);
     gelu_backward_kernel<S><<<grid_of(m), m.block, 0, stream>>>(m, static_cast<S*>(dx), static_cast<const S*>(dout),
-                                                                static_cast<const S*>(x), exact);
+                                                                static_cast<const S*>(x), exact, accumulate);
   }));
 }
 
@@ -159,14 +161,14 @@ cudaError_t swiglu_forward(void* out, const void* gate, const void* up, int64_t 
 }
 
 cudaError_t swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up, int64_t N,
-                            DType dtype, cudaStream_t stream) {
+                            bool accumulate, DType dtype, cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
   const ElementwiseMap m = elementwise_map(N);
   return launched(with_storage(dtype, [&](auto tag) {
     using S = decltype(tag);
     swiglu_backward_kernel<S><<<grid_of(m), m.block, 0, stream>>>(
         m, static_cast<S*>(dgate), static_cast<S*>(dup), static_cast<const S*>(dout), static_cast<const S*>(gate),
-        static_cast<const S*>(up));
+        static_cast<const S*>(up), accumulate);
   }));
 }
 
@@ -193,8 +195,8 @@ cudaError_t rope_forward(void* out, const void* x, int64_t B, int64_t T, int64_t
 }
 
 cudaError_t rope_backward(void* dx, const void* dout, int64_t B, int64_t T, int64_t H, int64_t hs, int64_t row_stride,
-                          const RopeScaling& scaling, DType dtype, cudaStream_t stream) {
-  return rope(dx, dout, B, T, H, hs, row_stride, scaling, -1.0f, true, dtype, stream);
+                          const RopeScaling& scaling, bool accumulate, DType dtype, cudaStream_t stream) {
+  return rope(dx, dout, B, T, H, hs, row_stride, scaling, -1.0f, accumulate, dtype, stream);
 }
 
 cudaError_t residual_forward(void* out, const void* a, const void* b, int64_t N, DType dtype, cudaStream_t stream) {
@@ -207,13 +209,14 @@ cudaError_t residual_forward(void* out, const void* a, const void* b, int64_t N,
   }));
 }
 
-cudaError_t residual_backward(void* da, void* db, const void* dout, int64_t N, DType dtype, cudaStream_t stream) {
+cudaError_t residual_backward(void* da, void* db, const void* dout, int64_t N, bool accumulate, DType dtype,
+                              cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
   const ElementwiseMap m = elementwise_map(N);
   return launched(with_storage(dtype, [&](auto tag) {
     using S = decltype(tag);
     residual_backward_kernel<S><<<grid_of(m), m.block, 0, stream>>>(m, static_cast<S*>(da), static_cast<S*>(db),
-                                                                    static_cast<const S*>(dout));
+                                                                    static_cast<const S*>(dout), accumulate);
   }));
 }
 

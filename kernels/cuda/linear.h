@@ -27,12 +27,13 @@ struct LinearShape {
 constexpr LtMatmulDesc linear_forward_desc(const LinearShape& s, bool bias) {
   return lt_matmul_desc(s.rows, s.out, s.in, false, s.weight_out_in, bias, false);
 }
-// dx (rows, in) += dy @ W^T: W [in, out] read transposed, [out, in] as it is.
-constexpr LtMatmulDesc linear_dx_desc(const LinearShape& s) {
-  return lt_matmul_desc(s.rows, s.in, s.out, false, !s.weight_out_in, false, true);
+// dx (rows, in) += dy @ W^T (beta 1), or = when not accumulating (beta 0: dx never read): W [in, out] read
+// transposed, [out, in] as it is.
+constexpr LtMatmulDesc linear_dx_desc(const LinearShape& s, bool accumulate = true) {
+  return lt_matmul_desc(s.rows, s.in, s.out, false, !s.weight_out_in, false, accumulate);
 }
-// dW += x^T @ dy (in, out), or dy^T @ x (out, in) when weight_out_in: cpu::matmul's A is x and B dy, or A dy
-// and B x when weight_out_in (the caller passes them so).
+// dW += x^T @ dy (in, out) (always beta 1: a parameter's gradient), or dy^T @ x (out, in) when weight_out_in:
+// cpu::matmul's A is x and B dy, or A dy and B x when weight_out_in (the caller passes them so).
 constexpr LtMatmulDesc linear_dw_desc(const LinearShape& s) {
   return s.weight_out_in ? lt_matmul_desc(s.out, s.in, s.rows, true, false, false, true)
                          : lt_matmul_desc(s.in, s.out, s.rows, true, false, false, true);

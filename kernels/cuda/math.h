@@ -1,7 +1,7 @@
 // Per-element math shared by the CUDA kernels and their host twins: exp/log/tanh/erf written in fma and
 // exact operations (libm and CUDA's libdevice differ in the last bits, so neither can be the common ground),
 // GELU (tanh and erf forms) forward and backward, SwiGLU and RoPE's sine and cosine, the online-softmax state
-// and the LayerNorm moments.
+// and the LayerNorm moments; and how a backward op writes a gradient (added, or written over).
 #pragma once
 
 #include <cmath>
@@ -10,6 +10,13 @@
 #include "foundation/precision.h"
 
 namespace ferry::kernels::cuda {
+
+// A backward op's write of activation-gradient element i: added to what is there while `accumulate`, else
+// written over it without reading it (the op is the gradient's first producer: what lies there is garbage).
+template <class T>
+FERRY_HD void store_grad(T* dst, int64_t i, float v, bool accumulate) {
+  store(dst, i, accumulate ? load(dst, i) + v : v);
+}
 
 // e^x, within 2 ulp over the normal range; subnormal results are produced (no flush), x < -104 gives 0,
 // x > 88.73 gives inf. Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a degree-7 Taylor polynomial.

@@ -1,5 +1,7 @@
 // The CUDA ops: one plain C++ launch function per op and pass, beside the CPU ops of kernels/cpu/ops.h and with
-// their shapes and accumulation rules (backward +=). Raw typed pointers in `type` storage (fp32, bf16 or
+// their shapes and accumulation rules: backward adds (+=) into parameter gradients always and into its activation
+// gradients (dx, dgate/dup, da/db, dlogits) while `accumulate`, else writes them, every element, without reading
+// them (kernels/op_kernels.h). Raw typed pointers in `type` storage (fp32, bf16 or
 // fp16; mean/rstd, losses and the sums are fp32), math in fp32. Each returns the launch's cudaError_t, or
 // cudaErrorInvalidValue for a type or shape it does not take. Built only with FERRY_WITH_CUDA.
 #pragma once
@@ -30,39 +32,41 @@ cudaError_t layernorm_forward(void* out, float* mean, float* rstd, const void* x
                               int64_t N, int64_t C, float eps, DType dtype, cudaStream_t stream);
 // Floats of scratch layernorm_backward needs (column partials of dw and db; dw and db may be null: frozen).
 int64_t layernorm_backward_scratch_floats(int64_t N, int64_t C);
+// dx (N,C) += ... (= when not accumulating); dw, db (C) += ...
 cudaError_t layernorm_backward(void* dx, void* dw, void* db, const void* dout, const void* x, const void* w,
                                const float* mean, const float* rstd, int64_t N, int64_t C, float* scratch,
-                               DType dtype, cudaStream_t stream);
+                               bool accumulate, DType dtype, cudaStream_t stream);
 
 // RMSNorm (Llama): x, out (N,C); w (C); rstd (N) fp32. out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps).
 cudaError_t rmsnorm_forward(void* out, float* rstd, const void* x, const void* w, int64_t N, int64_t C, float eps,
                             DType dtype, cudaStream_t stream);
 // Floats of scratch rmsnorm_backward needs (column partials of dw; none when dw is null: frozen).
 int64_t rmsnorm_backward_scratch_floats(int64_t N, int64_t C);
-// dx (N,C) += ...; dw (C) += ... (may be null).
+// dx (N,C) += ... (= when not accumulating); dw (C) += ... (may be null).
 cudaError_t rmsnorm_backward(void* dx, void* dw, const void* dout, const void* x, const void* w, const float* rstd,
-                             int64_t N, int64_t C, float* scratch, DType dtype, cudaStream_t stream);
+                             int64_t N, int64_t C, float* scratch, bool accumulate, DType dtype, cudaStream_t stream);
 
 // Rotary position embedding of q or k (kernels/cpu/ops.h's rope_forward): x, out (B,T,H,hs), the rows of one
-// token row_stride elements apart in both; hs even, at most 512. dx += the rotation of dout by -angle.
+// token row_stride elements apart in both; hs even, at most 512. dx += (or =) the rotation of dout by -angle.
 cudaError_t rope_forward(void* out, const void* x, int64_t B, int64_t T, int64_t H, int64_t hs, int64_t row_stride,
                          const RopeScaling& scaling, DType dtype, cudaStream_t stream);
 cudaError_t rope_backward(void* dx, const void* dout, int64_t B, int64_t T, int64_t H, int64_t hs, int64_t row_stride,
-                          const RopeScaling& scaling, DType dtype, cudaStream_t stream);
+                          const RopeScaling& scaling, bool accumulate, DType dtype, cudaStream_t stream);
 
 // SwiGLU (Llama's MLP): out (N) = silu(gate) * up; dgate += dout * up * silu'(gate), dup += dout * silu(gate).
 cudaError_t swiglu_forward(void* out, const void* gate, const void* up, int64_t N, DType dtype, cudaStream_t stream);
 cudaError_t swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up, int64_t N,
-                            DType dtype, cudaStream_t stream);
+                            bool accumulate, DType dtype, cudaStream_t stream);
 
 // x, out (N); exact: the erf form (BERT), else tanh (GPT-2). dx += dout * gelu'(x).
 cudaError_t gelu_forward(void* out, const void* x, int64_t N, bool exact, DType dtype, cudaStream_t stream);
-cudaError_t gelu_backward(void* dx, const void* dout, const void* x, int64_t N, bool exact, DType dtype,
-                          cudaStream_t stream);
+cudaError_t gelu_backward(void* dx, const void* dout, const void* x, int64_t N, bool exact, bool accumulate,
+                          DType dtype, cudaStream_t stream);
 
 // out = a + b (N); da += dout, db += dout.
 cudaError_t residual_forward(void* out, const void* a, const void* b, int64_t N, DType dtype, cudaStream_t stream);
-cudaError_t residual_backward(void* da, void* db, const void* dout, int64_t N, DType dtype, cudaStream_t stream);
+cudaError_t residual_backward(void* da, void* db, const void* dout, int64_t N, bool accumulate, DType dtype,
+                              cudaStream_t stream);
 
 // dst (cols) += column sums of src (rows, cols): partial sums over chunks of rows, then the chunks in order; no
 // atomics, so the same bits every run (Linear's dbias, BERT's token-type row). scratch: column_sums_scratch_bytes.
@@ -70,16 +74,17 @@ size_t column_sums_scratch_bytes(int64_t rows, int64_t cols);
 cudaError_t column_sums(void* dst, const void* src, int64_t rows, int64_t cols, void* scratch, DType dtype, cudaStream_t stream);
 
 // logits (N,stride) whose first V columns are the classes (the rest a padded vocabulary's, never read), targets
-// (N) (< 0: ignored), losses (N) fp32; dlogits[:, :V] += dloss (softmax - onehot), the padded columns untouched.
+// (N) (< 0: ignored), losses (N) fp32; dlogits[:, :V] += dloss (softmax - onehot), the padded columns and ignored
+// rows untouched; not accumulating: dlogits = the same, every element, zeros in the padded columns and ignored rows.
 cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32_t* targets, int64_t N, int64_t V,
                                   int64_t stride, DType dtype, cudaStream_t stream);
 cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, int64_t N,
-                                   int64_t V, int64_t stride, DType dtype, cudaStream_t stream);
+                                   int64_t V, int64_t stride, bool accumulate, DType dtype, cudaStream_t stream);
 // The same with dloss read from device memory when the kernel runs (an earlier kernel counted the targets on
 // the device: no host round trip inside a step).
 cudaError_t cross_entropy_backward_from_device(void* dlogits, const void* logits, const int32_t* targets,
-                                               const float* dloss, int64_t N, int64_t V, int64_t stride, DType dtype,
-                                               cudaStream_t stream);
+                                               const float* dloss, int64_t N, int64_t V, int64_t stride,
+                                               bool accumulate, DType dtype, cudaStream_t stream);
 
 // The gradients' sum of squares (double) and inf/nan flag of grad (n): out[0] = {sum, nonfinite}.
 // scratch: sum_squares_scratch_bytes(n).

@@ -32,17 +32,17 @@ inline bool rope_args(RopeArgs* a, int64_t B, int64_t T, int64_t H, int64_t hs, 
 FERRY_HD inline int64_t rope_pairs(const RopeArgs& a) { return a.B * a.T * a.H * (a.hs / 2); }
 
 // Pair e of (B,T,H,hs/2): (x[i], x[i + hs/2]) of its head rotated by sign * t * inv_freq[i] into out,
-// written (forward) or added (backward, sign -1: the transpose). The angle is the CPU op's fp32 product.
+// written (forward; backward, sign -1: the transpose, when not accumulating) or added (backward). The angle is the CPU
+// op's fp32 product.
 template <class S>
 FERRY_HD void rope_pair(const RopeArgs& a, S* out, const S* x, int64_t e, float sign, bool accumulate) {
   const int64_t h2 = a.hs / 2, i = e % h2, head = (e / h2) % a.H, row = e / (h2 * a.H);
   const SinCos sc = sincos_f(static_cast<float>(row % a.T) * a.inv_freq[i]);
   const int64_t lo = row * a.row_stride + head * a.hs + i, hi = lo + h2;
   const float xl = load(x, lo), xh = load(x, hi), sin = sign * sc.sin;
-  float yl = xl * sc.cos - xh * sin, yh = xh * sc.cos + xl * sin;
-  if (accumulate) yl = load(out, lo) + yl, yh = load(out, hi) + yh;
-  store(out, lo, yl);
-  store(out, hi, yh);
+  const float yl = xl * sc.cos - xh * sin, yh = xh * sc.cos + xl * sin;
+  store_grad(out, lo, yl, accumulate);
+  store_grad(out, hi, yh, accumulate);
 }
 
 }  // namespace ferry::kernels::cuda

@@ -17,13 +17,14 @@ __global__ void __launch_bounds__(kRowBlock) ln_forward_kernel(RowMap m, T* out,
 }
 
 template <class T>
-__global__ void __launch_bounds__(kRowBlock) ln_backward_rows_kernel(RowMap m, T* dx, const T* dout, const T* x,
-                                                                     const T* w, const float* mean, const float* rstd) {
+__global__ void __launch_bounds__(kRowBlock)
+    ln_backward_rows_kernel(RowMap m, T* dx, const T* dout, const T* x, const T* w, const float* mean,
+                            const float* rstd, bool accumulate) {
   const int64_t r = blockIdx.x;
   const int t = static_cast<int>(threadIdx.x);
   const SumPair s = block_reduce(ln_backward_fold(m, dout, x, w, mean[r], rstd[r], r, t), SumPair{0.0f, 0.0f},
                                  SumPairMerge{});
-  ln_backward_write(m, dx, dout, x, w, mean[r], rstd[r], r, t, s);
+  ln_backward_write(m, dx, dout, x, w, mean[r], rstd[r], r, t, s, accumulate);
 }
 
 template <class T>
@@ -36,12 +37,12 @@ __global__ void __launch_bounds__(kRowBlock)
 }
 
 template <class T>
-__global__ void __launch_bounds__(kRowBlock)
-    rms_backward_rows_kernel(RowMap m, T* dx, const T* dout, const T* x, const T* w, const float* rstd) {
+__global__ void __launch_bounds__(kRowBlock) rms_backward_rows_kernel(RowMap m, T* dx, const T* dout, const T* x,
+                                                                      const T* w, const float* rstd, bool accumulate) {
   const int64_t r = blockIdx.x;
   const int t = static_cast<int>(threadIdx.x);
   const float s = block_reduce(rms_backward_fold(m, dout, x, w, rstd[r], r, t), 0.0f, SumMerge{});
-  rms_backward_write(m, dx, dout, x, w, rstd[r], r, t, s);
+  rms_backward_write(m, dx, dout, x, w, rstd[r], r, t, s, accumulate);
 }
 
 template <class T>
@@ -65,16 +66,20 @@ __global__ void __launch_bounds__(kRowBlock) ce_forward_kernel(RowMap m, float* 
 }
 
 template <class T>
-__global__ void __launch_bounds__(kRowBlock) ce_backward_kernel(RowMap m, T* dlogits, const T* logits,
-                                                                const int32_t* targets, float dloss,
-                                                                const float* dloss_at) {
+__global__ void __launch_bounds__(kRowBlock)
+    ce_backward_kernel(RowMap m, T* dlogits, const T* logits, const int32_t* targets, float dloss,
+                       const float* dloss_at, bool accumulate) {
   const int64_t r = blockIdx.x;
   const int32_t target = targets[r];
-  if (target < 0) return;  // the whole block leaves together: no barrier is skipped by some threads only
-  if (dloss_at) dloss = *dloss_at;  // computed on the device by an earlier kernel
   const int t = static_cast<int>(threadIdx.x);
+  if (target < 0) {  // the whole block leaves together: no barrier is skipped by some threads only
+    if (!accumulate) ce_zero_columns(m, dlogits, r, t, 0);
+    return;
+  }
+  if (dloss_at) dloss = *dloss_at;  // computed on the device by an earlier kernel
   const SoftmaxState s = block_reduce(ce_fold(m, logits, r, t), softmax_empty(), SoftmaxMerge{});
-  ce_backward_write(m, dlogits, logits, target, dloss, r, t, s);
+  ce_backward_write(m, dlogits, logits, target, dloss, r, t, s, accumulate);
+  if (!accumulate) ce_zero_columns(m, dlogits, r, t, m.cols);
 }
 
 template <class T>
@@ -116,7 +121,7 @@ int64_t layernorm_backward_scratch_floats(int64_t N, int64_t C) { return 2 * col
 
 cudaError_t layernorm_backward(void* dx, void* dw, void* db, const void* dout, const void* x, const void* w,
                                const float* mean, const float* rstd, int64_t N, int64_t C, float* scratch,
-                               DType dtype, cudaStream_t stream) {
+                               bool accumulate, DType dtype, cudaStream_t stream) {
   const ColumnMap cm = column_map(N, C);
   if (!rows_fit(N) || cm.chunks > 65535) return cudaErrorInvalidValue;  // grid.y limit
   if (N == 0) return cudaSuccess;
@@ -126,9 +131,8 @@ cudaError_t layernorm_backward(void* dx, void* dw, void* db, const void* dout, c
   return launched(with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* d = static_cast<const T*>(dout);
-    ln_backward_rows_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, static_cast<T*>(dx), d,
-                                                                        static_cast<const T*>(x),
-                                                                        static_cast<const T*>(w), mean, rstd);
+    ln_backward_rows_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(
+        m, static_cast<T*>(dx), d, static_cast<const T*>(x), static_cast<const T*>(w), mean, rstd, accumulate);
     if (!dw && !db) return;  // a frozen LayerNorm: only dx
     const dim3 grid(grid_of(cm.grid_x), grid_of(cm.chunks));
     column_partials_kernel<T><<<grid, cm.block, 0, stream>>>(cm, pw, pb, d, static_cast<const T*>(x), mean, rstd);
@@ -153,7 +157,7 @@ int64_t rmsnorm_backward_scratch_floats(int64_t N, int64_t C) { return column_ma
 
 // dw's column sums are LayerNorm's partials of dout * xhat with no mean (xhat = x * rstd) and no db.
 cudaError_t rmsnorm_backward(void* dx, void* dw, const void* dout, const void* x, const void* w, const float* rstd,
-                             int64_t N, int64_t C, float* scratch, DType dtype, cudaStream_t stream) {
+                             int64_t N, int64_t C, float* scratch, bool accumulate, DType dtype, cudaStream_t stream) {
   const ColumnMap cm = column_map(N, C);
   if (!rows_fit(N) || cm.chunks > 65535) return cudaErrorInvalidValue;  // grid.y limit
   if (N == 0) return cudaSuccess;
@@ -162,7 +166,7 @@ cudaError_t rmsnorm_backward(void* dx, void* dw, const void* dout, const void* x
     using T = decltype(tag);
     const T* d = static_cast<const T*>(dout);
     rms_backward_rows_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(
-        m, static_cast<T*>(dx), d, static_cast<const T*>(x), static_cast<const T*>(w), rstd);
+        m, static_cast<T*>(dx), d, static_cast<const T*>(x), static_cast<const T*>(w), rstd, accumulate);
     if (!dw) return;  // a frozen RMSNorm: only dx
     const dim3 grid(grid_of(cm.grid_x), grid_of(cm.chunks));
     column_partials_kernel<T>
@@ -203,29 +207,28 @@ cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32
 namespace {
 
 cudaError_t ce_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, const float* dloss_at,
-                        int64_t N, int64_t V, int64_t stride, DType dtype, cudaStream_t stream) {
+                        int64_t N, int64_t V, int64_t stride, bool accumulate, DType dtype, cudaStream_t stream) {
   if (!rows_fit(N) || stride < V) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
   const RowMap m = row_map(N, V, stride);
   return launched(with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
-    ce_backward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, static_cast<T*>(dlogits),
-                                                                   static_cast<const T*>(logits), targets, dloss,
-                                                                   dloss_at);
+    ce_backward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(
+        m, static_cast<T*>(dlogits), static_cast<const T*>(logits), targets, dloss, dloss_at, accumulate);
   }));
 }
 
 }  // namespace
 
 cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, int64_t N,
-                                   int64_t V, int64_t stride, DType dtype, cudaStream_t stream) {
-  return ce_backward(dlogits, logits, targets, dloss, nullptr, N, V, stride, dtype, stream);
+                                   int64_t V, int64_t stride, bool accumulate, DType dtype, cudaStream_t stream) {
+  return ce_backward(dlogits, logits, targets, dloss, nullptr, N, V, stride, accumulate, dtype, stream);
 }
 
 cudaError_t cross_entropy_backward_from_device(void* dlogits, const void* logits, const int32_t* targets,
-                                               const float* dloss, int64_t N, int64_t V, int64_t stride, DType dtype,
-                                               cudaStream_t stream) {
-  return ce_backward(dlogits, logits, targets, 0.0f, dloss, N, V, stride, dtype, stream);
+                                               const float* dloss, int64_t N, int64_t V, int64_t stride,
+                                               bool accumulate, DType dtype, cudaStream_t stream) {
+  return ce_backward(dlogits, logits, targets, 0.0f, dloss, N, V, stride, accumulate, dtype, stream);
 }
 
 size_t sum_squares_scratch_bytes(int64_t n) {

@@ -50,7 +50,8 @@ FERRY_HD void ln_forward_write(const RowMap& m, T* out, float* mean, float* rstd
   if (t == 0) mean[r] = mu, rstd[r] = rs;
 }
 
-// ---- LayerNorm backward, row part: dx (N,C) += rstd (g - mean(g) - xhat mean(g xhat)), g = dout * w.
+// ---- LayerNorm backward, row part: dx (N,C) += (or =, not accumulating) rstd (g - mean(g) - xhat mean(g xhat)),
+// g = dout * w.
 template <class T>
 FERRY_HD SumPair ln_backward_fold(const RowMap& m, const T* dout, const T* x, const T* w, float mu, float rs,
                                   int64_t r, int t) {
@@ -67,7 +68,7 @@ FERRY_HD SumPair ln_backward_fold(const RowMap& m, const T* dout, const T* x, co
 
 template <class T>
 FERRY_HD void ln_backward_write(const RowMap& m, T* dx, const T* dout, const T* x, const T* w, float mu, float rs,
-                                int64_t r, int t, SumPair sums) {
+                                int64_t r, int t, SumPair sums, bool accumulate) {
   const auto C = static_cast<float>(m.cols);
   const float g_mean = div_f(sums.a, C), gx_mean = div_f(sums.b, C);
   for (int64_t k = 0; k < m.per_thread; ++k) {
@@ -75,7 +76,7 @@ FERRY_HD void ln_backward_write(const RowMap& m, T* dx, const T* dout, const T* 
     if (c >= m.cols) break;
     const int64_t i = row_index(m, r, t, k);
     const float xhat = (load(x, i) - mu) * rs;
-    store(dx, i, load(dx, i) + rs * (load(dout, i) * load(w, c) - g_mean - xhat * gx_mean));
+    store_grad(dx, i, rs * (load(dout, i) * load(w, c) - g_mean - xhat * gx_mean), accumulate);
   }
 }
 
@@ -107,7 +108,8 @@ FERRY_HD void rms_forward_write(const RowMap& m, T* out, float* rstd, const T* x
   if (t == 0) rstd[r] = rs;
 }
 
-// ---- RMSNorm backward, row part: dx (N,C) += rstd (g - xhat mean(g xhat)), g = dout * w, xhat = x * rstd.
+// ---- RMSNorm backward, row part: dx (N,C) += (or =, not accumulating) rstd (g - xhat mean(g xhat)), g = dout * w,
+// xhat = x * rstd.
 template <class T>
 FERRY_HD float rms_backward_fold(const RowMap& m, const T* dout, const T* x, const T* w, float rs, int64_t r, int t) {
   float s = 0.0f;
@@ -122,13 +124,13 @@ FERRY_HD float rms_backward_fold(const RowMap& m, const T* dout, const T* x, con
 
 template <class T>
 FERRY_HD void rms_backward_write(const RowMap& m, T* dx, const T* dout, const T* x, const T* w, float rs, int64_t r,
-                                 int t, float sum) {
+                                 int t, float sum, bool accumulate) {
   const float gx_mean = div_f(sum, static_cast<float>(m.cols));
   for (int64_t k = 0; k < m.per_thread; ++k) {
     const int64_t c = row_col(m, t, k);
     if (c >= m.cols) break;
     const int64_t i = row_index(m, r, t, k);
-    store(dx, i, load(dx, i) + rs * (load(dout, i) * load(w, c) - load(x, i) * rs * gx_mean));
+    store_grad(dx, i, rs * (load(dout, i) * load(w, c) - load(x, i) * rs * gx_mean), accumulate);
   }
 }
 
@@ -176,18 +178,26 @@ FERRY_HD float ce_loss(const RowMap& m, const T* logits, int32_t target, int64_t
 }
 
 // dlogits[r, :V] += dloss * (softmax - onehot(target)), the padded columns left as they are; the caller skips
-// ignored rows.
+// ignored rows. Not accumulating: dlogits[r, :V] = the same, and ce_zero_columns writes the padded ones.
 template <class T>
 FERRY_HD void ce_backward_write(const RowMap& m, T* dlogits, const T* logits, int32_t target, float dloss, int64_t r,
-                                int t, SoftmaxState s) {
+                                int t, SoftmaxState s, bool accumulate) {
   for (int64_t k = 0; k < m.per_thread; ++k) {
     const int64_t v = row_col(m, t, k);
     if (v >= m.cols) break;
     const int64_t i = row_index(m, r, t, k);
-    float d = load(dlogits, i) + dloss * div_f(exp_f(load(logits, i) - s.max), s.sum);
+    const float p = dloss * div_f(exp_f(load(logits, i) - s.max), s.sum);
+    float d = accumulate ? load(dlogits, i) + p : p;
     if (v == target) d = d - dloss;
     store(dlogits, i, d);
   }
+}
+
+// dlogits[r, from:stride] = 0 (thread t's columns from + t, + block, ...): what a gradient written over, not
+// added to, holds where the loss does not reach: a padded vocabulary's columns (from V), an ignored row (from 0).
+template <class T>
+FERRY_HD void ce_zero_columns(const RowMap& m, T* dlogits, int64_t r, int t, int64_t from) {
+  for (int64_t c = from + t; c < m.stride; c += m.block) store(dlogits, r * m.stride + c, 0.0f);
 }
 
 // ---- Gradient sum of squares, pass 1: thread (block_id, t) over its grid-stride elements.

@@ -1,6 +1,7 @@
 // Host twins of the CUDA row and reduction kernels: the same per-thread bodies (row_ops.h) met in the same
 // order (reduce.h), so a kernel must equal its twin bitwise; the twins are tested against kernels/cpu.
-// Shapes as in kernels/cpu/ops.h; every backward accumulates (+=), as the CPU ops do.
+// Shapes as in kernels/cpu/ops.h; every backward adds (+=) into parameter gradients, and into activation
+// gradients while `accumulate`, else writes them (=), as the kernels do (kernels/op_kernels.h).
 #pragma once
 
 #include <algorithm>
@@ -27,17 +28,17 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* x, const T* w,
   }
 }
 
-// dx (N,C) +=; dw, db (C) +=; the column partials (2 * column_map(N, C).chunks * C floats) are the
+// dx (N,C) += (or =); dw, db (C) +=; the column partials (2 * column_map(N, C).chunks * C floats) are the
 // scratch the kernel takes from its caller.
 template <class T>
 void layernorm_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, const float* mean,
-                        const float* rstd, int64_t N, int64_t C) {
+                        const float* rstd, int64_t N, int64_t C, bool accumulate) {
   const RowMap m = row_map(N, C);
   std::vector<SumPair> partial(m.block);
   for (int64_t r = 0; r < N; ++r) {
     for (int t = 0; t < m.block; ++t) partial[t] = ln_backward_fold(m, dout, x, w, mean[r], rstd[r], r, t);
     const SumPair s = block_reduce_twin(partial.data(), m.block, SumPair{0.0f, 0.0f}, sum_pair_merge);
-    for (int t = 0; t < m.block; ++t) ln_backward_write(m, dx, dout, x, w, mean[r], rstd[r], r, t, s);
+    for (int t = 0; t < m.block; ++t) ln_backward_write(m, dx, dout, x, w, mean[r], rstd[r], r, t, s, accumulate);
   }
   const ColumnMap cm = column_map(N, C);
   std::vector<float> pw(cm.chunks * C), pb(cm.chunks * C);
@@ -59,15 +60,16 @@ void rmsnorm_forward(T* out, float* rstd, const T* x, const T* w, int64_t N, int
   }
 }
 
-// dx (N,C) +=; dw (C, may be null) += through the column partials (rmsnorm_backward_scratch_floats).
+// dx (N,C) += (or =); dw (C, may be null) += through the column partials (rmsnorm_backward_scratch_floats).
 template <class T>
-void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const float* rstd, int64_t N, int64_t C) {
+void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const float* rstd, int64_t N, int64_t C,
+                      bool accumulate) {
   const RowMap m = row_map(N, C);
   std::vector<float> partial(m.block);
   for (int64_t r = 0; r < N; ++r) {
     for (int t = 0; t < m.block; ++t) partial[t] = rms_backward_fold(m, dout, x, w, rstd[r], r, t);
     const float s = block_reduce_twin(partial.data(), m.block, 0.0f, sum_merge);
-    for (int t = 0; t < m.block; ++t) rms_backward_write(m, dx, dout, x, w, rstd[r], r, t, s);
+    for (int t = 0; t < m.block; ++t) rms_backward_write(m, dx, dout, x, w, rstd[r], r, t, s, accumulate);
   }
   if (!dw) return;
   const ColumnMap cm = column_map(N, C);
@@ -97,12 +99,19 @@ void cross_entropy_forward(float* losses, const T* logits, const int32_t* target
 
 template <class T>
 void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets, float dloss, int64_t N, int64_t V,
-                            int64_t stride) {
+                            int64_t stride, bool accumulate) {
   const RowMap m = row_map(N, V, stride);
   for (int64_t r = 0; r < N; ++r) {
-    if (targets[r] < 0) continue;
+    if (targets[r] < 0) {
+      if (!accumulate)
+        for (int t = 0; t < m.block; ++t) ce_zero_columns(m, dlogits, r, t, 0);
+      continue;
+    }
     const SoftmaxState s = softmax_row(m, logits, r);
-    for (int t = 0; t < m.block; ++t) ce_backward_write(m, dlogits, logits, targets[r], dloss, r, t, s);
+    for (int t = 0; t < m.block; ++t) {
+      ce_backward_write(m, dlogits, logits, targets[r], dloss, r, t, s, accumulate);
+      if (!accumulate) ce_zero_columns(m, dlogits, r, t, m.cols);
+    }
   }
 }
 
@@ -157,8 +166,8 @@ void gelu_forward(T* out, const T* x, int64_t N, bool exact) {
 }
 
 template <class T>
-void gelu_backward(T* dx, const T* dout, const T* x, int64_t N, bool exact) {
-  for (int64_t i = 0; i < N; ++i) store(dx, i, load(dx, i) + load(dout, i) * gelu_backward_f(load(x, i), exact));
+void gelu_backward(T* dx, const T* dout, const T* x, int64_t N, bool exact, bool accumulate) {
+  for (int64_t i = 0; i < N; ++i) store_grad(dx, i, load(dout, i) * gelu_backward_f(load(x, i), exact), accumulate);
 }
 
 template <class T>
@@ -167,11 +176,11 @@ void swiglu_forward(T* out, const T* gate, const T* up, int64_t N) {
 }
 
 template <class T>
-void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t N) {
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t N, bool accumulate) {
   for (int64_t i = 0; i < N; ++i) {
     const SwiGluGrads g = swiglu_backward_f(load(gate, i), load(up, i), load(dout, i));
-    store(dgate, i, load(dgate, i) + g.dgate);
-    store(dup, i, load(dup, i) + g.dup);
+    store_grad(dgate, i, g.dgate, accumulate);
+    store_grad(dup, i, g.dup, accumulate);
   }
 }
 
@@ -187,10 +196,10 @@ bool rope_forward(T* out, const T* x, int64_t B, int64_t T_, int64_t H, int64_t 
 
 template <class T>
 bool rope_backward(T* dx, const T* dout, int64_t B, int64_t T_, int64_t H, int64_t hs, int64_t row_stride,
-                   const RopeScaling& scaling) {
+                   const RopeScaling& scaling, bool accumulate) {
   RopeArgs a;
   if (!rope_args(&a, B, T_, H, hs, row_stride, scaling)) return false;
-  for (int64_t e = 0; e < rope_pairs(a); ++e) rope_pair(a, dx, dout, e, -1.0f, true);
+  for (int64_t e = 0; e < rope_pairs(a); ++e) rope_pair(a, dx, dout, e, -1.0f, accumulate);
   return true;
 }
 
@@ -200,8 +209,9 @@ void residual_forward(T* out, const T* a, const T* b, int64_t N) {
 }
 
 template <class T>
-void residual_backward(T* da, T* db, const T* dout, int64_t N) {
-  for (int64_t i = 0; i < N; ++i) store(da, i, load(da, i) + load(dout, i)), store(db, i, load(db, i) + load(dout, i));
+void residual_backward(T* da, T* db, const T* dout, int64_t N, bool accumulate) {
+  for (int64_t i = 0; i < N; ++i)
+    store_grad(da, i, load(dout, i), accumulate), store_grad(db, i, load(dout, i), accumulate);
 }
 
 template <class T>

@@ -1,6 +1,7 @@
 // The CUDA device's ops (with a GPU; skipped without one): every op kind and pass of GPT-2 and BERT through
 // CudaDevice::run_op against the host device's CPU op, both reached through the Device interface, on random
-// shapes (odd vocabulary and channel sizes) in fp32, bf16 and fp16; and the Hugging Face goldens
+// shapes (odd vocabulary and channel sizes) in fp32, bf16 and fp16, backward ops also told to write their
+// activation gradients (accumulate false) over garbage; and the Hugging Face goldens
 // (tests/data/*_reference.safetensors) replayed on the CUDA device, AdamW steps included.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "engine/ops/op_dispatch.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
+#include "kernels/op_call.h"
 #include "memory/convert.h"
 #include "models/bert.h"
 #include "models/gpt2.h"
@@ -72,6 +75,55 @@ struct SpecLayout {
 // plan's workspace: 32 MiB, what cuBLAS suggests on Hopper, ample for these shapes.
 constexpr int64_t kWorkspaceBytes = int64_t(32) << 20;
 
+// A backend's kernels with every backward told to write its activation gradients (accumulate false), as the
+// dispatcher tells an op that is the first to produce them.
+class WritingKernels : public kernels::OpKernels {
+ public:
+  explicit WritingKernels(kernels::OpKernels& k) : k_(k) {}
+  bool computes_in(DType compute) const override { return k_.computes_in(compute); }
+  void zero(kernels::Operand tensor, int64_t bytes) override { k_.zero(tensor, bytes); }
+  void embedding_forward(const kernels::EmbeddingForward& a) override { k_.embedding_forward(a); }
+  void embedding_backward(const kernels::EmbeddingBackward& a) override { k_.embedding_backward(a); }
+  void layernorm_forward(const kernels::LayerNormForward& a) override { k_.layernorm_forward(a); }
+  void layernorm_backward(const kernels::LayerNormBackward& a) override { k_.layernorm_backward(written(a)); }
+  void linear_forward(const kernels::LinearForward& a) override { k_.linear_forward(a); }
+  void linear_backward(const kernels::LinearBackward& a) override { k_.linear_backward(written(a)); }
+  void attention_forward(const kernels::AttentionForward& a) override { k_.attention_forward(a); }
+  void attention_backward(const kernels::AttentionBackward& a) override { k_.attention_backward(written(a)); }
+  void gelu_forward(const kernels::GeluForward& a) override { k_.gelu_forward(a); }
+  void gelu_backward(const kernels::GeluBackward& a) override { k_.gelu_backward(written(a)); }
+  void rmsnorm_forward(const kernels::RmsNormForward& a) override { k_.rmsnorm_forward(a); }
+  void rmsnorm_backward(const kernels::RmsNormBackward& a) override { k_.rmsnorm_backward(written(a)); }
+  void rope_forward(const kernels::RopeForward& a) override { k_.rope_forward(a); }
+  void rope_backward(const kernels::RopeBackward& a) override { k_.rope_backward(written(a)); }
+  void swiglu_forward(const kernels::SwiGluForward& a) override { k_.swiglu_forward(a); }
+  void swiglu_backward(const kernels::SwiGluBackward& a) override { k_.swiglu_backward(written(a)); }
+  void residual_forward(const kernels::ResidualForward& a) override { k_.residual_forward(a); }
+  void residual_backward(const kernels::ResidualBackward& a) override { k_.residual_backward(written(a)); }
+  void cross_entropy_forward(const kernels::CrossEntropyForward& a) override { k_.cross_entropy_forward(a); }
+  void cross_entropy_backward(const kernels::CrossEntropyBackward& a) override {
+    k_.cross_entropy_backward(written(a));
+  }
+
+ private:
+  template <class Args>
+  static Args written(Args a) {
+    a.accumulate = false;
+    return a;
+  }
+  kernels::OpKernels& k_;
+};
+
+// `call` launched on WritingKernels, its gradient tensors not zeroed first: what they held must not matter.
+kernels::OpCall writing_gradients(kernels::OpCall call) {
+  for (kernels::CallOperand& o : call.operands) o.zeroed = false;
+  call.launch = [launch = std::move(call.launch)](kernels::OpKernels& k, std::span<const kernels::Operand> operands) {
+    WritingKernels writing(k);
+    return launch(writing, operands);
+  };
+  return call;
+}
+
 // One device with an arena (the operands, then the workspace) and a pinned host image of its operands:
 // offsets mean the same in both.
 struct Mirror {
@@ -108,10 +160,14 @@ struct Mirror {
     for (int p : op.params) o.lists[3].push_back({at(l.grad(spec, p)), spec.precision});
     return o;
   }
-  float run(const ModelSpec& spec, const SpecLayout& l, const OpSpec& op, float loss_weight = 1.0f) {
+  // Runs the op; `write_gradients`: a backward op writes its activation gradients (writing_gradients).
+  float run(const ModelSpec& spec, const SpecLayout& l, const OpSpec& op, float loss_weight = 1.0f,
+            bool write_gradients = false) {
     float loss = 0;
     const Operands o = operands(spec, l, op);
-    dev->run_op(ops::decode_op(spec, op, o.view(), loss_weight), &loss, op.name);
+    kernels::OpCall call = ops::decode_op(spec, op, o.view(), loss_weight);
+    if (write_gradients) call = writing_gradients(std::move(call));
+    dev->run_op(std::move(call), &loss, op.name);
     dev->synchronize();
     return loss;
   }
@@ -197,8 +253,12 @@ std::string describe(const Shape& s) {
 }
 
 // Every op of one model shape on two devices, from the same random operands: `tested`'s results (the CUDA
-// device's) within tolerance of the host device's. Returns the (kind, pass) pairs covered.
-std::set<std::pair<models::OpKind, models::Pass>> compare_every_op(const Shape& s, uint64_t seed, DeviceChoice::Kind tested) {
+// device's) within tolerance of the host device's. `write_gradients`: `tested`'s backward ops write their
+// activation gradients over NaN while the host's add into zeros (an element skipped or read stays NaN there,
+// and the comparison refuses a NaN against a number). Returns the (kind, pass) pairs covered.
+std::set<std::pair<models::OpKind, models::Pass>> compare_every_op(const Shape& s, uint64_t seed,
+                                                                   DeviceChoice::Kind tested,
+                                                                   bool write_gradients = false) {
   const int C = s.n_head * s.head_size;
   const ModelSpec spec = models::build_model({s.kind, 1, s.n_head, C, s.vocab, static_cast<int>(s.T), {}, {}}, s.B, s.T, s.precision);
   const SpecLayout layout(spec);
@@ -214,13 +274,17 @@ std::set<std::pair<models::OpKind, models::Pass>> compare_every_op(const Shape& 
     fill_op_operands(image.data(), spec, layout, op, s.vocab, seed * 1000 + i);
     float losses[2];
     int d = 0;
+    const bool writing = write_gradients && op.pass == models::Pass::Backward;
     for (Mirror* m : {&host, &cuda}) {
       std::memcpy(m->host, image.data(), image.size());
+      if (writing)  // all bits set: a NaN in fp32, bf16 and fp16
+        for (int t : op.outputs)
+          std::memset(m->host + layout.tensor[t], m == &cuda ? 0xff : 0, static_cast<size_t>(spec.tensors[t].bytes()));
       m->upload();
       // Attention's backward reads what its forward saved, in the device's own form: run that forward first
       // on the same inputs (its qkv, or q, k, v and the mask).
       if (op.kind == models::OpKind::Attention && op.pass == models::Pass::Backward) m->run(spec, layout, forward_of(spec, op));
-      losses[d++] = m->run(spec, layout, op, 0.75f);
+      losses[d++] = m->run(spec, layout, op, 0.75f, writing && m == &cuda);
       m->download();
     }
     if (op.kind == models::OpKind::CrossEntropy && op.pass == models::Pass::Forward) {
@@ -266,12 +330,12 @@ void PrintTo(const OpCase& c, std::ostream* os) { *os << c.kind << ' ' << to_str
 
 class CudaOps : public ::testing::TestWithParam<OpCase> {};
 
-void expect_every_op_like_the_host(const OpCase& c, DeviceChoice::Kind tested) {
+void expect_every_op_like_the_host(const OpCase& c, DeviceChoice::Kind tested, bool write_gradients = false) {
   std::set<std::pair<models::OpKind, models::Pass>> covered;
   uint64_t seed = 1;
   for (const Shape& s : random_shapes(c.kind, c.precision, 17 + static_cast<uint64_t>(c.precision))) {
     SCOPED_TRACE(describe(s));
-    for (const auto& kp : compare_every_op(s, seed++, tested)) covered.insert(kp);
+    for (const auto& kp : compare_every_op(s, seed++, tested, write_gradients)) covered.insert(kp);
   }
   EXPECT_EQ(covered.size(), 14u) << "every kind, forward and backward";
 }
@@ -279,6 +343,12 @@ void expect_every_op_like_the_host(const OpCase& c, DeviceChoice::Kind tested) {
 TEST_P(CudaOps, EveryOpMatchesTheHostDeviceOnRandomShapes) {
   REQUIRE_GPU();
   expect_every_op_like_the_host(GetParam(), DeviceChoice::Kind::Cuda);
+}
+
+// Backward told to write (accumulate false) over NaN on the GPU gives what the host adds into zeros.
+TEST_P(CudaOps, EveryBackwardWritingItsGradientsMatchesTheHostAddingIntoZeros) {
+  REQUIRE_GPU();
+  expect_every_op_like_the_host(GetParam(), DeviceChoice::Kind::Cuda, true);
 }
 
 // The harness itself, with no GPU: a second host device in the CUDA device's place runs every op and shape

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -155,13 +156,14 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
     ASSERT_NEAR(got[i], want[i], abs_of_max * mx + rel * std::abs(want[i])) << what << " at " << i;
 }
 
-// The twin in storage T on the case's inputs rounded to T; out, lse and the accumulated gradients as fp32.
+// The twin in storage T on the case's inputs rounded to T; out, lse and the gradients (accumulated into t.grad,
+// or written over it) as fp32.
 struct TwinResult {
   std::vector<float> out, lse, grad;
 };
 
 template <class T>
-TwinResult run_twin(const Case& c, const Tensors& t) {
+TwinResult run_twin(const Case& c, const Tensors& t, bool accumulate = true) {
   const attn::Geometry g = geometry_of(c, t);
   const auto in = to_storage<T>(t.in), dout = to_storage<T>(t.dout);
   auto grad = to_storage<T>(t.grad);
@@ -171,8 +173,15 @@ TwinResult run_twin(const Case& c, const Tensors& t) {
   const T *q = in.data(), *k = q + t.k_off, *v = q + t.v_off;
   twin::attention_forward(g, out.data(), lse.data(), q, k, v, mask);
   T* dq = grad.data();
-  twin::attention_backward(g, dq, dq + t.k_off, dq + t.v_off, dout.data(), q, k, v, mask, out.data(), lse.data());
+  twin::attention_backward(g, dq, dq + t.k_off, dq + t.v_off, dout.data(), q, k, v, mask, out.data(), lse.data(),
+                           accumulate);
   return {to_float(out), lse, to_float(grad)};
+}
+
+// The case's tensors with every gradient element set to `value` (0: to accumulate into; garbage: to write over).
+Tensors with_grad(Tensors t, float value) {
+  std::fill(t.grad.begin(), t.grad.end(), value);
+  return t;
 }
 
 TEST(CudaAttentionTwin, Fp32MatchesCpuOp) {
@@ -230,6 +239,20 @@ void expect_storage_within(float out_tol, float grad_tol) {
 
 TEST(CudaAttentionTwin, Bf16StorageWithinRounding) { expect_storage_within<Bf16>(1.0f / 256, 1.0f / 128); }
 TEST(CudaAttentionTwin, Fp16StorageWithinRounding) { expect_storage_within<Fp16>(1.0f / 2048, 1.0f / 1024); }
+
+// Told not to accumulate, the twin writes dq, dk, dv, every element of the views (0 for a masked key, a query that
+// sees none): over NaN it gives what it adds into zeros (an element skipped keeps its NaN, one read spreads it).
+TEST(CudaAttentionTwin, WritesEveryGradientWhenNotAccumulating) {
+  uint32_t seed = 61;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << "B " << c.B << " T " << c.T << " C " << c.C << " causal " << c.causal
+                                      << " mask " << c.mask << " KV " << c.KV);
+    const Tensors t = make_tensors(c, seed++);
+    const TwinResult written = run_twin<float>(c, with_grad(t, std::numeric_limits<float>::quiet_NaN()), false);
+    const TwinResult added = run_twin<float>(c, with_grad(t, 0.0f), true);
+    for (size_t i = 0; i < added.grad.size(); ++i) ASSERT_EQ(written.grad[i], added.grad[i]) << "dq, dk, dv at " << i;
+  }
+}
 
 // ---- cuDNN's SDPA as described to it (attention_sdpa_desc.h), run by a naive attention: through the views'
 // dims and strides, its padding mask as key counts, its backward writing (B,T,C) buffers that are then added
@@ -381,7 +404,8 @@ struct Device {
 
 using testing::expect_bitwise;
 
-// One kernel's forward and backward on the device: out, lse, and the gradients accumulated into t.grad.
+// One kernel's forward and backward on the device: out, lse, and the gradients accumulated into t.grad (or
+// written over it).
 template <class T>
 struct DeviceRun {
   std::vector<T> out, grad;
@@ -389,7 +413,7 @@ struct DeviceRun {
 };
 
 template <class T>
-DeviceRun<T> run_device(AttentionKernel kernel, const Case& c, const Tensors& t) {
+DeviceRun<T> run_device(AttentionKernel kernel, const Case& c, const Tensors& t, bool accumulate = true) {
   const AttentionShape s{c.B, c.T, c.C, c.NH, t.rs, c.causal, c.KV, t.krs};
   const DType dt = dtype_of<T>();
   Device<T> in(to_storage<T>(t.in)), dout(to_storage<T>(t.dout)), grad(to_storage<T>(t.grad));
@@ -403,8 +427,8 @@ DeviceRun<T> run_device(AttentionKernel kernel, const Case& c, const Tensors& t)
   const T *q = in.p, *k = q + t.k_off, *v = q + t.v_off;
   EXPECT_EQ(attention_forward(kernel, out.p, lse.p, q, k, v, m, s, dt, scratch.p, fwd_bytes, nullptr), cudaSuccess);
   T* dq = grad.p;
-  EXPECT_EQ(attention_backward(kernel, dq, dq + t.k_off, dq + t.v_off, dout.p, q, k, v, m, out.p, lse.p, s, dt,
-                               scratch.p, bwd_bytes, nullptr),
+  EXPECT_EQ(attention_backward(kernel, dq, dq + t.k_off, dq + t.v_off, dout.p, q, k, v, m, out.p, lse.p, s, accumulate,
+                               dt, scratch.p, bwd_bytes, nullptr),
             cudaSuccess);
   return {out.get(), grad.get(), lse.get()};
 }
@@ -431,6 +455,10 @@ TYPED_TEST(CudaAttentionKernels, FlashEqualsTwinBitwiseAndRunToRun) {
     expect_bitwise(to_float(a.out), want.out, "out");
     expect_bitwise(a.lse, want.lse, "lse");
     expect_bitwise(to_float(a.grad), want.grad, "dq, dk, dv");
+    // Writing over garbage that differs (NaN on the device, 1e30 in the twin): equal only where both write.
+    const DeviceRun<T> w =
+        run_device<T>(AttentionKernel::Flash, c, with_grad(t, std::numeric_limits<float>::quiet_NaN()), false);
+    expect_bitwise(to_float(w.grad), run_twin<T>(c, with_grad(t, 1e30f), false).grad, "dq, dk, dv written");
   }
 }
 
@@ -470,6 +498,12 @@ TEST(CudaAttentionKernels, CudnnSdpaWithinBf16OfTwin) {
     const DeviceRun<Bf16> got = run_device<Bf16>(AttentionKernel::CudnnSdpa, c, t);
     expect_close(to_float(got.out), ref.out, 1.0f / 64, 1.0f / 128, "out");
     expect_close(to_float(got.grad), ref.grad, 1.0f / 32, 1.0f / 64, "dq, dk, dv");
+    // Told not to accumulate, its gradients are copied over NaN: what adding them into zeros gave (cuDNN's
+    // deterministic algorithm: the same values run to run; compared as floats, 0 + -0 being +0).
+    const DeviceRun<Bf16> written =
+        run_device<Bf16>(AttentionKernel::CudnnSdpa, c, with_grad(t, std::numeric_limits<float>::quiet_NaN()), false);
+    const std::vector<float> w = to_float(written.grad), a = to_float(got.grad);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(w[i], a[i]) << "dq, dk, dv written, at " << i;
     const TwinResult twin_bf16 = run_twin<Bf16>(c, t);
     for (size_t i = 0; i < got.lse.size(); ++i) {
       if (std::isinf(twin_bf16.lse[i])) continue;  // rows with no visible key: cuDNN's convention may differ
@@ -505,8 +539,8 @@ TEST(CudaAttentionKernels, Gpt2ShapeRunsAndTimes) {
       cudaEventRecord(e[0]);
       ASSERT_EQ(attention_forward(kernel, out.p, lse.p, q, k, v, nullptr, s, dt, scratch.p, bytes, nullptr), cudaSuccess);
       cudaEventRecord(e[1]);
-      ASSERT_EQ(attention_backward(kernel, dq, dq + t.k_off, dq + t.v_off, dout.p, q, k, v, nullptr, out.p, lse.p, s, dt,
-                                   scratch.p, bytes, nullptr),
+      ASSERT_EQ(attention_backward(kernel, dq, dq + t.k_off, dq + t.v_off, dout.p, q, k, v, nullptr, out.p, lse.p, s,
+                                   true, dt, scratch.p, bytes, nullptr),
                 cudaSuccess);
       cudaEventRecord(e[2]);
       ASSERT_EQ(cudaEventSynchronize(e[2]), cudaSuccess);

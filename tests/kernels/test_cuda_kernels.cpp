@@ -1,11 +1,14 @@
 // The CUDA kernels (kernels/cuda/ops.h) against their host twins (kernels/cuda/twins.h), bitwise, for fp32,
-// bf16 and fp16 storage on random shapes. Skipped where no CUDA device is present.
+// bf16 and fp16 storage on random shapes; backward both accumulating and writing its activation gradients.
+// Skipped where no CUDA device is present.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include "test_helpers.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -57,6 +60,17 @@ std::vector<T> random_storage(int64_t n, uint32_t seed, float scale = 1.0f) {
 
 using testing::expect_bitwise;
 
+// Where a backward's activation gradient starts, on the device or the host: accumulating, the same nonzero values
+// on both; writing (accumulate false), garbage that differs between them (NaN, 1e30), so an element the kernel
+// skips, or reads, cannot match its twin's.
+template <class T>
+std::vector<T> grad_start(int64_t n, uint32_t seed, bool accumulate, bool on_device) {
+  if (accumulate) return random_storage<T>(n, seed);
+  std::vector<T> v(n);
+  for (int64_t i = 0; i < n; ++i) store(v.data(), i, on_device ? std::numeric_limits<float>::quiet_NaN() : 1e30f);
+  return v;
+}
+
 template <class T>
 class CudaKernels : public ::testing::Test {};
 using StorageTypes = ::testing::Types<float, Bf16, Fp16>;
@@ -82,23 +96,25 @@ TYPED_TEST(CudaKernels, LayerNormEqualsTwin) {
     expect_bitwise(dout_.get(), out, "out");
     expect_bitwise(dmean.get(), mean, "mean");
     expect_bitwise(drstd.get(), rstd, "rstd");
-    // backward, accumulating into nonzero gradients
     const auto g = random_storage<T>(N * C, 4);
-    auto gx = random_storage<T>(N * C, 5), gw = random_storage<T>(C, 6), gb = random_storage<T>(C, 7);
-    Device<T> dg(g), dgx(gx), dgw(gw), dgb(gb);
-    Device<float> scratch(std::vector<float>(layernorm_backward_scratch_floats(N, C)));
-    ASSERT_EQ(layernorm_backward(dgx.p, dgw.p, dgb.p, dg.p, dx_.p, dw_.p, dmean.p, drstd.p, N, C, scratch.p,
-                                 dtype_of<T>(), nullptr),
-              cudaSuccess);
-    twin::layernorm_backward(gx.data(), gw.data(), gb.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
-    expect_bitwise(dgx.get(), gx, "dx");
-    expect_bitwise(dgw.get(), gw, "dw");
-    expect_bitwise(dgb.get(), gb, "db");
+    for (bool accumulate : {true, false}) {
+      auto gx = grad_start<T>(N * C, 5, accumulate, false), gw = random_storage<T>(C, 6), gb = random_storage<T>(C, 7);
+      Device<T> dg(g), dgx(grad_start<T>(N * C, 5, accumulate, true)), dgw(gw), dgb(gb);
+      Device<float> scratch(std::vector<float>(layernorm_backward_scratch_floats(N, C)));
+      ASSERT_EQ(layernorm_backward(dgx.p, dgw.p, dgb.p, dg.p, dx_.p, dw_.p, dmean.p, drstd.p, N, C, scratch.p,
+                                   accumulate, dtype_of<T>(), nullptr),
+                cudaSuccess);
+      twin::layernorm_backward(gx.data(), gw.data(), gb.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                               N, C, accumulate);
+      expect_bitwise(dgx.get(), gx, accumulate ? "dx, accumulated" : "dx, written");
+      expect_bitwise(dgw.get(), gw, "dw");
+      expect_bitwise(dgb.get(), gb, "db");
+    }
   }
 }
 
 // Dense rows, and rows of a padded vocabulary (stride > V: the columns past V are not the row's, and their
-// gradients are left as they were).
+// gradients are left as they were, or written 0 with the ignored rows when not accumulating).
 TYPED_TEST(CudaKernels, CrossEntropyEqualsTwin) {
   FERRY_NEED_DEVICE();
   using T = TypeParam;
@@ -114,11 +130,14 @@ TYPED_TEST(CudaKernels, CrossEntropyEqualsTwin) {
       ASSERT_EQ(cross_entropy_forward(dloss.p, dl.p, dt.p, N, V, stride, dtype_of<T>(), nullptr), cudaSuccess);
       twin::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, stride);
       expect_bitwise(dloss.get(), losses, "loss");
-      auto d = random_storage<T>(N * stride, 9);
-      Device<T> dd(d);
-      ASSERT_EQ(cross_entropy_backward(dd.p, dl.p, dt.p, 0.125f, N, V, stride, dtype_of<T>(), nullptr), cudaSuccess);
-      twin::cross_entropy_backward(d.data(), logits.data(), targets.data(), 0.125f, N, V, stride);
-      expect_bitwise(dd.get(), d, "dlogits");
+      for (bool accumulate : {true, false}) {
+        auto d = grad_start<T>(N * stride, 9, accumulate, false);
+        Device<T> dd(grad_start<T>(N * stride, 9, accumulate, true));
+        ASSERT_EQ(cross_entropy_backward(dd.p, dl.p, dt.p, 0.125f, N, V, stride, accumulate, dtype_of<T>(), nullptr),
+                  cudaSuccess);
+        twin::cross_entropy_backward(d.data(), logits.data(), targets.data(), 0.125f, N, V, stride, accumulate);
+        expect_bitwise(dd.get(), d, accumulate ? "dlogits, accumulated" : "dlogits, written");
+      }
     }
 }
 
@@ -175,22 +194,27 @@ TYPED_TEST(CudaKernels, ElementwiseEqualTwins) {
     ASSERT_EQ(gelu_forward(dout.p, dx.p, n, exact, dtype_of<T>(), nullptr), cudaSuccess);
     twin::gelu_forward(out.data(), x.data(), n, exact);
     expect_bitwise(dout.get(), out, "gelu");
-    auto g = random_storage<T>(n, 20);
-    Device<T> dg(g);
-    ASSERT_EQ(gelu_backward(dg.p, dy.p, dx.p, n, exact, dtype_of<T>(), nullptr), cudaSuccess);
-    twin::gelu_backward(g.data(), y.data(), x.data(), n, exact);
-    expect_bitwise(dg.get(), g, "gelu backward");
+    for (bool accumulate : {true, false}) {
+      auto g = grad_start<T>(n, 20, accumulate, false);
+      Device<T> dg(grad_start<T>(n, 20, accumulate, true));
+      ASSERT_EQ(gelu_backward(dg.p, dy.p, dx.p, n, exact, accumulate, dtype_of<T>(), nullptr), cudaSuccess);
+      twin::gelu_backward(g.data(), y.data(), x.data(), n, exact, accumulate);
+      expect_bitwise(dg.get(), g, accumulate ? "gelu backward, accumulated" : "gelu backward, written");
+    }
   }
   std::vector<T> sum(n);
-  auto a = random_storage<T>(n, 21), b = random_storage<T>(n, 22);
-  Device<T> dx(x), dy(y), dsum(sum), da(a), db(b);
+  Device<T> dx(x), dy(y), dsum(sum);
   ASSERT_EQ(residual_forward(dsum.p, dx.p, dy.p, n, dtype_of<T>(), nullptr), cudaSuccess);
-  ASSERT_EQ(residual_backward(da.p, db.p, dx.p, n, dtype_of<T>(), nullptr), cudaSuccess);
   twin::residual_forward(sum.data(), x.data(), y.data(), n);
-  twin::residual_backward(a.data(), b.data(), x.data(), n);
   expect_bitwise(dsum.get(), sum, "residual");
-  expect_bitwise(da.get(), a, "da");
-  expect_bitwise(db.get(), b, "db");
+  for (bool accumulate : {true, false}) {
+    auto a = grad_start<T>(n, 21, accumulate, false), b = grad_start<T>(n, 22, accumulate, false);
+    Device<T> da(grad_start<T>(n, 21, accumulate, true)), db(grad_start<T>(n, 22, accumulate, true));
+    ASSERT_EQ(residual_backward(da.p, db.p, dx.p, n, accumulate, dtype_of<T>(), nullptr), cudaSuccess);
+    twin::residual_backward(a.data(), b.data(), x.data(), n, accumulate);
+    expect_bitwise(da.get(), a, accumulate ? "da, accumulated" : "da, written");
+    expect_bitwise(db.get(), b, accumulate ? "db, accumulated" : "db, written");
+  }
 }
 
 TYPED_TEST(CudaKernels, RmsNormEqualsTwin) {
@@ -207,14 +231,17 @@ TYPED_TEST(CudaKernels, RmsNormEqualsTwin) {
     expect_bitwise(dout_.get(), out, "out");
     expect_bitwise(drstd.get(), rstd, "rstd");
     const auto g = random_storage<T>(N * C, 32);
-    auto gx = random_storage<T>(N * C, 33), gw = random_storage<T>(C, 34);
-    Device<T> dg(g), dgx(gx), dgw(gw);
-    Device<float> scratch(std::vector<float>(rmsnorm_backward_scratch_floats(N, C)));
-    ASSERT_EQ(rmsnorm_backward(dgx.p, dgw.p, dg.p, dx_.p, dw_.p, drstd.p, N, C, scratch.p, dtype_of<T>(), nullptr),
-              cudaSuccess);
-    twin::rmsnorm_backward(gx.data(), gw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C);
-    expect_bitwise(dgx.get(), gx, "dx");
-    expect_bitwise(dgw.get(), gw, "dw");
+    for (bool accumulate : {true, false}) {
+      auto gx = grad_start<T>(N * C, 33, accumulate, false), gw = random_storage<T>(C, 34);
+      Device<T> dg(g), dgx(grad_start<T>(N * C, 33, accumulate, true)), dgw(gw);
+      Device<float> scratch(std::vector<float>(rmsnorm_backward_scratch_floats(N, C)));
+      ASSERT_EQ(rmsnorm_backward(dgx.p, dgw.p, dg.p, dx_.p, dw_.p, drstd.p, N, C, scratch.p, accumulate, dtype_of<T>(),
+                                 nullptr),
+                cudaSuccess);
+      twin::rmsnorm_backward(gx.data(), gw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C, accumulate);
+      expect_bitwise(dgx.get(), gx, accumulate ? "dx, accumulated" : "dx, written");
+      expect_bitwise(dgw.get(), gw, "dw");
+    }
   }
 }
 
@@ -224,27 +251,42 @@ TYPED_TEST(CudaKernels, SwiGluAndRopeEqualTwins) {
   const int64_t n = 1000003;
   const auto gate = random_storage<T>(n, 35, 4.0f), up = random_storage<T>(n, 36), d = random_storage<T>(n, 37);
   std::vector<T> out(n);
-  auto dgate = random_storage<T>(n, 38), dup = random_storage<T>(n, 39);
-  Device<T> dg_(gate), du_(up), dd_(d), dout_(out), ddgate(dgate), ddup(dup);
+  Device<T> dg_(gate), du_(up), dd_(d), dout_(out);
   ASSERT_EQ(swiglu_forward(dout_.p, dg_.p, du_.p, n, dtype_of<T>(), nullptr), cudaSuccess);
-  ASSERT_EQ(swiglu_backward(ddgate.p, ddup.p, dd_.p, dg_.p, du_.p, n, dtype_of<T>(), nullptr), cudaSuccess);
   twin::swiglu_forward(out.data(), gate.data(), up.data(), n);
-  twin::swiglu_backward(dgate.data(), dup.data(), d.data(), gate.data(), up.data(), n);
   expect_bitwise(dout_.get(), out, "swiglu");
-  expect_bitwise(ddgate.get(), dgate, "dgate");
-  expect_bitwise(ddup.get(), dup, "dup");
+  for (bool accumulate : {true, false}) {
+    auto dgate = grad_start<T>(n, 38, accumulate, false), dup = grad_start<T>(n, 39, accumulate, false);
+    Device<T> ddgate(grad_start<T>(n, 38, accumulate, true)), ddup(grad_start<T>(n, 39, accumulate, true));
+    ASSERT_EQ(swiglu_backward(ddgate.p, ddup.p, dd_.p, dg_.p, du_.p, n, accumulate, dtype_of<T>(), nullptr),
+              cudaSuccess);
+    twin::swiglu_backward(dgate.data(), dup.data(), d.data(), gate.data(), up.data(), n, accumulate);
+    expect_bitwise(ddgate.get(), dgate, accumulate ? "dgate, accumulated" : "dgate, written");
+    expect_bitwise(ddup.get(), dup, accumulate ? "dup, accumulated" : "dup, written");
+  }
   // q inside a packed (B,T,(H+2KV)*hs) row, Llama 3's scaling, positions up to 4095.
   const int64_t B = 2, Tn = 4096, H = 4, hs = 64, rs = (H + 4) * hs;
   const RopeScaling scaling{500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f};
   const auto x = random_storage<T>(B * Tn * rs, 40);
-  std::vector<T> r = random_storage<T>(B * Tn * rs, 41), dx = random_storage<T>(B * Tn * rs, 42);
-  Device<T> dx_(x), dr(r), ddx(dx);
+  std::vector<T> r = random_storage<T>(B * Tn * rs, 41);
+  Device<T> dx_(x), dr(r);
   ASSERT_EQ(rope_forward(dr.p, dx_.p, B, Tn, H, hs, rs, scaling, dtype_of<T>(), nullptr), cudaSuccess);
-  ASSERT_EQ(rope_backward(ddx.p, dx_.p, B, Tn, H, hs, rs, scaling, dtype_of<T>(), nullptr), cudaSuccess);
   ASSERT_TRUE(twin::rope_forward(r.data(), x.data(), B, Tn, H, hs, rs, scaling));
-  ASSERT_TRUE(twin::rope_backward(dx.data(), x.data(), B, Tn, H, hs, rs, scaling));
   expect_bitwise(dr.get(), r, "rope");
-  expect_bitwise(ddx.get(), dx, "rope backward");
+  // Writing: the rows' elements past the heads (k and v's) keep the garbage, which differs between the two.
+  for (bool accumulate : {true, false}) {
+    auto dx = grad_start<T>(B * Tn * rs, 42, accumulate, false);
+    Device<T> ddx(grad_start<T>(B * Tn * rs, 42, accumulate, true));
+    ASSERT_EQ(rope_backward(ddx.p, dx_.p, B, Tn, H, hs, rs, scaling, accumulate, dtype_of<T>(), nullptr), cudaSuccess);
+    ASSERT_TRUE(twin::rope_backward(dx.data(), x.data(), B, Tn, H, hs, rs, scaling, accumulate));
+    const std::vector<T> got = ddx.get();
+    for (int64_t i = 0; i < B * Tn * rs; ++i) {
+      if (accumulate || i % rs < H * hs)
+        ASSERT_EQ(std::memcmp(&got[i], &dx[i], sizeof(T)), 0)
+            << (accumulate ? "accumulated" : "written") << " at " << i;
+      else ASSERT_TRUE(std::isnan(load(got.data(), i))) << "rope backward wrote past the heads at " << i;
+    }
+  }
 }
 
 // Device AdamW: master, m, v and the working copy equal the shared element applied on the host.
@@ -282,11 +324,11 @@ TEST(CudaLaunchFunctions, RefuseBadArgumentsBeforeLaunching) {
   EXPECT_EQ(layernorm_forward(none, none, none, none, none, none, 4, 8, 1e-5f, DType::I32, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(layernorm_forward(none, none, none, none, none, none, int64_t{1} << 31, 8, 1e-5f, DType::F32, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(layernorm_backward(none, none, none, none, none, none, none, none, 65536 * kColumnChunkRows, 8, none,
+  EXPECT_EQ(layernorm_backward(none, none, none, none, none, none, none, none, 65536 * kColumnChunkRows, 8, none, false,
                                DType::F32, nullptr),
             cudaErrorInvalidValue);  // more column chunks than grid.y takes
   EXPECT_EQ(cross_entropy_forward(none, none, nullptr, 4, 8, 8, DType::I32, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cross_entropy_backward(none, none, nullptr, 1.0f, 0, 8, 8, DType::F32, nullptr), cudaSuccess);
+  EXPECT_EQ(cross_entropy_backward(none, none, nullptr, 1.0f, 0, 8, 8, false, DType::F32, nullptr), cudaSuccess);
   EXPECT_EQ(gelu_forward(none, none, 0, false, DType::BF16, nullptr), cudaSuccess);
   EXPECT_EQ(residual_forward(none, none, none, 5, DType::I32, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(embedding_backward(none, none, none, none, nullptr, 2, 3, 4, 10, none, DType::I32, nullptr),

@@ -20,7 +20,8 @@ void run_desc(const LtMatmulDesc& d, float* c, const float* A, const float* B, c
 }
 
 // Linear's three matmuls and its bias epilogue, as described for cuBLASLt, equal the CPU op (forward
-// overwrites; backward accumulates into what the gradients held), for both weight layouts and odd shapes.
+// overwrites; backward accumulates into what the gradients held, or writes dx when told), for both weight layouts
+// and odd shapes.
 TEST(CudaLinear, DescriptionsMatchTheCpuOp) {
   for (const bool out_in : {false, true})
     for (const auto& [rows, in, out] : {std::tuple<int64_t, int64_t, int64_t>{5, 3, 7}, {16, 8, 12}, {1, 9, 2}}) {
@@ -42,6 +43,14 @@ TEST(CudaLinear, DescriptionsMatchTheCpuOp) {
       run_desc(linear_dw_desc(s), dw_lt.data(), out_in ? dy.data() : x.data(), out_in ? x.data() : dy.data());
       testing::expect_near(dx_lt, dx_cpu, "dx");
       testing::expect_near(dw_lt, dw_cpu, "dW");
+
+      // Told not to accumulate, dx is written (beta 0: the NaN it held is never read): the CPU op's dx from zeros.
+      std::vector<float> dx_zeros(rows * in, 0.0f), dw_unused = dw0, db_unused(out, 0.0f);
+      cpu::linear_backward(dx_zeros.data(), dw_unused.data(), db_unused.data(), dy.data(), x.data(), w.data(), rows, in,
+                           out, out_in);
+      std::vector<float> dx_written(rows * in, std::numeric_limits<float>::quiet_NaN());
+      run_desc(linear_dx_desc(s, false), dx_written.data(), dy.data(), w.data());
+      testing::expect_near(dx_written, dx_zeros, "dx written");
     }
 }
 

@@ -31,6 +31,44 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
     ASSERT_NEAR(got[i], want[i], abs + rel * std::abs(want[i])) << what << " at " << i;
 }
 
+// The gradient buffers of one backward call: its activation gradients (written over, or added into, as the call
+// is told) and its parameters' (always added into).
+struct Grads {
+  std::vector<std::vector<float>> act, param;
+};
+
+// A backward twin in both modes: run(grads, false) on activation gradients full of NaN (`written`) and
+// run(grads, true) on zeroed ones (`added`); the parameter gradients start from `param` in both.
+struct BothModes {
+  Grads written, added;
+};
+
+template <class Run>
+BothModes run_both_modes(const std::vector<int64_t>& act_sizes, const std::vector<std::vector<float>>& param, Run run) {
+  BothModes m{{{}, param}, {{}, param}};
+  for (int64_t n : act_sizes) {
+    m.written.act.emplace_back(n, std::numeric_limits<float>::quiet_NaN());
+    m.added.act.emplace_back(n, 0.0f);
+  }
+  run(m.written, false);
+  run(m.added, true);
+  return m;
+}
+
+// Writing must give what adding into zeros gives, every element: one it skips keeps its NaN, one it reads spreads
+// it; and the parameter gradients must be added into in both modes (written over, they would lose `param`).
+template <class Run>
+void expect_writing_equals_adding_to_zeros(const std::vector<int64_t>& act_sizes,
+                                           const std::vector<std::vector<float>>& param, Run run, const char* what) {
+  const BothModes m = run_both_modes(act_sizes, param, run);
+  for (size_t k = 0; k < act_sizes.size(); ++k)
+    for (size_t i = 0; i < m.written.act[k].size(); ++i)
+      ASSERT_EQ(m.written.act[k][i], m.added.act[k][i]) << what << ": activation gradient " << k << " at " << i;
+  for (size_t k = 0; k < param.size(); ++k)
+    for (size_t i = 0; i < param[k].size(); ++i)
+      ASSERT_EQ(m.written.param[k][i], m.added.param[k][i]) << what << ": parameter gradient " << k << " at " << i;
+}
+
 // Odd channel counts (fewer than a warp, not a multiple of the block, several trips per thread).
 struct Shape {
   int64_t N, C;
@@ -61,7 +99,7 @@ TEST(CudaTwins, LayerNormBackwardMatchesCpuOp) {
     kernels::cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
                                      rstd.data(), N, C);
     twin::layernorm_backward(dx2.data(), dw2.data(), db2.data(), dout.data(), x.data(), w.data(), mean.data(),
-                             rstd.data(), N, C);
+                             rstd.data(), N, C, true);
     expect_near(dx2, dx, 1e-5f, 2e-5f, "dx");
     expect_near(dw2, dw, 1e-5f, 1e-5f, "dw");
     expect_near(db2, db, 1e-5f, 1e-5f, "db");
@@ -78,7 +116,7 @@ TEST(CudaTwins, LayerNormBackwardColumnChunks) {
   kernels::cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
                                    rstd.data(), N, C);
   twin::layernorm_backward(dx2.data(), dw2.data(), db2.data(), dout.data(), x.data(), w.data(), mean.data(),
-                           rstd.data(), N, C);
+                           rstd.data(), N, C, true);
   expect_near(dw2, dw, 1e-5f, 5e-5f, "dw");
   expect_near(db2, db, 1e-5f, 5e-5f, "db");
 }
@@ -97,11 +135,11 @@ TEST(CudaTwins, RmsNormMatchesCpuOp) {
     auto dx = random_vector(N * C, 43), dw = random_vector(C, 44);  // both accumulate
     auto dx2 = dx, dw2 = dw, dx3 = dx;
     kernels::cpu::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
-    twin::rmsnorm_backward(dx2.data(), dw2.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    twin::rmsnorm_backward(dx2.data(), dw2.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C, true);
     expect_near(dx2, dx, 1e-5f, 2e-5f, "dx");
     expect_near(dw2, dw, 1e-5f, 5e-5f, "dw");
-    twin::rmsnorm_backward(dx3.data(), static_cast<float*>(nullptr), dout.data(), x.data(), w.data(), rstd.data(), N,
-                           C);
+    twin::rmsnorm_backward(dx3.data(), static_cast<float*>(nullptr), dout.data(), x.data(), w.data(), rstd.data(), N, C,
+                           true);
     EXPECT_EQ(dx3, dx2);
   }
 }
@@ -121,7 +159,7 @@ TEST(CudaTwins, RopeMatchesCpuOp) {
     expect_near(out2, out, 0.0f, 2e-6f, "out");
     auto dx = random_vector(n, 46), dx2 = dx;
     kernels::cpu::rope_backward(dx.data(), x.data(), s);
-    ASSERT_TRUE(twin::rope_backward(dx2.data(), x.data(), s.B, s.T, s.H, s.hs, s.row_stride, s.scaling));
+    ASSERT_TRUE(twin::rope_backward(dx2.data(), x.data(), s.B, s.T, s.H, s.hs, s.row_stride, s.scaling, true));
     expect_near(dx2, dx, 0.0f, 2e-6f, "dx");
   }
   std::vector<float> buf(64);
@@ -143,7 +181,7 @@ TEST(CudaTwins, CrossEntropyMatchesCpuOp) {
     expect_near(loss2, loss, 1e-5f, 1e-5f, "loss");
     auto d = random_vector(N * V, 15), d2 = d;
     kernels::cpu::cross_entropy_backward(d.data(), logits.data(), targets.data(), 0.25f, N, V, V);
-    twin::cross_entropy_backward(d2.data(), logits.data(), targets.data(), 0.25f, N, V, V);
+    twin::cross_entropy_backward(d2.data(), logits.data(), targets.data(), 0.25f, N, V, V, true);
     expect_near(d2, d, 1e-5f, 1e-6f, "dlogits");
     for (int64_t r = 0; r < N; ++r) {  // an ignored row is left exactly as it was
       if (targets[r] >= 0) continue;
@@ -183,8 +221,8 @@ TEST(CudaTwins, CrossEntropyReadsOnlyTheFirstVColumnsOfAPaddedRow) {
     auto got_d = d_padded, got_d_twin = d_padded;
     kernels::cpu::cross_entropy_backward(want_d.data(), dense.data(), targets.data(), 0.25f, N, V, V);
     kernels::cpu::cross_entropy_backward(got_d.data(), padded.data(), targets.data(), 0.25f, N, V, stride);
-    twin::cross_entropy_backward(want_d_twin.data(), dense.data(), targets.data(), 0.25f, N, V, V);
-    twin::cross_entropy_backward(got_d_twin.data(), padded.data(), targets.data(), 0.25f, N, V, stride);
+    twin::cross_entropy_backward(want_d_twin.data(), dense.data(), targets.data(), 0.25f, N, V, V, true);
+    twin::cross_entropy_backward(got_d_twin.data(), padded.data(), targets.data(), 0.25f, N, V, stride, true);
     for (int64_t r = 0; r < N; ++r)
       for (int64_t v = 0; v < stride; ++v) {
         const float cpu = got_d[r * stride + v], twin = got_d_twin[r * stride + v];
@@ -267,7 +305,7 @@ TEST(CudaTwins, ResidualAndEmbeddingForwardMatchCpuOpBitwise) {
   kernels::cpu::residual_forward(sum.data(), a.data(), b.data(), N);
   kernels::cpu::residual_backward(da.data(), db.data(), a.data(), N);
   twin::residual_forward(sum2.data(), a.data(), b.data(), N);
-  twin::residual_backward(da2.data(), db2.data(), a.data(), N);
+  twin::residual_backward(da2.data(), db2.data(), a.data(), N, true);
   EXPECT_EQ(sum2, sum);
   EXPECT_EQ(da2, da);
   EXPECT_EQ(db2, db);
@@ -283,9 +321,101 @@ TEST(CudaTwins, SwiGluMatchesCpuOp) {
   expect_near(out2, out, 1e-6f, 1e-6f, "out");
   auto dg = random_vector(N, 50), du = random_vector(N, 51), dg2 = dg, du2 = du;
   kernels::cpu::swiglu_backward(dg.data(), du.data(), dout.data(), gate.data(), up.data(), N);
-  twin::swiglu_backward(dg2.data(), du2.data(), dout.data(), gate.data(), up.data(), N);
+  twin::swiglu_backward(dg2.data(), du2.data(), dout.data(), gate.data(), up.data(), N, true);
   expect_near(dg2, dg, 1e-6f, 1e-6f, "dgate");
   expect_near(du2, du, 1e-6f, 1e-6f, "dup");
+}
+
+// ---- Told not to accumulate (the op is the first to produce its activation gradients), every backward twin
+// writes them: what it gives on NaN garbage equals what it adds into zeros, and parameter gradients still add.
+
+TEST(CudaTwins, NormsWriteTheirInputGradientWhenNotAccumulating) {
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({3 * kColumnChunkRows + 5, 33});
+  for (const auto [N, C] : shapes) {
+    const auto x = random_vector(N * C, 60, 2.0f, 1.0f), w = random_vector(C, 61), b = random_vector(C, 62);
+    const auto dout = random_vector(N * C, 63);
+    std::vector<float> out(N * C), mean(N), rstd(N), rms_rstd(N);
+    twin::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+    twin::rmsnorm_forward(out.data(), rms_rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+    expect_writing_equals_adding_to_zeros(
+        {N * C}, {random_vector(C, 64), random_vector(C, 65)},
+        [&](Grads& g, bool accumulate) {
+          twin::layernorm_backward(g.act[0].data(), g.param[0].data(), g.param[1].data(), dout.data(), x.data(),
+                                   w.data(), mean.data(), rstd.data(), N, C, accumulate);
+        },
+        "layernorm");
+    expect_writing_equals_adding_to_zeros(
+        {N * C}, {random_vector(C, 66)},
+        [&](Grads& g, bool accumulate) {
+          twin::rmsnorm_backward(g.act[0].data(), g.param[0].data(), dout.data(), x.data(), w.data(), rms_rstd.data(),
+                                 N, C, accumulate);
+        },
+        "rmsnorm");
+  }
+}
+
+TEST(CudaTwins, ElementwiseBackwardsWriteWhenNotAccumulating) {
+  const int64_t N = 4099;
+  const auto x = random_vector(N, 70, 3.0f), up = random_vector(N, 71), dout = random_vector(N, 72);
+  for (bool exact : {false, true})
+    expect_writing_equals_adding_to_zeros(
+        {N}, {},
+        [&](Grads& g, bool accumulate) {
+          twin::gelu_backward(g.act[0].data(), dout.data(), x.data(), N, exact, accumulate);
+        },
+        "gelu");
+  expect_writing_equals_adding_to_zeros(
+      {N, N}, {},
+      [&](Grads& g, bool accumulate) {
+        twin::swiglu_backward(g.act[0].data(), g.act[1].data(), dout.data(), x.data(), up.data(), N, accumulate);
+      },
+      "swiglu");
+  expect_writing_equals_adding_to_zeros(
+      {N, N}, {},
+      [&](Grads& g, bool accumulate) {
+        twin::residual_backward(g.act[0].data(), g.act[1].data(), dout.data(), N, accumulate);
+      },
+      "residual");
+}
+
+// RoPE writes the rotated heads of a packed row, and nothing past them (the rest of the row is another op's).
+TEST(CudaTwins, RopeBackwardWritesItsHeadsWhenNotAccumulating) {
+  const kernels::cpu::RopeShape shapes[] = {{2, 5, 3, 8, 3 * 8 + 8, {}},
+                                            {1, 300, 2, 64, 128, {500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f}},
+                                            {2, 7, 4, 2, 11, {10000.0f, 32.0f, 1.0f, 4.0f, 4.0f}}};
+  for (const auto& s : shapes) {
+    const int64_t n = s.B * s.T * s.row_stride;
+    const auto dout = random_vector(n, 73);
+    const BothModes m = run_both_modes({n}, {}, [&](Grads& g, bool accumulate) {
+      ASSERT_TRUE(
+          twin::rope_backward(g.act[0].data(), dout.data(), s.B, s.T, s.H, s.hs, s.row_stride, s.scaling, accumulate));
+    });
+    for (int64_t i = 0; i < n; ++i) {
+      const float written = m.written.act[0][i], added = m.added.act[0][i];
+      if (i % s.row_stride < s.H * s.hs) ASSERT_EQ(written, added) << "rope dx at " << i;
+      else ASSERT_TRUE(std::isnan(written) && added == 0.0f) << "rope touched " << i << ", past the heads of its row";
+    }
+  }
+}
+
+// Cross-entropy writes every element of its rows: the softmax's gradient in the first V columns, zeros in a padded
+// vocabulary's columns and in the rows without a target.
+TEST(CudaTwins, CrossEntropyBackwardWritesEveryColumnWhenNotAccumulating) {
+  const Shape shapes[] = {{3, 1}, {4, 31}, {5, 257}, {4, 5003}};
+  for (const auto [N, V] : shapes)
+    for (const int64_t stride : {V, (V + 127) / 128 * 128 + (V % 128 == 0 ? 128 : 0)}) {
+      const auto logits = random_vector(N * stride, 74, 3.0f);
+      std::vector<int32_t> targets(N);
+      for (int64_t r = 0; r < N; ++r) targets[r] = r % 3 == 1 ? -100 : static_cast<int32_t>((r * 7919) % V);
+      expect_writing_equals_adding_to_zeros(
+          {N * stride}, {},
+          [&](Grads& g, bool accumulate) {
+            twin::cross_entropy_backward(g.act[0].data(), logits.data(), targets.data(), 0.25f, N, V, stride,
+                                         accumulate);
+          },
+          "cross-entropy");
+    }
 }
 
 }  // namespace
