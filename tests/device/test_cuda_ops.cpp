@@ -358,6 +358,13 @@ TEST(CudaOpsHarness, RunsEveryOpOnASecondHostDevice) {
   expect_every_op_like_the_host({"bert", DType::F32}, DeviceChoice::Kind::Host);
 }
 
+// The same with the second host device's backward ops writing their gradients over NaN: the CPU kernels honour
+// `accumulate` as the CUDA ones must.
+TEST(CudaOpsHarness, RunsEveryBackwardWritingItsGradientsOnASecondHostDevice) {
+  expect_every_op_like_the_host({"gpt2", DType::BF16}, DeviceChoice::Kind::Host, true);
+  expect_every_op_like_the_host({"bert", DType::F32}, DeviceChoice::Kind::Host, true);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaOps,
                          ::testing::Values(OpCase{"gpt2", DType::F32}, OpCase{"gpt2", DType::BF16}, OpCase{"gpt2", DType::F16},
                                            OpCase{"bert", DType::F32}, OpCase{"bert", DType::BF16}, OpCase{"bert", DType::F16}),
