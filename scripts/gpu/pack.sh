@@ -13,7 +13,7 @@ BUILD_DIR=$(realpath -m "${BUILD_DIR:-$ROOT/build-gpu}")
 BUNDLE=$ROOT/gpu_bundle
 JOBS=${JOBS:-2}
 LIMIT_BYTES=${FERRY_BUNDLE_LIMIT_BYTES:-$((40 * 1000 * 1000))}  # 40 MB, the bundle's budget in a 64 MiB carry
-TARGETS=(ferry ferry-bench test_device test_engine test_kernels_cuda)
+TARGETS=(ferry ferry-bench test_device test_engine test_kernels_cuda test_cuda_attention)
 # Runtime libraries the binaries load (ldd build/ferry) that a CUDA image may lack or hold in another version
 # (yaml-cpp 0.8, oneDNN 3, fmt 10 elsewhere): Debian 12's, the ones we link against. libc, libstdc++ and
 # libgcc are left to the machine (any CUDA image has them, and newer). oneDNN is libdnnl2 on Debian 12.
@@ -44,7 +44,7 @@ for t in "${TARGETS[@]}"; do
   [[ -n $bin ]] || die "no binary $t under $BUILD_DIR"
   strip --strip-unneeded -o "$BUNDLE/bin/$t" "$bin"
 done
-check_sm90 "$BUNDLE/bin/ferry" "$BUNDLE/bin/test_device" "$BUNDLE/bin/test_kernels_cuda"
+check_sm90 "$BUNDLE/bin/ferry" "$BUNDLE/bin/test_device" "$BUNDLE/bin/test_kernels_cuda" "$BUNDLE/bin/test_cuda_attention"
 sm90=$SM90
 
 # The binaries travel xz-compressed (37 MB stripped, about 6 MB packed); env.sh's unpack_bundle expands them.
