@@ -1,5 +1,6 @@
-// `ferry sample`: its options, and sample(): one forward pass over the last seq_len tokens per new token (no KV cache on the CPU path),
-// reading the logits at the last real position; positions after it are padding the causal mask hides.
+// `ferry sample`: its options, and sample(): one forward pass over the last seq_len tokens per new token (no KV cache
+// on the CPU path), reading the logits at the last real position; positions after it are padding the causal mask hides.
+// Text goes in and out through the run's tokenizer (its files as the checkpoint recorded them), as its data was made.
 #include "cli/sample.h"
 
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_checks.h"
+#include "dataset/token_cache.h"
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
@@ -46,12 +48,94 @@ void warn_if_not_finite(const models::ModelSpec& spec, const models::ParameterSt
 // A token's text as the byte tokenizer writes it (ids past the bytes: '?').
 char text_of(int32_t token) { return static_cast<char>(token < 256 ? token : '?'); }
 
+// The run's tokenizer from the files its checkpoint names (byte: none); gone or changed files say so.
+std::unique_ptr<dataset::Tokenizer> run_tokenizer(const formats::TrainState& state, const std::filesystem::path& dir) {
+  if (state.tokenizer == "byte") return dataset::make_byte_tokenizer();
+  const formats::TrainState::Origin& o = state.origin;
+  for (const auto& [file, key] : {std::pair{o.vocab, "data.vocab"}, {o.merges, "data.merges"}}) {
+    if (key == std::string("data.merges") && state.tokenizer != "gpt2") continue;
+    if (file.empty())
+      throw std::runtime_error(
+          fmt::format("'{}': the run's tokenizer ({}) is not recorded in its state.json (a checkpoint of an "
+                      "earlier build); sample a checkpoint of a run of this version",
+                      dir.string(), state.tokenizer));
+    if (!std::filesystem::is_regular_file(file))
+      throw std::runtime_error(
+          fmt::format("'{}': the run's {} '{}' ({} tokenizer) is gone; sampling reads text through it, "
+                      "so put it back where the run read it",
+                      dir.string(), key, file.string(), state.tokenizer));
+  }
+  return dataset::load_tokenizer({state.tokenizer, o.vocab, o.merges, o.lowercase});
+}
+
+// The ids the model starts from: the prompt's, after the tokenizer's BOS when it puts one before a text (as the
+// run's documents were packed); an empty prompt is BOS alone, else the end of a document (GPT-2's way of
+// sampling unconditionally), else a newline (the byte tokenizer).
+std::vector<int32_t> prompt_ids(const dataset::Tokenizer& t, const std::string& prompt) {
+  std::vector<int32_t> ids;
+  if (t.bos_id() >= 0) ids.push_back(t.bos_id());
+  const std::vector<int32_t> text = t.encode(prompt);
+  ids.insert(ids.end(), text.begin(), text.end());
+  if (ids.empty()) ids.push_back(t.eos_id() >= 0 ? t.eos_id() : '\n');
+  return ids;
+}
+
+// The text of the tokens generated so far, told as it grows: decoded after the prompt's own tokens (so that
+// SentencePiece's space before a word and a character split over byte tokens come out right), and held back
+// while it ends in an incomplete character (U+FFFD) or would change what was already told.
+class TextStream {
+ public:
+  TextStream(const dataset::Tokenizer& t, bool bytes, std::vector<int32_t> prompt)
+      : t_(t), bytes_(bytes), ids_(std::move(prompt)), prompt_(bytes_ ? 0 : t_.decode(ids_).size()) {}
+  // The new text once `token` is generated; "" while it is held back.
+  std::string next(int32_t token) {
+    ids_.push_back(token);
+    if (bytes_) return told_ += text_of(token), std::string(1, text_of(token));
+    const std::string text = t_.decode(ids_);
+    if (text.ends_with("\xEF\xBF\xBD")) return {};
+    return fresh(text);
+  }
+  // What is left to tell once generation ends (a held-back incomplete character).
+  std::string rest() { return bytes_ ? std::string() : fresh(t_.decode(ids_)); }
+  const std::string& told() const { return told_; }
+
+ private:
+  std::string fresh(const std::string& text) {
+    if (text.size() < prompt_ || text.compare(prompt_, told_.size(), told_) != 0) return {};
+    std::string added = text.substr(prompt_ + told_.size());
+    told_ += added;
+    return added;
+  }
+  const dataset::Tokenizer& t_;
+  bool bytes_;
+  std::vector<int32_t> ids_;  // the prompt's tokens (no BOS), then those generated
+  size_t prompt_;             // the bytes of the prompt's tokens decoded
+  std::string told_;
+};
+
+// The next token from one position's logits over the V ids of the vocabulary: the most likely at temperature 0,
+// else drawn among the top_k (0: all) at the temperature.
+int32_t pick_token(const float* logits, int64_t V, const SampleOptions& o, Rng& rng, std::vector<double>& probs) {
+  int32_t next = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+  if (o.temperature <= 0) return next;
+  std::vector<int> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  const int k = o.top_k > 0 ? std::min<int>(o.top_k, static_cast<int>(V)) : static_cast<int>(V);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  double total = 0;
+  for (int i = 0; i < k; ++i) total += probs[i] = std::exp((logits[order[i]] - logits[order[0]]) / o.temperature);
+  double u = rng.uniform() * total;
+  next = order[k - 1];
+  for (int i = 0; i < k; ++i)
+    if ((u -= probs[i]) <= 0) return order[i];
+  return next;
+}
+
 }  // namespace
 
 std::string why_not_sampleable(const formats::TrainState& state) {
   if ((state.model.kind != "gpt2" && state.model.kind != "llama") || state.model.n_layer <= 0)
     return "sampling needs a causal LM's checkpoint (model.kind gpt2 or llama) written by `ferry train`";
-  if (state.tokenizer != "byte") return "tokenizer " + state.tokenizer + " is not supported by sample yet";
   return {};
 }
 
@@ -72,17 +156,20 @@ std::string sample(const SampleOptions& o, const std::function<bool(std::string_
                    "note: '{}' was written before checkpoints recorded checksums; its weights are not verified\n",
                    dir.string());
   warn_if_not_finite(spec, params, dir / "model.safetensors");
+  const std::unique_ptr<dataset::Tokenizer> tokenizer = run_tokenizer(state, dir);
+  const bool bytes = state.tokenizer == "byte";
   ops::CpuRunner runner(spec, params);
-  // The logits' rows are the vocabulary padded inside the engine (models/vocab.h); only the first V are tokens.
+  // The logits' rows are the vocabulary padded inside the engine (models/vocab.h); only the first V are tokens,
+  // and only those the tokenizer can write out are drawn (the byte tokenizer writes '?' for the ids past a byte).
   const int64_t stride = spec.tensors[spec.tensor_index("lm_head.out")].shape.back();
+  const int64_t drawn = bytes ? V : std::min<int64_t>(V, tokenizer->vocab_size());
 
-  std::vector<int32_t> text;
-  for (unsigned char ch : o.prompt) text.push_back(ch);
-  if (text.empty()) text.push_back('\n');  // something to condition on
+  std::vector<int32_t> text = prompt_ids(*tokenizer, o.prompt);
   bool heard = !on_text || o.prompt.empty() || on_text(o.prompt);  // false: no one takes the text any more
+  TextStream stream(*tokenizer, bytes, bytes ? std::vector<int32_t>() : tokenizer->encode(o.prompt));
   Rng rng(o.seed);
   std::vector<int32_t> window(T), targets(T, 0);
-  std::vector<double> probs(V);
+  std::vector<double> probs(drawn);
   for (int n = 0; n < o.tokens && heard; ++n) {
     const int64_t len = std::min<int64_t>(T, static_cast<int64_t>(text.size()));
     std::fill(window.begin(), window.end(), 0);
@@ -90,31 +177,14 @@ std::string sample(const SampleOptions& o, const std::function<bool(std::string_
     runner.set_batch(window, targets);
     runner.forward();
     const std::vector<float> all_logits = runner.tensor("lm_head.out");  // a copy: it outlives the expression
-    const float* logits = all_logits.data() + (len - 1) * stride;
-    int32_t next = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
-    if (o.temperature > 0) {
-      std::vector<int> order(V);
-      std::iota(order.begin(), order.end(), 0);
-      const int k = o.top_k > 0 ? std::min<int>(o.top_k, static_cast<int>(V)) : static_cast<int>(V);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
-      double total = 0;
-      for (int i = 0; i < k; ++i) total += probs[i] = std::exp((logits[order[i]] - logits[order[0]]) / o.temperature);
-      double u = rng.uniform() * total;
-      next = order[k - 1];
-      for (int i = 0; i < k; ++i)
-        if ((u -= probs[i]) <= 0) {
-          next = order[i];
-          break;
-        }
-    }
-    text.push_back(next);
+    const int32_t next = pick_token(all_logits.data() + (len - 1) * stride, drawn, o, rng, probs);
     if (generated) generated->push_back(next);
-    if (on_text) heard = on_text(std::string(1, text_of(next)));
+    if (!bytes && next == tokenizer->eos_id()) break;  // the end of a document: the model is done
+    text.push_back(next);
+    if (const std::string piece = stream.next(next); on_text && !piece.empty()) heard = on_text(piece);
   }
-  std::string out;
-  for (int32_t t : text) out.push_back(text_of(t));
-  if (o.prompt.empty()) out.erase(0, 1);
-  return out;
+  if (const std::string rest = stream.rest(); on_text && heard && !rest.empty()) on_text(rest);
+  return o.prompt + stream.told();
 }
 
 Command add_sample(CLI::App& app) {

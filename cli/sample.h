@@ -23,11 +23,14 @@ struct SampleOptions {
   uint64_t seed = 1;
 };
 
-// The prompt followed by the generated text. Deterministic for a seed. `on_text`, when given, hears the
-// prompt, then each token's text as soon as it is generated (what `ferry sample` prints as it goes); when it
+// The prompt followed by the generated text, both through the run's tokenizer (the files its checkpoint
+// records; the prompt after the tokenizer's BOS, if it has one, as the run's documents began). Deterministic for
+// a seed. Generation ends after `tokens`, or at the tokenizer's end of a document (EOS; the byte tokenizer has
+// none). `on_text`, when given, hears the prompt, then the text of the tokens as soon as they are generated (a
+// character split over several tokens once it is whole: what `ferry sample` prints as it goes); when it
 // returns false (stdout takes no more), generation stops there.
-// `generated`, when given, receives the ids of the generated tokens (every one below model.vocab_size: the
-// engine's padded vocabulary is never sampled).
+// `generated`, when given, receives the ids of the generated tokens, EOS included (every one below
+// model.vocab_size and the tokenizer's vocabulary: the engine's padded vocabulary is never sampled).
 std::string sample(const SampleOptions& options, const std::function<bool(std::string_view)>& on_text = {},
                    std::vector<int32_t>* generated = nullptr);
 

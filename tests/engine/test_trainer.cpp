@@ -18,6 +18,7 @@
 
 #include "engine/config.h"
 #include "dataset/dataset.h"
+#include "dataset/tokenizer.h"
 #include "foundation/crc32c.h"
 #include "formats/checkpoint_dir.h"
 #include "formats/export.h"
@@ -395,6 +396,61 @@ TEST(Sample, NeverReturnsATokenOfThePaddedVocabulary) {
   ASSERT_EQ(ids.size(), 300u);
   EXPECT_LT(*std::max_element(ids.begin(), ids.end()), 300);
   EXPECT_GE(*std::max_element(ids.begin(), ids.end()), 256);  // the ids past the bytes are drawn too
+  std::filesystem::remove_all(root);
+}
+
+// A run of a Hugging Face tokenizer.json (Llama 3's byte-level BPE, with BOS and EOS): the prompt goes in and the
+// text comes out through it, streamed as it is decoded, and an EOS ends the text. A tokenizer file gone since the
+// run is an error naming it.
+TEST(Sample, GoesThroughTheRunsTokenizerAndEndsAtItsEndOfText) {
+  const auto root = testing::scratch_path("sample-hf");
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  const auto source = testing::data_path("hf_llama_finetuned");
+  std::filesystem::copy_file(source / "tokenizer.json", root / "tokenizer.json");
+  std::filesystem::copy_file(source / "tokenizer_config.json", root / "tokenizer_config.json");
+  Config cfg = parse_config("model: {init_from: " + source.string() +
+                                "}\n"
+                                "data: {path: " +
+                                kText.string() + ", tokenizer: hf, vocab: " + (root / "tokenizer.json").string() +
+                                ", val_fraction: 0.05, cache_dir: " + (root / "cache").string() +
+                                "}\n"
+                                "train: {batch_size: 2, steps: 2, threads: 2, checkpoint_dir: " +
+                                (root / "run").string() + "}\n",
+                            "hf-sample", ".");
+  train(cfg, quiet_options());
+  const auto tokenizer = dataset::load_hf_tokenizer(root / "tokenizer.json");
+  cli::SampleOptions o;
+  o.checkpoint = root / "run";
+  o.prompt = "The fortune";
+  o.tokens = 300;
+  o.temperature = 100;  // about uniform over the 313 ids: an end of text comes within a few hundred tokens
+  int ends = 0;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    o.seed = seed;
+    std::vector<int32_t> ids;
+    std::string streamed;
+    const std::string text = cli::sample(
+        o, [&](std::string_view piece) { return streamed += piece, true; }, &ids);
+    ASSERT_FALSE(ids.empty());
+    std::vector<int32_t> generated = ids;
+    const bool ended = generated.back() == tokenizer->eos_id();
+    if (ended) generated.pop_back(), ++ends;
+    EXPECT_TRUE(ended || ids.size() == 300u) << "seed " << seed;
+    EXPECT_EQ(std::count(generated.begin(), generated.end(), tokenizer->eos_id()), 0) << "an EOS before the end";
+    // The generated tokens' text after the prompt's own tokens, decoded together.
+    std::vector<int32_t> all = tokenizer->encode(o.prompt);
+    const size_t prompt_bytes = tokenizer->decode(all).size();
+    all.insert(all.end(), generated.begin(), generated.end());
+    EXPECT_EQ(text, o.prompt + tokenizer->decode(all).substr(prompt_bytes)) << "seed " << seed;
+    EXPECT_EQ(streamed, text);
+  }
+  EXPECT_GT(ends, 0) << "no seed met an end of text: the test checks nothing of it";
+  std::filesystem::remove(root / "tokenizer.json");
+  const std::string err = testing::error_of([&] { cli::sample(o); });
+  EXPECT_NE(err.find("data.vocab '" + (root / "tokenizer.json").string() + "' (hf tokenizer) is gone"),
+            std::string::npos)
+      << err;
   std::filesystem::remove_all(root);
 }
 
