@@ -1,10 +1,14 @@
-// cublaslt_algorithms: the step's Linear shapes, each asked of cuBLASLt's heuristic as CudaKernels asks it.
+// cublaslt_algorithms: the step's Linear shapes, each asked of cuBLASLt's heuristic as CudaKernels asks it (dx
+// with the beta its ops use).
 #include "bench/lt_algorithms.h"
 
 #include <exception>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #ifdef FERRY_WITH_CUDA
 #include "kernels/cuda/cuda_kernels.h"
@@ -39,11 +43,17 @@ nlohmann::json entry(const std::string& pass, const kc::LinearShape& s, int ops,
 }  // namespace
 
 nlohmann::json cublaslt_algorithms(const models::ModelSpec& spec) {
-  // (rows, in, out, weight_out_in, bias) -> how many forward Linear ops have it
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool>, int> shapes;
-  for (const models::OpSpec& op : spec.ops)
-    if (op.kind == models::OpKind::Linear && op.pass == models::Pass::Forward)
-      ++shapes[{op.attrs.rows, op.attrs.in, op.attrs.out, op.attrs.weight_out_in, op.params.size() > 1}];
+  // (rows, in, out, weight_out_in, bias) -> how many forward Linear ops have it, and whether their backward's dx
+  // is written (beta 0: the op produces it first) or added into (beta 1), as the dispatcher decides
+  using Shape = std::tuple<int64_t, int64_t, int64_t, bool, bool>;
+  std::map<Shape, int> shapes;
+  std::map<Shape, std::set<bool>> dx_accumulates;
+  for (const models::OpSpec& op : spec.ops) {
+    if (op.kind != models::OpKind::Linear) continue;
+    const Shape key{op.attrs.rows, op.attrs.in, op.attrs.out, op.attrs.weight_out_in, op.params.size() > 1};
+    if (op.pass == models::Pass::Forward) ++shapes[key];
+    else if (!op.outputs.empty()) dx_accumulates[key].insert(!spec.writes_gradients(op));
+  }
   try {
     kc::LtMatmuls lt;
     const auto ws = static_cast<size_t>(kc::kLtWorkspaceBytes);
@@ -51,9 +61,11 @@ nlohmann::json cublaslt_algorithms(const models::ModelSpec& spec) {
     for (const auto& [key, ops] : shapes) {
       const auto& [rows, in, features, out_in, bias] = key;
       const kc::LinearShape s{rows, in, features, out_in};
-      for (const auto& [pass, desc] : {std::pair{"forward", kc::linear_forward_desc(s, bias)},
-                                       {"dx", kc::linear_dx_desc(s)},
-                                       {"dW", kc::linear_dw_desc(s)}}) {
+      std::vector<std::pair<std::string, kc::LtMatmulDesc>> passes{{"forward", kc::linear_forward_desc(s, bias)}};
+      for (bool accumulate : dx_accumulates[key])
+        passes.emplace_back(accumulate ? "dx (beta 1)" : "dx (beta 0)", kc::linear_dx_desc(s, accumulate));
+      passes.emplace_back("dW", kc::linear_dw_desc(s));
+      for (const auto& [pass, desc] : passes) {
         kc::LtAlgorithm a;
         const cublasStatus_t status = lt.algorithm(desc, spec.precision, ws, 256, &a);
         if (status != CUBLAS_STATUS_SUCCESS)
