@@ -26,7 +26,8 @@ def ferry_params(ferry, name, shape):
                      f"model.vocab_size={vocab}", f"model.seq_len={seq_len}"]
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [ferry, "plan", "--config", config, "--budget", "80GiB", "--policy", "resident", "--json", out.name,
-               "--set", "offload.cost_model=cost_models/h100-assumed.json", "--set", "train.batch_size=1"]
+               "--set", "offload.cost_model=cost_models/h100-assumed.json", "--set", "train.batch_size=1",
+               "--set", "offload.overlap=backward"]  # resident updates on the device: no CPU AdamW to overlap
         for o in overrides:
             cmd += ["--set", o]
         subprocess.run(cmd, check=False, capture_output=True, text=True)

@@ -108,20 +108,37 @@ ferry_init() {
   "$BIN/ferry" export --config "$ROOT/configs/$1.yaml" --out "$dir" >&2 && echo "$dir"
 }
 
-# compare_row ROW FERRY_POLICY FERRY_OVERLAP BASELINE_ARGS...: the Ferry run and one zero_offload.py run, both
-# lines into compare-$GPU/ROW.jsonl. What they share: GPT-2 1.5B, batch 4 x 1024, 16 GiB, the same starting
-# weights, batches and call; 10 steps, the last 7 timed; Ferry's learning-rate schedule shortened to the run (3
-# warmup steps, then the cosine to lr / 10), so that the loss curves move.
+# row_shape ARGS...: what both systems of a row share into ROW_SHAPE: --model (a shape of bench/baselines/common.py
+# with a configs/<model>.yaml; default gpt2-1.5b), --batch (4) and --budget (16GiB) when ARGS give them, 10 steps
+# of which the last 7 are timed, Ferry's learning-rate schedule shortened to the run (3 warmup steps, then the
+# cosine to lr / 10) so that the loss curves move. The other ARGS, the baseline's own, into ROW_REST.
+row_shape() {
+  ROW_MODEL=gpt2-1.5b ROW_REST=()
+  local batch=4 budget=16GiB
+  while (($#)); do
+    case $1 in
+      --model) ROW_MODEL=$2; shift 2 ;;
+      --batch) batch=$2; shift 2 ;;
+      --budget) budget=$2; shift 2 ;;
+      *) ROW_REST+=("$1"); shift ;;
+    esac
+  done
+  ROW_SHAPE=(--model "$ROW_MODEL" --batch "$batch" --budget "$budget" --steps 10 --warmup 3 --lr-warmup-steps 3)
+}
+
+# compare_row ROW FERRY_POLICY FERRY_OVERLAP [--model M] [--batch N] [--budget G] BASELINE_ARGS...: the Ferry run
+# and one zero_offload.py run, both lines into compare-$GPU/ROW.jsonl, from the same starting weights and batches
+# in the same call (row_shape: what else they share).
 compare_row() {
   local row=$1 policy=$2 overlap=$3; shift 3
-  local common=(--model gpt2-1.5b --batch 4 --budget 16GiB --steps 10 --warmup 3 --lr-warmup-steps 3)
+  row_shape "$@"
   baselines_ready || return
   local init out=$RES/bench/results/compare-$GPU/$row.jsonl
-  init=$(ferry_init gpt2-1.5b) || return
-  python3 bench/baselines/ferry_run.py "${common[@]}" --policy "$policy" --overlap "$overlap" --ferry "$BIN/ferry" \
+  init=$(ferry_init "$ROW_MODEL") || return
+  python3 bench/baselines/ferry_run.py "${ROW_SHAPE[@]}" --policy "$policy" --overlap "$overlap" --ferry "$BIN/ferry" \
     --init-from "$init" --json "$out" || return
-  PYTHONPATH=${BASELINE_PYTHONPATH:-$PYTHONPATH} python3 bench/baselines/zero_offload.py "${common[@]}" --init-from "$init" \
-    --json "$out" "$@"
+  PYTHONPATH=${BASELINE_PYTHONPATH:-$PYTHONPATH} python3 bench/baselines/zero_offload.py "${ROW_SHAPE[@]}" --init-from "$init" \
+    --json "$out" "${ROW_REST[@]}"
 }
 
 # zenflow_row ROW ARGS...: compare_row with DeepSpeed 0.19.6 (the carried wheels-gpu/zenflow/) in place of 0.19.8:
@@ -169,17 +186,18 @@ print("colossalai", colossalai.__version__, "kernels built or loaded in %.1f s" 
   tail -2 "$out/gemini-build.txt"
 }
 
-# gemini_row ROW GEMINI_ARGS...: Ferry greedy `pipelined` and one gemini.py run, as compare_row does for DeepSpeed.
+# gemini_row ROW [--model M] [--batch N] [--budget G] GEMINI_ARGS...: Ferry greedy `pipelined` and one gemini.py
+# run, as compare_row does for DeepSpeed.
 gemini_row() {
   local row=$1; shift
-  local common=(--model gpt2-1.5b --batch 4 --budget 16GiB --steps 10 --warmup 3 --lr-warmup-steps 3)
+  row_shape "$@"
   gemini_ready || return
   local init out=$RES/bench/results/compare-$GPU/$row.jsonl
-  init=$(ferry_init gpt2-1.5b) || return
-  python3 bench/baselines/ferry_run.py "${common[@]}" --policy greedy --overlap pipelined --ferry "$BIN/ferry" \
+  init=$(ferry_init "$ROW_MODEL") || return
+  python3 bench/baselines/ferry_run.py "${ROW_SHAPE[@]}" --policy greedy --overlap pipelined --ferry "$BIN/ferry" \
     --init-from "$init" --json "$out" || return
-  python3 bench/baselines/gemini.py "${common[@]}" --init-from "$init" --json "$out" "$@"
+  python3 bench/baselines/gemini.py "${ROW_SHAPE[@]}" --init-from "$init" --json "$out" "${ROW_REST[@]}"
 }
 
-export -f sanitize gtests default_path step_vs_torch cost_model offload_row max_model_ferry baselines_ready ferry_init compare_row \
+export -f sanitize gtests default_path step_vs_torch cost_model offload_row max_model_ferry baselines_ready ferry_init row_shape compare_row \
   cpu_adam_pair gemini_ready gemini_row zenflow_row
