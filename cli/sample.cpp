@@ -1,6 +1,6 @@
-// `ferry sample`: its options, and sample(): one forward pass over the last seq_len tokens per new token (no KV cache
-// on the CPU path), reading the logits at the last real position; positions after it are padding the causal mask hides.
-// Text goes in and out through the run's tokenizer (its files as the checkpoint recorded them), as its data was made.
+// `ferry sample`: its options, and sample(): a token at a time on the CPU with a key/value cache (ops::Decoder);
+// past model.seq_len positions the window slides, its last half fed again. Text goes in and out through the
+// run's tokenizer (its files as the checkpoint recorded them), as its data was made.
 #include "cli/sample.h"
 
 #include <CLI/CLI.hpp>
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -20,7 +21,7 @@
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
-#include "engine/ops/cpu_runner.h"
+#include "engine/ops/decoder.h"
 #include "models/registry.h"
 #include "foundation/rng.h"
 #include "foundation/console.h"
@@ -158,30 +159,31 @@ std::string sample(const SampleOptions& o, const std::function<bool(std::string_
   warn_if_not_finite(spec, params, dir / "model.safetensors");
   const std::unique_ptr<dataset::Tokenizer> tokenizer = run_tokenizer(state, dir);
   const bool bytes = state.tokenizer == "byte";
-  ops::CpuRunner runner(spec, params);
-  // The logits' rows are the vocabulary padded inside the engine (models/vocab.h); only the first V are tokens,
-  // and only those the tokenizer can write out are drawn (the byte tokenizer writes '?' for the ids past a byte).
-  const int64_t stride = spec.tensors[spec.tensor_index("lm_head.out")].shape.back();
+  ops::Decoder decoder(state.model, params);
+  // Only the ids the tokenizer can write out are drawn (the byte tokenizer writes '?' for the ids past a byte).
   const int64_t drawn = bytes ? V : std::min<int64_t>(V, tokenizer->vocab_size());
 
   std::vector<int32_t> text = prompt_ids(*tokenizer, o.prompt);
   bool heard = !on_text || o.prompt.empty() || on_text(o.prompt);  // false: no one takes the text any more
   TextStream stream(*tokenizer, bytes, bytes ? std::vector<int32_t>() : tokenizer->encode(o.prompt));
+  std::span<const float> logits;
+  const auto feed_last = [&](int64_t keep) {  // the text's last `keep` tokens, from position 0
+    decoder.reset();
+    for (auto it = text.end() - std::min<int64_t>(keep, static_cast<int64_t>(text.size())); it != text.end(); ++it)
+      logits = decoder.step(*it);
+  };
+  feed_last(T);
   Rng rng(o.seed);
-  std::vector<int32_t> window(T), targets(T, 0);
   std::vector<double> probs(drawn);
   for (int n = 0; n < o.tokens && heard; ++n) {
-    const int64_t len = std::min<int64_t>(T, static_cast<int64_t>(text.size()));
-    std::fill(window.begin(), window.end(), 0);
-    std::copy(text.end() - len, text.end(), window.begin());
-    runner.set_batch(window, targets);
-    runner.forward();
-    const std::vector<float> all_logits = runner.tensor("lm_head.out");  // a copy: it outlives the expression
-    const int32_t next = pick_token(all_logits.data() + (len - 1) * stride, drawn, o, rng, probs);
+    const int32_t next = pick_token(logits.data(), drawn, o, rng, probs);
     if (generated) generated->push_back(next);
     if (!bytes && next == tokenizer->eos_id()) break;  // the end of a document: the model is done
     text.push_back(next);
     if (const std::string piece = stream.next(next); on_text && !piece.empty()) heard = on_text(piece);
+    if (n + 1 == o.tokens) break;  // nothing more to predict
+    if (decoder.position() < decoder.capacity()) logits = decoder.step(next);
+    else feed_last(std::max<int64_t>(1, T / 2));  // every position taken: the window slides by half of it
   }
   if (const std::string rest = stream.rest(); on_text && heard && !rest.empty()) on_text(rest);
   return o.prompt + stream.told();

@@ -1,4 +1,5 @@
-// `ferry sample`: text from a trained GPT checkpoint, token by token (temperature, top-k), on the CPU.
+// `ferry sample`: text from a trained GPT-2 or Llama checkpoint, token by token (temperature, top-k), on the CPU
+// with a key/value cache.
 #pragma once
 
 #include <cstdint>

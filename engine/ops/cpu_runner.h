@@ -43,6 +43,8 @@ class CpuRunner {
   // is alive (its memory is reused after).
   std::vector<float> tensor(const std::string& name) const;
   float last_loss() const { return last_loss_; }
+  // Where tensor `t` (spec.tensors' index) lives in the arena: its bytes are other tensors' outside its lifetime.
+  std::byte* data(int t) const { return tensor_ptr_[static_cast<size_t>(t)]; }
   const memory::ArenaLayout& activation_plan() const { return plan_; }
 
  private:

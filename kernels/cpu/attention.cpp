@@ -7,9 +7,11 @@
 //             dq += dS k;  dk += dS^T q      (or = for gradients this op produces first)
 // The products are oneDNN batched matmuls over (batch, head) reading q, k, v in place through strides;
 // the masked softmax and its backward are plain loops. The CUDA path will use a fused kernel.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -117,6 +119,30 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     batched_matmul(dq + j * hs, v.head_of_q, ds + j * T * T, v.probs, k, v.head_of_kv, B, g.KV, T, hs, T, accumulate);
     batched_matmul(dk, v.head_of_kv, ds + j * T * T, v.probs_t, q + j * hs, v.head_of_q, B, g.KV, T, hs, T,
                    accumulate || j > 0);
+  }
+}
+
+void attention_decode(float* out, const float* q, const float* k, const float* v, int64_t len, int64_t NH, int64_t KV,
+                      int64_t hs) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t G = NH / KV, kv_row = KV * hs;
+  std::vector<float> p(static_cast<size_t>(len));
+  for (int64_t h = 0; h < NH; ++h) {
+    const float* qh = q + h * hs;
+    const int64_t kv = (h / G) * hs;
+    float maxv = -INFINITY;
+    for (int64_t j = 0; j < len; ++j) {
+      float s = 0;
+      for (int64_t c = 0; c < hs; ++c) s += qh[c] * k[j * kv_row + kv + c];
+      p[j] = s * scale;
+      maxv = std::max(maxv, p[j]);
+    }
+    float sum = 0;
+    for (int64_t j = 0; j < len; ++j) sum += p[j] = std::exp(p[j] - maxv);
+    float* oh = out + h * hs;
+    std::fill(oh, oh + hs, 0.0f);
+    for (int64_t j = 0; j < len; ++j)
+      for (int64_t c = 0; c < hs; ++c) oh[c] += p[j] / sum * v[j * kv_row + kv + c];
   }
 }
 

@@ -59,6 +59,11 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
 // dq, dk, dv (the same views) += ...
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* att, const AttentionShape& s, bool accumulate = true);
+// One query's attention over a key/value cache (decoding a causal LM a token at a time): q, out (NH*hs); k, v
+// (len, KV*hs): the keys and values of positions 0..len-1, the query's own last; query head h reads key/value
+// head h / (NH/KV). out = softmax(q k^T / sqrt(hs)) v per head.
+void attention_decode(float* out, const float* q, const float* k, const float* v, int64_t len, int64_t NH, int64_t KV,
+                      int64_t hs);
 // GPT-2's causal attention on packed qkv (B,T,3C); dqkv (B,T,3C) += ...
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
@@ -78,12 +83,13 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
 
 // ---- Rotary position embedding (Hugging Face's rotate_half pairing) of q or k.
 // x, out (B,T,H,hs), the rows of one token row_stride floats apart in both; with h2 = hs/2 and the angle
-// a = t * rope_inv_freq(i, hs, scaling) for i < h2:
+// a = (position0 + t) * rope_inv_freq(i, hs, scaling) for i < h2:
 //   out[i] = x[i] cos a - x[i+h2] sin a;  out[i+h2] = x[i+h2] cos a + x[i] sin a.  Out of place.
 struct RopeShape {
   int64_t B, T, H, hs;
   int64_t row_stride;
   RopeScaling scaling;
+  int64_t position0 = 0;  // the first token's position (decoding one token after a key/value cache)
 };
 void rope_forward(float* out, const float* x, const RopeShape& s);
 // dx += the rotation of dout by -a (dx, dout laid out as x)

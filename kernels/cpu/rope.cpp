@@ -25,7 +25,7 @@ RopeTable rope_table(const RopeShape& s) {
   for (int64_t i = 0; i < h2; ++i) {
     const float inv_freq = rope_inv_freq(i, s.hs, s.scaling);
     for (int64_t t = 0; t < s.T; ++t) {
-      const float angle = static_cast<float>(t) * inv_freq;
+      const float angle = static_cast<float>(s.position0 + t) * inv_freq;
       cos[t * h2 + i] = std::cos(angle);
       sin[t * h2 + i] = std::sin(angle);
     }
