@@ -65,11 +65,11 @@ __global__ void __launch_bounds__(kElementwiseBlock)
   for_each_pack<W, I>(m, [&](I i) { swiglu_backward_pack<W>(dgate, dup, dout, gate, up, i, accumulate); });
 }
 
-// One thread per rotated pair; sign -1 for backward, which also accumulates unless told to write.
-template <class T>
+// One thread per pack of rotated pairs; sign -1 for backward, which also accumulates unless told to write.
+template <int W, class I, class T>
 __global__ void __launch_bounds__(kElementwiseBlock)
     rope_kernel(ElementwiseMap m, RopeArgs a, T* out, const T* x, float sign, bool accumulate) {
-  for_each_element(m, [&](int64_t e) { rope_pair(a, out, x, e, sign, accumulate); });
+  for_each_pack<W, I>(m, [&](I e) { rope_pack<W>(a, out, x, e, sign, accumulate); });
 }
 
 template <int W, class I, class T>
@@ -195,11 +195,15 @@ cudaError_t rope(void* out, const void* x, int64_t B, int64_t T, int64_t H, int6
   RopeArgs a;
   if (!rope_args(&a, B, T, H, hs, row_stride, scaling)) return cudaErrorInvalidValue;
   if (rope_pairs(a) == 0) return cudaSuccess;
-  const ElementwiseMap m = elementwise_map(rope_pairs(a));
   return launched(with_storage(dtype, [&](auto tag) {
     using S = decltype(tag);
-    rope_kernel<S>
-        <<<grid_of(m), m.block, 0, stream>>>(m, a, static_cast<S*>(out), static_cast<const S*>(x), sign, accumulate);
+    const auto o = static_cast<S*>(out);
+    const auto xs = static_cast<const S*>(x);
+    const ElementwiseMap m = rope_map(a, o, xs);
+    with_path<S>(m, [&](auto w, auto index) {
+      rope_kernel<decltype(w)::value, decltype(index)>
+          <<<grid_of(m), m.block, 0, stream>>>(m, a, o, xs, sign, accumulate);
+    });
   }));
 }
 

@@ -13,7 +13,7 @@
 
 namespace ferry::kernels::cuda {
 
-constexpr int kRowBlock = 256;             // most threads of a row kernel (8 warps)
+constexpr int kRowBlock = 256;  // most threads of a row kernel (8 warps)
 constexpr int kElementwiseBlock = 256;
 constexpr int64_t kMaxElementwiseGrid = 1 << 16;  // beyond: grid-stride, so the grid stays small and fixed
 constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;

@@ -224,7 +224,8 @@ bool rope_forward(T* out, const T* x, int64_t B, int64_t T_, int64_t H, int64_t 
                   const RopeScaling& scaling) {
   RopeArgs a;
   if (!rope_args(&a, B, T_, H, hs, row_stride, scaling)) return false;
-  for (int64_t e = 0; e < rope_pairs(a); ++e) rope_pair(a, out, x, e, 1.0f, false);
+  for_each_pack<T>(rope_map(a, out, x),
+                   [&](auto w, int64_t e) { rope_pack<decltype(w)::value>(a, out, x, e, 1.0f, false); });
   return true;
 }
 
@@ -233,7 +234,8 @@ bool rope_backward(T* dx, const T* dout, int64_t B, int64_t T_, int64_t H, int64
                    const RopeScaling& scaling, bool accumulate) {
   RopeArgs a;
   if (!rope_args(&a, B, T_, H, hs, row_stride, scaling)) return false;
-  for (int64_t e = 0; e < rope_pairs(a); ++e) rope_pair(a, dx, dout, e, -1.0f, accumulate);
+  for_each_pack<T>(rope_map(a, dx, dout),
+                   [&](auto w, int64_t e) { rope_pack<decltype(w)::value>(a, dx, dout, e, -1.0f, accumulate); });
   return true;
 }
 

@@ -301,6 +301,33 @@ TYPED_TEST(CudaKernels, RmsNormEqualsTwin) {
   for (const Case& c : kCases) expect_rmsnorm_equals_twin<TypeParam>(c.shape.N, c.shape.C, c.offset);
 }
 
+// q inside a packed (B,T,(H+2KV)*hs) row, Llama 3's scaling, positions up to 4095: packs of pairs (hs/2 = 32), and
+// single pairs at offset 1.
+template <class T>
+void expect_rope_equals_twin(int offset) {
+  SCOPED_TRACE(::testing::Message() << "offset " << offset);
+  const int64_t B = 2, Tn = 4096, H = 4, hs = 64, rs = (H + 4) * hs, n = B * Tn * rs;
+  const RopeScaling scaling{500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f};
+  Both<T> x(random_storage<T>(n, 40), offset), r(random_storage<T>(n, 41), offset);
+  ASSERT_EQ(rope_forward(r.d(), x.d(), B, Tn, H, hs, rs, scaling, dtype_of<T>(), nullptr), cudaSuccess);
+  ASSERT_TRUE(twin::rope_forward(r.h(), x.h(), B, Tn, H, hs, rs, scaling));
+  expect_equal(r, "rope");
+  // Writing: the rows' elements past the heads (k and v's) keep the garbage, which differs between the two.
+  for (bool accumulate : {true, false}) {
+    Both<T> dx = grad_both<T>(n, 42, accumulate, offset);
+    ASSERT_EQ(rope_backward(dx.d(), x.d(), B, Tn, H, hs, rs, scaling, accumulate, dtype_of<T>(), nullptr), cudaSuccess);
+    ASSERT_TRUE(twin::rope_backward(dx.h(), x.h(), B, Tn, H, hs, rs, scaling, accumulate));
+    const std::vector<T> got = dx.dev.get();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = i + offset;
+      if (accumulate || i % rs < H * hs)
+        ASSERT_EQ(std::memcmp(&got[k], &dx.host[k], sizeof(T)), 0)
+            << (accumulate ? "accumulated" : "written") << " at " << i;
+      else ASSERT_TRUE(std::isnan(load(got.data(), k))) << "rope backward wrote past the heads at " << i;
+    }
+  }
+}
+
 template <class T>
 void expect_swiglu_equals_twin(int64_t n, int offset) {
   SCOPED_TRACE(::testing::Message() << "n " << n << ", offset " << offset);
@@ -325,29 +352,8 @@ TYPED_TEST(CudaKernels, SwiGluAndRopeEqualTwins) {
   expect_swiglu_equals_twin<T>(1000003, 0);
   expect_swiglu_equals_twin<T>(1 << 20, 0);
   expect_swiglu_equals_twin<T>(1 << 20, 1);
-  // q inside a packed (B,T,(H+2KV)*hs) row, Llama 3's scaling, positions up to 4095.
-  const int64_t B = 2, Tn = 4096, H = 4, hs = 64, rs = (H + 4) * hs;
-  const RopeScaling scaling{500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f};
-  const auto x = random_storage<T>(B * Tn * rs, 40);
-  std::vector<T> r = random_storage<T>(B * Tn * rs, 41);
-  Device<T> dx_(x), dr(r);
-  ASSERT_EQ(rope_forward(dr.p, dx_.p, B, Tn, H, hs, rs, scaling, dtype_of<T>(), nullptr), cudaSuccess);
-  ASSERT_TRUE(twin::rope_forward(r.data(), x.data(), B, Tn, H, hs, rs, scaling));
-  expect_bitwise(dr.get(), r, "rope");
-  // Writing: the rows' elements past the heads (k and v's) keep the garbage, which differs between the two.
-  for (bool accumulate : {true, false}) {
-    auto dx = grad_start<T>(B * Tn * rs, 42, accumulate, false);
-    Device<T> ddx(grad_start<T>(B * Tn * rs, 42, accumulate, true));
-    ASSERT_EQ(rope_backward(ddx.p, dx_.p, B, Tn, H, hs, rs, scaling, accumulate, dtype_of<T>(), nullptr), cudaSuccess);
-    ASSERT_TRUE(twin::rope_backward(dx.data(), x.data(), B, Tn, H, hs, rs, scaling, accumulate));
-    const std::vector<T> got = ddx.get();
-    for (int64_t i = 0; i < B * Tn * rs; ++i) {
-      if (accumulate || i % rs < H * hs)
-        ASSERT_EQ(std::memcmp(&got[i], &dx[i], sizeof(T)), 0)
-            << (accumulate ? "accumulated" : "written") << " at " << i;
-      else ASSERT_TRUE(std::isnan(load(got.data(), i))) << "rope backward wrote past the heads at " << i;
-    }
-  }
+  expect_rope_equals_twin<T>(0);
+  expect_rope_equals_twin<T>(1);
 }
 
 // Device AdamW: master, m, v and the working copy equal the shared element applied on the host.

@@ -146,11 +146,13 @@ TEST(CudaTwins, RmsNormMatchesCpuOp) {
 }
 
 // RoPE on a packed row (q of a fused q/k/v: elements past the heads untouched), Llama 3's scaling, a long
-// sequence (large angles); backward adds the inverse rotation.
+// sequence (large angles); backward adds the inverse rotation. Packs of 4 fp32 pairs where hs/2 and the row
+// stride allow them (the first two), single pairs where not (an odd stride; hs/2 = 2, though the stride is 16).
 TEST(CudaTwins, RopeMatchesCpuOp) {
   const kernels::cpu::RopeShape shapes[] = {{2, 5, 3, 8, 3 * 8 + 8, {}},
                                             {1, 3000, 2, 64, 128, {500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f}},
-                                            {2, 7, 4, 2, 11, {10000.0f, 32.0f, 1.0f, 4.0f, 4.0f}}};
+                                            {2, 7, 4, 2, 11, {10000.0f, 32.0f, 1.0f, 4.0f, 4.0f}},
+                                            {2, 5, 2, 4, 16, {}}};
   for (const auto& s : shapes) {
     const int64_t n = s.B * s.T * s.row_stride;
     const auto x = random_vector(n, 45);
@@ -569,6 +571,35 @@ void expect_elementwise_paths_bitwise_equal() {
 
 TEST(CudaTwins, ElementwisePathsGiveTheSameBitsFp32) { expect_elementwise_paths_bitwise_equal<float>(); }
 TEST(CudaTwins, ElementwisePathsGiveTheSameBitsBf16) { expect_elementwise_paths_bitwise_equal<Bf16>(); }
+
+// RoPE takes packs of pairs when hs/2 and the row stride are multiples of the pack (Llama's q in a packed row): the
+// same bits as single pairs (pointers one element off), forward and backward writing and adding, and nothing
+// written past the heads (NaN kept there).
+template <class T>
+void expect_rope_paths_bitwise_equal() {
+  const int64_t B = 2, Tn = 9, H = 3, hs = 64, rs = (H + 2) * hs, n = B * Tn * rs;
+  const RopeScaling scaling{500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f};
+  RopeArgs a;
+  ASSERT_TRUE(rope_args(&a, B, Tn, H, hs, rs, scaling));
+  std::vector<std::vector<float>> outs;
+  for (const int offset : {0, 1}) {
+    const Stored<T> x(random_vector(n, 97), offset);
+    Stored<T> out(std::vector<float>(n, kNaN), offset), dx(std::vector<float>(n, kNaN), offset),
+        added(random_vector(n, 98), offset);
+    ASSERT_EQ(rope_map(a, out.p, x.p).width, offset == 0 ? kPackWidth<T> : 1);
+    ASSERT_TRUE(twin::rope_forward(out.p, x.p, B, Tn, H, hs, rs, scaling));
+    ASSERT_TRUE(twin::rope_backward(dx.p, x.p, B, Tn, H, hs, rs, scaling, false));
+    ASSERT_TRUE(twin::rope_backward(added.p, x.p, B, Tn, H, hs, rs, scaling, true));
+    outs.emplace_back();
+    for (const auto* s : {&out, &dx, &added})
+      for (float v : s->values()) outs.back().push_back(v);
+  }
+  for (size_t i = 0; i < outs[0].size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(outs[0][i]), std::bit_cast<uint32_t>(outs[1][i])) << "output element " << i;
+}
+
+TEST(CudaTwins, RopePathsGiveTheSameBitsFp32) { expect_rope_paths_bitwise_equal<float>(); }
+TEST(CudaTwins, RopePathsGiveTheSameBitsBf16) { expect_rope_paths_bitwise_equal<Bf16>(); }
 
 // Embedding forward takes packs when C is a multiple of the pack (each pack one row's): the same bits as single
 // elements, and as the CPU op in fp32.
