@@ -51,14 +51,16 @@ FERRY_HD void store_pack(T* p, int64_t i, const float* v, int lanes = W) {
     }
   }
 #endif
-  for (int j = 0; j < lanes; ++j) store(p, i + j, v[j]);
+  for (int j = 0; j < W; ++j)
+    if (j < lanes) store(p, i + j, v[j]);
 }
 
 // v[0, lanes) = p[i, i + lanes): a full pack in one access, a partial one lane by lane (nothing past it read).
 template <int W, class T>
 FERRY_HD void load_lanes(const T* p, int64_t i, float* v, int lanes) {
   if (lanes == W) return load_pack<W>(p, i, v);
-  for (int j = 0; j < lanes; ++j) v[j] = load(p, i + j);
+  for (int j = 0; j < W; ++j)
+    if (j < lanes) v[j] = load(p, i + j);
 }
 
 // A backward op's write of a pack of activation-gradient lanes (store_grad's rule): added to what is there while
@@ -68,7 +70,8 @@ FERRY_HD void store_grad_pack(T* p, int64_t i, float* v, bool accumulate, int la
   if (accumulate) {
     float old[W];
     load_lanes<W>(p, i, old, lanes);
-    for (int j = 0; j < lanes; ++j) v[j] = old[j] + v[j];
+    for (int j = 0; j < W; ++j)
+      if (j < lanes) v[j] = old[j] + v[j];
   }
   store_pack<W>(p, i, v, lanes);
 }

@@ -47,7 +47,8 @@ FERRY_HD Moments ln_forward_fold(const RowMap& m, const T* x, int64_t r, int t) 
   for_each_row_pack(m, r, t, [&](int64_t, int64_t i, int lanes) {
     float v[W];
     load_pack<W>(x, i, v);
-    for (int j = 0; j < lanes; ++j) s = moments_push(s, v[j]);
+    for (int j = 0; j < W; ++j)
+      if (j < lanes) s = moments_push(s, v[j]);
   });
   return s;
 }
@@ -79,7 +80,8 @@ FERRY_HD SumPair ln_backward_fold(const RowMap& m, const T* dout, const T* x, co
     load_pack<W>(dout, i, d);
     load_pack<W>(x, i, v);
     load_pack<W>(w, c, wv);
-    for (int j = 0; j < lanes; ++j) {
+    for (int j = 0; j < W; ++j) {
+      if (j >= lanes) break;
       const float g = d[j] * wv[j], xhat = (v[j] - mu) * rs;
       s = {s.a + g, s.b + g * xhat};
     }
@@ -115,7 +117,8 @@ FERRY_HD float rms_forward_fold(const RowMap& m, const T* x, int64_t r, int t) {
   for_each_row_pack(m, r, t, [&](int64_t, int64_t i, int lanes) {
     float v[W];
     load_pack<W>(x, i, v);
-    for (int j = 0; j < lanes; ++j) s = s + v[j] * v[j];
+    for (int j = 0; j < W; ++j)
+      if (j < lanes) s = s + v[j] * v[j];
   });
   return s;
 }
@@ -144,7 +147,8 @@ FERRY_HD float rms_backward_fold(const RowMap& m, const T* dout, const T* x, con
     load_pack<W>(dout, i, d);
     load_pack<W>(x, i, v);
     load_pack<W>(w, c, wv);
-    for (int j = 0; j < lanes; ++j) s = s + d[j] * wv[j] * v[j] * rs;
+    for (int j = 0; j < W; ++j)
+      if (j < lanes) s = s + d[j] * wv[j] * v[j] * rs;
   });
   return s;
 }
@@ -198,7 +202,8 @@ FERRY_HD SoftmaxState ce_fold(const RowMap& m, const T* logits, int64_t r, int t
   for_each_row_pack(m, r, t, [&](int64_t, int64_t i, int lanes) {
     float v[W];
     load_pack<W>(logits, i, v);
-    for (int j = 0; j < lanes; ++j) s = softmax_push(s, v[j]);
+    for (int j = 0; j < W; ++j)
+      if (j < lanes) s = softmax_push(s, v[j]);
   });
   return s;
 }
