@@ -1,48 +1,49 @@
 // The row and reduction kernels: LayerNorm and RMSNorm forward/backward, softmax cross-entropy forward/backward, the
 // gradients' sum of squares. Bodies in row_ops.h, reduction order in block_reduce.cuh: each kernel must equal
-// its host twin (twins.h) bitwise.
+// its host twin (twins.h) bitwise. The row kernels take W columns a thread per 16-byte access (W = 8 bf16/fp16,
+// 4 fp32) where row_map_for finds the rows' stride a multiple of W and the operands aligned, else W = 1.
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace ferry::kernels::cuda {
 namespace {
 
-template <class T>
-__global__ void __launch_bounds__(kRowBlock) ln_forward_kernel(RowMap m, T* out, float* mean, float* rstd, const T* x,
-                                                               const T* w, const T* b, float eps) {
+template <int W, class T>
+__global__ void __launch_bounds__(kRowBlock)
+    ln_forward_kernel(RowMap m, T* out, float* mean, float* rstd, const T* x, const T* w, const T* b, float eps) {
   const int64_t r = blockIdx.x;
   const int t = static_cast<int>(threadIdx.x);
-  const Moments s = block_reduce(ln_forward_fold(m, x, r, t), Moments{0.0f, 0.0f, 0.0f}, MomentsMerge{});
-  ln_forward_write(m, out, mean, rstd, x, w, b, r, t, s, eps);
+  const Moments s = block_reduce(ln_forward_fold<W>(m, x, r, t), Moments{0.0f, 0.0f, 0.0f}, MomentsMerge{});
+  ln_forward_write<W>(m, out, mean, rstd, x, w, b, r, t, s, eps);
 }
 
-template <class T>
+template <int W, class T>
 __global__ void __launch_bounds__(kRowBlock)
     ln_backward_rows_kernel(RowMap m, T* dx, const T* dout, const T* x, const T* w, const float* mean,
                             const float* rstd, bool accumulate) {
   const int64_t r = blockIdx.x;
   const int t = static_cast<int>(threadIdx.x);
-  const SumPair s = block_reduce(ln_backward_fold(m, dout, x, w, mean[r], rstd[r], r, t), SumPair{0.0f, 0.0f},
-                                 SumPairMerge{});
-  ln_backward_write(m, dx, dout, x, w, mean[r], rstd[r], r, t, s, accumulate);
+  const SumPair s =
+      block_reduce(ln_backward_fold<W>(m, dout, x, w, mean[r], rstd[r], r, t), SumPair{0.0f, 0.0f}, SumPairMerge{});
+  ln_backward_write<W>(m, dx, dout, x, w, mean[r], rstd[r], r, t, s, accumulate);
 }
 
-template <class T>
+template <int W, class T>
 __global__ void __launch_bounds__(kRowBlock)
     rms_forward_kernel(RowMap m, T* out, float* rstd, const T* x, const T* w, float eps) {
   const int64_t r = blockIdx.x;
   const int t = static_cast<int>(threadIdx.x);
-  const float s = block_reduce(rms_forward_fold(m, x, r, t), 0.0f, SumMerge{});
-  rms_forward_write(m, out, rstd, x, w, r, t, s, eps);
+  const float s = block_reduce(rms_forward_fold<W>(m, x, r, t), 0.0f, SumMerge{});
+  rms_forward_write<W>(m, out, rstd, x, w, r, t, s, eps);
 }
 
-template <class T>
+template <int W, class T>
 __global__ void __launch_bounds__(kRowBlock) rms_backward_rows_kernel(RowMap m, T* dx, const T* dout, const T* x,
                                                                       const T* w, const float* rstd, bool accumulate) {
   const int64_t r = blockIdx.x;
   const int t = static_cast<int>(threadIdx.x);
-  const float s = block_reduce(rms_backward_fold(m, dout, x, w, rstd[r], r, t), 0.0f, SumMerge{});
-  rms_backward_write(m, dx, dout, x, w, rstd[r], r, t, s, accumulate);
+  const float s = block_reduce(rms_backward_fold<W>(m, dout, x, w, rstd[r], r, t), 0.0f, SumMerge{});
+  rms_backward_write<W>(m, dx, dout, x, w, rstd[r], r, t, s, accumulate);
 }
 
 template <class T>
@@ -56,16 +57,16 @@ __global__ void __launch_bounds__(kRowBlock) column_finish_kernel(ColumnMap m, T
   column_finish(m, dst, partials, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
 }
 
-template <class T>
-__global__ void __launch_bounds__(kRowBlock) ce_forward_kernel(RowMap m, float* losses, const T* logits,
-                                                               const int32_t* targets) {
+template <int W, class T>
+__global__ void __launch_bounds__(kRowBlock)
+    ce_forward_kernel(RowMap m, float* losses, const T* logits, const int32_t* targets) {
   const int64_t r = blockIdx.x;
-  const SoftmaxState s = block_reduce(ce_fold(m, logits, r, static_cast<int>(threadIdx.x)), softmax_empty(),
-                                      SoftmaxMerge{});
+  const SoftmaxState s =
+      block_reduce(ce_fold<W>(m, logits, r, static_cast<int>(threadIdx.x)), softmax_empty(), SoftmaxMerge{});
   if (threadIdx.x == 0) losses[r] = ce_loss(m, logits, targets[r], r, s);
 }
 
-template <class T>
+template <int W, class T>
 __global__ void __launch_bounds__(kRowBlock)
     ce_backward_kernel(RowMap m, T* dlogits, const T* logits, const int32_t* targets, float dloss,
                        const float* dloss_at, bool accumulate) {
@@ -77,8 +78,8 @@ __global__ void __launch_bounds__(kRowBlock)
     return;
   }
   if (dloss_at) dloss = *dloss_at;  // computed on the device by an earlier kernel
-  const SoftmaxState s = block_reduce(ce_fold(m, logits, r, t), softmax_empty(), SoftmaxMerge{});
-  ce_backward_write(m, dlogits, logits, target, dloss, r, t, s, accumulate);
+  const SoftmaxState s = block_reduce(ce_fold<W>(m, logits, r, t), softmax_empty(), SoftmaxMerge{});
+  ce_backward_write<W>(m, dlogits, logits, target, dloss, r, t, s, accumulate);
   if (!accumulate) ce_zero_columns(m, dlogits, r, t, m.cols);
 }
 
@@ -108,12 +109,15 @@ cudaError_t layernorm_forward(void* out, float* mean, float* rstd, const void* x
                               int64_t N, int64_t C, float eps, DType dtype, cudaStream_t stream) {
   if (!rows_fit(N)) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
-  const RowMap m = row_map(N, C);
   return launched(with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
-    ln_forward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, static_cast<T*>(out), mean, rstd,
-                                                                  static_cast<const T*>(x), static_cast<const T*>(w),
-                                                                  static_cast<const T*>(b), eps);
+    const auto o = static_cast<T*>(out);
+    const auto xs = static_cast<const T*>(x), ws = static_cast<const T*>(w), bs = static_cast<const T*>(b);
+    const RowMap m = row_map_for<T>(N, C, C, o, xs, ws, bs);
+    with_width<T>(m.width, [&](auto width) {
+      ln_forward_kernel<decltype(width)::value, T>
+          <<<grid_of(m.grid), m.block, 0, stream>>>(m, o, mean, rstd, xs, ws, bs, eps);
+    });
   }));
 }
 
@@ -125,14 +129,18 @@ cudaError_t layernorm_backward(void* dx, void* dw, void* db, const void* dout, c
   const ColumnMap cm = column_map(N, C);
   if (!rows_fit(N) || cm.chunks > 65535) return cudaErrorInvalidValue;  // grid.y limit
   if (N == 0) return cudaSuccess;
-  const RowMap m = row_map(N, C);
   float* pw = scratch;
   float* pb = scratch + cm.chunks * C;
   return launched(with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* d = static_cast<const T*>(dout);
-    ln_backward_rows_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(
-        m, static_cast<T*>(dx), d, static_cast<const T*>(x), static_cast<const T*>(w), mean, rstd, accumulate);
+    const auto g = static_cast<T*>(dx);
+    const auto xs = static_cast<const T*>(x), ws = static_cast<const T*>(w);
+    const RowMap m = row_map_for<T>(N, C, C, g, d, xs, ws);
+    with_width<T>(m.width, [&](auto width) {
+      ln_backward_rows_kernel<decltype(width)::value, T>
+          <<<grid_of(m.grid), m.block, 0, stream>>>(m, g, d, xs, ws, mean, rstd, accumulate);
+    });
     if (!dw && !db) return;  // a frozen LayerNorm: only dx
     const dim3 grid(grid_of(cm.grid_x), grid_of(cm.chunks));
     column_partials_kernel<T><<<grid, cm.block, 0, stream>>>(cm, pw, pb, d, static_cast<const T*>(x), mean, rstd);
@@ -145,11 +153,14 @@ cudaError_t rmsnorm_forward(void* out, float* rstd, const void* x, const void* w
                             DType dtype, cudaStream_t stream) {
   if (!rows_fit(N)) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
-  const RowMap m = row_map(N, C);
   return launched(with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
-    rms_forward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(
-        m, static_cast<T*>(out), rstd, static_cast<const T*>(x), static_cast<const T*>(w), eps);
+    const auto o = static_cast<T*>(out);
+    const auto xs = static_cast<const T*>(x), ws = static_cast<const T*>(w);
+    const RowMap m = row_map_for<T>(N, C, C, o, xs, ws);
+    with_width<T>(m.width, [&](auto width) {
+      rms_forward_kernel<decltype(width)::value, T><<<grid_of(m.grid), m.block, 0, stream>>>(m, o, rstd, xs, ws, eps);
+    });
   }));
 }
 
@@ -161,12 +172,16 @@ cudaError_t rmsnorm_backward(void* dx, void* dw, const void* dout, const void* x
   const ColumnMap cm = column_map(N, C);
   if (!rows_fit(N) || cm.chunks > 65535) return cudaErrorInvalidValue;  // grid.y limit
   if (N == 0) return cudaSuccess;
-  const RowMap m = row_map(N, C);
   return launched(with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* d = static_cast<const T*>(dout);
-    rms_backward_rows_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(
-        m, static_cast<T*>(dx), d, static_cast<const T*>(x), static_cast<const T*>(w), rstd, accumulate);
+    const auto g = static_cast<T*>(dx);
+    const auto xs = static_cast<const T*>(x), ws = static_cast<const T*>(w);
+    const RowMap m = row_map_for<T>(N, C, C, g, d, xs, ws);
+    with_width<T>(m.width, [&](auto width) {
+      rms_backward_rows_kernel<decltype(width)::value, T>
+          <<<grid_of(m.grid), m.block, 0, stream>>>(m, g, d, xs, ws, rstd, accumulate);
+    });
     if (!dw) return;  // a frozen RMSNorm: only dx
     const dim3 grid(grid_of(cm.grid_x), grid_of(cm.chunks));
     column_partials_kernel<T>
@@ -197,10 +212,13 @@ cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32
                                   int64_t stride, DType dtype, cudaStream_t stream) {
   if (!rows_fit(N) || stride < V) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
-  const RowMap m = row_map(N, V, stride);
   return launched(with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
-    ce_forward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(m, losses, static_cast<const T*>(logits), targets);
+    const auto l = static_cast<const T*>(logits);
+    const RowMap m = row_map_for<T>(N, V, stride, l);
+    with_width<T>(m.width, [&](auto width) {
+      ce_forward_kernel<decltype(width)::value, T><<<grid_of(m.grid), m.block, 0, stream>>>(m, losses, l, targets);
+    });
   }));
 }
 
@@ -210,11 +228,15 @@ cudaError_t ce_backward(void* dlogits, const void* logits, const int32_t* target
                         int64_t N, int64_t V, int64_t stride, bool accumulate, DType dtype, cudaStream_t stream) {
   if (!rows_fit(N) || stride < V) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
-  const RowMap m = row_map(N, V, stride);
   return launched(with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
-    ce_backward_kernel<T><<<grid_of(m.grid), m.block, 0, stream>>>(
-        m, static_cast<T*>(dlogits), static_cast<const T*>(logits), targets, dloss, dloss_at, accumulate);
+    const auto d = static_cast<T*>(dlogits);
+    const auto l = static_cast<const T*>(logits);
+    const RowMap m = row_map_for<T>(N, V, stride, d, l);
+    with_width<T>(m.width, [&](auto width) {
+      ce_backward_kernel<decltype(width)::value, T>
+          <<<grid_of(m.grid), m.block, 0, stream>>>(m, d, l, targets, dloss, dloss_at, accumulate);
+    });
   }));
 }
 

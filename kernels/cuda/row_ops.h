@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/math.h"
+#include "kernels/cuda/pack.h"
 #include "foundation/precision.h"
 
 namespace ferry::kernels::cuda {
@@ -27,111 +28,143 @@ FERRY_HD inline SquaresState squares_merge(SquaresState x, SquaresState y) {
   return {x.sum + y.sum, x.nonfinite | y.nonfinite, 0};
 }
 
-// ---- LayerNorm forward, row r: x, out (N,C) T; w, b (C) T; mean, rstd (N) fp32.
-template <class T>
+// Calls f(c, i, lanes) for each pack of thread t in row r, in order: its first column, first element, and how
+// many of its W lanes lie in the row. The lanes of a pack are then taken in order 0..lanes-1, so a thread's
+// fold visits its columns in increasing order whatever W is (the order, and so the bits, differ between W).
+template <class F>
+FERRY_HD void for_each_row_pack(const RowMap& m, int64_t r, int t, F&& f) {
+  for (int64_t k = 0; k < m.per_thread; ++k) {
+    const int64_t c = row_col(m, t, k);
+    if (c >= m.cols) return;
+    f(c, r * m.stride + c, pack_lanes(m, c));
+  }
+}
+
+// ---- LayerNorm forward, row r: x, out (N,C) T; w, b (C) T; mean, rstd (N) fp32. W: the map's pack width.
+template <int W, class T>
 FERRY_HD Moments ln_forward_fold(const RowMap& m, const T* x, int64_t r, int t) {
   Moments s{0.0f, 0.0f, 0.0f};
-  for (int64_t k = 0; k < m.per_thread; ++k)
-    if (row_col(m, t, k) < m.cols) s = moments_push(s, load(x, row_index(m, r, t, k)));
+  for_each_row_pack(m, r, t, [&](int64_t, int64_t i, int lanes) {
+    float v[W];
+    load_pack<W>(x, i, v);
+    for (int j = 0; j < W; ++j)
+      if (j < lanes) s = moments_push(s, v[j]);
+  });
   return s;
 }
 
-template <class T>
-FERRY_HD void ln_forward_write(const RowMap& m, T* out, float* mean, float* rstd, const T* x, const T* w,
-                               const T* b, int64_t r, int t, Moments s, float eps) {
+template <int W, class T>
+FERRY_HD void ln_forward_write(const RowMap& m, T* out, float* mean, float* rstd, const T* x, const T* w, const T* b,
+                               int64_t r, int t, Moments s, float eps) {
   float mu, rs;
   moments_stats(s, eps, &mu, &rs);
-  for (int64_t k = 0; k < m.per_thread; ++k) {
-    const int64_t c = row_col(m, t, k);
-    if (c >= m.cols) break;
-    const int64_t i = row_index(m, r, t, k);
-    store(out, i, fma_f((load(x, i) - mu) * rs, load(w, c), load(b, c)));
-  }
+  for_each_row_pack(m, r, t, [&](int64_t c, int64_t i, int lanes) {
+    float v[W], wv[W], bv[W];
+    load_pack<W>(x, i, v);
+    load_pack<W>(w, c, wv);
+    load_pack<W>(b, c, bv);
+    for (int j = 0; j < W; ++j) v[j] = fma_f((v[j] - mu) * rs, wv[j], bv[j]);
+    store_pack<W>(out, i, v, lanes);
+  });
   if (t == 0) mean[r] = mu, rstd[r] = rs;
 }
 
 // ---- LayerNorm backward, row part: dx (N,C) += (or =, not accumulating) rstd (g - mean(g) - xhat mean(g xhat)),
 // g = dout * w.
-template <class T>
-FERRY_HD SumPair ln_backward_fold(const RowMap& m, const T* dout, const T* x, const T* w, float mu, float rs,
-                                  int64_t r, int t) {
+template <int W, class T>
+FERRY_HD SumPair ln_backward_fold(const RowMap& m, const T* dout, const T* x, const T* w, float mu, float rs, int64_t r,
+                                  int t) {
   SumPair s{0.0f, 0.0f};
-  for (int64_t k = 0; k < m.per_thread; ++k) {
-    const int64_t c = row_col(m, t, k);
-    if (c >= m.cols) break;
-    const int64_t i = row_index(m, r, t, k);
-    const float g = load(dout, i) * load(w, c), xhat = (load(x, i) - mu) * rs;
-    s = {s.a + g, s.b + g * xhat};
-  }
+  for_each_row_pack(m, r, t, [&](int64_t c, int64_t i, int lanes) {
+    float d[W], v[W], wv[W];
+    load_pack<W>(dout, i, d);
+    load_pack<W>(x, i, v);
+    load_pack<W>(w, c, wv);
+    for (int j = 0; j < W; ++j) {
+      if (j >= lanes) break;
+      const float g = d[j] * wv[j], xhat = (v[j] - mu) * rs;
+      s = {s.a + g, s.b + g * xhat};
+    }
+  });
   return s;
 }
 
-template <class T>
+template <int W, class T>
 FERRY_HD void ln_backward_write(const RowMap& m, T* dx, const T* dout, const T* x, const T* w, float mu, float rs,
                                 int64_t r, int t, SumPair sums, bool accumulate) {
   const auto C = static_cast<float>(m.cols);
   const float g_mean = div_f(sums.a, C), gx_mean = div_f(sums.b, C);
-  for (int64_t k = 0; k < m.per_thread; ++k) {
-    const int64_t c = row_col(m, t, k);
-    if (c >= m.cols) break;
-    const int64_t i = row_index(m, r, t, k);
-    const float xhat = (load(x, i) - mu) * rs;
-    store_grad(dx, i, rs * (load(dout, i) * load(w, c) - g_mean - xhat * gx_mean), accumulate);
-  }
+  for_each_row_pack(m, r, t, [&](int64_t c, int64_t i, int lanes) {
+    float d[W], v[W], wv[W];
+    load_pack<W>(dout, i, d);
+    load_pack<W>(x, i, v);
+    load_pack<W>(w, c, wv);
+    for (int j = 0; j < W; ++j) {
+      const float xhat = (v[j] - mu) * rs;
+      v[j] = rs * (d[j] * wv[j] - g_mean - xhat * gx_mean);
+    }
+    store_grad_pack<W>(dx, i, v, accumulate, lanes);
+  });
 }
 
 // ---- RMSNorm forward, row r: the sum of squares of the thread's elements; then out = x * rstd * w,
 // rstd = 1/sqrt(sum / C + eps) (the CPU op's expressions). x, out (N,C) T; w (C) T; rstd (N) fp32.
 FERRY_HD inline float sum_merge(float a, float b) { return a + b; }
 
-template <class T>
+template <int W, class T>
 FERRY_HD float rms_forward_fold(const RowMap& m, const T* x, int64_t r, int t) {
   float s = 0.0f;
-  for (int64_t k = 0; k < m.per_thread; ++k)
-    if (row_col(m, t, k) < m.cols) {
-      const float v = load(x, row_index(m, r, t, k));
-      s = s + v * v;
-    }
+  for_each_row_pack(m, r, t, [&](int64_t, int64_t i, int lanes) {
+    float v[W];
+    load_pack<W>(x, i, v);
+    for (int j = 0; j < W; ++j)
+      if (j < lanes) s = s + v[j] * v[j];
+  });
   return s;
 }
 
-template <class T>
+template <int W, class T>
 FERRY_HD void rms_forward_write(const RowMap& m, T* out, float* rstd, const T* x, const T* w, int64_t r, int t,
                                 float sum_squares, float eps) {
   const float rs = div_f(1.0f, sqrt_f(div_f(sum_squares, static_cast<float>(m.cols)) + eps));
-  for (int64_t k = 0; k < m.per_thread; ++k) {
-    const int64_t c = row_col(m, t, k);
-    if (c >= m.cols) break;
-    const int64_t i = row_index(m, r, t, k);
-    store(out, i, load(x, i) * rs * load(w, c));
-  }
+  for_each_row_pack(m, r, t, [&](int64_t c, int64_t i, int lanes) {
+    float v[W], wv[W];
+    load_pack<W>(x, i, v);
+    load_pack<W>(w, c, wv);
+    for (int j = 0; j < W; ++j) v[j] = v[j] * rs * wv[j];
+    store_pack<W>(out, i, v, lanes);
+  });
   if (t == 0) rstd[r] = rs;
 }
 
 // ---- RMSNorm backward, row part: dx (N,C) += (or =, not accumulating) rstd (g - xhat mean(g xhat)), g = dout * w,
 // xhat = x * rstd.
-template <class T>
+template <int W, class T>
 FERRY_HD float rms_backward_fold(const RowMap& m, const T* dout, const T* x, const T* w, float rs, int64_t r, int t) {
   float s = 0.0f;
-  for (int64_t k = 0; k < m.per_thread; ++k) {
-    const int64_t c = row_col(m, t, k);
-    if (c >= m.cols) break;
-    const int64_t i = row_index(m, r, t, k);
-    s = s + load(dout, i) * load(w, c) * load(x, i) * rs;
-  }
+  for_each_row_pack(m, r, t, [&](int64_t c, int64_t i, int lanes) {
+    float d[W], v[W], wv[W];
+    load_pack<W>(dout, i, d);
+    load_pack<W>(x, i, v);
+    load_pack<W>(w, c, wv);
+    for (int j = 0; j < W; ++j)
+      if (j < lanes) s = s + d[j] * wv[j] * v[j] * rs;
+  });
   return s;
 }
 
-template <class T>
+template <int W, class T>
 FERRY_HD void rms_backward_write(const RowMap& m, T* dx, const T* dout, const T* x, const T* w, float rs, int64_t r,
                                  int t, float sum, bool accumulate) {
   const float gx_mean = div_f(sum, static_cast<float>(m.cols));
-  for (int64_t k = 0; k < m.per_thread; ++k) {
-    const int64_t c = row_col(m, t, k);
-    if (c >= m.cols) break;
-    const int64_t i = row_index(m, r, t, k);
-    store_grad(dx, i, rs * (load(dout, i) * load(w, c) - load(x, i) * rs * gx_mean), accumulate);
-  }
+  for_each_row_pack(m, r, t, [&](int64_t c, int64_t i, int lanes) {
+    float d[W], v[W], wv[W];
+    load_pack<W>(dout, i, d);
+    load_pack<W>(x, i, v);
+    load_pack<W>(w, c, wv);
+    for (int j = 0; j < W; ++j) v[j] = rs * (d[j] * wv[j] - v[j] * rs * gx_mean);
+    store_grad_pack<W>(dx, i, v, accumulate, lanes);
+  });
 }
 
 // ---- Column partials of (rows, C): pw[chunk, c] = sum over the chunk's rows of dout * xhat, xhat = (x - mean)
@@ -161,12 +194,17 @@ FERRY_HD void column_finish(const ColumnMap& m, T* dst, const float* partials, i
 }
 
 // ---- Softmax cross-entropy, row r of logits (N,stride) T, its first V (m.cols) columns the classes: the
-// online-softmax state of the thread's entries.
-template <class T>
+// online-softmax state of the thread's entries. A partial last pack reads the padded columns after V (inside
+// the row's stride) and leaves them out.
+template <int W, class T>
 FERRY_HD SoftmaxState ce_fold(const RowMap& m, const T* logits, int64_t r, int t) {
   SoftmaxState s = softmax_empty();
-  for (int64_t k = 0; k < m.per_thread; ++k)
-    if (row_col(m, t, k) < m.cols) s = softmax_push(s, load(logits, row_index(m, r, t, k)));
+  for_each_row_pack(m, r, t, [&](int64_t, int64_t i, int lanes) {
+    float v[W];
+    load_pack<W>(logits, i, v);
+    for (int j = 0; j < W; ++j)
+      if (j < lanes) s = softmax_push(s, v[j]);
+  });
   return s;
 }
 
@@ -179,18 +217,20 @@ FERRY_HD float ce_loss(const RowMap& m, const T* logits, int32_t target, int64_t
 
 // dlogits[r, :V] += dloss * (softmax - onehot(target)), the padded columns left as they are; the caller skips
 // ignored rows. Not accumulating: dlogits[r, :V] = the same, and ce_zero_columns writes the padded ones.
-template <class T>
+template <int W, class T>
 FERRY_HD void ce_backward_write(const RowMap& m, T* dlogits, const T* logits, int32_t target, float dloss, int64_t r,
                                 int t, SoftmaxState s, bool accumulate) {
-  for (int64_t k = 0; k < m.per_thread; ++k) {
-    const int64_t v = row_col(m, t, k);
-    if (v >= m.cols) break;
-    const int64_t i = row_index(m, r, t, k);
-    const float p = dloss * div_f(exp_f(load(logits, i) - s.max), s.sum);
-    float d = accumulate ? load(dlogits, i) + p : p;
-    if (v == target) d = d - dloss;
-    store(dlogits, i, d);
-  }
+  for_each_row_pack(m, r, t, [&](int64_t c, int64_t i, int lanes) {
+    float v[W], old[W] = {};
+    load_pack<W>(logits, i, v);
+    if (accumulate) load_lanes<W>(dlogits, i, old, lanes);
+    for (int j = 0; j < W; ++j) {
+      const float p = dloss * div_f(exp_f(v[j] - s.max), s.sum);
+      v[j] = accumulate ? old[j] + p : p;
+      if (c + j == target) v[j] = v[j] - dloss;
+    }
+    store_pack<W>(dlogits, i, v, lanes);
+  });
 }
 
 // dlogits[r, from:stride] = 0 (thread t's columns from + t, + block, ...): what a gradient written over, not

@@ -1,11 +1,13 @@
 // The CUDA kernels (kernels/cuda/ops.h) against their host twins (kernels/cuda/twins.h), bitwise, for fp32,
-// bf16 and fp16 storage on random shapes; backward both accumulating and writing its activation gradients.
-// Skipped where no CUDA device is present.
+// bf16 and fp16 storage on random shapes; backward both accumulating and writing its activation gradients; the
+// vector paths (16-byte packs: aligned shapes such as C = 768) and the scalar ones (odd shapes, and every pointer
+// one element off 16-byte alignment). Skipped where no CUDA device is present.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include "test_helpers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -76,69 +78,113 @@ class CudaKernels : public ::testing::Test {};
 using StorageTypes = ::testing::Types<float, Bf16, Fp16>;
 TYPED_TEST_SUITE(CudaKernels, StorageTypes);
 
+// A tensor on the host and the device, its n elements `offset` elements into both allocations (new's and
+// cudaMalloc's, both 16-byte aligned): offset 1 puts the pointers off 16-byte alignment, so the kernel and its twin
+// take the scalar path where offset 0 may take packs. The elements before the offset are zeros on both sides.
+template <class T>
+struct Both {
+  Both(const std::vector<T>& host_values, const std::vector<T>& device_values, int offset)
+      : host(shifted(host_values, offset)), dev(shifted(device_values, offset)), offset(offset) {}
+  Both(const std::vector<T>& values, int offset) : Both(values, values, offset) {}
+  static std::vector<T> shifted(const std::vector<T>& v, int offset) {
+    std::vector<T> s(v.size() + offset);
+    for (int i = 0; i < offset; ++i) store(s.data(), i, 0.0f);
+    std::copy(v.begin(), v.end(), s.begin() + offset);
+    return s;
+  }
+  T* h() { return host.data() + offset; }
+  T* d() { return dev.p + offset; }
+  std::vector<T> host;
+  Device<T> dev;
+  int offset;
+};
+
+// A backward's activation gradient on both sides: its start as grad_start gives it.
+template <class T>
+Both<T> grad_both(int64_t n, uint32_t seed, bool accumulate, int offset) {
+  return Both<T>(grad_start<T>(n, seed, accumulate, false), grad_start<T>(n, seed, accumulate, true), offset);
+}
+
+template <class T>
+void expect_equal(Both<T>& t, const char* what) {
+  expect_bitwise(t.dev.get(), t.host, what);
+}
+
 struct Shape {
   int64_t N, C;
 };
-const Shape kShapes[] = {{1, 1}, {3, 7}, {5, 257}, {7, 769}, {130, 300}, {2, 5003}};
+// Odd shapes (the scalar path), and multiples of every pack (768: 96 packs of 8 bf16, 192 of 4 fp32; 300: fp32's).
+const Shape kShapes[] = {{1, 1}, {3, 7}, {5, 257}, {7, 769}, {130, 300}, {2, 5003}, {4, 768}};
+// The shapes, and GPT-2's C off alignment.
+struct Case {
+  Shape shape;
+  int offset;
+};
+const Case kCases[] = {{{1, 1}, 0},     {{3, 7}, 0},    {{5, 257}, 0}, {{7, 769}, 0},
+                       {{130, 300}, 0}, {{2, 5003}, 0}, {{4, 768}, 0}, {{4, 768}, 1}};
+
+template <class T>
+void expect_layernorm_equals_twin(int64_t N, int64_t C, int offset) {
+  SCOPED_TRACE(::testing::Message() << "N " << N << ", C " << C << ", offset " << offset);
+  Both<T> x(random_storage<T>(N * C, 1, 2.0f), offset), w(random_storage<T>(C, 2), offset),
+      b(random_storage<T>(C, 3), offset), out(std::vector<T>(N * C), offset);
+  std::vector<float> mean(N), rstd(N);
+  Device<float> dmean(mean), drstd(rstd);
+  ASSERT_EQ(layernorm_forward(out.d(), dmean.p, drstd.p, x.d(), w.d(), b.d(), N, C, 1e-5f, dtype_of<T>(), nullptr),
+            cudaSuccess);
+  twin::layernorm_forward(out.h(), mean.data(), rstd.data(), x.h(), w.h(), b.h(), N, C, 1e-5f);
+  expect_equal(out, "out");
+  expect_bitwise(dmean.get(), mean, "mean");
+  expect_bitwise(drstd.get(), rstd, "rstd");
+  Both<T> g(random_storage<T>(N * C, 4), offset);
+  for (bool accumulate : {true, false}) {
+    Both<T> gx = grad_both<T>(N * C, 5, accumulate, offset), gw(random_storage<T>(C, 6), offset),
+            gb(random_storage<T>(C, 7), offset);
+    Device<float> scratch(std::vector<float>(layernorm_backward_scratch_floats(N, C)));
+    ASSERT_EQ(layernorm_backward(gx.d(), gw.d(), gb.d(), g.d(), x.d(), w.d(), dmean.p, drstd.p, N, C, scratch.p,
+                                 accumulate, dtype_of<T>(), nullptr),
+              cudaSuccess);
+    twin::layernorm_backward(gx.h(), gw.h(), gb.h(), g.h(), x.h(), w.h(), mean.data(), rstd.data(), N, C, accumulate);
+    expect_equal(gx, accumulate ? "dx, accumulated" : "dx, written");
+    expect_equal(gw, "dw");
+    expect_equal(gb, "db");
+  }
+}
 
 TYPED_TEST(CudaKernels, LayerNormEqualsTwin) {
   FERRY_NEED_DEVICE();
-  using T = TypeParam;
-  for (const auto [N, C] : kShapes) {
-    const auto x = random_storage<T>(N * C, 1, 2.0f), w = random_storage<T>(C, 2), b = random_storage<T>(C, 3);
-    std::vector<T> out(N * C);
-    std::vector<float> mean(N), rstd(N);
-    Device<T> dx_(x), dw_(w), db_(b), dout_(out);
-    Device<float> dmean(mean), drstd(rstd);
-    ASSERT_EQ(layernorm_forward(dout_.p, dmean.p, drstd.p, dx_.p, dw_.p, db_.p, N, C, 1e-5f, dtype_of<T>(), nullptr),
+  for (const Case& c : kCases) expect_layernorm_equals_twin<TypeParam>(c.shape.N, c.shape.C, c.offset);
+}
+
+template <class T>
+void expect_cross_entropy_equals_twin(int64_t N, int64_t V, int64_t stride, int offset) {
+  SCOPED_TRACE(::testing::Message() << "N " << N << ", V " << V << ", stride " << stride << ", offset " << offset);
+  Both<T> logits(random_storage<T>(N * stride, 8, 4.0f), offset);
+  std::vector<int32_t> targets(N);
+  for (int64_t r = 0; r < N; ++r) targets[r] = r % 4 == 3 ? -100 : static_cast<int32_t>((r * 7919) % V);
+  std::vector<float> losses(N);
+  Device<int32_t> dt(targets);
+  Device<float> dloss(losses);
+  ASSERT_EQ(cross_entropy_forward(dloss.p, logits.d(), dt.p, N, V, stride, dtype_of<T>(), nullptr), cudaSuccess);
+  twin::cross_entropy_forward(losses.data(), logits.h(), targets.data(), N, V, stride);
+  expect_bitwise(dloss.get(), losses, "loss");
+  for (bool accumulate : {true, false}) {
+    Both<T> d = grad_both<T>(N * stride, 9, accumulate, offset);
+    ASSERT_EQ(cross_entropy_backward(d.d(), logits.d(), dt.p, 0.125f, N, V, stride, accumulate, dtype_of<T>(), nullptr),
               cudaSuccess);
-    twin::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
-    expect_bitwise(dout_.get(), out, "out");
-    expect_bitwise(dmean.get(), mean, "mean");
-    expect_bitwise(drstd.get(), rstd, "rstd");
-    const auto g = random_storage<T>(N * C, 4);
-    for (bool accumulate : {true, false}) {
-      auto gx = grad_start<T>(N * C, 5, accumulate, false), gw = random_storage<T>(C, 6), gb = random_storage<T>(C, 7);
-      Device<T> dg(g), dgx(grad_start<T>(N * C, 5, accumulate, true)), dgw(gw), dgb(gb);
-      Device<float> scratch(std::vector<float>(layernorm_backward_scratch_floats(N, C)));
-      ASSERT_EQ(layernorm_backward(dgx.p, dgw.p, dgb.p, dg.p, dx_.p, dw_.p, dmean.p, drstd.p, N, C, scratch.p,
-                                   accumulate, dtype_of<T>(), nullptr),
-                cudaSuccess);
-      twin::layernorm_backward(gx.data(), gw.data(), gb.data(), g.data(), x.data(), w.data(), mean.data(), rstd.data(),
-                               N, C, accumulate);
-      expect_bitwise(dgx.get(), gx, accumulate ? "dx, accumulated" : "dx, written");
-      expect_bitwise(dgw.get(), gw, "dw");
-      expect_bitwise(dgb.get(), gb, "db");
-    }
+    twin::cross_entropy_backward(d.h(), logits.h(), targets.data(), 0.125f, N, V, stride, accumulate);
+    expect_equal(d, accumulate ? "dlogits, accumulated" : "dlogits, written");
   }
 }
 
 // Dense rows, and rows of a padded vocabulary (stride > V: the columns past V are not the row's, and their
-// gradients are left as they were, or written 0 with the ignored rows when not accumulating).
+// gradients are left as they were, or written 0 with the ignored rows when not accumulating); a padded stride
+// takes packs whatever V is, its last pack partial.
 TYPED_TEST(CudaKernels, CrossEntropyEqualsTwin) {
   FERRY_NEED_DEVICE();
-  using T = TypeParam;
-  for (const auto [N, V] : kShapes)
-    for (const int64_t stride : {V, (V / 128 + 1) * 128}) {
-      const auto logits = random_storage<T>(N * stride, 8, 4.0f);
-      std::vector<int32_t> targets(N);
-      for (int64_t r = 0; r < N; ++r) targets[r] = r % 4 == 3 ? -100 : static_cast<int32_t>((r * 7919) % V);
-      std::vector<float> losses(N);
-      Device<T> dl(logits);
-      Device<int32_t> dt(targets);
-      Device<float> dloss(losses);
-      ASSERT_EQ(cross_entropy_forward(dloss.p, dl.p, dt.p, N, V, stride, dtype_of<T>(), nullptr), cudaSuccess);
-      twin::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, stride);
-      expect_bitwise(dloss.get(), losses, "loss");
-      for (bool accumulate : {true, false}) {
-        auto d = grad_start<T>(N * stride, 9, accumulate, false);
-        Device<T> dd(grad_start<T>(N * stride, 9, accumulate, true));
-        ASSERT_EQ(cross_entropy_backward(dd.p, dl.p, dt.p, 0.125f, N, V, stride, accumulate, dtype_of<T>(), nullptr),
-                  cudaSuccess);
-        twin::cross_entropy_backward(d.data(), logits.data(), targets.data(), 0.125f, N, V, stride, accumulate);
-        expect_bitwise(dd.get(), d, accumulate ? "dlogits, accumulated" : "dlogits, written");
-      }
-    }
+  for (const Case& c : kCases)
+    for (const int64_t stride : {c.shape.C, (c.shape.C / 128 + 1) * 128})
+      expect_cross_entropy_equals_twin<TypeParam>(c.shape.N, c.shape.C, stride, c.offset);
 }
 
 TYPED_TEST(CudaKernels, SumSquaresEqualsTwin) {
@@ -158,10 +204,10 @@ TYPED_TEST(CudaKernels, SumSquaresEqualsTwin) {
   }
 }
 
-TYPED_TEST(CudaKernels, EmbeddingEqualsTwin) {
-  FERRY_NEED_DEVICE();
-  using T = TypeParam;
-  const int64_t B = 3, Tn = 61, C = 259, V = 1001;
+template <class T>
+void expect_embedding_equals_twin(int64_t C) {
+  SCOPED_TRACE(::testing::Message() << "C " << C);
+  const int64_t B = 3, Tn = 61, V = 1001;
   std::vector<int32_t> tokens(B * Tn);
   for (int64_t i = 0; i < B * Tn; ++i) tokens[i] = static_cast<int32_t>((i * i * 7 + 3) % 97 * 10 % V);  // repeats
   const auto wte = random_storage<T>(V * C, 11), wpe = random_storage<T>(Tn * C, 12), type = random_storage<T>(C, 13);
@@ -183,110 +229,131 @@ TYPED_TEST(CudaKernels, EmbeddingEqualsTwin) {
   expect_bitwise(dgtype.get(), gtype, "dtype");
 }
 
-TYPED_TEST(CudaKernels, ElementwiseEqualTwins) {
+// C = 259 takes single elements, C = 256 packs (each within one row) in the forward.
+TYPED_TEST(CudaKernels, EmbeddingEqualsTwin) {
   FERRY_NEED_DEVICE();
-  using T = TypeParam;
-  const int64_t n = 1000003;
-  const auto x = random_storage<T>(n, 18, 3.0f), y = random_storage<T>(n, 19);
+  for (const int64_t C : {259, 256}) expect_embedding_equals_twin<TypeParam>(C);
+}
+
+template <class T>
+void expect_elementwise_equal_twins(int64_t n, int offset) {
+  SCOPED_TRACE(::testing::Message() << "n " << n << ", offset " << offset);
+  Both<T> x(random_storage<T>(n, 18, 3.0f), offset), y(random_storage<T>(n, 19), offset);
   for (bool exact : {false, true}) {
-    std::vector<T> out(n);
-    Device<T> dx(x), dy(y), dout(out);
-    ASSERT_EQ(gelu_forward(dout.p, dx.p, n, exact, dtype_of<T>(), nullptr), cudaSuccess);
-    twin::gelu_forward(out.data(), x.data(), n, exact);
-    expect_bitwise(dout.get(), out, "gelu");
+    Both<T> out(std::vector<T>(n), offset);
+    ASSERT_EQ(gelu_forward(out.d(), x.d(), n, exact, dtype_of<T>(), nullptr), cudaSuccess);
+    twin::gelu_forward(out.h(), x.h(), n, exact);
+    expect_equal(out, "gelu");
     for (bool accumulate : {true, false}) {
-      auto g = grad_start<T>(n, 20, accumulate, false);
-      Device<T> dg(grad_start<T>(n, 20, accumulate, true));
-      ASSERT_EQ(gelu_backward(dg.p, dy.p, dx.p, n, exact, accumulate, dtype_of<T>(), nullptr), cudaSuccess);
-      twin::gelu_backward(g.data(), y.data(), x.data(), n, exact, accumulate);
-      expect_bitwise(dg.get(), g, accumulate ? "gelu backward, accumulated" : "gelu backward, written");
+      Both<T> g = grad_both<T>(n, 20, accumulate, offset);
+      ASSERT_EQ(gelu_backward(g.d(), y.d(), x.d(), n, exact, accumulate, dtype_of<T>(), nullptr), cudaSuccess);
+      twin::gelu_backward(g.h(), y.h(), x.h(), n, exact, accumulate);
+      expect_equal(g, accumulate ? "gelu backward, accumulated" : "gelu backward, written");
     }
   }
-  std::vector<T> sum(n);
-  Device<T> dx(x), dy(y), dsum(sum);
-  ASSERT_EQ(residual_forward(dsum.p, dx.p, dy.p, n, dtype_of<T>(), nullptr), cudaSuccess);
-  twin::residual_forward(sum.data(), x.data(), y.data(), n);
-  expect_bitwise(dsum.get(), sum, "residual");
+  Both<T> sum(std::vector<T>(n), offset);
+  ASSERT_EQ(residual_forward(sum.d(), x.d(), y.d(), n, dtype_of<T>(), nullptr), cudaSuccess);
+  twin::residual_forward(sum.h(), x.h(), y.h(), n);
+  expect_equal(sum, "residual");
   for (bool accumulate : {true, false}) {
-    auto a = grad_start<T>(n, 21, accumulate, false), b = grad_start<T>(n, 22, accumulate, false);
-    Device<T> da(grad_start<T>(n, 21, accumulate, true)), db(grad_start<T>(n, 22, accumulate, true));
-    ASSERT_EQ(residual_backward(da.p, db.p, dx.p, n, accumulate, dtype_of<T>(), nullptr), cudaSuccess);
-    twin::residual_backward(a.data(), b.data(), x.data(), n, accumulate);
-    expect_bitwise(da.get(), a, accumulate ? "da, accumulated" : "da, written");
-    expect_bitwise(db.get(), b, accumulate ? "db, accumulated" : "db, written");
+    Both<T> a = grad_both<T>(n, 21, accumulate, offset), b = grad_both<T>(n, 22, accumulate, offset);
+    ASSERT_EQ(residual_backward(a.d(), b.d(), x.d(), n, accumulate, dtype_of<T>(), nullptr), cudaSuccess);
+    twin::residual_backward(a.h(), b.h(), x.h(), n, accumulate);
+    expect_equal(a, accumulate ? "da, accumulated" : "da, written");
+    expect_equal(b, accumulate ? "db, accumulated" : "db, written");
+  }
+}
+
+// An odd n (single elements), a multiple of every pack (packs), and the same off alignment (single elements).
+TYPED_TEST(CudaKernels, ElementwiseEqualTwins) {
+  FERRY_NEED_DEVICE();
+  expect_elementwise_equal_twins<TypeParam>(1000003, 0);
+  expect_elementwise_equal_twins<TypeParam>(1 << 20, 0);
+  expect_elementwise_equal_twins<TypeParam>(1 << 20, 1);
+}
+
+template <class T>
+void expect_rmsnorm_equals_twin(int64_t N, int64_t C, int offset) {
+  SCOPED_TRACE(::testing::Message() << "N " << N << ", C " << C << ", offset " << offset);
+  Both<T> x(random_storage<T>(N * C, 30, 2.0f), offset), w(random_storage<T>(C, 31), offset),
+      out(std::vector<T>(N * C), offset);
+  std::vector<float> rstd(N);
+  Device<float> drstd(rstd);
+  ASSERT_EQ(rmsnorm_forward(out.d(), drstd.p, x.d(), w.d(), N, C, 1e-6f, dtype_of<T>(), nullptr), cudaSuccess);
+  twin::rmsnorm_forward(out.h(), rstd.data(), x.h(), w.h(), N, C, 1e-6f);
+  expect_equal(out, "out");
+  expect_bitwise(drstd.get(), rstd, "rstd");
+  Both<T> g(random_storage<T>(N * C, 32), offset);
+  for (bool accumulate : {true, false}) {
+    Both<T> gx = grad_both<T>(N * C, 33, accumulate, offset), gw(random_storage<T>(C, 34), offset);
+    Device<float> scratch(std::vector<float>(rmsnorm_backward_scratch_floats(N, C)));
+    ASSERT_EQ(rmsnorm_backward(gx.d(), gw.d(), g.d(), x.d(), w.d(), drstd.p, N, C, scratch.p, accumulate, dtype_of<T>(),
+                               nullptr),
+              cudaSuccess);
+    twin::rmsnorm_backward(gx.h(), gw.h(), g.h(), x.h(), w.h(), rstd.data(), N, C, accumulate);
+    expect_equal(gx, accumulate ? "dx, accumulated" : "dx, written");
+    expect_equal(gw, "dw");
   }
 }
 
 TYPED_TEST(CudaKernels, RmsNormEqualsTwin) {
   FERRY_NEED_DEVICE();
-  using T = TypeParam;
-  for (const auto [N, C] : kShapes) {
-    const auto x = random_storage<T>(N * C, 30, 2.0f), w = random_storage<T>(C, 31);
-    std::vector<T> out(N * C);
-    std::vector<float> rstd(N);
-    Device<T> dx_(x), dw_(w), dout_(out);
-    Device<float> drstd(rstd);
-    ASSERT_EQ(rmsnorm_forward(dout_.p, drstd.p, dx_.p, dw_.p, N, C, 1e-6f, dtype_of<T>(), nullptr), cudaSuccess);
-    twin::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
-    expect_bitwise(dout_.get(), out, "out");
-    expect_bitwise(drstd.get(), rstd, "rstd");
-    const auto g = random_storage<T>(N * C, 32);
-    for (bool accumulate : {true, false}) {
-      auto gx = grad_start<T>(N * C, 33, accumulate, false), gw = random_storage<T>(C, 34);
-      Device<T> dg(g), dgx(grad_start<T>(N * C, 33, accumulate, true)), dgw(gw);
-      Device<float> scratch(std::vector<float>(rmsnorm_backward_scratch_floats(N, C)));
-      ASSERT_EQ(rmsnorm_backward(dgx.p, dgw.p, dg.p, dx_.p, dw_.p, drstd.p, N, C, scratch.p, accumulate, dtype_of<T>(),
-                                 nullptr),
-                cudaSuccess);
-      twin::rmsnorm_backward(gx.data(), gw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C, accumulate);
-      expect_bitwise(dgx.get(), gx, accumulate ? "dx, accumulated" : "dx, written");
-      expect_bitwise(dgw.get(), gw, "dw");
+  for (const Case& c : kCases) expect_rmsnorm_equals_twin<TypeParam>(c.shape.N, c.shape.C, c.offset);
+}
+
+// q inside a packed (B,T,(H+2KV)*hs) row, Llama 3's scaling, positions up to 4095: packs of pairs (hs/2 = 32), and
+// single pairs at offset 1.
+template <class T>
+void expect_rope_equals_twin(int offset) {
+  SCOPED_TRACE(::testing::Message() << "offset " << offset);
+  const int64_t B = 2, Tn = 4096, H = 4, hs = 64, rs = (H + 4) * hs, n = B * Tn * rs;
+  const RopeScaling scaling{500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f};
+  Both<T> x(random_storage<T>(n, 40), offset), r(random_storage<T>(n, 41), offset);
+  ASSERT_EQ(rope_forward(r.d(), x.d(), B, Tn, H, hs, rs, scaling, dtype_of<T>(), nullptr), cudaSuccess);
+  ASSERT_TRUE(twin::rope_forward(r.h(), x.h(), B, Tn, H, hs, rs, scaling));
+  expect_equal(r, "rope");
+  // Writing: the rows' elements past the heads (k and v's) keep the garbage, which differs between the two.
+  for (bool accumulate : {true, false}) {
+    Both<T> dx = grad_both<T>(n, 42, accumulate, offset);
+    ASSERT_EQ(rope_backward(dx.d(), x.d(), B, Tn, H, hs, rs, scaling, accumulate, dtype_of<T>(), nullptr), cudaSuccess);
+    ASSERT_TRUE(twin::rope_backward(dx.h(), x.h(), B, Tn, H, hs, rs, scaling, accumulate));
+    const std::vector<T> got = dx.dev.get();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = i + offset;
+      if (accumulate || i % rs < H * hs)
+        ASSERT_EQ(std::memcmp(&got[k], &dx.host[k], sizeof(T)), 0)
+            << (accumulate ? "accumulated" : "written") << " at " << i;
+      else ASSERT_TRUE(std::isnan(load(got.data(), k))) << "rope backward wrote past the heads at " << i;
     }
+  }
+}
+
+template <class T>
+void expect_swiglu_equals_twin(int64_t n, int offset) {
+  SCOPED_TRACE(::testing::Message() << "n " << n << ", offset " << offset);
+  Both<T> gate(random_storage<T>(n, 35, 4.0f), offset), up(random_storage<T>(n, 36), offset),
+      d(random_storage<T>(n, 37), offset), out(std::vector<T>(n), offset);
+  ASSERT_EQ(swiglu_forward(out.d(), gate.d(), up.d(), n, dtype_of<T>(), nullptr), cudaSuccess);
+  twin::swiglu_forward(out.h(), gate.h(), up.h(), n);
+  expect_equal(out, "swiglu");
+  for (bool accumulate : {true, false}) {
+    Both<T> dgate = grad_both<T>(n, 38, accumulate, offset), dup = grad_both<T>(n, 39, accumulate, offset);
+    ASSERT_EQ(swiglu_backward(dgate.d(), dup.d(), d.d(), gate.d(), up.d(), n, accumulate, dtype_of<T>(), nullptr),
+              cudaSuccess);
+    twin::swiglu_backward(dgate.h(), dup.h(), d.h(), gate.h(), up.h(), n, accumulate);
+    expect_equal(dgate, accumulate ? "dgate, accumulated" : "dgate, written");
+    expect_equal(dup, accumulate ? "dup, accumulated" : "dup, written");
   }
 }
 
 TYPED_TEST(CudaKernels, SwiGluAndRopeEqualTwins) {
   FERRY_NEED_DEVICE();
   using T = TypeParam;
-  const int64_t n = 1000003;
-  const auto gate = random_storage<T>(n, 35, 4.0f), up = random_storage<T>(n, 36), d = random_storage<T>(n, 37);
-  std::vector<T> out(n);
-  Device<T> dg_(gate), du_(up), dd_(d), dout_(out);
-  ASSERT_EQ(swiglu_forward(dout_.p, dg_.p, du_.p, n, dtype_of<T>(), nullptr), cudaSuccess);
-  twin::swiglu_forward(out.data(), gate.data(), up.data(), n);
-  expect_bitwise(dout_.get(), out, "swiglu");
-  for (bool accumulate : {true, false}) {
-    auto dgate = grad_start<T>(n, 38, accumulate, false), dup = grad_start<T>(n, 39, accumulate, false);
-    Device<T> ddgate(grad_start<T>(n, 38, accumulate, true)), ddup(grad_start<T>(n, 39, accumulate, true));
-    ASSERT_EQ(swiglu_backward(ddgate.p, ddup.p, dd_.p, dg_.p, du_.p, n, accumulate, dtype_of<T>(), nullptr),
-              cudaSuccess);
-    twin::swiglu_backward(dgate.data(), dup.data(), d.data(), gate.data(), up.data(), n, accumulate);
-    expect_bitwise(ddgate.get(), dgate, accumulate ? "dgate, accumulated" : "dgate, written");
-    expect_bitwise(ddup.get(), dup, accumulate ? "dup, accumulated" : "dup, written");
-  }
-  // q inside a packed (B,T,(H+2KV)*hs) row, Llama 3's scaling, positions up to 4095.
-  const int64_t B = 2, Tn = 4096, H = 4, hs = 64, rs = (H + 4) * hs;
-  const RopeScaling scaling{500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f};
-  const auto x = random_storage<T>(B * Tn * rs, 40);
-  std::vector<T> r = random_storage<T>(B * Tn * rs, 41);
-  Device<T> dx_(x), dr(r);
-  ASSERT_EQ(rope_forward(dr.p, dx_.p, B, Tn, H, hs, rs, scaling, dtype_of<T>(), nullptr), cudaSuccess);
-  ASSERT_TRUE(twin::rope_forward(r.data(), x.data(), B, Tn, H, hs, rs, scaling));
-  expect_bitwise(dr.get(), r, "rope");
-  // Writing: the rows' elements past the heads (k and v's) keep the garbage, which differs between the two.
-  for (bool accumulate : {true, false}) {
-    auto dx = grad_start<T>(B * Tn * rs, 42, accumulate, false);
-    Device<T> ddx(grad_start<T>(B * Tn * rs, 42, accumulate, true));
-    ASSERT_EQ(rope_backward(ddx.p, dx_.p, B, Tn, H, hs, rs, scaling, accumulate, dtype_of<T>(), nullptr), cudaSuccess);
-    ASSERT_TRUE(twin::rope_backward(dx.data(), x.data(), B, Tn, H, hs, rs, scaling, accumulate));
-    const std::vector<T> got = ddx.get();
-    for (int64_t i = 0; i < B * Tn * rs; ++i) {
-      if (accumulate || i % rs < H * hs)
-        ASSERT_EQ(std::memcmp(&got[i], &dx[i], sizeof(T)), 0)
-            << (accumulate ? "accumulated" : "written") << " at " << i;
-      else ASSERT_TRUE(std::isnan(load(got.data(), i))) << "rope backward wrote past the heads at " << i;
-    }
-  }
+  expect_swiglu_equals_twin<T>(1000003, 0);
+  expect_swiglu_equals_twin<T>(1 << 20, 0);
+  expect_swiglu_equals_twin<T>(1 << 20, 1);
+  expect_rope_equals_twin<T>(0);
+  expect_rope_equals_twin<T>(1);
 }
 
 // Device AdamW: master, m, v and the working copy equal the shared element applied on the host.

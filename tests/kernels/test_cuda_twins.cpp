@@ -69,11 +69,12 @@ void expect_writing_equals_adding_to_zeros(const std::vector<int64_t>& act_sizes
       ASSERT_EQ(m.written.param[k][i], m.added.param[k][i]) << what << ": parameter gradient " << k << " at " << i;
 }
 
-// Odd channel counts (fewer than a warp, not a multiple of the block, several trips per thread).
+// Odd channel counts (fewer than a warp, not a multiple of the block, several trips per thread), and multiples of
+// the 4 fp32 of a 16-byte pack (the vector path: GPT-2's 768, one pack per thread; 3 packs; 2048, 2 packs a thread).
 struct Shape {
   int64_t N, C;
 };
-const Shape kShapes[] = {{1, 1}, {3, 7}, {5, 255}, {4, 257}, {6, 769}, {2, 2050}};
+const Shape kShapes[] = {{1, 1}, {3, 7}, {5, 255}, {4, 257}, {6, 769}, {2, 2050}, {3, 768}, {2, 12}, {2, 2048}};
 
 TEST(CudaTwins, LayerNormForwardMatchesCpuOp) {
   for (const auto [N, C] : kShapes) {
@@ -145,11 +146,13 @@ TEST(CudaTwins, RmsNormMatchesCpuOp) {
 }
 
 // RoPE on a packed row (q of a fused q/k/v: elements past the heads untouched), Llama 3's scaling, a long
-// sequence (large angles); backward adds the inverse rotation.
+// sequence (large angles); backward adds the inverse rotation. Packs of 4 fp32 pairs where hs/2 and the row
+// stride allow them (the first two), single pairs where not (an odd stride; hs/2 = 2, though the stride is 16).
 TEST(CudaTwins, RopeMatchesCpuOp) {
   const kernels::cpu::RopeShape shapes[] = {{2, 5, 3, 8, 3 * 8 + 8, {}},
                                             {1, 3000, 2, 64, 128, {500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f}},
-                                            {2, 7, 4, 2, 11, {10000.0f, 32.0f, 1.0f, 4.0f, 4.0f}}};
+                                            {2, 7, 4, 2, 11, {10000.0f, 32.0f, 1.0f, 4.0f, 4.0f}},
+                                            {2, 5, 2, 4, 16, {}}};
   for (const auto& s : shapes) {
     const int64_t n = s.B * s.T * s.row_stride;
     const auto x = random_vector(n, 45);
@@ -167,9 +170,10 @@ TEST(CudaTwins, RopeMatchesCpuOp) {
   EXPECT_FALSE(twin::rope_forward(buf.data(), buf.data(), 1, 1, 1, 2 * kMaxRopePairs + 2, 0, RopeScaling{}));
 }
 
-// Odd vocabularies, ignored targets (< 0), large logits (an exp without the running max would overflow).
+// Odd vocabularies, ignored targets (< 0), large logits (an exp without the running max would overflow); one a
+// multiple of the fp32 pack (the vector path).
 TEST(CudaTwins, CrossEntropyMatchesCpuOp) {
-  const Shape shapes[] = {{3, 1}, {4, 31}, {5, 257}, {4, 5003}};
+  const Shape shapes[] = {{3, 1}, {4, 31}, {5, 257}, {4, 5003}, {4, 768}};
   for (const auto [N, V] : shapes) {
     auto logits = random_vector(N * V, 14, 3.0f);
     for (int64_t i = 0; i < V; ++i) logits[i] += 80.0f;  // row 0 near e^88
@@ -191,23 +195,28 @@ TEST(CudaTwins, CrossEntropyMatchesCpuOp) {
 }
 
 // A padded vocabulary (models/vocab.h): rows of `stride` logits whose columns past V hold values large enough to
-// own the softmax if they entered it. The CPU op and the twin give bitwise what they give on the dense (N,V)
-// logits, and leave the padded columns' gradients exactly as they were.
+// own the softmax if they entered it. The CPU op gives bitwise what it gives on the dense (N,V) logits; the twin
+// (whose path, packs or single columns, follows the stride) what it gives with NaN in the padded columns; both
+// leave the padded columns' gradients exactly as they were.
 TEST(CudaTwins, CrossEntropyReadsOnlyTheFirstVColumnsOfAPaddedRow) {
   const Shape shapes[] = {{3, 1}, {4, 31}, {5, 257}, {4, 5003}};
   for (const auto [N, V] : shapes) {
     const int64_t stride = (V + 127) / 128 * 128 + (V % 128 == 0 ? 128 : 0);  // at least one padded column
     const auto dense = random_vector(N * V, 24, 3.0f);
-    std::vector<float> padded(N * stride, 1e4f);
-    for (int64_t r = 0; r < N; ++r) std::copy_n(dense.begin() + r * V, V, padded.begin() + r * stride);
+    std::vector<float> padded(N * stride, 1e4f), padded_nan(N * stride, std::numeric_limits<float>::quiet_NaN());
+    for (int64_t r = 0; r < N; ++r) {
+      std::copy_n(dense.begin() + r * V, V, padded.begin() + r * stride);
+      std::copy_n(dense.begin() + r * V, V, padded_nan.begin() + r * stride);
+    }
     std::vector<int32_t> targets(N);
     for (int64_t r = 0; r < N; ++r) targets[r] = r % 3 == 1 ? -100 : static_cast<int32_t>((r * 7919) % V);
 
     std::vector<float> want(N), got(N), want_twin(N), got_twin(N);
     kernels::cpu::cross_entropy_forward(want.data(), dense.data(), targets.data(), N, V, V);
     kernels::cpu::cross_entropy_forward(got.data(), padded.data(), targets.data(), N, V, stride);
-    twin::cross_entropy_forward(want_twin.data(), dense.data(), targets.data(), N, V, V);
+    twin::cross_entropy_forward(want_twin.data(), padded_nan.data(), targets.data(), N, V, stride);
     twin::cross_entropy_forward(got_twin.data(), padded.data(), targets.data(), N, V, stride);
+    expect_near(got_twin, want, 1e-5f, 1e-5f, "twin loss against the cpu op");
     for (int64_t r = 0; r < N; ++r) {
       ASSERT_EQ(std::bit_cast<uint32_t>(got[r]), std::bit_cast<uint32_t>(want[r]))
           << "cpu loss, V " << V << " row " << r;
@@ -217,11 +226,12 @@ TEST(CudaTwins, CrossEntropyReadsOnlyTheFirstVColumnsOfAPaddedRow) {
     const auto d_dense = random_vector(N * V, 25);
     std::vector<float> d_padded(N * stride, 0.0f);
     for (int64_t r = 0; r < N; ++r) std::copy_n(d_dense.begin() + r * V, V, d_padded.begin() + r * stride);
-    auto want_d = d_dense, want_d_twin = d_dense;
+    auto want_d = d_dense;
     auto got_d = d_padded, got_d_twin = d_padded;
     kernels::cpu::cross_entropy_backward(want_d.data(), dense.data(), targets.data(), 0.25f, N, V, V);
     kernels::cpu::cross_entropy_backward(got_d.data(), padded.data(), targets.data(), 0.25f, N, V, stride);
-    twin::cross_entropy_backward(want_d_twin.data(), dense.data(), targets.data(), 0.25f, N, V, V, true);
+    auto want_d_twin = d_padded;
+    twin::cross_entropy_backward(want_d_twin.data(), padded_nan.data(), targets.data(), 0.25f, N, V, stride, true);
     twin::cross_entropy_backward(got_d_twin.data(), padded.data(), targets.data(), 0.25f, N, V, stride, true);
     for (int64_t r = 0; r < N; ++r)
       for (int64_t v = 0; v < stride; ++v) {
@@ -232,7 +242,9 @@ TEST(CudaTwins, CrossEntropyReadsOnlyTheFirstVColumnsOfAPaddedRow) {
           continue;
         }
         ASSERT_EQ(std::bit_cast<uint32_t>(cpu), std::bit_cast<uint32_t>(want_d[r * V + v])) << "cpu dlogits, V " << V;
-        ASSERT_EQ(std::bit_cast<uint32_t>(twin), std::bit_cast<uint32_t>(want_d_twin[r * V + v])) << "twin dlogits";
+        ASSERT_EQ(std::bit_cast<uint32_t>(twin), std::bit_cast<uint32_t>(want_d_twin[r * stride + v]))
+            << "twin dlogits";
+        ASSERT_NEAR(twin, want_d[r * V + v], 1e-5f + 1e-5f * std::abs(want_d[r * V + v])) << "twin dlogits, V " << V;
       }
   }
 }
@@ -416,6 +428,200 @@ TEST(CudaTwins, CrossEntropyBackwardWritesEveryColumnWhenNotAccumulating) {
           },
           "cross-entropy");
     }
+}
+
+// ---- Both paths of the twins (pack.h): 16-byte packs where the shape and every pointer allow them, single
+// elements where they do not (C = 37, or every operand one element past a 16-byte boundary).
+
+// Values in storage T, `offset` elements into an allocation (new's 16-byte alignment): p is aligned at offset 0,
+// 2 or 4 bytes off it at offset 1.
+template <class T>
+struct Stored {
+  Stored(const std::vector<float>& v, int offset) : buf(v.size() + 8), p(buf.data() + offset), n(v.size()) {
+    for (size_t i = 0; i < n; ++i) store(p, static_cast<int64_t>(i), v[i]);
+  }
+  std::vector<float> values() const {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = load(p, static_cast<int64_t>(i));
+    return v;
+  }
+  std::vector<T> buf;
+  T* p;
+  size_t n;
+};
+
+template <class T>
+int expected_width(int64_t C, int offset) {
+  return offset == 0 && C % kPackWidth<T> == 0 ? kPackWidth<T> : 1;
+}
+
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// LayerNorm forward and backward (writing dx over NaN) in storage T on the path (C, offset) gives, against the CPU
+// op on the stored values.
+template <class T>
+void expect_layernorm_twin_near_cpu(int64_t N, int64_t C, int offset, float tol) {
+  const Stored<T> x(random_vector(N * C, 80, 2.0f, 1.0f), offset), w(random_vector(C, 81), offset),
+      b(random_vector(C, 82), offset), dout(random_vector(N * C, 83), offset);
+  Stored<T> out(std::vector<float>(N * C), offset), dx(std::vector<float>(N * C, kNaN), offset),
+      dw(std::vector<float>(C), offset), db(std::vector<float>(C), offset);
+  ASSERT_EQ(row_map_for<T>(N, C, C, out.p, x.p, w.p, b.p).width, expected_width<T>(C, offset));
+  std::vector<float> mean(N), rstd(N), want(N * C), want_mean(N), want_rstd(N);
+  twin::layernorm_forward(out.p, mean.data(), rstd.data(), x.p, w.p, b.p, N, C, 1e-5f);
+  kernels::cpu::layernorm_forward(want.data(), want_mean.data(), want_rstd.data(), x.values().data(), w.values().data(),
+                                  b.values().data(), N, C);
+  expect_near(out.values(), want, tol, tol, "layernorm out");
+  expect_near(rstd, want_rstd, 1e-5f, 0.0f, "layernorm rstd");
+  std::vector<float> want_dx(N * C), want_dw(C), want_db(C);
+  twin::layernorm_backward(dx.p, dw.p, db.p, dout.p, x.p, w.p, mean.data(), rstd.data(), N, C, false);
+  kernels::cpu::layernorm_backward(want_dx.data(), want_dw.data(), want_db.data(), dout.values().data(),
+                                   x.values().data(), w.values().data(), mean.data(), rstd.data(), N, C);
+  expect_near(dx.values(), want_dx, tol, tol, "layernorm dx");
+  expect_near(dw.values(), want_dw, tol, tol, "layernorm dw");
+}
+
+template <class T>
+void expect_rmsnorm_twin_near_cpu(int64_t N, int64_t C, int offset, float tol) {
+  const Stored<T> x(random_vector(N * C, 84, 2.0f, 1.0f), offset), w(random_vector(C, 85), offset),
+      dout(random_vector(N * C, 86), offset);
+  Stored<T> out(std::vector<float>(N * C), offset), dx(std::vector<float>(N * C, kNaN), offset);
+  ASSERT_EQ(row_map_for<T>(N, C, C, out.p, x.p, w.p).width, expected_width<T>(C, offset));
+  std::vector<float> rstd(N), want(N * C), want_rstd(N), want_dx(N * C);
+  twin::rmsnorm_forward(out.p, rstd.data(), x.p, w.p, N, C, 1e-6f);
+  kernels::cpu::rmsnorm_forward(want.data(), want_rstd.data(), x.values().data(), w.values().data(), N, C, 1e-6f);
+  expect_near(out.values(), want, tol, tol, "rmsnorm out");
+  twin::rmsnorm_backward(dx.p, static_cast<T*>(nullptr), dout.p, x.p, w.p, rstd.data(), N, C, false);
+  kernels::cpu::rmsnorm_backward(want_dx.data(), nullptr, dout.values().data(), x.values().data(), w.values().data(),
+                                 rstd.data(), N, C);
+  expect_near(dx.values(), want_dx, tol, tol, "rmsnorm dx");
+}
+
+template <class T>
+void expect_cross_entropy_twin_near_cpu(int64_t N, int64_t V, int offset, float tol) {
+  const Stored<T> logits(random_vector(N * V, 87, 3.0f), offset);
+  Stored<T> d(std::vector<float>(N * V, kNaN), offset);
+  ASSERT_EQ(row_map_for<T>(N, V, V, d.p, logits.p).width, expected_width<T>(V, offset));
+  std::vector<int32_t> targets(N);
+  for (int64_t r = 0; r < N; ++r) targets[r] = r == 1 ? -100 : static_cast<int32_t>((r * 7919) % V);
+  std::vector<float> loss(N), want(N), want_d(N * V);
+  twin::cross_entropy_forward(loss.data(), logits.p, targets.data(), N, V, V);
+  kernels::cpu::cross_entropy_forward(want.data(), logits.values().data(), targets.data(), N, V, V);
+  expect_near(loss, want, 1e-5f, 1e-5f, "cross-entropy loss");
+  twin::cross_entropy_backward(d.p, logits.p, targets.data(), 0.25f, N, V, V, false);
+  kernels::cpu::cross_entropy_backward(want_d.data(), logits.values().data(), targets.data(), 0.25f, N, V, V);
+  expect_near(d.values(), want_d, tol, 1e-6f, "cross-entropy dlogits");
+}
+
+template <class T>
+void expect_row_twins_near_cpu_on_both_paths(float tol) {
+  for (const int64_t C : {768, 37, 8})
+    for (const int offset : {0, 1}) {
+      SCOPED_TRACE(::testing::Message() << "C " << C << ", offset " << offset);
+      expect_layernorm_twin_near_cpu<T>(3, C, offset, tol);
+      expect_rmsnorm_twin_near_cpu<T>(3, C, offset, tol);
+      expect_cross_entropy_twin_near_cpu<T>(3, C, offset, tol);
+    }
+}
+
+TEST(CudaTwins, RowTwinsMatchCpuOpOnBothPathsFp32) { expect_row_twins_near_cpu_on_both_paths<float>(2e-5f); }
+TEST(CudaTwins, RowTwinsMatchCpuOpOnBothPathsBf16) { expect_row_twins_near_cpu_on_both_paths<Bf16>(2e-2f); }
+
+// The elementwise twins on n elements at `offset`, every output gathered (backward writing over NaN and adding
+// into the same random start).
+template <class T>
+std::vector<float> elementwise_outputs(int64_t n, int offset) {
+  const Stored<T> x(random_vector(n, 90, 3.0f), offset), y(random_vector(n, 91), offset),
+      d(random_vector(n, 92), offset);
+  std::vector<float> all;
+  const auto run = [&](const std::vector<float>& start, auto op) {
+    Stored<T> a(start, offset), b(start, offset);
+    op(a.p, b.p);
+    for (const auto* s : {&a, &b})
+      for (float v : s->values()) all.push_back(v);
+  };
+  const auto nan = std::vector<float>(n, kNaN), some = random_vector(n, 93);
+  for (bool exact : {false, true}) {
+    run(nan, [&](T* out, T*) { twin::gelu_forward(out, x.p, n, exact); });
+    for (const auto& start : {nan, some})
+      run(start, [&](T* dx, T*) { twin::gelu_backward(dx, d.p, x.p, n, exact, start == some); });
+  }
+  run(nan, [&](T* out, T*) { twin::swiglu_forward(out, x.p, y.p, n); });
+  run(nan, [&](T* out, T*) { twin::residual_forward(out, x.p, y.p, n); });
+  for (bool accumulate : {false, true}) {
+    const auto& start = accumulate ? some : nan;
+    run(start, [&](T* dg, T* du) { twin::swiglu_backward(dg, du, d.p, x.p, y.p, n, accumulate); });
+    run(start, [&](T* da, T* db) { twin::residual_backward(da, db, d.p, n, accumulate); });
+  }
+  return all;
+}
+
+// The vector path gives the scalar path's bits (one element's math whatever the pack), every element of every
+// output: a lane misplaced, skipped or read from the wrong operand would differ.
+template <class T>
+void expect_elementwise_paths_bitwise_equal() {
+  const int64_t n = 4096 + 8 * 3;
+  Stored<T> probe(std::vector<float>(8), 0), off(std::vector<float>(8), 1);
+  ASSERT_EQ(elementwise_map_for<T>(n, probe.p).width, kPackWidth<T>);
+  ASSERT_EQ(elementwise_map_for<T>(n, off.p).width, 1);
+  const auto packed = elementwise_outputs<T>(n, 0), single = elementwise_outputs<T>(n, 1);
+  ASSERT_EQ(packed.size(), single.size());
+  for (size_t i = 0; i < packed.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(packed[i]), std::bit_cast<uint32_t>(single[i])) << "output element " << i;
+}
+
+TEST(CudaTwins, ElementwisePathsGiveTheSameBitsFp32) { expect_elementwise_paths_bitwise_equal<float>(); }
+TEST(CudaTwins, ElementwisePathsGiveTheSameBitsBf16) { expect_elementwise_paths_bitwise_equal<Bf16>(); }
+
+// RoPE takes packs of pairs when hs/2 and the row stride are multiples of the pack (Llama's q in a packed row): the
+// same bits as single pairs (pointers one element off), forward and backward writing and adding, and nothing
+// written past the heads (NaN kept there).
+template <class T>
+void expect_rope_paths_bitwise_equal() {
+  const int64_t B = 2, Tn = 9, H = 3, hs = 64, rs = (H + 2) * hs, n = B * Tn * rs;
+  const RopeScaling scaling{500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f};
+  RopeArgs a;
+  ASSERT_TRUE(rope_args(&a, B, Tn, H, hs, rs, scaling));
+  std::vector<std::vector<float>> outs;
+  for (const int offset : {0, 1}) {
+    const Stored<T> x(random_vector(n, 97), offset);
+    Stored<T> out(std::vector<float>(n, kNaN), offset), dx(std::vector<float>(n, kNaN), offset),
+        added(random_vector(n, 98), offset);
+    ASSERT_EQ(rope_map(a, out.p, x.p).width, offset == 0 ? kPackWidth<T> : 1);
+    ASSERT_TRUE(twin::rope_forward(out.p, x.p, B, Tn, H, hs, rs, scaling));
+    ASSERT_TRUE(twin::rope_backward(dx.p, x.p, B, Tn, H, hs, rs, scaling, false));
+    ASSERT_TRUE(twin::rope_backward(added.p, x.p, B, Tn, H, hs, rs, scaling, true));
+    outs.emplace_back();
+    for (const auto* s : {&out, &dx, &added})
+      for (float v : s->values()) outs.back().push_back(v);
+  }
+  for (size_t i = 0; i < outs[0].size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(outs[0][i]), std::bit_cast<uint32_t>(outs[1][i])) << "output element " << i;
+}
+
+TEST(CudaTwins, RopePathsGiveTheSameBitsFp32) { expect_rope_paths_bitwise_equal<float>(); }
+TEST(CudaTwins, RopePathsGiveTheSameBitsBf16) { expect_rope_paths_bitwise_equal<Bf16>(); }
+
+// Embedding forward takes packs when C is a multiple of the pack (each pack one row's): the same bits as single
+// elements, and as the CPU op in fp32.
+TEST(CudaTwins, EmbeddingForwardPathsGiveTheSameBits) {
+  const int64_t B = 2, T = 5, C = 64, V = 9;
+  std::vector<int32_t> tokens(B * T);
+  for (int64_t i = 0; i < B * T; ++i) tokens[i] = static_cast<int32_t>(i * 5 % V);
+  const auto wte_v = random_vector(V * C, 94), wpe_v = random_vector(T * C, 95), type_v = random_vector(C, 96);
+  std::vector<std::vector<float>> outs;
+  for (const int offset : {0, 1}) {
+    const Stored<float> wte(wte_v, offset), wpe(wpe_v, offset), type(type_v, offset);
+    Stored<float> out(std::vector<float>(B * T * C, kNaN), offset);
+    ASSERT_EQ(embedding_forward_map(out.p, wte.p, wpe.p, type.p, B * T * C, C).width, offset == 0 ? 4 : 1);
+    twin::embedding_forward(out.p, tokens.data(), wte.p, wpe.p, type.p, B, T, C);
+    outs.push_back(out.values());
+  }
+  std::vector<float> want(B * T * C);
+  kernels::cpu::embedding_forward(want.data(), tokens.data(), wte_v.data(), wpe_v.data(), B, T, C, type_v.data());
+  for (int64_t i = 0; i < B * T * C; ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(outs[0][i]), std::bit_cast<uint32_t>(want[i])) << "packs, element " << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(outs[1][i]), std::bit_cast<uint32_t>(want[i])) << "single, element " << i;
+  }
 }
 
 }  // namespace
