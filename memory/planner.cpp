@@ -53,9 +53,34 @@ ArenaLayout place(std::span<const TensorLifetime> tensors, const std::vector<int
   return plan;
 }
 
+// The tensors with every in-place pair made one block: the taken tensor lives on to the taker's last use, as
+// large as the larger of the two, and the taker takes no room of its own. Throws for a pair the op list does not
+// allow (the taken tensor alive after the taker's first op, a chain, an index out of range).
+std::vector<TensorLifetime> merge_in_place(std::span<const TensorLifetime> tensors) {
+  std::vector<TensorLifetime> merged(tensors.begin(), tensors.end());
+  std::vector<bool> taken(tensors.size(), false);
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const int s = tensors[t].in_place_of;
+    if (s < 0) continue;
+    if (s >= static_cast<int>(tensors.size()) || static_cast<size_t>(s) == t || tensors[s].in_place_of >= 0 ||
+        taken[s] || tensors[s].last != tensors[t].first)
+      throw std::invalid_argument("planner: tensor " + std::to_string(t) + " is written in place of tensor " +
+                                  std::to_string(s) +
+                                  ", which must be another tensor, written in place of none, taken "
+                                  "by no other, and last used by the op that first uses this one");
+    taken[s] = true;
+    merged[s].last = tensors[t].last;
+    merged[s].bytes = std::max(tensors[s].bytes, tensors[t].bytes);
+    merged[s].alignment = std::max(tensors[s].alignment, tensors[t].alignment);
+    merged[t].bytes = 0;
+  }
+  return merged;
+}
+
 }  // namespace
 
-int64_t Planner::lower_bound(std::span<const TensorLifetime> tensors) {
+int64_t Planner::lower_bound(std::span<const TensorLifetime> given) {
+  const std::vector<TensorLifetime> tensors = merge_in_place(given);
   int last_op = 0;
   for (const auto& t : tensors) last_op = std::max(last_op, t.last);
   std::vector<int64_t> delta(static_cast<size_t>(last_op) + 2, 0);
@@ -69,11 +94,12 @@ int64_t Planner::lower_bound(std::span<const TensorLifetime> tensors) {
   return most;
 }
 
-ArenaLayout Planner::plan(std::span<const TensorLifetime> tensors) {
-  for (const auto& t : tensors) {
+ArenaLayout Planner::plan(std::span<const TensorLifetime> given) {
+  for (const auto& t : given) {
     if (t.bytes < 0 || t.first < 0 || t.last < t.first || t.alignment <= 0 || (t.alignment & (t.alignment - 1)))
       throw std::invalid_argument("planner: each tensor needs bytes >= 0, 0 <= first <= last, a power-of-two alignment");
   }
+  const std::vector<TensorLifetime> tensors = merge_in_place(given);
   const int n = static_cast<int>(tensors.size());
   auto ordered = [&](auto&& before) {
     std::vector<int> order(n);
@@ -103,7 +129,9 @@ ArenaLayout Planner::plan(std::span<const TensorLifetime> tensors) {
     if (best.offsets.empty() || p.peak < best.peak) best = std::move(p);
   }
   if (best.offsets.empty()) best.offsets.assign(tensors.size(), 0);
-  best.lower_bound = lower_bound(tensors);
+  for (size_t t = 0; t < given.size(); ++t)
+    if (given[t].in_place_of >= 0) best.offsets[t] = best.offsets[given[t].in_place_of];
+  best.lower_bound = lower_bound(given);
   return best;
 }
 
@@ -127,6 +155,7 @@ std::string Planner::check(std::span<const TensorLifetime> tensors, const ArenaL
     if (t.bytes == 0) continue;
     live.erase(std::remove_if(live.begin(), live.end(), [&](int j) { return tensors[j].last < t.first; }), live.end());
     for (int j : live) {
+      if ((t.in_place_of == j || tensors[j].in_place_of == i) && plan.offsets[i] == plan.offsets[j]) continue;
       const int64_t a0 = plan.offsets[i], a1 = a0 + t.bytes, b0 = plan.offsets[j], b1 = b0 + tensors[j].bytes;
       if (a0 < b1 && b0 < a1)
         return "tensors " + std::to_string(j) + " and " + std::to_string(i) + " are alive together and overlap in memory";

@@ -15,9 +15,14 @@ struct TensorLifetime {
   int64_t alignment = 256;  // a power of two
   int first = 0;            // first op that uses it
   int last = 0;             // last op that uses it (inclusive)
+  // The tensor whose memory this one takes (-1: none): it is written in place of that tensor by the op that reads
+  // that tensor last (first == that tensor's last), so the two are placed as one block from the one's first
+  // use to the other's last.
+  int in_place_of = -1;
 };
 
-// Where every tensor sits in the arena, and how big the arena must be.
+// Where every tensor sits in the arena, and how big the arena must be (a tensor written in place of another at
+// that one's offset).
 struct ArenaLayout {
   std::vector<int64_t> offsets;  // one per tensor, aligned; zero-size tensors get 0
   int64_t peak = 0;              // bytes of arena the plan needs
@@ -30,11 +35,12 @@ struct Planner {
   // Orderings beyond the first are only tried while the instance is small enough to stay fast.
   static ArenaLayout plan(std::span<const TensorLifetime> tensors);
 
-  // Checks a plan: alignment, and no two tensors alive at the same op overlapping in memory. Returns an
-  // empty string when valid, else what is wrong (for tests and debug builds).
+  // Checks a plan: alignment, and no two tensors alive at the same op overlapping in memory but a tensor and the
+  // one it is written in place of, at the same offset. Returns an empty string when valid, else what is wrong
+  // (for tests and debug builds).
   static std::string check(std::span<const TensorLifetime> tensors, const ArenaLayout& plan);
 
-  // The most bytes alive at one op.
+  // The most bytes alive at one op (a tensor written in place of another counted once where both are alive).
   static int64_t lower_bound(std::span<const TensorLifetime> tensors);
 };
 

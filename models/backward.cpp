@@ -17,6 +17,7 @@ struct BackwardRule {
   bool reads_inputs;       // the forward inputs, in order
   std::vector<int> saved;  // forward output slots read back
   int flops_num, flops_den;  // backward FLOPs = forward FLOPs * num / den (a ratio, so counts stay exact)
+  bool in_place = false;     // its first input's gradient takes that input's memory (the op reads it last)
 };
 
 // clang-format off
@@ -28,7 +29,7 @@ const BackwardRule kRules[] = {
     {OpKind::Attention,    true,     true,    {1, 0},             2, 1},  // probs; y (a fused backward's rowsum(dy * y))
     {OpKind::Gelu,         true,     true,    {},                 2, 1},
     {OpKind::Residual,     true,     false,   {},                 2, 1},  // dy flows to both inputs as is
-    {OpKind::CrossEntropy, false,    true,    {},                 4, 3},  // softmax(logits) - onehot(targets)
+    {OpKind::CrossEntropy, false,    true,    {},                 4, 3, true},  // softmax(logits) - onehot(targets), over the logits
     {OpKind::RmsNorm,      true,     true,    {1},                2, 1},  // rstd
     {OpKind::Rope,         true,     false,   {},                 1, 1},  // dy rotated back: the angles need no input
     {OpKind::SwiGlu,       true,     true,    {},                 2, 1},  // gate, up
@@ -91,6 +92,7 @@ void append_backward(ModelSpec& spec) {
     }
     for (int t : fwd.inputs)
       if (!spec.tensors[t].is_input) bwd.outputs.push_back(grads.written(t));
+    if (rule.in_place && !bwd.outputs.empty()) spec.tensors[bwd.outputs[0]].in_place_of = fwd.inputs.at(0);
     spec.ops.push_back(std::move(bwd));
   }
 }

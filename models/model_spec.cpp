@@ -67,7 +67,8 @@ double ModelSpec::forward_flops() const {
 
 std::vector<memory::TensorLifetime> ModelSpec::tensor_lifetimes() const {
   std::vector<memory::TensorLifetime> out(tensors.size());
-  for (size_t t = 0; t < tensors.size(); ++t) out[t].bytes = tensors[t].bytes();
+  for (size_t t = 0; t < tensors.size(); ++t)
+    out[t].bytes = tensors[t].bytes(), out[t].in_place_of = tensors[t].in_place_of;
   for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
     for (int t : ops[i].creates) out[t].first = i;
     for (int t : ops[i].frees) out[t].last = i;

@@ -39,6 +39,9 @@ struct TensorSpec {
   // Stored in `dtype` whatever the training precision: token ids, and what numerics keep in fp32 (LayerNorm
   // statistics, per-token losses). Every other tensor is stored in the precision the step computes in.
   bool fixed_dtype = false;
+  // The tensor whose memory this one takes (-1: none): the loss's gradient is written over the logits by the op
+  // that reads them last, as llm.c's fused classifier does (memory::TensorLifetime::in_place_of).
+  int in_place_of = -1;
   int64_t bytes() const { return numel(shape) * dtype_bytes(dtype); }
 };
 

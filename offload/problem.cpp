@@ -118,6 +118,7 @@ void OffloadProblem::add_activations(const models::ModelSpec& spec, const std::v
     for (const auto* list : {&op.inputs, &op.outputs})
       for (int x : *list) uses[x].add(op, op_recompute[t], t);
   }
+  std::vector<int> entry_of(spec.tensors.size(), -1);  // a tensor's (last) entry in activations
   for (int x = 0; x < static_cast<int>(spec.tensors.size()); ++x) {
     const Uses& u = uses[x];
     const int64_t bytes = cost.tensor_bytes(spec, x);
@@ -132,11 +133,20 @@ void OffloadProblem::add_activations(const models::ModelSpec& spec, const std::v
       activations.push_back({bytes, 256, u.all_first, u.all_last});
     }
     activation_tensor.push_back(x);
+    entry_of[x] = static_cast<int>(activations.size()) - 1;
   }
+  for (int x = 0; x < static_cast<int>(spec.tensors.size()); ++x)  // the loss's gradient over the logits
+    if (const int taken = spec.tensors[x].in_place_of; taken >= 0)
+      activations[entry_of[x]].in_place_of = entry_of[taken];
   activation_live.assign(n_ops + 1, 0);
   for (const auto& a : activations) {
     activation_live[a.first] += a.bytes;
     activation_live[a.last + 1] -= a.bytes;
+    if (a.in_place_of >= 0) {  // one block where the two meet
+      const int64_t shared = std::min(a.bytes, activations[a.in_place_of].bytes);
+      activation_live[a.first] -= shared;
+      activation_live[a.first + 1] += shared;
+    }
   }
   std::partial_sum(activation_live.begin(), activation_live.end(), activation_live.begin());
   activation_live.pop_back();

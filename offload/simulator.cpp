@@ -332,10 +332,8 @@ SimResult estimate(const OffloadProblem& p, const Schedule& s) {
   r.error = Validator(p, s).run();
   if (!r.error.empty()) return r;
   Replay(p, s, r).run();
-  std::vector<int64_t> live(p.n_ops + 1, 0);  // bytes alive at each op, by a sweep of starts and ends
-  for (const DeviceTensor& t : device_tensors(p, s)) live[t.life.first] += t.life.bytes, live[t.life.last + 1] -= t.life.bytes;
-  int64_t alive = 0;
-  for (int i = 0; i < p.n_ops; ++i) r.peak_device_bytes = std::max(r.peak_device_bytes, alive += live[i]);
+  // The most bytes alive at one op (the loss's gradient over the logits counted once where the two meet).
+  r.peak_device_bytes = memory::Planner::lower_bound(lifetimes(device_tensors(p, s)));
   r.fits = r.peak_device_bytes <= p.budget_bytes;
   return r;
 }

@@ -183,6 +183,30 @@ TEST(ModelSpecs, DerivedBackwardMirrorsForwardForRandomShapes) {
 }
 
 // A few backward ops spelled out, slot by slot, as models/cpu_op.cpp documents them.
+// The loss's gradient is written over the logits (the loss's backward reads them last), and no other tensor is
+// written in place: the planner gives the two one block.
+TEST(ModelSpecs, OnlyTheLossGradientIsWrittenOverItsInput) {
+  for (const ModelSpec& spec : random_specs()) {
+    SCOPED_TRACE(spec.kind);
+    int in_place = 0;
+    for (int t = 0; t < static_cast<int>(spec.tensors.size()); ++t) {
+      const int taken = spec.tensors[t].in_place_of;
+      if (taken < 0) continue;
+      ++in_place;
+      const auto loss_bwd = std::find_if(spec.ops.begin(), spec.ops.end(), [](const OpSpec& op) {
+        return op.kind == OpKind::CrossEntropy && op.pass == Pass::Backward;
+      });
+      ASSERT_NE(loss_bwd, spec.ops.end());
+      EXPECT_EQ(loss_bwd->outputs, std::vector<int>{t});
+      EXPECT_EQ(loss_bwd->inputs.at(0), taken);
+      const std::vector<memory::TensorLifetime> life = spec.tensor_lifetimes();
+      EXPECT_EQ(life[taken].last, life[t].first) << "the logits outlive their gradient's birth";
+      EXPECT_EQ(life[t].in_place_of, taken);
+    }
+    EXPECT_EQ(in_place, 1);
+  }
+}
+
 TEST(ModelSpecs, BackwardSlotsFollowTheCpuConventions) {
   struct Expected {
     std::string op;

@@ -317,14 +317,22 @@ TEST(DeviceMemory, RedZonesFollowEveryTensorAndCountAgainstTheBudget) {
   ASSERT_EQ(zoned.tensors.size(), plain.tensors.size());
   EXPECT_EQ(zoned.red_zone_bytes, kRedZone);
   EXPECT_GT(zoned.layout.peak, plain.layout.peak);
-  // No tensor alive at the same op overlaps another's bytes or its red zone.
+  // No tensor alive at the same op overlaps another's bytes or its red zone, but the loss's gradient, which is
+  // written over the logits (at their offset).
+  int in_place = 0;
   for (size_t i = 0; i < zoned.tensors.size(); ++i)
     for (size_t j = 0; j < zoned.tensors.size(); ++j) {
       const auto &a = zoned.tensors[i].life, &b = zoned.tensors[j].life;
       if (i == j || a.last < b.first || b.last < a.first) continue;
+      if (a.in_place_of == static_cast<int>(j)) {
+        EXPECT_EQ(zoned.layout.offsets[i], zoned.layout.offsets[j]) << "tensor " << i << " written over " << j;
+        ++in_place;
+      }
+      if (a.in_place_of == static_cast<int>(j) || b.in_place_of == static_cast<int>(i)) continue;
       const int64_t a0 = zoned.layout.offsets[i], b0 = zoned.layout.offsets[j];
       EXPECT_TRUE(a0 + a.bytes + kRedZone <= b0 || b0 + b.bytes + kRedZone <= a0) << "tensors " << i << " and " << j;
     }
+  EXPECT_EQ(in_place, 1) << "the loss's gradient over the logits";
   EXPECT_THROW(lay_out(p, s, -1), std::invalid_argument);
   // plan_step pads every tensor and fits the padded layout into the budget.
   const models::ModelSpec spec = gpt2_bf16({2, 2, 64, 256, 32}, 2, 32);
@@ -1120,10 +1128,13 @@ TEST(Greedy, WithinTenPercentOfTheBoundWhenTheBudgetHoldsPartOfTheOptimizer) {
   struct Case {
     models::GptConfig shape;
     int gib;
-    double allowed;  // greedy / bound, a little above what was measured (1.015, 1.068, 1.042, 1.020)
+    // greedy / bound, a little above what was measured: 1.045, 1.025, 1.066, 1.020 since the loss's gradient takes
+    // the logits' memory (1.015, 1.068, 1.042, 1.020 before, when both counted the two apart: at 4 GiB the bound
+    // gains more from that room than greedy's rungs take)
+    double allowed;
   };
-  for (const Case& c : {Case{{8, 25, 1600, 50257, 1024}, 4, 1.03}, Case{{8, 25, 1600, 50257, 1024}, 5, 1.08},
-                        Case{{4, 32, 2560, 50257, 1024}, 4, 1.06}, Case{{4, 32, 2560, 50257, 1024}, 5, 1.04}}) {
+  for (const Case& c : {Case{{8, 25, 1600, 50257, 1024}, 4, 1.06}, Case{{8, 25, 1600, 50257, 1024}, 5, 1.04},
+                        Case{{4, 32, 2560, 50257, 1024}, 4, 1.08}, Case{{4, 32, 2560, 50257, 1024}, 5, 1.03}}) {
     const models::ModelSpec spec = gpt2_bf16(c.shape, 4, 1024);
     PlanRequest request;
     request.budget_bytes = int64_t(c.gib) << 30;

