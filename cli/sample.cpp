@@ -72,11 +72,10 @@ std::unique_ptr<dataset::Tokenizer> run_tokenizer(const formats::TrainState& sta
 // The ids the model starts from: the prompt's, after the tokenizer's BOS when it puts one before a text (as the
 // run's documents were packed); an empty prompt is BOS alone, else the end of a document (GPT-2's way of
 // sampling unconditionally), else a newline (the byte tokenizer).
-std::vector<int32_t> prompt_ids(const dataset::Tokenizer& t, const std::string& prompt) {
+std::vector<int32_t> prompt_ids(const dataset::Tokenizer& t, const std::vector<int32_t>& prompt) {
   std::vector<int32_t> ids;
   if (t.bos_id() >= 0) ids.push_back(t.bos_id());
-  const std::vector<int32_t> text = t.encode(prompt);
-  ids.insert(ids.end(), text.begin(), text.end());
+  ids.insert(ids.end(), prompt.begin(), prompt.end());
   if (ids.empty()) ids.push_back(t.eos_id() >= 0 ? t.eos_id() : '\n');
   return ids;
 }
@@ -163,9 +162,10 @@ std::string sample(const SampleOptions& o, const std::function<bool(std::string_
   // Only the ids the tokenizer can write out are drawn (the byte tokenizer writes '?' for the ids past a byte).
   const int64_t drawn = bytes ? V : std::min<int64_t>(V, tokenizer->vocab_size());
 
-  std::vector<int32_t> text = prompt_ids(*tokenizer, o.prompt);
+  const std::vector<int32_t> prompt = tokenizer->encode(o.prompt);
+  std::vector<int32_t> text = prompt_ids(*tokenizer, prompt);
   bool heard = !on_text || o.prompt.empty() || on_text(o.prompt);  // false: no one takes the text any more
-  TextStream stream(*tokenizer, bytes, bytes ? std::vector<int32_t>() : tokenizer->encode(o.prompt));
+  TextStream stream(*tokenizer, bytes, bytes ? std::vector<int32_t>() : prompt);
   std::span<const float> logits;
   const auto feed_last = [&](int64_t keep) {  // the text's last `keep` tokens, from position 0
     decoder.reset();

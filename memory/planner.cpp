@@ -79,19 +79,25 @@ std::vector<TensorLifetime> merge_in_place(std::span<const TensorLifetime> tenso
 
 }  // namespace
 
-int64_t Planner::lower_bound(std::span<const TensorLifetime> given) {
+std::vector<int64_t> Planner::live_bytes(std::span<const TensorLifetime> given, int ops) {
   const std::vector<TensorLifetime> tensors = merge_in_place(given);
-  int last_op = 0;
-  for (const auto& t : tensors) last_op = std::max(last_op, t.last);
-  std::vector<int64_t> delta(static_cast<size_t>(last_op) + 2, 0);
+  std::vector<int64_t> live(static_cast<size_t>(ops) + 1, 0);  // starts and ends, then their running sum
   for (const auto& t : tensors) {
     if (t.bytes == 0) continue;
-    delta[t.first] += t.bytes;
-    delta[t.last + 1] -= t.bytes;
+    if (t.last >= ops) throw std::invalid_argument("planner: a tensor lives past op " + std::to_string(ops - 1));
+    live[t.first] += t.bytes;
+    live[t.last + 1] -= t.bytes;
   }
-  int64_t live = 0, most = 0;
-  for (int64_t d : delta) most = std::max(most, live += d);
-  return most;
+  std::partial_sum(live.begin(), live.end(), live.begin());
+  live.pop_back();
+  return live;
+}
+
+int64_t Planner::lower_bound(std::span<const TensorLifetime> tensors) {
+  int ops = 1;
+  for (const auto& t : tensors) ops = std::max(ops, t.last + 1);
+  const std::vector<int64_t> live = live_bytes(tensors, ops);
+  return *std::max_element(live.begin(), live.end());
 }
 
 ArenaLayout Planner::plan(std::span<const TensorLifetime> given) {

@@ -40,7 +40,9 @@ struct Planner {
   // (for tests and debug builds).
   static std::string check(std::span<const TensorLifetime> tensors, const ArenaLayout& plan);
 
-  // The most bytes alive at one op (a tensor written in place of another counted once where both are alive).
+  // The bytes alive at each of ops 0..ops-1 (a tensor written in place of another counted once where both are
+  // alive), and the most of them: no plan can need less.
+  static std::vector<int64_t> live_bytes(std::span<const TensorLifetime> tensors, int ops);
   static int64_t lower_bound(std::span<const TensorLifetime> tensors);
 };
 

@@ -138,18 +138,7 @@ void OffloadProblem::add_activations(const models::ModelSpec& spec, const std::v
   for (int x = 0; x < static_cast<int>(spec.tensors.size()); ++x)  // the loss's gradient over the logits
     if (const int taken = spec.tensors[x].in_place_of; taken >= 0)
       activations[entry_of[x]].in_place_of = entry_of[taken];
-  activation_live.assign(n_ops + 1, 0);
-  for (const auto& a : activations) {
-    activation_live[a.first] += a.bytes;
-    activation_live[a.last + 1] -= a.bytes;
-    if (a.in_place_of >= 0) {  // one block where the two meet
-      const int64_t shared = std::min(a.bytes, activations[a.in_place_of].bytes);
-      activation_live[a.first] -= shared;
-      activation_live[a.first + 1] += shared;
-    }
-  }
-  std::partial_sum(activation_live.begin(), activation_live.end(), activation_live.begin());
-  activation_live.pop_back();
+  activation_live = memory::Planner::live_bytes(activations, n_ops);
 }
 
 int64_t OffloadProblem::total_params() const { return std::accumulate(bucket_params.begin(), bucket_params.end(), int64_t(0)); }

@@ -22,6 +22,7 @@ Decoder::Decoder(const models::ModelConfig& config, models::ParameterStore& para
     throw std::invalid_argument("the weights hold " + std::to_string(params.count()) + " tensors; the model has " +
                                 std::to_string(spec_.params.size()));
   runner_ = std::make_unique<CpuRunner>(spec_, params_);
+  logits_tensor_ = spec_.tensor_index("lm_head.out");
   const int64_t kv_width = int64_t{config.kv_heads()} * (config.n_embd / config.n_head);
   keys_.assign(static_cast<size_t>(config.n_layer), std::vector<float>(static_cast<size_t>(capacity() * kv_width)));
   values_ = keys_;
@@ -42,9 +43,8 @@ std::span<const float> Decoder::step(int32_t token) {
     else runner_->run_op(op);
   }
   ++position_;
-  const std::vector<float> padded = runner_->tensor("lm_head.out");  // (1, 1, the padded vocabulary)
-  logits_.assign(padded.begin(), padded.begin() + config_.vocab_size);
-  return logits_;
+  // The first V of the padded vocabulary's logits, read in place (the spec is fp32).
+  return {reinterpret_cast<const float*>(runner_->data(logits_tensor_)), static_cast<size_t>(config_.vocab_size)};
 }
 
 // GPT-2's token and position tables (the row of this position); Llama's token table alone.

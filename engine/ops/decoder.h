@@ -22,7 +22,8 @@ class Decoder {
   Decoder(const models::ModelConfig& config, models::ParameterStore& params);
 
   // Feeds `token` at the next position and returns the logits there over the vocabulary's V ids (not the
-  // engine's padded rows), valid until the next call. Throws when the cache is full (capacity()).
+  // engine's padded rows), valid until the next call (they are the model's own output tensor). Throws when the cache is
+  // full (capacity()).
   std::span<const float> step(int32_t token);
   int64_t position() const { return position_; }        // tokens fed since the start or the last reset()
   int64_t capacity() const { return config_.seq_len; }  // positions the model has
@@ -38,7 +39,7 @@ class Decoder {
   models::ParameterStore& params_;
   std::unique_ptr<CpuRunner> runner_;
   std::vector<std::vector<float>> keys_, values_;  // per layer: (capacity, kv heads x head size)
-  std::vector<float> logits_;
+  int logits_tensor_ = -1;                         // lm_head.out: (1, 1, the padded vocabulary), in fp32
   int64_t position_ = 0;
 };
 
