@@ -1,8 +1,8 @@
-// The CUDA device's ops (with a GPU; skipped without one): every op kind and pass of GPT-2 and BERT through
+// The CUDA device's ops (with a GPU; skipped without one): every op kind and pass of GPT-2, BERT and Llama through
 // CudaDevice::run_op against the host device's CPU op, both reached through the Device interface, on random
 // shapes (odd vocabulary and channel sizes) in fp32, bf16 and fp16, backward ops also told to write their
-// activation gradients (accumulate false) over garbage; and the Hugging Face goldens
-// (tests/data/*_reference.safetensors) replayed on the CUDA device, AdamW steps included.
+// activation gradients (accumulate false) over garbage; and the Hugging Face goldens (GPT-2, BERT, Llama, Qwen2:
+// tests/data/*_reference.safetensors) replayed on the CUDA device, AdamW steps included.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +18,7 @@
 #include "engine/device/cuda_devices.h"
 #include "engine/device/make_device.h"
 #include "engine/ops/op_dispatch.h"
+#include "formats/hf_config.h"
 #include "formats/safetensors.h"
 #include "formats/weights.h"
 #include "kernels/op_call.h"
@@ -245,11 +246,36 @@ struct Shape {
   DType precision;
   int n_head, head_size, vocab;
   int64_t B, T;
+  // Llama's: key/value heads (a divisor of n_head), the MLP's width, Qwen2's q/k/v biases, Llama 3's rope scaling.
+  int kv_heads = 0, intermediate = 0;
+  bool attention_bias = false, rope_scaled = false;
 };
 
 std::string describe(const Shape& s) {
-  return s.kind + " " + to_string(s.precision) + " heads " + std::to_string(s.n_head) + "x" + std::to_string(s.head_size) +
-         " vocab " + std::to_string(s.vocab) + " batch " + std::to_string(s.B) + "x" + std::to_string(s.T);
+  std::string d = s.kind + " " + to_string(s.precision) + " heads " + std::to_string(s.n_head) + "x" +
+                  std::to_string(s.head_size) + " vocab " + std::to_string(s.vocab) + " batch " + std::to_string(s.B) +
+                  "x" + std::to_string(s.T);
+  if (s.kind == "llama")
+    d += " kv heads " + std::to_string(s.kv_heads) + " mlp " + std::to_string(s.intermediate) +
+         (s.attention_bias ? " q/k/v bias" : "") + (s.rope_scaled ? " llama3 rope" : "");
+  return d;
+}
+
+models::ModelConfig model_of(const Shape& s) {
+  models::ModelConfig m;
+  m.kind = s.kind;
+  m.n_layer = 1;
+  m.n_head = s.n_head;
+  m.n_embd = s.n_head * s.head_size;
+  m.vocab_size = s.vocab;
+  m.seq_len = static_cast<int>(s.T);
+  if (s.kind == "llama") {
+    m.n_kv_head = s.kv_heads;
+    m.intermediate_size = s.intermediate;
+    m.attention_bias = s.attention_bias;
+    if (s.rope_scaled) m.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 16};  // positions past 16 / 4 take the scaled band
+  }
+  return m;
 }
 
 // Every op of one model shape on two devices, from the same random operands: `tested`'s results (the CUDA
@@ -259,8 +285,7 @@ std::string describe(const Shape& s) {
 std::set<std::pair<models::OpKind, models::Pass>> compare_every_op(const Shape& s, uint64_t seed,
                                                                    DeviceChoice::Kind tested,
                                                                    bool write_gradients = false) {
-  const int C = s.n_head * s.head_size;
-  const ModelSpec spec = models::build_model({s.kind, 1, s.n_head, C, s.vocab, static_cast<int>(s.T), {}, {}}, s.B, s.T, s.precision);
+  const ModelSpec spec = models::build_model(model_of(s), s.B, s.T, s.precision);
   const SpecLayout layout(spec);
   Mirror host(DeviceChoice::Kind::Host, layout.bytes), cuda(tested, layout.bytes);
   std::vector<std::byte> image(static_cast<size_t>(layout.bytes));
@@ -308,15 +333,31 @@ std::set<std::pair<models::OpKind, models::Pass>> compare_every_op(const Shape& 
   return covered;
 }
 
-// Random shapes: head sizes and vocabularies that are no multiple of a warp or a vector width among them.
+// Random shapes: head sizes and vocabularies that are no multiple of a warp or a vector width among them; for
+// Llama, grouped-query attention (key/value heads a divisor of the heads, one of them among them), odd MLP widths,
+// q/k/v biases and Llama 3's rope scaling, each on some shapes and not others.
 std::vector<Shape> random_shapes(const std::string& kind, DType precision, uint64_t seed) {
   Rng rng(seed);
   std::vector<Shape> shapes{{kind, precision, 4, 16, 96, 2, 16}};  // a regular one first
+  if (kind == "llama") shapes[0].kv_heads = 2, shapes[0].intermediate = 160;
   for (int i = 0; i < 3; ++i) {
     const int heads = 1 + static_cast<int>(rng.below(4));
     const int head_size = 4 + 2 * static_cast<int>(rng.below(15));  // 4..32, even
     const int vocab = 33 + 2 * static_cast<int>(rng.below(60));     // odd, 33..151
-    shapes.push_back({kind, precision, heads, head_size, vocab, 1 + static_cast<int64_t>(rng.below(3)), 3 + static_cast<int64_t>(rng.below(38))});
+    Shape s{kind,
+            precision,
+            heads,
+            head_size,
+            vocab,
+            1 + static_cast<int64_t>(rng.below(3)),
+            3 + static_cast<int64_t>(rng.below(38))};
+    if (kind == "llama") {
+      s.kv_heads = heads % 2 == 0 && i != 1 ? heads / 2 : i == 1 ? 1 : heads;
+      s.intermediate = 7 + 2 * static_cast<int>(rng.below(40));  // odd, 7..85
+      s.attention_bias = i % 2 == 0;
+      s.rope_scaled = i != 0;
+    }
+    shapes.push_back(s);
   }
   return shapes;
 }
@@ -331,13 +372,21 @@ void PrintTo(const OpCase& c, std::ostream* os) { *os << c.kind << ' ' << to_str
 class CudaOps : public ::testing::TestWithParam<OpCase> {};
 
 void expect_every_op_like_the_host(const OpCase& c, DeviceChoice::Kind tested, bool write_gradients = false) {
-  std::set<std::pair<models::OpKind, models::Pass>> covered;
+  // "Rope backward": printed by name where the two sets differ.
+  const auto name = [](models::OpKind kind, models::Pass pass) {
+    return std::string(to_string(kind)) + (pass == models::Pass::Forward ? " forward" : " backward");
+  };
+  std::set<std::string> covered, in_the_model;
   uint64_t seed = 1;
   for (const Shape& s : random_shapes(c.kind, c.precision, 17 + static_cast<uint64_t>(c.precision))) {
     SCOPED_TRACE(describe(s));
-    for (const auto& kp : compare_every_op(s, seed++, tested, write_gradients)) covered.insert(kp);
+    for (const auto& [kind, pass] : compare_every_op(s, seed++, tested, write_gradients))
+      covered.insert(name(kind, pass));
+    for (const OpSpec& op : models::build_model(model_of(s), s.B, s.T, s.precision).ops)
+      in_the_model.insert(name(op.kind, op.pass));
   }
-  EXPECT_EQ(covered.size(), 14u) << "every kind, forward and backward";
+  EXPECT_EQ(covered, in_the_model) << "every kind of the model's, forward and backward";
+  EXPECT_EQ(in_the_model.size(), c.kind == "llama" ? 16u : 14u) << "the kinds a " << c.kind << " step has";
 }
 
 TEST_P(CudaOps, EveryOpMatchesTheHostDeviceOnRandomShapes) {
@@ -356,6 +405,7 @@ TEST_P(CudaOps, EveryBackwardWritingItsGradientsMatchesTheHostAddingIntoZeros) {
 TEST(CudaOpsHarness, RunsEveryOpOnASecondHostDevice) {
   expect_every_op_like_the_host({"gpt2", DType::BF16}, DeviceChoice::Kind::Host);
   expect_every_op_like_the_host({"bert", DType::F32}, DeviceChoice::Kind::Host);
+  expect_every_op_like_the_host({"llama", DType::BF16}, DeviceChoice::Kind::Host);
 }
 
 // The same with the second host device's backward ops writing their gradients over NaN: the CPU kernels honour
@@ -363,11 +413,15 @@ TEST(CudaOpsHarness, RunsEveryOpOnASecondHostDevice) {
 TEST(CudaOpsHarness, RunsEveryBackwardWritingItsGradientsOnASecondHostDevice) {
   expect_every_op_like_the_host({"gpt2", DType::BF16}, DeviceChoice::Kind::Host, true);
   expect_every_op_like_the_host({"bert", DType::F32}, DeviceChoice::Kind::Host, true);
+  expect_every_op_like_the_host({"llama", DType::F32}, DeviceChoice::Kind::Host, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaOps,
-                         ::testing::Values(OpCase{"gpt2", DType::F32}, OpCase{"gpt2", DType::BF16}, OpCase{"gpt2", DType::F16},
-                                           OpCase{"bert", DType::F32}, OpCase{"bert", DType::BF16}, OpCase{"bert", DType::F16}),
+                         ::testing::Values(OpCase{"gpt2", DType::F32}, OpCase{"gpt2", DType::BF16},
+                                           OpCase{"gpt2", DType::F16}, OpCase{"bert", DType::F32},
+                                           OpCase{"bert", DType::BF16}, OpCase{"bert", DType::F16},
+                                           OpCase{"llama", DType::F32}, OpCase{"llama", DType::BF16},
+                                           OpCase{"llama", DType::F16}),
                          [](const auto& info) { return info.param.kind + "_" + to_string(info.param.precision); });
 
 // A whole model on the CUDA device, every tensor in its own place (the golden models are tiny): the batch,
@@ -435,32 +489,56 @@ class DeviceModel {
   Mirror cuda_;
 };
 
-// A golden reference (logits, loss, every gradient, AdamW steps) and the model it was made from.
+// A golden reference (logits, loss, every gradient, AdamW steps) and the model it was made from: GPT-2's and
+// BERT's from their committed weights, the Llama family's (llama_tiny: grouped-query attention, its own head,
+// Llama 3's rope scaling; qwen2_tiny: q/k/v biases, tied head) from a Hugging Face folder, as model.init_from
+// reads one.
 struct GoldenCase {
-  std::string model;  // gpt2 | bert
-  formats::SafetensorsFile ref, weights;
+  std::string model;  // gpt2 | bert | llama_tiny | qwen2_tiny
+  formats::SafetensorsFile ref;
   ModelSpec spec;
   std::vector<int32_t> tokens, targets, mask;
   std::string logits;  // the logits tensor's name in the spec
 
   explicit GoldenCase(const std::string& kind)
-      : model(kind), ref(formats::SafetensorsFile::open(testing::data_path(kind + "_tiny_reference.safetensors"))),
-        weights(formats::SafetensorsFile::open(testing::data_path(kind + "_tiny.safetensors"))) {
-    const nlohmann::json cfg = nlohmann::json::parse(ref.metadata().at("config"));
+      : model(kind), ref(formats::SafetensorsFile::open(testing::data_path(reference_name(kind)))) {
     const int64_t B = ref.find("input_ids")->shape[0], T = ref.find("input_ids")->shape[1];
     tokens = ref.read_i32("input_ids");
-    if (kind == "gpt2") {
-      spec = models::build_gpt2({cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"]}, B, T);
-      targets = ref.read_i32("targets");
-      logits = "lm_head.out";
-    } else {
+    if (kind == "bert") {
+      const nlohmann::json cfg = nlohmann::json::parse(ref.metadata().at("config"));
       spec = models::build_bert({cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["hidden_size"], cfg["vocab_size"],
                                  cfg["max_position_embeddings"], cfg["intermediate_size"]},
                                 B, T);
       targets = ref.read_i32("labels");
       mask = ref.read_i32("attention_mask");
       logits = "head.decoder.out";
+      return;
     }
+    targets = ref.read_i32("targets");
+    logits = "lm_head.out";
+    if (kind == "gpt2") {
+      const nlohmann::json cfg = nlohmann::json::parse(ref.metadata().at("config"));
+      spec = models::build_gpt2({cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"]},
+                                B, T);
+    } else {
+      spec = models::build_model(llama_config(), B, T);
+    }
+  }
+  static std::string reference_name(const std::string& kind) {
+    return kind + (kind == "gpt2" || kind == "bert" ? "_tiny" : "") + "_reference.safetensors";
+  }
+  // The Llama family's model section, filled from its folder's config.json.
+  models::ModelConfig llama_config() const {
+    models::ModelConfig m;
+    m.init_from = testing::data_path("hf_" + model);
+    formats::apply_hf_config(m, {});
+    return m;
+  }
+  void load_weights(models::ParameterStore& params) const {
+    if (model == "gpt2" || model == "bert")
+      formats::load_weights(formats::SafetensorsFile::open(testing::data_path(model + "_tiny.safetensors")), spec,
+                            params);
+    else formats::load_weights(llama_config().init_from, spec, params);
   }
 };
 
@@ -469,7 +547,7 @@ struct GoldenCase {
 void expect_golden_pass(const std::string& kind, DType precision, DeviceChoice::Kind device) {
   GoldenCase g(kind);
   models::ParameterStore params(g.spec.params);
-  formats::load_weights(g.weights, g.spec, params);
+  g.load_weights(params);
   ModelSpec spec = g.spec;
   spec.set_precision(precision);
   DeviceModel model(spec, params, device);
@@ -511,19 +589,27 @@ TEST(CudaGolden, BertLogitsLossAndGradientsMatchTransformers) {
   for (DType precision : {DType::F32, DType::BF16}) expect_golden_pass("bert", precision, DeviceChoice::Kind::Cuda);
 }
 
+// Grouped-query attention through the device's attention (cuDNN SDPA in bf16 where it loads, the flash kernel
+// otherwise: FERRY_ATTENTION=flash runs the second), RoPE with Llama 3's scaling, RMSNorm, SwiGLU, q/k/v biases.
+TEST(CudaGolden, LlamaAndQwen2LogitsLossAndGradientsMatchTransformers) {
+  REQUIRE_GPU();
+  for (const char* kind : {"llama_tiny", "qwen2_tiny"})
+    for (DType precision : {DType::F32, DType::BF16}) expect_golden_pass(kind, precision, DeviceChoice::Kind::Cuda);
+}
+
 // The golden replay itself, on the host device: the same runner there meets the same references.
 TEST(CudaGoldenHarness, ReplaysTheGoldensOnTheHostDevice) {
-  for (const char* kind : {"gpt2", "bert"})
+  for (const char* kind : {"gpt2", "bert", "llama_tiny", "qwen2_tiny"})
     for (DType precision : {DType::F32, DType::BF16}) expect_golden_pass(kind, precision, DeviceChoice::Kind::Host);
 }
 
 // The device AdamW with clipping, step after step, against torch.optim.AdamW's losses and gradient norms
 // (tests/golden_helpers.h does the same on the CPU path).
 void expect_adamw_like_torch(DeviceChoice::Kind device) {
-  for (const char* kind : {"gpt2", "bert"}) {
+  for (const char* kind : {"gpt2", "bert", "llama_tiny", "qwen2_tiny"}) {
     GoldenCase g(kind);
     models::ParameterStore params(g.spec.params);
-    formats::load_weights(g.weights, g.spec, params);
+    g.load_weights(params);
     DeviceModel model(g.spec, params, device);
     model.set_batch(g.tokens, g.targets, g.mask);
     const nlohmann::json adamw = nlohmann::json::parse(g.ref.metadata().at("adamw"));

@@ -1,6 +1,6 @@
 // Training on the CUDA device (with a GPU; skipped without one), through the Executor as `ferry train` runs
-// it: 20 steps of a tiny GPT track the host device's loss curve, and every offload policy stays inside its
-// budget with the device's memory measured (cudaMemGetInfo: nothing allocated after start-up).
+// it: 20 steps of a tiny GPT and of a tiny Llama track the host device's loss curve, and every offload policy stays
+// inside its budget with the device's memory measured (cudaMemGetInfo: nothing allocated after start-up).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,13 +49,21 @@ constexpr bool kCudaBuilt = false;
 const auto kText = testing::source_path("configs/data/fortunes.txt");
 const auto kCostModel = testing::source_path("configs/cost_models/h100-assumed.json");
 
-// A tiny GPT whose parameters make several buckets of 0.25 MiB (tests/engine/test_executor.cpp's shape).
-Config tiny_gpt(const std::string& precision, const std::string& policy, bool checkpointing, int steps) {
-  Config c = parse_config("model: {n_layer: 2, n_head: 2, n_embd: 128, seq_len: 16}\n"
-                          "data: {path: " + kText.string() + ", val_fraction: 0.05}\n"
-                          "optim: {lr: 3.0e-3, warmup_steps: 3, grad_clip: 1.0}\n"
-                          "train: {batch_size: 4, steps: " + std::to_string(steps) + ", seed: 7, eval_batches: 1, threads: 2}\n"
-                          "offload: {bucket_mb: 0.25, cost_model: " + kCostModel.string() + "}\n",
+// A tiny GPT whose parameters make several buckets of 0.25 MiB (tests/engine/test_executor.cpp's shape); `llama`:
+// a Llama of the same width (grouped-query attention, 2 key/value heads for 4 query heads, SwiGLU, RoPE, RMSNorm).
+Config tiny_gpt(const std::string& precision, const std::string& policy, bool checkpointing, int steps,
+                bool llama = false) {
+  const std::string model = llama ? "model: {kind: llama, n_layer: 2, n_head: 4, num_key_value_heads: 2, n_embd: 128, "
+                                    "intermediate_size: 344, seq_len: 16}\n"
+                                  : "model: {n_layer: 2, n_head: 2, n_embd: 128, seq_len: 16}\n";
+  Config c = parse_config(model + "data: {path: " + kText.string() +
+                              ", val_fraction: 0.05}\n"
+                              "optim: {lr: 3.0e-3, warmup_steps: 3, grad_clip: 1.0}\n"
+                              "train: {batch_size: 4, steps: " +
+                              std::to_string(steps) +
+                              ", seed: 7, eval_batches: 1, threads: 2}\n"
+                              "offload: {bucket_mb: 0.25, cost_model: " +
+                              kCostModel.string() + "}\n",
                           "tiny", ".");
   c.train.precision = precision;
   c.offload.policy = policy;
@@ -159,15 +167,17 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
 // host's, and the final weights within `state_tol` (relative L2). fp32: the same math in another order,
 // whose differences Adam's normalised updates carry along; bf16: every stored value rounds, and a rounding
 // that goes the other way on one device is carried by every later step.
-void expect_tracks_the_host(DeviceChoice::Kind tested, const std::string& precision, double loss_tol, double state_tol) {
-  const Config c = tiny_gpt(precision, "resident", false, 20);
+void expect_tracks_the_host(DeviceChoice::Kind tested, const std::string& precision, double loss_tol, double state_tol,
+                            bool llama = false) {
+  const Config c = tiny_gpt(precision, "resident", false, 20, llama);
   const DeviceRun host = train_on(DeviceChoice::Kind::Host, c);
   const DeviceRun run = train_on(tested, c);
   ASSERT_EQ(run.losses.size(), 20u);
-  EXPECT_LT(host.losses.back(), 0.8 * host.losses.front()) << precision << ": the reference must learn";
+  const std::string what = precision + (llama ? ", llama" : "");
+  EXPECT_LT(host.losses.back(), 0.8 * host.losses.front()) << what << ": the reference must learn";
   for (size_t s = 0; s < run.losses.size(); ++s)
-    EXPECT_NEAR(run.losses[s], host.losses[s], loss_tol * host.losses[s]) << precision << " step " << s + 1;
-  EXPECT_LE(relative_l2(run.masters, host.masters), state_tol) << precision << ": the weights after 20 steps";
+    EXPECT_NEAR(run.losses[s], host.losses[s], loss_tol * host.losses[s]) << what << " step " << s + 1;
+  EXPECT_LE(relative_l2(run.masters, host.masters), state_tol) << what << ": the weights after 20 steps";
 }
 
 TEST(CudaTraining, TwentyStepsTrackTheHostDevicesLossCurve) {
@@ -176,24 +186,35 @@ TEST(CudaTraining, TwentyStepsTrackTheHostDevicesLossCurve) {
   expect_tracks_the_host(DeviceChoice::Kind::Cuda, "bf16", 2e-2, 2e-2);
 }
 
+TEST(CudaTraining, TwentyLlamaStepsTrackTheHostDevicesLossCurve) {
+  REQUIRE_GPU();
+  expect_tracks_the_host(DeviceChoice::Kind::Cuda, "fp32", 1e-3, 1e-3, true);
+  expect_tracks_the_host(DeviceChoice::Kind::Cuda, "bf16", 2e-2, 2e-2, true);
+}
+
 // The harness with no GPU: a second host device tracks the first (bitwise, so within any tolerance).
-TEST(CudaTrainingHarness, ASecondHostDeviceTracksTheFirst) { expect_tracks_the_host(DeviceChoice::Kind::Host, "bf16", 0, 0); }
+TEST(CudaTrainingHarness, ASecondHostDeviceTracksTheFirst) {
+  expect_tracks_the_host(DeviceChoice::Kind::Host, "bf16", 0, 0);
+  expect_tracks_the_host(DeviceChoice::Kind::Host, "bf16", 0, 0, true);
+}
 
 // Every policy, with the CPU's AdamW in the step (backward) and pipelined into the next, at a budget that
 // forces offload (a multiple of the least any plan needs): the plan's arena and the device's own measured peak
 // within the budget, nothing allocated on the device after start-up
 // (cudaMemGetInfo's free bytes unchanged by the steps, no allocation counted), and resident's losses bitwise
 // and final weights bitwise (the kernels are deterministic, whatever the placement).
-void expect_every_policy_within_its_budget(DeviceChoice::Kind kind, std::initializer_list<bool> checkpointing) {
-  const DeviceRun resident_run = train_on(kind, tiny_gpt("bf16", "resident", false, 4));
+void expect_every_policy_within_its_budget(DeviceChoice::Kind kind, std::initializer_list<bool> checkpointing,
+                                           bool llama = false) {
+  const DeviceRun resident_run = train_on(kind, tiny_gpt("bf16", "resident", false, 4, llama));
   const std::vector<float>& resident = resident_run.losses;
   for (const char* policy : {"resident", "zero-offload", "chunk-lru", "greedy"})
     for (bool ckpt : checkpointing)
       for (const char* overlap : {"backward", "pipelined"}) {  // pipelined: the CPU's AdamW runs on into the next step
         if (std::string(policy) == "resident" && std::string(overlap) != "backward") continue;  // AdamW on the device
-        Config c = tiny_gpt("bf16", policy, ckpt, 4);
+        Config c = tiny_gpt("bf16", policy, ckpt, 4, llama);
         c.offload.overlap = overlap;
-        const std::string what = std::string(policy) + ", " + overlap + (ckpt ? ", checkpointing" : "");
+        const std::string what =
+            std::string(llama ? "llama, " : "") + policy + ", " + overlap + (ckpt ? ", checkpointing" : "");
         int64_t budget = 0;
         if (std::string(policy) == "chunk-lru" || std::string(policy) == "greedy") {
           // As tests/engine/test_executor.cpp's tight budgets: from what the model needs in fp32.
@@ -225,6 +246,7 @@ void expect_every_policy_within_its_budget(DeviceChoice::Kind kind, std::initial
 TEST(CudaTraining, EveryPolicyStaysWithinItsBudgetMeasured) {
   REQUIRE_GPU();
   expect_every_policy_within_its_budget(DeviceChoice::Kind::Cuda, {false, true});
+  expect_every_policy_within_its_budget(DeviceChoice::Kind::Cuda, {false, true}, true);
 }
 
 // The harness on the host device (checkpointing off only: tests/engine/test_executor.cpp covers it there).
