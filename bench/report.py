@@ -31,6 +31,11 @@ def gib(n):
     return f"{n / 2**30:.1f} GiB"
 
 
+def budgets(runs, default):
+    """The GPU budgets of the runs, smallest first; a line without its own (older runners) ran at `default`."""
+    return sorted({r.get("budget_bytes") or default for r in runs})
+
+
 def is_exact(r):
     """Whether a run's update is exact AdamW: older lines say so through their overlap mode only."""
     return r.get("exact", r.get("overlap") != "delayed")
@@ -40,7 +45,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", required=True, nargs="+", help="result files, or folders of *.jsonl")
     p.add_argument("--max-model", nargs="*")
-    p.add_argument("--budget", required=True)
+    p.add_argument("--budget", required=True,
+                   help="the largest-model search's GPU budget, and that of result lines that do not state theirs")
     p.add_argument("--out", required=True, help="path without extension")
     p.add_argument("--command", default="", help="the command that produced the runs, for the record")
     p.add_argument("--note", action="append", default=[], help="a line of context under the title (repeatable)")
@@ -122,8 +128,12 @@ def group_tables(key, rows):
     return lines
 
 
-def markdown(out, budget, command, runs):
-    lines = [f"# Ferry against DeepSpeed and Gemini on {out['device']}, {budget} GPU budget", ""]
+def budgets_title(out):
+    return ", ".join(gib(b) for b in out["budgets"]) + (" GPU budgets" if len(out["budgets"]) > 1 else " GPU budget")
+
+
+def markdown(out, command, runs):
+    lines = [f"# Ferry against DeepSpeed and Gemini on {out['device']}, {budgets_title(out)}", ""]
     lines += [f"- {note}" for note in out["notes"]] + ([""] if out["notes"] else [])
     if out["sample"]:
         lines += ["**FORMAT SAMPLE: made-up numbers that exercise the report, not measurements.**", ""]
@@ -131,15 +141,17 @@ def markdown(out, budget, command, runs):
     for key, rows in groups(runs):
         lines += group_tables(key, rows)
     if out["max_model"]:
-        lines += ["## Largest GPT trained at the budget (GPT-7B's width, layers grown)", "", "| system | layers | parameters |",
+        lines += [f"## Largest GPT trained at {gib(out['budget_bytes'])} (GPT-7B's width, layers grown)", "",
+                  "| system | layers | parameters |",
                   "|---|---|---|"]
         lines += [f"| {m['system']} | {m['n_layer']} | {m['params'] / 1e9:.2f}B |" for m in out["max_model"]]
         lines.append("")
     return "\n".join(lines)
 
 
-def plot_throughput(ax, runs, title):
-    labels = [f"{m} b{b}" for (m, b, _), _ in groups(runs)]
+def plot_throughput(ax, runs, title, default_budget):
+    several = len(budgets(runs, default_budget)) > 1  # then each bar group names its budget
+    labels = [f"{m} b{b}" + (f"\n{gib(g or default_budget)}" if several else "") for (m, b, g), _ in groups(runs)]
     systems = list(dict.fromkeys(r["system"] for r in runs))
     width = 0.8 / len(systems)
     for i, system in enumerate(systems):
@@ -158,18 +170,18 @@ def plot_losses(ax, runs, title):
     with_losses = [(key, rows) for key, rows in groups(runs) if any(r.get("losses") for r in rows)]
     if not with_losses:
         return False
-    (model, batch, _), rows = with_losses[0]
+    (model, batch, budget), rows = with_losses[0]
     for r in rows:
         if r.get("losses"):
             ax.plot(range(1, len(r["losses"]) + 1), r["losses"], "-" if is_exact(r) else "--", marker=".", label=r["system"])
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")
-    ax.set_title(f"{title}: {model}, batch {batch}")
+    ax.set_title(f"{title}: {model}, batch {batch}" + (f", {gib(budget)}" if budget else ""))
     ax.legend(fontsize=7)
     return True
 
 
-def plot(path, budget, out, runs):
+def plot(path, out, runs):
     """Tokens/s, the loss curves and, with a search, the largest model per system. False: no matplotlib."""
     try:
         import matplotlib
@@ -180,14 +192,14 @@ def plot(path, budget, out, runs):
     sample = " - SAMPLE" if out["sample"] else ""
     panels = 2 + bool(out["max_model"])
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.8), squeeze=False)
-    plot_throughput(axes[0][0], runs, f"Throughput, {budget} GPU budget ({out['device']}){sample}")
+    plot_throughput(axes[0][0], runs, f"Throughput, {budgets_title(out)} ({out['device']}){sample}", out["budget_bytes"])
     if not plot_losses(axes[0][1], runs, f"Loss per step{sample}"):
         axes[0][1].set_axis_off()
     if out["max_model"]:
         ax = axes[0][2]
         ax.barh([m["system"] for m in out["max_model"]], [m["params"] / 1e9 for m in out["max_model"]])
         ax.set_xlabel("parameters (billions)")
-        ax.set_title("Largest GPT trained" + sample)
+        ax.set_title(f"Largest GPT trained at {gib(out['budget_bytes'])}{sample}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return True
@@ -198,15 +210,16 @@ def main():
     runs, search = read(a.runs), read(a.max_model)
     if not runs:
         sys.exit(f"report: no result lines in {' '.join(a.runs)}")
+    budget = common.parse_bytes(a.budget)
     out = {"device": next((r["device"] for r in runs if r.get("device")), "unknown"),
-           "budget_bytes": common.parse_bytes(a.budget), "date": datetime.date.today().isoformat(),
+           "budget_bytes": budget, "budgets": budgets(runs, budget), "date": datetime.date.today().isoformat(),
            "command": a.command, "notes": a.note, "sample": any(r.get("sample") for r in runs + search),
            "runs": runs, "max_model": largest_trained(search)}
     with open(a.out + ".json", "w") as f:
         json.dump(out, f, indent=2)
     with open(a.out + ".md", "w") as f:
-        f.write(markdown(out, a.budget, a.command, runs))
-    if not plot(a.out + ".png", a.budget, out, runs):
+        f.write(markdown(out, a.command, runs))
+    if not plot(a.out + ".png", out, runs):
         print("report: matplotlib is missing; no plot (pip install matplotlib)")
         return
     print(f"report: wrote {a.out}.json, {a.out}.md and {a.out}.png")
