@@ -46,6 +46,15 @@ for t in "${TARGETS[@]}"; do
 done
 check_sm90 "$BUNDLE/bin/ferry" "$BUNDLE/bin/test_device" "$BUNDLE/bin/test_kernels_cuda" "$BUNDLE/bin/test_cuda_attention"
 sm90=$SM90
+# llm.c's train_gpt2cu, the GPU step's other reference (bench/baselines/build_llmc.sh builds it, minutes): carried
+# when built; the queue's step-124m-vs-llmc row says so where it is missing.
+llmc=$ROOT/bench/baselines/llmc-bin
+if [[ -x $llmc/train_gpt2cu ]]; then
+  cp "$llmc/train_gpt2cu" "$BUNDLE/bin/" && cp "$llmc/BUILD.md" "$BUNDLE/llmc-BUILD.md"
+  llmc_built=$(sed -n 's/^- llm.c commit: //p' "$llmc/BUILD.md")
+else
+  llmc_built="not built (bench/baselines/build_llmc.sh LLMC_CHECKOUT)"
+fi
 
 # The binaries travel xz-compressed (37 MB stripped, about 6 MB packed); env.sh's unpack_bundle expands them.
 tar -C "$BUNDLE" -cf - bin | xz -T"$JOBS" -6 >"$BUNDLE/bin.tar.xz"
@@ -78,6 +87,7 @@ total=$(du -sb "$BUNDLE" | cut -f1)
   echo "- build: $BUILD_DIR, $(cache CMAKE_BUILD_TYPE), CUDA architectures $(cache CMAKE_CUDA_ARCHITECTURES)"
   echo "- source dir compiled into the test binaries: $(cat "$BUNDLE/source_dir")"
   echo "- sm_90 code: $sm90"
+  echo "- llm.c's train_gpt2cu: $llmc_built"
   echo "- cudnn-frontend headers: $cfe_version (cuDNN SDPA compiled in: $([[ $cfe_version == none ]] && echo no || echo yes))"
   echo "- total: $total bytes (limit $LIMIT_BYTES)"
   echo
