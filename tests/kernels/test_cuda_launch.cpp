@@ -187,6 +187,22 @@ TEST(CudaLaunch, RowPacksCoverEveryColumnOnce) {
   }
 }
 
+// Llama 3's logits in packs: 16 x 2048 rows of its 128256-token vocabulary (a multiple of 128: no padding) are
+// 4.2G elements, past 2^31 (8 x 2048 rows, 2.10G, stay just under it); the row kernels' indices are 64-bit, so
+// the last pack of the last row ends at the tensor's end.
+TEST(CudaLaunch, RowPacksIndexLlama3Logits) {
+  const int64_t rows = 16 * 2048, V = 128256;
+  const RowMap m = row_map(rows, V, V, 8);
+  ASSERT_LE(m.grid, kMaxGridX);
+  const int64_t last_k = m.per_thread - 1, packs = V / 8;
+  const int last_t = static_cast<int>((packs - 1) - last_k * m.block);
+  ASSERT_GE(last_t, 0);
+  ASSERT_EQ(row_col(m, last_t, last_k), V - 8);
+  EXPECT_EQ(pack_lanes(m, V - 8), 8);
+  EXPECT_EQ(row_index(m, rows - 1, last_t, last_k) + 8, rows * V);
+  EXPECT_GT(rows * V, int64_t{1} << 31);
+}
+
 // The path of a row op: packs where the stride is a multiple of the pack and every operand aligned.
 TEST(CudaLaunch, RowPathFollowsStrideAndAlignment) {
   alignas(16) static Bf16 buf[64];
