@@ -305,6 +305,14 @@ cudaError_t cudnn_sdpa_backward(void* dq, void* dk, void* dv, const void* dout, 
   const sdpa::Scratch l = layout(s, dtype, true, p->workspace);
   if (scratch_bytes < l.total) return cudaErrorInvalidValue;
   void* g[3] = {at(scratch, l.dq), at(scratch, l.dk), at(scratch, l.dv)};
+  // With a padding mask cuDNN's kernels stop each batch row's keys at its count: the dk and dv rows of the padded
+  // keys, whose gradient is 0, need not be written, and the scratch holds what an earlier op left there (NaN, say),
+  // which write_view would copy into the views and the K/V projections' weight gradients. Zeroed first: one memset
+  // of the two buffers, BERT's masked batches only. (Not yet seen on a GPU either way.)
+  if (key_mask) {
+    const cudaError_t zeroed = cudaMemsetAsync(g[1], 0, l.workspace - l.dk, stream);
+    if (zeroed != cudaSuccess) return zeroed;
+  }
   std::unordered_map<int64_t, void*> pack = {
       {kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)},   {kV, const_cast<void*>(v)},
       {kO, const_cast<void*>(out)}, {kDO, const_cast<void*>(dout)}, {kStats, const_cast<float*>(lse)},

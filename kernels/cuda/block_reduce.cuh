@@ -42,8 +42,9 @@ __device__ S warp_tree(S s, Merge merge) {
 // a barrier, so the shared slots may be reused by the next call.
 template <class S, class Merge>
 __device__ S block_reduce(S s, S empty, Merge merge) {
-  __shared__ uint32_t slots[kWarp * (sizeof(S) / 4)];
-  S* warp_values = reinterpret_cast<S*>(slots);
+  // Aligned as S: the states with a double (SquaresState, TargetSums) are stored with 8-byte shared accesses, which
+  // fault on a 4-byte-aligned uint32_t array placed at an odd multiple of 4.
+  __shared__ S warp_values[kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
   const int warps = static_cast<int>(blockDim.x) / kWarp;
   s = warp_tree(s, merge);

@@ -48,9 +48,10 @@ FERRY_HD inline int64_t elementwise_index(const ElementwiseMap& m, int64_t block
 }
 
 // Whether every index a thread of the map forms (before its bounds check: up to per_thread * stride packs, times
-// the width) fits in int32.
+// the width) fits in int32, and the pack count it is checked against too (2^31 single elements: a count of 2^31,
+// which int32 wraps to -2^31, though the last index, 2^31 - 1, fits).
 inline bool fits_int32(const ElementwiseMap& m) {
-  return m.per_thread * m.grid * m.block * m.width <= (int64_t{1} << 31);
+  return m.per_thread * m.grid * m.block * m.width <= (int64_t{1} << 31) && m.n / m.width <= INT32_MAX;
 }
 
 // The map of an elementwise op over n elements of storage T whose operands are `p`: 16-byte packs when n is a

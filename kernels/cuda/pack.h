@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
 
 #include "foundation/precision.h"
@@ -16,6 +17,18 @@ constexpr int kPackBytes = 16;
 // Elements of storage T in one 16-byte access.
 template <class T>
 constexpr int kPackWidth = kPackBytes / static_cast<int>(sizeof(T));
+
+#ifndef __CUDA_ARCH__
+// The host twins hold the device's precondition of a 16-byte access, an address 16-byte aligned (the device
+// faults with "misaligned address"), so that a twin run on a vector path fails where its kernel would.
+template <class T>
+void expect_pack_aligned(const T* at) {
+  if (reinterpret_cast<uintptr_t>(at) % kPackBytes != 0)
+    throw std::logic_error(
+        "a 16-byte pack access at an address that is not 16-byte aligned: the launch's path "
+        "decision (launch.h, rope_ops.h) let a misaligned pack through");
+}
+#endif
 
 // v[0, W) = p[i, i + W) widened. A 16-byte access needs p + i 16-byte aligned (the launch checks the pointers and
 // keeps i a multiple of W).
@@ -30,6 +43,7 @@ FERRY_HD void load_pack(const T* p, int64_t i, float* v) {
     for (int j = 0; j < W; ++j) lanes[j] = p[i + j];
   }
 #else
+  if constexpr (W * sizeof(T) == kPackBytes) expect_pack_aligned(p + i);
   for (int j = 0; j < W; ++j) lanes[j] = p[i + j];
 #endif
   for (int j = 0; j < W; ++j) v[j] = load(lanes, j);
@@ -50,6 +64,9 @@ FERRY_HD void store_pack(T* p, int64_t i, const float* v, int lanes = W) {
       return;
     }
   }
+#else
+  if constexpr (W * sizeof(T) == kPackBytes)
+    if (lanes == W) expect_pack_aligned(p + i);
 #endif
   for (int j = 0; j < W; ++j)
     if (j < lanes) store(p, i + j, v[j]);

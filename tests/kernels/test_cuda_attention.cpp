@@ -423,7 +423,9 @@ DeviceRun<T> run_device(AttentionKernel kernel, const Case& c, const Tensors& t,
   const int32_t* m = c.mask ? mask.p : nullptr;
   const size_t fwd_bytes = attention_forward_scratch_bytes(kernel, s, dt);
   const size_t bwd_bytes = attention_backward_scratch_bytes(kernel, s, dt);
-  Device<char> scratch(std::vector<char>(std::max(fwd_bytes, bwd_bytes)));
+  // Scratch full of NaN (all bits set), as an earlier op may leave it: whatever part a kernel reads before writing
+  // (cuDNN's dk/dv buffers where a padding mask lets it skip keys) shows up in the gradients.
+  Device<char> scratch(std::vector<char>(std::max(fwd_bytes, bwd_bytes), static_cast<char>(0xff)));
   const T *q = in.p, *k = q + t.k_off, *v = q + t.v_off;
   EXPECT_EQ(attention_forward(kernel, out.p, lse.p, q, k, v, m, s, dt, scratch.p, fwd_bytes, nullptr), cudaSuccess);
   T* dq = grad.p;

@@ -92,6 +92,24 @@ TEST(CudaLaunch, Int32IndicesDoNotOverflowWhereTaken) {
   EXPECT_FALSE(fits_int32(scalar));  // the scalar path past 2^31 stays 64-bit
 }
 
+// The kernel's loop also holds the pack count in its index type (for_each_pack's bound): at exactly 2^31 single
+// elements (an aligned size whose operands are not: the scalar path) the count is 2^31, which int32 wraps to
+// -2^31, and every thread would leave before its first element. Where 32-bit is taken, the count fits too.
+TEST(CudaLaunch, Int32PathHoldsThePackCount) {
+  const int64_t edge = int64_t{1} << 31;
+  for (int width : {1, 4, 8})
+    for (int64_t n : {edge - 8 * width, edge - width, edge, edge + width}) {
+      const ElementwiseMap m = elementwise_map(n, width);
+      if (fits_int32(m)) {
+        EXPECT_LE(map_packs(m), INT32_MAX) << n << " / " << width;
+      }
+    }
+  alignas(16) static Bf16 buf[16];
+  size_t index_bytes = 0;
+  with_path<Bf16>(elementwise_map_for<Bf16>(edge, buf + 1), [&](auto, auto index) { index_bytes = sizeof(index); });
+  EXPECT_EQ(index_bytes, 8u) << "2^31 single elements take 64-bit indices";
+}
+
 // Past 2^31: each thread's trips, counted in closed form from the same index function, add up to n; the
 // first and last elements and the ones around 2^31 and 2^32 belong to the thread the map says.
 TEST(CudaLaunch, ElementwiseBeyond2To31) {
@@ -167,6 +185,22 @@ TEST(CudaLaunch, RowPacksCoverEveryColumnOnce) {
       for (int64_t col = 0; col < c.stride; ++col)
         ASSERT_EQ(hits[r * c.stride + col], col < c.cols ? 1 : 0) << c.cols << " row " << r << " column " << col;
   }
+}
+
+// Llama 3's logits in packs: 16 x 2048 rows of its 128256-token vocabulary (a multiple of 128: no padding) are
+// 4.2G elements, past 2^31 (8 x 2048 rows, 2.10G, stay just under it); the row kernels' indices are 64-bit, so
+// the last pack of the last row ends at the tensor's end.
+TEST(CudaLaunch, RowPacksIndexLlama3Logits) {
+  const int64_t rows = 16 * 2048, V = 128256;
+  const RowMap m = row_map(rows, V, V, 8);
+  ASSERT_LE(m.grid, kMaxGridX);
+  const int64_t last_k = m.per_thread - 1, packs = V / 8;
+  const int last_t = static_cast<int>((packs - 1) - last_k * m.block);
+  ASSERT_GE(last_t, 0);
+  ASSERT_EQ(row_col(m, last_t, last_k), V - 8);
+  EXPECT_EQ(pack_lanes(m, V - 8), 8);
+  EXPECT_EQ(row_index(m, rows - 1, last_t, last_k) + 8, rows * V);
+  EXPECT_GT(rows * V, int64_t{1} << 31);
 }
 
 // The path of a row op: packs where the stride is a multiple of the pack and every operand aligned.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "cpu_optim/kernels.h"
@@ -600,6 +601,40 @@ void expect_rope_paths_bitwise_equal() {
 
 TEST(CudaTwins, RopePathsGiveTheSameBitsFp32) { expect_rope_paths_bitwise_equal<float>(); }
 TEST(CudaTwins, RopePathsGiveTheSameBitsBf16) { expect_rope_paths_bitwise_equal<Bf16>(); }
+
+// A twin's 16-byte pack access at an address the device cannot read in one access throws, as the kernel would
+// fault: a full pack one bf16 off alignment, read or written. A partial pack (written lane by lane on the device
+// too) and single elements do not.
+TEST(CudaTwins, PackAccessesOffAlignmentThrowAsTheDeviceFaults) {
+  alignas(16) Bf16 buf[24] = {};
+  float v[8] = {};
+  EXPECT_NO_THROW(load_pack<8>(buf, 8, v));
+  EXPECT_NO_THROW(store_pack<8>(buf, 8, v));
+  EXPECT_THROW(load_pack<8>(buf, 1, v), std::logic_error);
+  EXPECT_THROW(store_pack<8>(buf, 1, v), std::logic_error);
+  EXPECT_NO_THROW(store_pack<8>(buf, 1, v, 7));
+  EXPECT_NO_THROW(load_pack<1>(buf, 1, v));
+}
+
+// RoPE in a packed row whose stride is not a multiple of the pack (half a pack more than three heads), its
+// pointers aligned: row 1's packs would start 8 bytes off 16-byte alignment, so the path is single pairs; the twin
+// runs it (on packs its 16-byte accesses would throw, where the kernel's would fault).
+template <class T>
+void expect_rope_odd_row_stride_takes_single_pairs() {
+  const int64_t B = 2, Tn = 3, H = 2, hs = 64, rs = 3 * hs + kPackWidth<T> / 2, n = B * Tn * rs;
+  RopeArgs a;
+  ASSERT_TRUE(rope_args(&a, B, Tn, H, hs, rs, RopeScaling{}));
+  const Stored<T> x(random_vector(n, 99), 0);
+  Stored<T> out(std::vector<float>(n, kNaN), 0);
+  EXPECT_EQ(rope_map(a, out.p, x.p).width, 1);
+  EXPECT_NO_THROW(twin::rope_forward(out.p, x.p, B, Tn, H, hs, rs, RopeScaling{}));
+  EXPECT_NO_THROW(twin::rope_backward(out.p, x.p, B, Tn, H, hs, rs, RopeScaling{}, true));
+}
+
+TEST(CudaTwins, RopeOddRowStrideTakesSinglePairs) {
+  expect_rope_odd_row_stride_takes_single_pairs<float>();
+  expect_rope_odd_row_stride_takes_single_pairs<Bf16>();
+}
 
 // Embedding forward takes packs when C is a multiple of the pack (each pack one row's): the same bits as single
 // elements, and as the CPU op in fp32.
