@@ -44,9 +44,26 @@ struct MicroBatch {
   int index = 0;
   bool last = false;
   int point = 0;             // the schedule point whose actions are being queued
-  device::EventPtr op_done;  // the compute stream has finished the previous op
+  // The compute stream has finished the op before point op_done_point: recorded only before the points whose
+  // actions wait for it (a copy does; most points have none), not after every op.
+  device::EventPtr op_done;
+  int op_done_point = -1;
   std::vector<device::EventPtr> arrival, landed;
   std::vector<size_t> next_window;
+};
+
+// The labels of a bucket's actions, made once: a step queues them and builds none (faults match them).
+struct ActionLabels {
+  std::string gradients, leaving, zero_grads, sum_grads, prefetch, op_before_prefetch, last_step_adamw, before_landing,
+      offload, adamw, upload, op_before_upload, uploaded;
+  explicit ActionLabels(const std::string& bucket)
+      : gradients("gradients of " + bucket), leaving("gradients of " + bucket + " leaving before a prefetch"),
+        zero_grads("zero gradients of " + bucket), sum_grads("sum gradients of " + bucket),
+        prefetch("prefetch " + bucket), op_before_prefetch("op before prefetch of " + bucket),
+        last_step_adamw("last step's adamw of " + bucket),
+        before_landing("prefetch of " + bucket + " before its gradients land on it"),
+        offload("offload gradients of " + bucket), adamw("adamw of " + bucket), upload("upload " + bucket),
+        op_before_upload("op before upload of " + bucket), uploaded("upload of " + bucket + " (last step's adamw)") {}
 };
 
 // What a step gathers while its actions are queued, and what the workers write before its barrier.
@@ -113,6 +130,12 @@ struct Executor::Impl {
   StepState st;
   std::vector<int> update_rank;  // pipelined: per bucket, its place in the CPU's update order (offload::cpu_update_order)
   InFlightUpdate in_flight;
+  std::vector<ActionLabels> labels;  // per bucket
+  std::vector<bool> op_done_waited;  // per op: whether an action right after it waits for it (MicroBatch::op_done)
+  // Per op: its call, decoded once (warm_up) and again only when the loss weight it was decoded with changes
+  // (fp16's loss scale): the step's ops are the same every step, at the same addresses.
+  std::vector<kernels::OpCall> calls;
+  std::vector<float> call_weight;
 
   Impl(const models::ModelSpec& sp, const offload::StepPlan& plan, memory::HostBuckets& h, memory::PinnedHostPool& pool,
        device::Device& d, const cpu_optim::CpuAdamW& a, const ExecutorOptions& o, device::Trace* trace)
@@ -126,6 +149,24 @@ struct Executor::Impl {
     const std::vector<int> order = offload::cpu_update_order(p, s);
     for (size_t i = 0; i < order.size(); ++i) update_rank[order[i]] = static_cast<int>(i);
     in_flight.clear(p.n_buckets);
+    for (int b = 0; b < p.n_buckets; ++b) labels.emplace_back(at.bucket_label(b));
+    op_done_waited.assign(p.n_ops, false);
+    for (int t = 0; t < p.n_ops; ++t)
+      for (const Action& a : s.before[t + 1]) op_done_waited[t] = op_done_waited[t] || waits_for_op_before(a);
+  }
+
+  // Whether `a` makes a copy wait for the compute stream's op before its point (prefetch, offload_grads, upload).
+  bool waits_for_op_before(const Action& a) const {
+    return a.kind == Action::Kind::Prefetch || a.kind == Action::Kind::OffloadGrads ||
+           (a.kind == Action::Kind::Upload && delayed());
+  }
+  // The event after the op before the current point, for a copy to wait for (none at point 0).
+  const device::EventPtr& op_before(const MicroBatch& mb) const {
+    if (mb.point > 0 && mb.op_done_point != mb.point)
+      throw std::logic_error(
+          fmt::format("executor: no event was recorded after op {}, and an action at point {} waits for it",
+                      mb.point - 1, mb.point));
+    return mb.op_done;
   }
 
   static int64_t batch_bytes(const models::ModelSpec& spec) { return 3 * spec.tensors[spec.tensor_index("tokens")].bytes(); }
@@ -157,12 +198,14 @@ struct Executor::Impl {
   bool pipelined() const { return s.pipelined_update; }
   bool grads_on_working() const { return host.grad_landing() == memory::HostBuckets::GradLanding::OnWorkingCopy; }
 
-  // Queues a task on a stream, or in its place a failing one when a test injected a fault into it.
-  void queue(Stream stream, const std::string& label, std::function<void()> queue_it) {
+  // Queues a task on a stream, or in its place a failing one when a test injected a fault into it. (A template:
+  // a std::function of the capturing lambda would be allocated for every op.)
+  template <class QueueIt>
+  void queue(Stream stream, std::string_view label, const QueueIt& queue_it) {
     if (faults.hits(label)) dev.run(stream, label, [] { throw std::runtime_error("injected fault"); });
     else queue_it();
   }
-  void copy(Stream stream, void* dst, const void* src, int64_t n, const std::string& label) {
+  void copy(Stream stream, void* dst, const void* src, int64_t n, std::string_view label) {
     (stream == Stream::H2D ? st.h2d_bytes : st.d2h_bytes) += n;
     queue(stream, label, [&] { dev.copy(stream, dst, src, n, label); });
   }
@@ -241,10 +284,11 @@ void Executor::Impl::warm_up() {
   dataset::Batch zeros;
   zeros.tokens.assign(static_cast<size_t>(tokens), 0), zeros.targets.assign(static_cast<size_t>(tokens), 0);
   stage_batch(zeros);
+  calls.clear(), call_weight.assign(p.n_ops, 1.0f);
   for (int t = 0; t < p.n_ops; ++t) {
     const DeviceBindings::Op& o = at.op(t);
-    const ops::OpOperands operands{o.inputs, o.outputs, o.values, o.grads};
-    dev.run_op(ops::decode_op(spec, spec.ops[p.op_source[t]], operands, 1.0f), nullptr, "warm-up: " + o.label);
+    calls.push_back(ops::decode_op(spec, spec.ops[p.op_source[t]], {o.inputs, o.outputs, o.values, o.grads}, 1.0f));
+    dev.run_op(calls.back(), nullptr, "warm-up: " + o.label);
   }
   barrier();
   st = StepState{};
@@ -256,24 +300,24 @@ void Executor::Impl::prefetch(int b, MicroBatch& mb) {
   const int w = windows[mb.next_window[b]++].tensor;
   if (grads_on_working() && mb.landed[b])
     throw std::logic_error("a prefetch of " + at.bucket_label(b) + " after its gradients landed on its working copy");
-  if (mb.op_done) dev.wait(Stream::H2D, mb.op_done, "op before prefetch of " + at.bucket_label(b));
+  if (const device::EventPtr& op = op_before(mb)) dev.wait(Stream::H2D, op, labels[b].op_before_prefetch);
   // The last step's pipelined update of b; its later prefetches follow this one on the in-order h2d stream.
-  if (auto updated = std::exchange(in_flight.updated[b], nullptr)) dev.wait(Stream::H2D, dev.from_host(updated), "last step's adamw of " + at.bucket_label(b));
+  if (auto updated = std::exchange(in_flight.updated[b], nullptr))
+    dev.wait(Stream::H2D, dev.from_host(updated), labels[b].last_step_adamw);
   for (const Action& a : s.before[mb.point])
     if (a.kind == Action::Kind::ReleaseGrads && mb.landed[a.bucket])
-      dev.wait(Stream::H2D, mb.landed[a.bucket], "gradients of " + at.bucket_label(a.bucket) + " leaving before prefetch of " + at.bucket_label(b));
+      dev.wait(Stream::H2D, mb.landed[a.bucket], labels[a.bucket].leaving);
   arm(Stream::H2D, w);
-  copy(Stream::H2D, at.address(w), cpu.working(b), bytes(b), "prefetch " + at.bucket_label(b));
+  copy(Stream::H2D, at.address(w), cpu.working(b), bytes(b), labels[b].prefetch);
   mb.arrival[b] = dev.record(Stream::H2D);
 }
 
 void Executor::Impl::offload_grads(int b, MicroBatch& mb) {
-  if (mb.op_done) dev.wait(Stream::D2H, mb.op_done, "gradients of " + at.bucket_label(b));
+  if (const device::EventPtr& op = op_before(mb)) dev.wait(Stream::D2H, op, labels[b].gradients);
   // Gradients landing on the working copy overwrite it: every prefetch that reads it (the last of them, on the
   // in-order h2d stream) has finished first.
-  if (grads_on_working() && mb.arrival[b])
-    dev.wait(Stream::D2H, mb.arrival[b], "prefetch of " + at.bucket_label(b) + " before its gradients land on it");
-  copy(Stream::D2H, cpu.landing(b), at.address(at.grads_tensor(b)), bytes(b), "offload gradients of " + at.bucket_label(b));
+  if (grads_on_working() && mb.arrival[b]) dev.wait(Stream::D2H, mb.arrival[b], labels[b].before_landing);
+  copy(Stream::D2H, cpu.landing(b), at.address(at.grads_tensor(b)), bytes(b), labels[b].offload);
   mb.landed[b] = dev.record(Stream::D2H);
 }
 
@@ -283,8 +327,8 @@ void Executor::Impl::gather_grads(int b, MicroBatch& mb) {
 }
 
 void Executor::Impl::queue_upload(int b, const std::shared_ptr<device::HostEvent>& updated) {
-  dev.wait(Stream::H2D, dev.from_host(updated), "adamw of " + at.bucket_label(b));
-  copy(Stream::H2D, at.address(at.resident_tensor(b)), cpu.updated_working(b), bytes(b), "upload " + at.bucket_label(b));
+  dev.wait(Stream::H2D, dev.from_host(updated), labels[b].adamw);
+  copy(Stream::H2D, at.address(at.resident_tensor(b)), cpu.updated_working(b), bytes(b), labels[b].upload);
 }
 
 void Executor::Impl::upload(int b, MicroBatch& mb) {
@@ -292,7 +336,7 @@ void Executor::Impl::upload(int b, MicroBatch& mb) {
   if (!delayed()) {
     st.uploads.push_back(b);  // once its update is queued, after this step's last op
   } else if (st.applying_pending) {  // right after its last use in this step: the previous step's update
-    if (mb.op_done) dev.wait(Stream::H2D, mb.op_done, "op before upload of " + at.bucket_label(b));
+    if (const device::EventPtr& op = op_before(mb)) dev.wait(Stream::H2D, op, labels[b].op_before_upload);
     queue_upload(b, cpu.updated(b));
   }
 }
@@ -304,7 +348,7 @@ void Executor::Impl::run_action(const Action& a, MicroBatch& mb) {
     case Action::Kind::Wait: dev.wait(Stream::Compute, mb.arrival[b], at.bucket_label(b)); break;
     case Action::Kind::Release: break;  // its memory is reused only by later ops and by copies that wait for them
     case Action::Kind::OffloadGrads: offload_grads(b, mb); break;
-    case Action::Kind::ReleaseGrads: dev.wait(Stream::Compute, mb.landed[b], "gradients of " + at.bucket_label(b)); break;
+    case Action::Kind::ReleaseGrads: dev.wait(Stream::Compute, mb.landed[b], labels[b].gradients); break;
     case Action::Kind::CpuAdam: gather_grads(b, mb); break;
     case Action::Kind::Upload: upload(b, mb); break;
     case Action::Kind::DeviceAdam: st.device_adam = true; break;
@@ -315,34 +359,35 @@ void Executor::Impl::run_op(int t, MicroBatch& mb) {
   const DeviceBindings::Op& o = at.op(t);
   for (int b : p.op_buckets[t])  // the first use of a weights-resident bucket the last step's pipelined update uploads
     if (device::EventPtr uploaded = std::exchange(in_flight.uploaded[b], nullptr))
-      dev.wait(Stream::Compute, uploaded, "upload of " + at.bucket_label(b) + " (last step's adamw)");
+      dev.wait(Stream::Compute, uploaded, labels[b].uploaded);
   for (int b : o.zero_grads_before) {
     const int g = at.grads_tensor(b);
     arm(Stream::Compute, g);
-    const std::string label = "zero gradients of " + at.bucket_label(b);
+    const std::string& label = labels[b].zero_grads;
     queue(Stream::Compute, label, [&] { dev.zero(Stream::Compute, at.address(g), at.bytes(g), label); });
   }
   for (int d : o.created) arm(Stream::Compute, d);
   const models::OpSpec& op = spec.ops[p.op_source[t]];
   const bool is_loss = op.kind == models::OpKind::CrossEntropy && op.pass == models::Pass::Forward;
+  // The loss weight is the step's (fp16's loss scale changes it): an op decoded with another is decoded again.
   const float loss_weight = st.loss_scale / static_cast<float>(p.grad_accum);
-  const ops::OpOperands operands{o.inputs, o.outputs, o.values, o.grads};
-  queue(Stream::Compute, o.label, [&] {
-    dev.run_op(ops::decode_op(spec, op, operands, loss_weight), is_loss ? &st.losses[mb.index] : nullptr, o.label);
-  });
+  if (call_weight[t] != loss_weight)
+    calls[t] = ops::decode_op(spec, op, {o.inputs, o.outputs, o.values, o.grads}, loss_weight),
+    call_weight[t] = loss_weight;
+  queue(Stream::Compute, o.label, [&] { dev.run_op(calls[t], is_loss ? &st.losses[mb.index] : nullptr, o.label); });
   if (at.has_red_zones())
     dev.run(Stream::Compute, "red zones of " + o.label, [this, &o] {
       for (int d : o.touched)
         if (std::string error = at.check(d); !error.empty()) throw std::runtime_error(error + " (by " + o.label + ")");
     });
   for (int b : o.sum_grads_after) {
-    const std::string label = "sum gradients of " + at.bucket_label(b);
+    const std::string& label = labels[b].sum_grads;
     queue(Stream::Compute, label, [&] {
       dev.accumulate(Stream::Compute, at.floats(at.gradsum_tensor(b)), at.address(at.grads_tensor(b)), p.precision, p.bucket_numel(b),
                      mb.index == 0, label);
     });
   }
-  mb.op_done = dev.record(Stream::Compute);
+  if (op_done_waited[t]) mb.op_done = dev.record(Stream::Compute), mb.op_done_point = t + 1;
 }
 
 void Executor::Impl::run_micro_batch(const dataset::Batch& batch, MicroBatch& mb) {
@@ -397,7 +442,7 @@ void Executor::Impl::device_adam() {
     ids.push_back(b);
   }
   if (s.all_device_optimizer()) {
-    const std::string label = "adamw (device)";
+    constexpr std::string_view label = "adamw (device)";
     queue(Stream::Compute, label, [&] {
       dev.adamw(std::move(buckets), adamw.hyper(), st.adam_step, st.lr, options.grad_clip, st.loss_scale, &st.device_decision, label);
     });
@@ -405,7 +450,7 @@ void Executor::Impl::device_adam() {
   }
   st.device_tier_stats.assign(buckets.size(), {});
   st.device_tier = std::move(buckets);
-  const std::string label = "gradient statistics (device tier)";
+  constexpr std::string_view label = "gradient statistics (device tier)";
   queue(Stream::Compute, label, [&] { dev.gradient_statistics(st.device_tier, st.device_tier_stats.data(), label); });
   cpu.record_device_stats(std::move(ids), st.device_tier_stats.data(), dev, dev.record(Stream::Compute));
 }
@@ -417,7 +462,7 @@ void Executor::Impl::finish_step() {
   if (!st.update_order.empty() || device_tier) decided = cpu.queue_decision();
   if (device_tier) {
     dev.wait(Stream::Compute, dev.from_host(decided), "step decision");
-    const std::string label = "adamw (device tier)";
+    constexpr std::string_view label = "adamw (device tier)";
     queue(Stream::Compute, label, [&] { dev.adamw_decided(st.device_tier, adamw.hyper(), st.adam_step, st.lr, cpu.decided(), label); });
   }
   if (!st.update_order.empty() && pipelined()) {

@@ -5,16 +5,17 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 
 namespace ferry::engine {
 
 struct Faults {
   std::string label;  // empty: none
-  bool hits(const std::string& task) const { return !label.empty() && task.find(label) != std::string::npos; }
+  bool hits(std::string_view task) const { return !label.empty() && task.find(label) != std::string::npos; }
 
   std::string slow_label;  // empty: none
   std::chrono::microseconds slow{0};
-  bool slows(const std::string& task) const { return !slow_label.empty() && task.find(slow_label) != std::string::npos; }
+  bool slows(std::string_view task) const { return !slow_label.empty() && task.find(slow_label) != std::string::npos; }
 };
 
 }  // namespace ferry::engine

@@ -10,10 +10,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
-
+#include <vector>
 
 namespace ferry::device {
 namespace {
@@ -29,17 +30,64 @@ class Launching {
   Launching& operator=(const Launching&) = delete;
 };
 
-void check(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw std::runtime_error(what + ": " + cudaGetErrorString(e));
-  }
+[[noreturn]] void fail(cudaError_t e, const std::string& what) {
+  cudaGetLastError();
+  throw std::runtime_error(what + ": " + cudaGetErrorString(e));
 }
+
+void check(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) fail(e, what);
+}
+
+// The same with the message built only on failure: the calls of a steady step build no string.
+template <class What>
+requires std::invocable<What>
+void check(cudaError_t e, What&& what) {
+  if (e != cudaSuccess) fail(e, what());
+}
+
+}  // namespace
+
+// Untimed events created once and recorded again and again. An event comes back when its last EventPtr is
+// gone: nothing can enqueue a wait for it any more, and the waits enqueued before took its state when they
+// were enqueued (cudaStreamWaitEvent), so recording it again changes none of them. Shared by the device and
+// its events, so that an event may outlive the device.
+class CudaDevice::EventPool {
+ public:
+  ~EventPool() {
+    for (cudaEvent_t e : free_) cudaEventDestroy(e);
+  }
+  cudaEvent_t take() {
+    {
+      const std::lock_guard lock(mutex_);
+      if (!free_.empty()) {
+        const cudaEvent_t e = free_.back();
+        free_.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    return e;
+  }
+  void give_back(cudaEvent_t e) {
+    const std::lock_guard lock(mutex_);
+    free_.push_back(e);
+  }
+
+ private:
+  std::mutex mutex_;  // events come back on whichever thread drops them (a CPU worker's wait)
+  std::vector<cudaEvent_t> free_;
+};
+
+namespace {
 
 struct CudaEvent final : Event {
   cudaEvent_t event = nullptr;
+  std::shared_ptr<CudaDevice::EventPool> pool;  // where an untimed event goes back; null: destroyed (timed)
   ~CudaEvent() override {
-    if (event) cudaEventDestroy(event);
+    if (event && pool) pool->give_back(event);
+    else if (event) cudaEventDestroy(event);
   }
 };
 
@@ -61,6 +109,7 @@ CudaDevice::CudaDevice(const Options& o)
   check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&results_on_device_), results_, 0), "cudaHostGetDevicePointer (result slots)");
   size_t total = 0;
   check(cudaMemGetInfo(&free_after_start_, &total), "cudaMemGetInfo");
+  events_ = std::make_shared<EventPool>();
   watcher_ = std::thread([this] { watch(); });
 }
 
@@ -98,12 +147,12 @@ struct CudaDevice::HostWork {
   std::function<void()> work;
 };
 
-void CudaDevice::run(Stream s, std::string label, std::function<void()> work) {
+void CudaDevice::run(Stream s, std::string_view label, std::function<void()> work) {
   // Owned by the host function once CUDA has accepted it: it deletes it when it has run (also when earlier
   // host work failed; only a device fault, which ends the run, leaves it unrun).
-  auto host_work = std::make_unique<HostWork>(HostWork{this, s, std::move(label), std::move(work)});
-  const std::string what = fmt::format("{}: {} (cudaLaunchHostFunc)", to_string(s), host_work->label);
-  check(cudaLaunchHostFunc(stream(s), &CudaDevice::run_host_work, host_work.get()), what);
+  auto host_work = std::make_unique<HostWork>(HostWork{this, s, std::string(label), std::move(work)});
+  check(cudaLaunchHostFunc(stream(s), &CudaDevice::run_host_work, host_work.get()),
+        [&] { return fmt::format("{}: {} (cudaLaunchHostFunc)", to_string(s), label); });
   host_work.release();
 }
 
@@ -139,16 +188,16 @@ void CudaDevice::bind_workspace(std::byte* data, int64_t bytes) {
   workspace_bytes_ = data ? bytes : 0;
 }
 
-void CudaDevice::copy(Stream s, void* dst, const void* src, int64_t bytes, std::string label) {
+void CudaDevice::copy(Stream s, void* dst, const void* src, int64_t bytes, std::string_view label) {
   if (s == Stream::Compute) throw std::logic_error("copies go on the h2d or d2h stream");
   check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, stream(s)),
-        fmt::format("{}: {} (cudaMemcpyAsync of {} bytes)", to_string(s), label, bytes));
+        [&] { return fmt::format("{}: {} (cudaMemcpyAsync of {} bytes)", to_string(s), label, bytes); });
 }
 
 EventPtr CudaDevice::record(Stream s) {
   auto e = std::make_shared<CudaEvent>();
-  check(cudaEventCreateWithFlags(&e->event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  check(cudaEventRecord(e->event, stream(s)), fmt::format("cudaEventRecord on {}", to_string(s)));
+  e->event = events_->take(), e->pool = events_;
+  check(cudaEventRecord(e->event, stream(s)), [s] { return fmt::format("cudaEventRecord on {}", to_string(s)); });
   return e;
 }
 
@@ -169,10 +218,11 @@ double CudaDevice::elapsed_seconds(const EventPtr& from, const EventPtr& to) {
   return ms * 1e-3;
 }
 
-void CudaDevice::wait(Stream s, const EventPtr& event, std::string label) {
+void CudaDevice::wait(Stream s, const EventPtr& event, std::string_view label) {
   const auto* e = dynamic_cast<const CudaEvent*>(event.get());
   if (!e) throw std::logic_error("an event from another device was given to the CUDA device");
-  check(cudaStreamWaitEvent(stream(s), e->event, 0), fmt::format("{}: wait for {}", to_string(s), label));
+  check(cudaStreamWaitEvent(stream(s), e->event, 0),
+        [&] { return fmt::format("{}: wait for {}", to_string(s), label); });
 }
 
 EventPtr CudaDevice::from_host(std::shared_ptr<HostEvent> host) {
@@ -191,7 +241,7 @@ EventPtr CudaDevice::from_host(std::shared_ptr<HostEvent> host) {
   if (!host_wait_stream) check(cudaStreamCreateWithFlags(&host_wait_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check(launch_wait_for_flag(device_flag, host_wait_stream), "launching the host-wait kernel");
   auto e = std::make_shared<CudaEvent>();
-  check(cudaEventCreateWithFlags(&e->event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  e->event = events_->take(), e->pool = events_;
   check(cudaEventRecord(e->event, host_wait_stream), "cudaEventRecord (host wait)");
   {
     std::lock_guard lock(mutex_);
@@ -238,16 +288,19 @@ void CudaDevice::synchronize() {
   check_host_failure();
 }
 
-void CudaDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {
-  check(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream(s)), fmt::format("{}: {}", to_string(s), label));
+void CudaDevice::zero(Stream s, void* dst, int64_t bytes, std::string_view label) {
+  check(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream(s)),
+        [&] { return fmt::format("{}: {}", to_string(s), label); });
 }
 
-void CudaDevice::accumulate(Stream s, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) {
+void CudaDevice::accumulate(Stream s, float* dst, const void* src, DType src_type, int64_t n, bool overwrite,
+                            std::string_view label) {
   if (src_type != DType::F32 && src_type != DType::BF16 && src_type != DType::F16)
     throw std::invalid_argument(fmt::format("{}: {}: accumulate reads fp32, bf16 or fp16, not {}", to_string(s), label, to_string(src_type)));
   const Launching on(stream(s));
-  check(launch_accumulate(dst, src, src_type, n, overwrite, current_stream()),
-        fmt::format("{}: {} (accumulate of {} {} elements)", to_string(s), label, n, to_string(src_type)));
+  check(launch_accumulate(dst, src, src_type, n, overwrite, current_stream()), [&] {
+    return fmt::format("{}: {} (accumulate of {} {} elements)", to_string(s), label, n, to_string(src_type));
+  });
 }
 
 CudaDevice::ResultSlot CudaDevice::next_result_slot() {
@@ -277,15 +330,17 @@ bool CudaDevice::supports_op(std::span<const DType> storage, size_t inputs) cons
   return true;
 }
 
-void CudaDevice::run_op(kernels::OpCall call, float* loss, std::string label) {
-  const std::lock_guard lock(ops_mutex_);
+void CudaDevice::run_op(const kernels::OpCall& call, float* loss, std::string_view label) {
   const ResultSlot mean = loss ? next_result_slot() : ResultSlot{nullptr, nullptr};
   if (loss) std::memset(mean.host, 0, sizeof(float));  // what *loss gets from an op that is not the loss's forward
   kernels_.bind(stream(Stream::Compute), workspace_, workspace_bytes_, static_cast<float*>(mean.device));
   {
     const Launching on(stream(Stream::Compute));
     try {
-      kernels::run_call(call, kernels_);  // its return (the host float) stays 0 here
+      // The call's own operands, through a vector kept for them (kernels::run_call(call, kernels) makes one per op).
+      call_operands_.clear();
+      for (const kernels::CallOperand& o : call.operands) call_operands_.push_back(o.at);
+      kernels::run_call(call, call_operands_, call.compute, kernels_);  // its return (the host float) stays 0 here
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(fmt::format("{}: {}", label, e.what()));
     } catch (const std::exception& e) {
@@ -293,9 +348,8 @@ void CudaDevice::run_op(kernels::OpCall call, float* loss, std::string label) {
     }
   }
   if (loss)
-    run(Stream::Compute, label + ": the loss to the host", [loss, from = static_cast<const float*>(mean.host)] {
-      std::memcpy(loss, from, sizeof(float));
-    });
+    run(Stream::Compute, fmt::format("{}: the loss to the host", label),
+        [loss, from = static_cast<const float*>(mean.host)] { std::memcpy(loss, from, sizeof(float)); });
 }
 
 namespace {
@@ -333,7 +387,7 @@ void check_bucket(const Device::OptimizerBucket& b, size_t i) {
 // AdamW on one bucket under the gate (read when the kernels run), range by range with each parameter group's
 // lr multiplier and weight decay, as cpu_optim::CpuAdamW::step applies them (Bucket::ranges).
 void adamw_bucket(const Device::OptimizerBucket& k, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
-                  const kernels::cuda::AdamWGate* gate, cudaStream_t s, const std::string& what) {
+                  const kernels::cuda::AdamWGate* gate, cudaStream_t s, std::string_view label, size_t bucket) {
   const std::vector<cpu_optim::HyperRange> whole{{0, static_cast<size_t>(k.numel), 1.0, hyper.weight_decay}};
   const size_t grad_bytes = dtype_bytes(k.grad_type), working_bytes = k.working ? dtype_bytes(k.working_type) : 0;
   for (const cpu_optim::HyperRange& r : k.ranges.empty() ? whole : k.ranges) {
@@ -345,7 +399,7 @@ void adamw_bucket(const Device::OptimizerBucket& k, const cpu_optim::AdamWHyper&
     check(kernels::cuda::adamw_gated(k.master + r.begin, k.m + r.begin, k.v + r.begin,
                                      static_cast<const std::byte*>(k.grad) + r.begin * grad_bytes, k.grad_type, working,
                                      k.working_type, false, static_cast<int64_t>(r.end - r.begin), c, gate, s),
-          what);
+          [&] { return fmt::format("{}: adamw of bucket {}", label, bucket); });
   }
 }
 
@@ -355,8 +409,9 @@ int64_t device_adamw_scratch_bytes(int64_t buckets) {
   return kAlign + aligned(buckets * int64_t{sizeof(kernels::cuda::SquaresResult)}) + max_sum_squares_scratch();
 }
 
-void CudaDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
-                       float loss_scale, cpu_optim::StepDecision* decision, std::string label) {
+void CudaDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step,
+                       double lr, float max_norm, float loss_scale, cpu_optim::StepDecision* decision,
+                       std::string_view label) {
   if (step < 1 || !(loss_scale > 0) || !decision)
     throw std::invalid_argument(fmt::format("{}: adamw: step {} (counts from 1), loss scale {} (> 0), decision {} (needed)", label, step,
                                             loss_scale, static_cast<void*>(decision)));
@@ -365,7 +420,6 @@ void CudaDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::Ad
   if (device_adamw_scratch_bytes(n) > workspace_bytes_)
     throw std::runtime_error(fmt::format("{}: the device AdamW over {} buckets needs {} bytes of workspace; the bound one holds {}", label,
                                          n, device_adamw_scratch_bytes(n), workspace_bytes_));
-  const std::lock_guard lock(ops_mutex_);
   const AdamWScratch ws = adamw_scratch(workspace_, n);
   const ResultSlot slot = next_result_slot();
   const Launching on(stream(Stream::Compute));
@@ -373,24 +427,25 @@ void CudaDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::Ad
   for (int64_t b = 0; b < n; ++b) {  // each bucket's statistics, then the decision from all of them
     const OptimizerBucket& k = buckets[static_cast<size_t>(b)];
     check(kernels::cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s),
-          fmt::format("{}: sum of squares of bucket {}", label, b));
+          [&] { return fmt::format("{}: sum of squares of bucket {}", label, b); });
   }
   auto* decided = static_cast<kernels::StepDecision*>(slot.device);
-  check(launch_decide_step(ws.stats, n, max_norm, loss_scale, ws.gate, decided, s), label + ": the step decision");
-  for (int64_t b = 0; b < n; ++b) adamw_bucket(buckets[static_cast<size_t>(b)], hyper, step, lr, ws.gate, s, fmt::format("{}: adamw of bucket {}", label, b));
-  run(Stream::Compute, label + ": the step decision to the host",
+  check(launch_decide_step(ws.stats, n, max_norm, loss_scale, ws.gate, decided, s),
+        [&] { return fmt::format("{}: the step decision", label); });
+  for (size_t b = 0; b < buckets.size(); ++b) adamw_bucket(buckets[b], hyper, step, lr, ws.gate, s, label, b);
+  run(Stream::Compute, fmt::format("{}: the step decision to the host", label),
       [decision, from = slot.host] { std::memcpy(decision, from, sizeof(*decision)); });
 }
 
 // The device tier's half of a step the host decides: each bucket's sum of squares and inf/nan count into
 // the workspace, copied to pinned result slots, handed to the host by host work behind them.
-void CudaDevice::gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) {
+void CudaDevice::gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats,
+                                     std::string_view label) {
   for (size_t i = 0; i < buckets.size(); ++i) check_bucket(buckets[i], i);
   const auto n = static_cast<int64_t>(buckets.size());
   if (device_adamw_scratch_bytes(n) > workspace_bytes_)
     throw std::runtime_error(fmt::format("{}: the statistics of {} buckets need {} bytes of workspace; the bound one holds {}", label, n,
                                          device_adamw_scratch_bytes(n), workspace_bytes_));
-  const std::lock_guard lock(ops_mutex_);
   const AdamWScratch ws = adamw_scratch(workspace_, n);
   const int64_t bytes = n * int64_t{sizeof(kernels::cuda::SquaresResult)};
   const ResultSlot out = next_result_span(bytes);
@@ -399,10 +454,11 @@ void CudaDevice::gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_o
   for (int64_t b = 0; b < n; ++b) {
     const OptimizerBucket& k = buckets[static_cast<size_t>(b)];
     check(kernels::cuda::sum_squares(ws.stats + b, k.grad, k.numel, ws.partials, k.grad_type, s),
-          fmt::format("{}: sum of squares of bucket {}", label, b));
+          [&] { return fmt::format("{}: sum of squares of bucket {}", label, b); });
   }
-  check(cudaMemcpyAsync(out.host, ws.stats, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, s), label + ": statistics to the host");
-  run(Stream::Compute, label + ": statistics to the host",
+  check(cudaMemcpyAsync(out.host, ws.stats, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, s),
+        [&] { return fmt::format("{}: statistics to the host", label); });
+  run(Stream::Compute, fmt::format("{}: statistics to the host", label),
       [stats, from = static_cast<const kernels::cuda::SquaresResult*>(out.host), n] {
         for (int64_t b = 0; b < n; ++b) stats[b] = cpu_optim::GradStats{from[b].sum, from[b].nonfinite == 0};
       });
@@ -410,22 +466,20 @@ void CudaDevice::gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_o
 
 // The device tier's AdamW under the host's decision: host work in stream order turns it into the gate the
 // kernels read (pinned mapped memory), then every bucket is updated as adamw() updates it.
-void CudaDevice::adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
-                               const cpu_optim::StepDecision* decision, std::string label) {
+void CudaDevice::adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step,
+                               double lr, const cpu_optim::StepDecision* decision, std::string_view label) {
   if (step < 1 || !decision)
     throw std::invalid_argument(fmt::format("{}: adamw: step {} (counts from 1), decision {} (needed)", label, step, static_cast<const void*>(decision)));
   for (size_t i = 0; i < buckets.size(); ++i) check_bucket(buckets[i], i);
-  const std::lock_guard lock(ops_mutex_);
   const ResultSlot gate = next_result_slot();
-  run(Stream::Compute, label + ": the host's decision", [decision, to = gate.host] {
+  run(Stream::Compute, fmt::format("{}: the host's decision", label), [decision, to = gate.host] {
     const kernels::cuda::AdamWGate g{decision->grad_scale, decision->report.skipped ? 1u : 0u};
     std::memcpy(to, &g, sizeof(g));
   });
   const Launching on(stream(Stream::Compute));
   const cudaStream_t s = current_stream();
   for (size_t b = 0; b < buckets.size(); ++b)
-    adamw_bucket(buckets[b], hyper, step, lr, static_cast<const kernels::cuda::AdamWGate*>(gate.device), s,
-                 fmt::format("{}: adamw of bucket {}", label, b));
+    adamw_bucket(buckets[b], hyper, step, lr, static_cast<const kernels::cuda::AdamWGate*>(gate.device), s, label, b);
 }
 
 }  // namespace ferry::device

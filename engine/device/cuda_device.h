@@ -13,6 +13,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "engine/device/device.h"
 #include "kernels/step_decision.h"
@@ -51,12 +52,12 @@ class CudaDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::Cuda; }
   std::unique_ptr<memory::PinnedHostPool> make_host_pool(int64_t bytes) const override;
   const memory::Arena& arena() const override { return arena_; }
-  void run(Stream stream, std::string label, std::function<void()> work) override;
-  void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) override;
+  void run(Stream stream, std::string_view label, std::function<void()> work) override;
+  void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string_view label) override;
   EventPtr record(Stream stream) override;
   EventPtr record_timed(Stream stream) override;
   double elapsed_seconds(const EventPtr& from, const EventPtr& to) override;
-  void wait(Stream stream, const EventPtr& event, std::string label) override;
+  void wait(Stream stream, const EventPtr& event, std::string_view label) override;
   EventPtr from_host(std::shared_ptr<HostEvent> event) override;
   void synchronize(const EventPtr& event) override;
   void synchronize() override;
@@ -68,8 +69,9 @@ class CudaDevice final : public Device {
   void bind_workspace(std::byte* data, int64_t bytes) override;
   std::byte* workspace() const { return workspace_; }
   int64_t workspace_bytes() const { return workspace_bytes_; }
-  void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
-  void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) override;
+  void zero(Stream stream, void* dst, int64_t bytes, std::string_view label) override;
+  void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite,
+                  std::string_view label) override;
   // Every op kind in fp32, bf16 and fp16 storage; int32 only for what an op reads (ids, targets, the mask).
   bool supports_op(std::span<const DType> storage, size_t inputs) const override;
   // Queues the op's kernels on the compute stream (scratch from the bound workspace). The loss: the forward
@@ -77,21 +79,24 @@ class CudaDevice final : public Device {
   // right behind it copies the slot into *loss, so *loss holds the mean once the compute stream has passed
   // it (synchronize), and nothing waits inside the step. A dtype its kernels do not compute in throws
   // std::invalid_argument here, at queueing time, naming the label.
-  void run_op(kernels::OpCall call, float* loss, std::string label) override;
+  void run_op(const kernels::OpCall& call, float* loss, std::string_view label) override;
   // Queued on the compute stream: each bucket's kernels::cuda::sum_squares into the workspace, one thread deciding the
   // step (launch_decide_step) into device memory, kernels::cuda::adamw_gated on every bucket reading that decision, and
   // host work that copies the decision (written to pinned mapped memory) into *decision: no stall inside the
   // step; *decision holds it once the compute stream has passed it.
-  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
-             float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
-  void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) override;
+  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+             float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string_view label) override;
+  void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats,
+                           std::string_view label) override;
   void adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
-                     const cpu_optim::StepDecision* decision, std::string label) override;
+                     const cpu_optim::StepDecision* decision, std::string_view label) override;
 
   // The stream the device's own kernels launch on while one of its methods (accumulate, run_op, adamw) queues
   // them, so that the library code an op calls needs no stream argument; null elsewhere (host work queued by
   // run() makes no CUDA call).
   static cudaStream_t current_stream();
+
+  class EventPool;  // the untimed events record() and from_host() take, reused (cuda_device.cpp)
 
  private:
   struct HostWork;  // what run() queues: the work, kept alive until it has run, with its stream and label
@@ -116,6 +121,7 @@ class CudaDevice final : public Device {
   std::thread watcher_;
   std::byte* workspace_ = nullptr;
   int64_t workspace_bytes_ = 0;
+  std::shared_ptr<EventPool> events_;
 
   // Where kernels leave results for the host (the loss's mean, the step decision): a ring of pinned mapped
   // slots, each read by host work queued behind its kernel. A slot is reused kResultSlots results later,
@@ -129,8 +135,10 @@ class CudaDevice final : public Device {
   ResultSlot next_result_slot();
   // `bytes` of consecutive slots (at most the whole ring), wrapping to the ring's start when they would not fit.
   ResultSlot next_result_span(int64_t bytes);
-  std::mutex ops_mutex_;  // one op or optimizer step queued at a time: the kernels' binding, the slot ring
+  // The kernels' binding and the slot ring: touched by one op or optimizer step at a time, as the compute
+  // stream's work is queued from one thread at a time (Device), so no lock guards them.
   kernels::cuda::CudaKernels kernels_;
+  std::vector<kernels::Operand> call_operands_;  // run_op's, reused
   std::byte* results_ = nullptr;  // pinned mapped, kResultSlots * kResultSlotBytes
   std::byte* results_on_device_ = nullptr;  // the same memory as kernels address it
   int next_result_ = 0;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cpu_optim/adamw.h"
@@ -47,14 +48,17 @@ class Device {
   // Queues host code on a stream: `work` runs on a thread of the device's (the host device: the stream's
   // worker; the CUDA device: the CUDA runtime's callback thread, via cudaLaunchHostFunc) once everything
   // queued on the stream before it has finished, and work queued after it waits for it. `label` names it
-  // in errors and traces ("h.0.attn.c_attn.fwd"). Both devices promise the same: an exception thrown by
-  // `work` does not reach the caller; it fails the stream, later host work on it is skipped, and
-  // synchronize() throws it, naming the stream and the label. `work` must make no CUDA call (CUDA forbids
+  // in errors and traces ("h.0.attn.c_attn.fwd"). Every method reads its label during the call and copies what
+  // it keeps, so a caller passes the same long-lived strings every step and builds none. Both devices promise
+  // the same: an exception thrown by `work` does not reach the caller; it fails the stream, later host work on it is
+  // skipped, and synchronize() throws it, naming the stream and the label. `work` must make no CUDA call (CUDA forbids
   // them in host functions): a device's kernels are queued by its own methods (zero, accumulate, run_op,
   // adamw), never from host work.
-  virtual void run(Stream stream, std::string label, std::function<void()> work) = 0;
+  virtual void run(Stream stream, std::string_view label, std::function<void()> work) = 0;
   // Queues a copy between pinned host memory and the arena on the H2D or D2H stream. Thread-safe.
-  virtual void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) = 0;
+  virtual void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string_view label) = 0;
+  // Cheap enough for every copy, not meant for every op: the executor records only the events that something
+  // waits for (the CUDA device reuses its events: one whose last EventPtr is gone is recorded again).
   virtual EventPtr record(Stream stream) = 0;
   // An event that also records when the stream reached it, and the seconds between two such events of one
   // stream once both are done (CUDA events with timing; on the host device, the stream thread's clock):
@@ -62,7 +66,7 @@ class Device {
   virtual EventPtr record_timed(Stream stream) = 0;
   virtual double elapsed_seconds(const EventPtr& from, const EventPtr& to) = 0;
   // Work queued on `stream` after this waits for `event`.
-  virtual void wait(Stream stream, const EventPtr& event, std::string label) = 0;
+  virtual void wait(Stream stream, const EventPtr& event, std::string_view label) = 0;
   // An event of this device that is done when a host event is (e.g. CPU AdamW has updated a bucket), so
   // that a stream can wait for host work. A failed host event fails the streams that wait for it.
   virtual EventPtr from_host(std::shared_ptr<HostEvent> event) = 0;
@@ -82,20 +86,22 @@ class Device {
   // ever written; on a GPU the arena plus whatever else was allocated on it since start-up.
   virtual int64_t measured_peak_bytes() const = 0;
 
-  // The compute stream's work, all in the arena. Each names itself (label) in errors and the trace.
-  virtual void zero(Stream stream, void* dst, int64_t bytes, std::string label) = 0;
+  // The compute stream's work, all in the arena. Each names itself (label) in errors and the trace. It is
+  // queued from one thread at a time (the step's): the CUDA device takes no lock for it.
+  virtual void zero(Stream stream, void* dst, int64_t bytes, std::string_view label) = 0;
   // dst = src (overwrite) or dst += src over n elements: src stored as src_type (fp32, bf16, fp16) and
   // widened, the sum in fp32 (gradients summed over micro-batches).
   virtual void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite,
-                          std::string label) = 0;
+                          std::string_view label) = 0;
   // Whether this device runs an op whose tensors are stored as `storage`: its `inputs` inputs, then its
   // outputs. A backend is brought up op by op, and the Executor refuses at start-up, naming the op, a plan
   // with an op its device cannot run.
   virtual bool supports_op(std::span<const DType> storage, size_t inputs) const = 0;
   // One op, decoded for the kernels (engine/ops decodes a model's: ops::decode_op), queued on the compute
-  // stream with this device's kernels. Its operands must stay valid until it has run; *loss (host memory,
+  // stream with this device's kernels. Its operands must stay valid until it has run; the call itself is read
+  // during this call (a caller keeps one decoded call per op and passes it every step). *loss (host memory,
   // may be null) receives the loss's forward value once it has.
-  virtual void run_op(kernels::OpCall call, float* loss, std::string label) = 0;
+  virtual void run_op(const kernels::OpCall& call, float* loss, std::string_view label) = 0;
   // AdamW over buckets whose optimizer state lives on the device (policy resident), with the CPU AdamW's
   // arithmetic exactly (cpu_optim/adamw.h): each bucket's gradient statistics, summed in bucket order, the
   // step decision (written to *decision, host memory), the update, and each bucket's fp32 working copy.
@@ -114,14 +120,15 @@ class Device {
     std::vector<cpu_optim::HyperRange> ranges = {};
   };
   virtual void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
-                     float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) = 0;
+                     float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string_view label) = 0;
   // The same in two halves, for a device tier beside the CPU's AdamW (the host decides the step from every
   // bucket's statistics): each bucket's gradient statistics into stats[i] (host memory, written once the
   // work has run), then, later, AdamW on the buckets under *decision, read from host memory when that work
   // runs. Both on the compute stream, with the arithmetic of adamw().
-  virtual void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) = 0;
-  virtual void adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
-                             const cpu_optim::StepDecision* decision, std::string label) = 0;
+  virtual void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats,
+                                   std::string_view label) = 0;
+  virtual void adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step,
+                             double lr, const cpu_optim::StepDecision* decision, std::string_view label) = 0;
 };
 
 }  // namespace ferry::device

@@ -73,12 +73,14 @@ std::string HostDevice::name() const {
                                 : std::string("host device (copies at memcpy speed)");
 }
 
-void HostDevice::run(Stream s, std::string label, std::function<void()> work) { queue(s).run(std::move(label), std::move(work)); }
+void HostDevice::run(Stream s, std::string_view label, std::function<void()> work) {
+  queue(s).run(std::string(label), std::move(work));
+}
 
-void HostDevice::copy(Stream s, void* dst, const void* src, int64_t bytes, std::string label) {
+void HostDevice::copy(Stream s, void* dst, const void* src, int64_t bytes, std::string_view label) {
   if (s == Stream::Compute) throw std::logic_error("copies go on the h2d or d2h stream");
   const double gbps = s == Stream::D2H && options_.d2h_link_gbps >= 0 ? options_.d2h_link_gbps : options_.link_gbps;
-  queue(s).run(std::move(label), [dst, src, bytes, gbps] {
+  queue(s).run(std::string(label), [dst, src, bytes, gbps] {
     if (gbps <= 0) {
       std::memcpy(dst, src, static_cast<size_t>(bytes));
       return;
@@ -125,7 +127,9 @@ double HostDevice::elapsed_seconds(const EventPtr& from, const EventPtr& to) {
   return std::chrono::duration<double>(*b->reached - *a->reached).count();
 }
 
-void HostDevice::wait(Stream s, const EventPtr& e, std::string label) { queue(s).wait(host_event(e), std::move(label)); }
+void HostDevice::wait(Stream s, const EventPtr& e, std::string_view label) {
+  queue(s).wait(host_event(e), std::string(label));
+}
 
 EventPtr HostDevice::from_host(std::shared_ptr<HostEvent> event) {
   auto e = std::make_shared<HostDeviceEvent>();
@@ -160,12 +164,14 @@ void HostDevice::bind_workspace(std::byte* data, int64_t bytes) {
   });
 }
 
-void HostDevice::zero(Stream s, void* dst, int64_t bytes, std::string label) {
-  queue(s).run(std::move(label), [dst, bytes] { std::memset(dst, 0, static_cast<size_t>(bytes)); });
+void HostDevice::zero(Stream s, void* dst, int64_t bytes, std::string_view label) {
+  queue(s).run(std::string(label), [dst, bytes] { std::memset(dst, 0, static_cast<size_t>(bytes)); });
 }
 
-void HostDevice::accumulate(Stream s, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) {
-  queue(s).run(std::move(label), [dst, src, src_type, n, overwrite] { memory::accumulate_widened(dst, src, src_type, n, overwrite); });
+void HostDevice::accumulate(Stream s, float* dst, const void* src, DType src_type, int64_t n, bool overwrite,
+                            std::string_view label) {
+  queue(s).run(std::string(label),
+               [dst, src, src_type, n, overwrite] { memory::accumulate_widened(dst, src, src_type, n, overwrite); });
 }
 
 bool HostDevice::supports_op(std::span<const DType> storage, size_t inputs) const {
@@ -176,8 +182,8 @@ bool HostDevice::supports_op(std::span<const DType> storage, size_t inputs) cons
   return true;
 }
 
-void HostDevice::run_op(kernels::OpCall call, float* loss, std::string label) {
-  queue(Stream::Compute).run(std::move(label), [call = std::move(call), loss] {
+void HostDevice::run_op(const kernels::OpCall& call, float* loss, std::string_view label) {
+  queue(Stream::Compute).run(std::string(label), [call, loss] {
     const float l = kernels::cpu::run_on_cpu(call);
     if (loss) *loss = l;
   });
@@ -210,31 +216,38 @@ std::vector<cpu_optim::Bucket> bucket_views(const std::vector<Device::OptimizerB
 // The CPU path's arithmetic, on the host device's memory: the same OptimizerStep, so both give bitwise the
 // same weights (every ISA path is bitwise the scalar one). Its kernels are made once per hyper-parameters,
 // on the compute stream's cores.
-void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
-                       float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string label) {
+void HostDevice::adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step,
+                       double lr, float max_norm, float loss_scale, cpu_optim::StepDecision* decision,
+                       std::string_view label) {
   // The views (their parameter-group ranges among them) point into the buckets the task keeps.
-  queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule = adamw_kernels(hyper), step, lr, max_norm, loss_scale, decision] {
-    const std::vector<cpu_optim::Bucket> views = bucket_views(buckets);
-    cpu_optim::OptimizerStep optimizer_step(rule, views.size(), max_norm, loss_scale);
-    optimizer_step.run(views, step, lr);
-    *decision = optimizer_step.decision();
-  });
+  queue(Stream::Compute)
+      .run(std::string(label),
+           [buckets = std::move(buckets), &rule = adamw_kernels(hyper), step, lr, max_norm, loss_scale, decision] {
+             const std::vector<cpu_optim::Bucket> views = bucket_views(buckets);
+             cpu_optim::OptimizerStep optimizer_step(rule, views.size(), max_norm, loss_scale);
+             optimizer_step.run(views, step, lr);
+             *decision = optimizer_step.decision();
+           });
 }
 
-void HostDevice::gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) {
+void HostDevice::gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats,
+                                     std::string_view label) {
   // Statistics need no hyper-parameters; any kernels of this CPU compute them alike.
-  queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule = adamw_kernels(cpu_optim::AdamWHyper{}), stats] {
-    for (size_t i = 0; i < buckets.size(); ++i) stats[i] = rule.grad_stats(buckets[i].grad, buckets[i].grad_type, static_cast<size_t>(buckets[i].numel));
-  });
+  queue(Stream::Compute)
+      .run(std::string(label), [buckets = std::move(buckets), &rule = adamw_kernels(cpu_optim::AdamWHyper{}), stats] {
+        for (size_t i = 0; i < buckets.size(); ++i)
+          stats[i] = rule.grad_stats(buckets[i].grad, buckets[i].grad_type, static_cast<size_t>(buckets[i].numel));
+      });
 }
 
-void HostDevice::adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
-                               const cpu_optim::StepDecision* decision, std::string label) {
-  queue(Stream::Compute).run(std::move(label), [buckets = std::move(buckets), &rule = adamw_kernels(hyper), step, lr, decision] {
-    const std::vector<cpu_optim::Bucket> views = bucket_views(buckets);
-    const cpu_optim::OptimizerStep optimizer_step(rule, *decision);
-    for (size_t i = 0; i < views.size(); ++i) optimizer_step.update(i, views[i], step, lr);
-  });
+void HostDevice::adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step,
+                               double lr, const cpu_optim::StepDecision* decision, std::string_view label) {
+  queue(Stream::Compute)
+      .run(std::string(label), [buckets = std::move(buckets), &rule = adamw_kernels(hyper), step, lr, decision] {
+        const std::vector<cpu_optim::Bucket> views = bucket_views(buckets);
+        const cpu_optim::OptimizerStep optimizer_step(rule, *decision);
+        for (size_t i = 0; i < views.size(); ++i) optimizer_step.update(i, views[i], step, lr);
+      });
 }
 
 }  // namespace ferry::device

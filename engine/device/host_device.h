@@ -29,12 +29,12 @@ class HostDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::Host; }
   std::unique_ptr<memory::PinnedHostPool> make_host_pool(int64_t bytes) const override;
   const memory::Arena& arena() const override { return arena_; }
-  void run(Stream stream, std::string label, std::function<void()> work) override;
-  void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string label) override;
+  void run(Stream stream, std::string_view label, std::function<void()> work) override;
+  void copy(Stream stream, void* dst, const void* src, int64_t bytes, std::string_view label) override;
   EventPtr record(Stream stream) override;
   EventPtr record_timed(Stream stream) override;
   double elapsed_seconds(const EventPtr& from, const EventPtr& to) override;
-  void wait(Stream stream, const EventPtr& event, std::string label) override;
+  void wait(Stream stream, const EventPtr& event, std::string_view label) override;
   EventPtr from_host(std::shared_ptr<HostEvent> event) override;
   void synchronize(const EventPtr& event) override;
   void synchronize() override;
@@ -42,16 +42,18 @@ class HostDevice final : public Device {
   // The compute stream's thread takes oneDNN's scratchpads (kernels::cpu::Scratch::Library) from it.
   void bind_workspace(std::byte* data, int64_t bytes) override;
   int64_t measured_peak_bytes() const override { return arena_.touched_bytes(); }
-  void zero(Stream stream, void* dst, int64_t bytes, std::string label) override;
-  void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite, std::string label) override;
+  void zero(Stream stream, void* dst, int64_t bytes, std::string_view label) override;
+  void accumulate(Stream stream, float* dst, const void* src, DType src_type, int64_t n, bool overwrite,
+                  std::string_view label) override;
   // Every op with its tensors in fp32, bf16 or fp16 (widened to fp32 around the CPU math), reading int32 ids.
   bool supports_op(std::span<const DType> storage, size_t inputs) const override;
-  void run_op(kernels::OpCall call, float* loss, std::string label) override;
-  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr, float max_norm,
-             float loss_scale, cpu_optim::StepDecision* decision, std::string label) override;
-  void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats, std::string label) override;
+  void run_op(const kernels::OpCall& call, float* loss, std::string_view label) override;
+  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+             float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string_view label) override;
+  void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats,
+                           std::string_view label) override;
   void adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
-                     const cpu_optim::StepDecision* decision, std::string label) override;
+                     const cpu_optim::StepDecision* decision, std::string_view label) override;
 
  private:
   // The CPU AdamW kernels for these hyper-parameters, made on first use.

@@ -17,11 +17,13 @@
 #include <numeric>
 #include <functional>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include "cpu_optim/adamw.h"
 #include "cpu_optim/lr_schedule.h"
@@ -1063,6 +1065,173 @@ TEST(Executor, DelayedUpdateBesideADeviceTierMatchesItsPlainRule) {
   // A different trajectory from the update in the step, and from delaying every bucket.
   EXPECT_NE(losses, train_plan(c, spec, resident, 6).losses);
   EXPECT_NE(losses, delayed_beside_device_tier(c, spec, tiers.problem, std::vector<bool>(tiers.problem.n_buckets, false), 6));
+}
+
+// A device that forwards every call to the host device and watches what the steps ask of it: the events
+// recorded, the copies queued, and where each label and op call it is given lies in memory (and what the
+// label says).
+class WatchingDevice final : public device::Device {
+ public:
+  explicit WatchingDevice(device::Device& inner) : d_(inner) {}
+  struct Seen {
+    int events = 0, copies = 0;
+    std::map<const char*, std::string> labels;  // by address: its text
+    std::set<const kernels::OpCall*> calls;
+    std::vector<std::string> relabelled;  // an address seen with another text: a label built per call
+  };
+  Seen take() {
+    const std::lock_guard lock(mutex_);
+    return std::exchange(seen_, {});
+  }
+
+  std::string name() const override { return d_.name(); }
+  device::DeviceKind kind() const override { return d_.kind(); }
+  std::unique_ptr<memory::PinnedHostPool> make_host_pool(int64_t bytes) const override {
+    return d_.make_host_pool(bytes);
+  }
+  const memory::Arena& arena() const override { return d_.arena(); }
+  void run(device::Stream s, std::string_view label, std::function<void()> work) override {
+    d_.run(s, watch(label), std::move(work));
+  }
+  void copy(device::Stream s, void* dst, const void* src, int64_t bytes, std::string_view label) override {
+    count(&Seen::copies), d_.copy(s, dst, src, bytes, watch(label));
+  }
+  device::EventPtr record(device::Stream s) override { return count(&Seen::events), d_.record(s); }
+  device::EventPtr record_timed(device::Stream s) override { return count(&Seen::events), d_.record_timed(s); }
+  double elapsed_seconds(const device::EventPtr& a, const device::EventPtr& b) override {
+    return d_.elapsed_seconds(a, b);
+  }
+  void wait(device::Stream s, const device::EventPtr& e, std::string_view label) override {
+    d_.wait(s, e, watch(label));
+  }
+  device::EventPtr from_host(std::shared_ptr<device::HostEvent> e) override { return d_.from_host(std::move(e)); }
+  void synchronize(const device::EventPtr& e) override { d_.synchronize(e); }
+  void synchronize() override { d_.synchronize(); }
+  double compute_stall_seconds() const override { return d_.compute_stall_seconds(); }
+  void bind_workspace(std::byte* data, int64_t bytes) override { d_.bind_workspace(data, bytes); }
+  int64_t measured_peak_bytes() const override { return d_.measured_peak_bytes(); }
+  void zero(device::Stream s, void* dst, int64_t bytes, std::string_view label) override {
+    d_.zero(s, dst, bytes, watch(label));
+  }
+  void accumulate(device::Stream s, float* dst, const void* src, DType t, int64_t n, bool overwrite,
+                  std::string_view label) override {
+    d_.accumulate(s, dst, src, t, n, overwrite, watch(label));
+  }
+  bool supports_op(std::span<const DType> storage, size_t inputs) const override {
+    return d_.supports_op(storage, inputs);
+  }
+  void run_op(const kernels::OpCall& call, float* loss, std::string_view label) override {
+    {
+      const std::lock_guard lock(mutex_);
+      seen_.calls.insert(&call);
+    }
+    d_.run_op(call, loss, watch(label));
+  }
+  void adamw(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+             float max_norm, float loss_scale, cpu_optim::StepDecision* decision, std::string_view label) override {
+    d_.adamw(std::move(buckets), hyper, step, lr, max_norm, loss_scale, decision, watch(label));
+  }
+  void gradient_statistics(std::vector<OptimizerBucket> buckets, cpu_optim::GradStats* stats,
+                           std::string_view label) override {
+    d_.gradient_statistics(std::move(buckets), stats, watch(label));
+  }
+  void adamw_decided(std::vector<OptimizerBucket> buckets, const cpu_optim::AdamWHyper& hyper, int64_t step, double lr,
+                     const cpu_optim::StepDecision* decision, std::string_view label) override {
+    d_.adamw_decided(std::move(buckets), hyper, step, lr, decision, watch(label));
+  }
+
+ private:
+  void count(int Seen::*counter) {
+    const std::lock_guard lock(mutex_);
+    ++(seen_.*counter);
+  }
+  std::string_view watch(std::string_view label) {
+    const std::lock_guard lock(mutex_);
+    const auto [at, fresh] = seen_.labels.emplace(label.data(), label);
+    if (!fresh && at->second != label) seen_.relabelled.push_back(at->second + " -> " + std::string(label));
+    return label;
+  }
+  device::Device& d_;
+  std::mutex mutex_;
+  Seen seen_;
+};
+
+// What the steady steps of a plan (after two) asked of the device: per step, the events recorded and the copies
+// queued; over all of them, the labels and op calls.
+struct SteadySteps {
+  std::vector<int> events, copies;
+  WatchingDevice::Seen all;                          // events and copies: the last step's
+  size_t labels_after_one = 0, calls_after_one = 0;  // distinct addresses after the first steady step
+};
+
+SteadySteps watch_steady_steps(const Config& c, const models::ModelSpec& spec, const offload::StepPlan& plan,
+                               int steady) {
+  ExecutorParts parts(spec, plan, 1);
+  WatchingDevice dev(parts.dev);
+  Executor executor(spec, plan, parts.host, *parts.pool, dev, parts.adamw, {}, nullptr);
+  executor.upload_state();
+  const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
+  auto step = [&](int s) {
+    std::vector<dataset::Batch> micro;
+    for (int m = 0; m < c.train.grad_accum; ++m)
+      micro.push_back(data.train_batch(s * c.train.grad_accum + m, 0, c.train.batch_size));
+    executor.step(micro, s + 1, 1e-3);
+  };
+  step(0), step(1);
+  dev.take();  // start-up's and the first steps' labels (the state's upload builds them) are not the steady step's
+  SteadySteps r;
+  for (int s = 2; s < 2 + steady; ++s) {
+    step(s);
+    WatchingDevice::Seen seen = dev.take();
+    r.events.push_back(seen.events), r.copies.push_back(seen.copies);
+    for (auto& [address, text] : seen.labels) {
+      const auto [at, fresh] = r.all.labels.emplace(address, text);
+      if (!fresh && at->second != text) r.all.relabelled.push_back(at->second + " -> " + text);
+    }
+    r.all.calls.insert(seen.calls.begin(), seen.calls.end());
+    r.all.relabelled.insert(r.all.relabelled.end(), seen.relabelled.begin(), seen.relabelled.end());
+    if (s == 2) r.labels_after_one = r.all.labels.size(), r.calls_after_one = r.all.calls.size();
+  }
+  return r;
+}
+
+// The host-side work of a steady step does not grow with its ops (issue 31): the compute stream records an event
+// only where a copy waits for the op before it, so a resident model records as many events a step at 6 layers
+// as at 2, and an offloading one at most two per copy (its own, and the op before it) and two a step (the
+// pipelined step's results, the device tier's statistics); before, every op recorded one (48 ops a micro-batch
+// here). The labels the device is given are strings made once (the same addresses, saying the same, every step:
+// none built per op or per copy), and each op's call is one the executor keeps, not a temporary.
+TEST(Executor, ASteadyStepRecordsEventsOnlyForCopiesAndBuildsNoLabels) {
+  const offload::CostModel cost = fp32_cost_model();
+  std::vector<int> resident_events;
+  for (int layers : {2, 6}) {
+    Config c = small_config("resident", false, 1, 0, 5);
+    c.model.n_layer = layers;
+    const models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
+    const SteadySteps r = watch_steady_steps(c, spec, plan_for_config(c, spec, cost, 0, "", 0), 3);
+    resident_events.push_back(r.events.back());
+    EXPECT_EQ(r.events.front(), r.events.back()) << layers << " layers";
+  }
+  EXPECT_EQ(resident_events[0], resident_events[1]) << "events a resident step records at 2 and at 6 layers";
+  for (const auto& [policy, overlap, accum] :
+       {std::tuple{"resident", "backward", 2}, std::tuple{"zero-offload", "backward", 1},
+        std::tuple{"greedy", "backward", 2}, std::tuple{"greedy", "pipelined", 1},
+        std::tuple{"chunk-lru", "delayed", 1}}) {
+    Config c = small_config(policy, false, accum, 0, 5);
+    c.offload.overlap = overlap;
+    if (std::string(policy) != "resident" && std::string(policy) != "zero-offload")
+      c.offload.gpu_budget = tight_budget(c, 2.0);
+    const models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
+    const offload::StepPlan plan = plan_for_config(c, spec, cost, 0, "", 0);
+    const SteadySteps r = watch_steady_steps(c, spec, plan, 3);
+    const std::string what = fmt::format("{}, {}, grad_accum {}", policy, overlap, accum);
+    for (size_t s = 0; s < r.events.size(); ++s)
+      EXPECT_LE(r.events[s], 2 * r.copies[s] + 2) << what << ", steady step " << s;
+    EXPECT_EQ(r.all.relabelled, std::vector<std::string>{}) << what;
+    EXPECT_EQ(r.all.labels.size(), r.labels_after_one) << what << ": a later step gave labels at new addresses";
+    EXPECT_EQ(r.all.calls.size(), static_cast<size_t>(plan.problem.n_ops))
+        << what << ": one call per op, the same every step";
+  }
 }
 
 }  // namespace
