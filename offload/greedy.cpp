@@ -345,14 +345,38 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, Estimat
   return path;
 }
 
-// Device tiers that are prefixes of device_tier_order, each built for unlimited memory (so the budget only
-// decides which fit, and more of it never removes one), every other bucket streamed just in time: all of
-// them, and each with the trained buckets of the step's first op added. Those are the one copy no compute
-// can hide (nothing runs before the first op), and in GPT the tied embedding is also read by the head, the
-// last op of forward and the first of backward: two trips per micro-batch, one of them a stall.
-// Candidates that cannot fit are skipped: the tier's weights and state beside the largest activations, or
-// with its gradients too (alive at its AdamW) beside the workspace, exceed the budget. Longer prefixes hold
-// more, so the scan stops at the first.
+// One device tier of consider_device_prefixes, every other bucket streamed, built for unlimited memory; and
+// with its copies at their latest start (what serves the link-bound blocks behind a device tier), built within
+// rungs kFineRung apart, from the least its schedule can hold (least_greedy_bytes) up to what it holds built
+// for unlimited memory. Where the tier fills the budget to the last bucket, copies issued early for unlimited
+// memory overflow it by a few megabytes, and the highest rung of the budget-wide ladder below it can lie under
+// the tier's own need, where every copy waits for its first use: GPT 3B's width at 4 GiB kept a bucket less on
+// the device (1.066 of the bound, not 1.043). The rungs follow the tier, not the budget, so that more budget
+// only adds candidates.
+void consider_device_prefix(const OffloadProblem& p, Best& best, const std::vector<bool>& device,
+                            PrefetchTiming build) {
+  constexpr double kFineRung = 1.02;
+  constexpr int kFineRungs = 4;
+  Schedule unlimited = greedy_for(p, device, device, kUnlimitedBytes, kWindowGap, build);
+  if (build.issue != PrefetchTiming::Issue::LatestStart) {
+    best.consider(std::move(unlimited));
+    return;
+  }
+  const double most = double(best.estimates.of(unlimited).peak_device_bytes);
+  best.consider(std::move(unlimited));
+  double rung = double(least_greedy_bytes(p, device, device));
+  for (int j = 0; j < kFineRungs && rung < most && rung <= double(p.budget_bytes); ++j, rung *= kFineRung)
+    best.consider(greedy_for(p, device, device, static_cast<int64_t>(rung), kWindowGap, build));
+}
+
+// Device tiers that are prefixes of device_tier_order, each built for unlimited memory and within rungs of its
+// own (consider_device_prefix; the budget only decides which fit, and more of it never removes one), every
+// other bucket streamed just in time: all of them, and each with the trained buckets of the step's first op
+// added. Those are the one copy no compute can hide (nothing runs before the first op), and in GPT the tied
+// embedding is also read by the head, the last op of forward and the first of backward: two trips per
+// micro-batch, one of them a stall. Candidates that cannot fit are skipped: the tier's weights and state beside
+// the largest activations, or with its gradients too (alive at its AdamW) beside the workspace, exceed the
+// budget. Longer prefixes hold more, so the scan stops at the first.
 void consider_device_prefixes(const OffloadProblem& p, Best& best, PrefetchTiming build) {
   const std::vector<int> order = device_tier_order(p);
   const int64_t most_activations = *std::max_element(p.activation_live.begin(), p.activation_live.end());
@@ -371,8 +395,7 @@ void consider_device_prefixes(const OffloadProblem& p, Best& best, PrefetchTimin
         if (p.first_grad_op[b] >= 0) add(b);
     for (size_t n = 0; n <= order.size() && could_fit(); ++n) {
       if (n > 0) add(order[n - 1]);
-      if (could_fit() && (n > 0 || with_first_op))
-        best.consider(greedy_for(p, device, device, kUnlimitedBytes, kWindowGap, build));
+      if (could_fit() && (n > 0 || with_first_op)) consider_device_prefix(p, best, device, build);
     }
   }
 }

@@ -138,7 +138,32 @@ std::vector<int64_t> bytes_before_windows(const OffloadProblem& p, const std::ve
   return used;
 }
 
+// The schedule of `resident` and `device` with the CPU optimizer's actions and nothing travelling yet, and
+// the bytes it holds at each op (bytes_before_windows).
+std::vector<int64_t> tiers_without_windows(const OffloadProblem& p, const std::vector<bool>& resident,
+                                           const std::vector<bool>& device, Schedule& s) {
+  s.resident = resident;
+  s.device_optimizer = device;
+  if (std::find(device.begin(), device.end(), true) != device.end())
+    s.before[p.n_ops].push_back({Action::Kind::DeviceAdam, -1});
+  return bytes_before_windows(p, resident, device, add_cpu_optimizer(p, s));
+}
+
 }  // namespace
+
+int64_t least_greedy_bytes(const OffloadProblem& p, const std::vector<bool>& resident,
+                           const std::vector<bool>& device) {
+  Schedule s = empty_schedule(p, Policy::Greedy, "");
+  const std::vector<int64_t> used = tiers_without_windows(p, resident, device, s);
+  int64_t least = 0;
+  for (int i = 0; i < p.n_ops; ++i) {
+    int64_t at = used[i];
+    for (int b : p.op_buckets[i])
+      if (!resident[b]) at += p.bucket_bytes[b];
+    least = std::max(least, at);
+  }
+  return least;
+}
 
 void order_actions(Schedule& s) {
   auto before = [](const Action& a, const Action& b) {
@@ -161,10 +186,7 @@ Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, 
       "prefetch schedule, " + std::to_string(kept) + " of " + std::to_string(p.n_buckets) + " buckets resident" +
           (updated_there > 0 ? ", " + std::to_string(updated_there) + " updated on the device" : "") +
           (gap == 1 ? ", windows of consecutive uses" : ""));
-  s.resident = resident;
-  s.device_optimizer = device;
-  if (updated_there > 0) s.before[p.n_ops].push_back({Action::Kind::DeviceAdam, -1});
-  std::vector<int64_t> used = bytes_before_windows(p, resident, device, add_cpu_optimizer(p, s));
+  std::vector<int64_t> used = tiers_without_windows(p, resident, device, s);
   std::vector<int> released_at(p.n_buckets, 0);  // a bucket's next window may not start before this point
   std::vector<double> ready =
       timing.overlap == Overlap::Pipelined ? pipelined_ready(p, device) : std::vector<double>(p.n_buckets, -INFINITY);

@@ -53,4 +53,9 @@ struct PrefetchTiming {
 Schedule greedy_for(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device,
                     int64_t budget, int gap = kWindowGap, PrefetchTiming timing = {});
 
+// The least device bytes greedy_for's schedule of these tiers can hold at its fullest op (whatever its budget):
+// what stays all step (the tiers, the activations, the gradient buffers) with each travelling bucket present
+// only at the ops that use it.
+int64_t least_greedy_bytes(const OffloadProblem& p, const std::vector<bool>& resident, const std::vector<bool>& device);
+
 }  // namespace ferry::offload::detail

@@ -1123,18 +1123,29 @@ TEST(Greedy, WithinTenPercentOfTheBoundWhenTheBudgetHoldsPartOfTheOptimizer) {
   // 1.15x-1.18x above. Behind the device tier's blocks the streamed ones are link-bound: their copies must
   // start during the device tier's forward (PrefetchTiming's LatestStart), or 1.5B's width at 4 GiB stays
   // 1.050 above, 3B's 1.116 at 4 GiB and 1.100 at 5; and the gradient buffers must be released once their
-  // copies have landed behind the ones queued before them, or 3B's stays 1.081 at 4 GiB.
+  // copies have landed behind the ones queued before them, or 3B's stays 1.081 at 4 GiB. Where the device tier
+  // fills the budget, its streamed buckets' copies must be built within a rung just above the tier's own need:
+  // built for unlimited memory, 3B's tier of 10 buckets overflows 4 GiB by 8 MB, and within the ladder's
+  // highest rung below the budget (3.81 GiB, under the tier's 3.91) each copy is issued at its first use, so
+  // greedy kept 9 buckets (1.066).
+  // The rest is not greedy's to take. The bound's device tier holds any number of parameters; a plan's holds
+  // whole tensors (a bucket never splits one, whatever offload.bucket_mb), and at 4 GiB the tier's next bucket
+  // (1.5B: an MLP weight of 10.2M parameters; 3B: one of 26.2M) needs 4.047 and 4.249 GiB with every copy at its
+  // first use. The bound with greedy's tier is 1.040 and 1.031 times the bound; the rest is 1.5B's recomputation
+  // waiting 0.28 ms for its weights, and 3B's forward waiting 1.2 ms for the streamed blocks after the device
+  // tier's (the link cannot bring them sooner from the step's start; the bound counts the link's bytes, not when
+  // they are needed).
   const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
   struct Case {
     models::GptConfig shape;
     int gib;
-    // greedy / bound, a little above what was measured: 1.045, 1.025, 1.066, 1.020 since the loss's gradient takes
-    // the logits' memory (1.015, 1.068, 1.042, 1.020 before, when both counted the two apart: at 4 GiB the bound
-    // gains more from that room than greedy's rungs take)
+    // greedy / bound, a little above what was measured: 1.0446, 1.0248, 1.0430, 1.0198 (1.015, 1.068, 1.042, 1.020
+    // before the loss's gradient took the logits' memory: that room moved the bound's limit on the device tier
+    // from the loss to the end of backward, where the tier's next tensor no longer fits)
     double allowed;
   };
-  for (const Case& c : {Case{{8, 25, 1600, 50257, 1024}, 4, 1.06}, Case{{8, 25, 1600, 50257, 1024}, 5, 1.04},
-                        Case{{4, 32, 2560, 50257, 1024}, 4, 1.08}, Case{{4, 32, 2560, 50257, 1024}, 5, 1.03}}) {
+  for (const Case& c : {Case{{8, 25, 1600, 50257, 1024}, 4, 1.05}, Case{{8, 25, 1600, 50257, 1024}, 5, 1.03},
+                        Case{{4, 32, 2560, 50257, 1024}, 4, 1.05}, Case{{4, 32, 2560, 50257, 1024}, 5, 1.025}}) {
     const models::ModelSpec spec = gpt2_bf16(c.shape, 4, 1024);
     PlanRequest request;
     request.budget_bytes = int64_t(c.gib) << 30;
