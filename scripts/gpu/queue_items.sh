@@ -35,10 +35,12 @@ step_vs_torch() {
 step_vs_llmc() {
   local r=$RES/bench/results
   mkdir -p "$r"
-  [[ -x $BIN/train_gpt2cu ]] || { echo "no train_gpt2cu in the bundle: run bench/baselines/build_llmc.sh, then scripts/gpu/pack.sh"; return 1; }
+  local llmc=$BIN/train_gpt2cu
+  [[ -x $llmc ]] || llmc=$BUNDLE/bin/train_gpt2cu  # Ferry's binaries rebuilt there: llm.c's stays in the bundle
+  [[ -x $llmc ]] || { echo "no train_gpt2cu in the bundle: run bench/baselines/build_llmc.sh, then scripts/gpu/pack.sh"; return 1; }
   "$BIN/ferry-bench" step --device cuda --config configs/gpt2-124m.yaml --batch 16 --seq 1024 --steps 10 --warmup 3 \
     --set train.precision=bf16 --json "$r/step-gpt2-124m-$GPU-beside-llmc.json" || return
-  python3 bench/baselines/llmc_step.py --binary "$BIN/train_gpt2cu" --batch 16 --seq 1024 --steps 20 --warmup 5 \
+  python3 bench/baselines/llmc_step.py --binary "$llmc" --batch 16 --seq 1024 --steps 20 --warmup 5 \
     --json "$r/step-gpt2-124m-$GPU-llmc.jsonl" --log "$r/step-gpt2-124m-$GPU-llmc.log" || return
   python3 bench/step_report.py --ferry "$r/step-gpt2-124m-$GPU-beside-llmc.json" \
     --baselines "$r/step-gpt2-124m-$GPU-llmc.jsonl" "$r/step-gpt2-124m-$GPU-torch.jsonl" --out "$r/step-gpt2-124m-$GPU-side-by-side"
