@@ -5,13 +5,16 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <exception>
+#include <functional>
 #include <numeric>
 #include <optional>
 #include <span>
-#include <unordered_map>
+#include <type_traits>
 #include <unordered_set>
 
 #include "offload/greedy_schedule.h"
+#include "offload/in_parallel.h"
 
 namespace ferry::offload::detail {
 namespace {
@@ -55,27 +58,24 @@ struct Estimate {
   int64_t peak_device_bytes = 0;
 };
 
-// The Simulator's estimates of one greedy search, each made once: of each distinct schedule, and of each
-// device tier at a rung and prefetch timing (tier_step; both device-tier paths, and each round of a path,
-// try many of the same tiers again).
+// The Simulator's estimates of one greedy search, each made once, whichever threads ask: of each distinct
+// schedule, and of each device tier at a rung and prefetch timing (tier_step; both device-tier paths, and each
+// round of a path, try many of the same tiers again).
 class Estimates {
  public:
   explicit Estimates(const OffloadProblem& p) : p_(p) {}
-  const Estimate& of(const Schedule& s) {
-    auto [it, added] = known_.try_emplace(key_of(s));
-    if (added) {
+  const Estimate& of(const Schedule& s) { return of(s, key_of(s)); }
+  const Estimate& of(const Schedule& s, const ScheduleKey& key) {
+    return known_.get(key, [&] {
       SimResult r = estimate(p_, s);
-      it->second = {std::move(r.error), r.fits, r.step_s, r.peak_device_bytes};
-    }
-    return it->second;
+      return Estimate{std::move(r.error), r.fits, r.step_s, r.peak_device_bytes};
+    });
   }
 
   // The step of `device` at `rung` and `timing`, from `step()` the first time it is asked for.
   template <class Step>
   double of_tier(const std::vector<bool>& device, int64_t rung, PrefetchTiming timing, Step step) {
-    auto [it, added] = tiers_.try_emplace(TierKey{device, rung, timing.overlap, timing.issue}, 0.0);
-    if (added) it->second = step();
-    return it->second;
+    return tiers_.get(TierKey{device, rung, timing.overlap, timing.issue}, step);
   }
 
  private:
@@ -93,8 +93,8 @@ class Estimates {
     }
   };
   const OffloadProblem& p_;
-  std::unordered_map<ScheduleKey, Estimate, ScheduleKeyHash> known_;
-  std::unordered_map<TierKey, double, TierKeyHash> tiers_;
+  ComputedOnce<ScheduleKey, Estimate, ScheduleKeyHash> known_;
+  ComputedOnce<TierKey, double, TierKeyHash> tiers_;
 };
 
 // Greedy's ranking of the buckets by what residency saves per byte they would occupy: the copy time of
@@ -179,6 +179,9 @@ const Estimate& as_run(const OffloadProblem& p, Estimates& estimates, Schedule s
 // Greedy's candidates as they come: keeps the fastest that fits, and where asked the smallest peak (for the
 // error when none fits; laying out every candidate that could lower it costs more than the search itself).
 // With stop_at_first_fit, only whether any candidate fits: settled() once one does.
+// A candidate comes as a function that builds it (consider). Queued candidates are built, turned into the ways
+// they will run, keyed and estimated on oneTBB's threads, then weighed one at a time in the order they came
+// (weigh_queued): the plan is the one that weighing each as it comes gives, whatever the number of threads.
 struct Best {
   struct Goal {
     bool smallest_peak = false;
@@ -195,7 +198,14 @@ struct Best {
   int64_t smallest_peak = INT64_MAX;
   std::unordered_set<ScheduleKey, ScheduleKeyHash> considered;
 
-  bool settled() const { return goal.stop_at_first_fit && fastest; }
+  // Whether a candidate weighed so far fits, with stop_at_first_fit. That search weighs each candidate as it comes
+  // (the queue first), so that it builds none after the first that fits.
+  bool settled() {
+    if (!goal.stop_at_first_fit) return false;
+    weigh_queued();
+    return found_fit();
+  }
+  bool found_fit() const { return goal.stop_at_first_fit && fastest; }
 
   // Greedy's residency ranking (rank_buckets), made on first use: a search that settles early needs none.
   const std::vector<int>& residency_ranking() {
@@ -204,28 +214,98 @@ struct Best {
   }
   std::optional<std::vector<int>> ranking;
 
-  // A candidate is laid out only when its estimate (the same timings; the most bytes alive at once, which
-  // no layout beats) says it could be the fastest that fits, or could lower the smallest peak.
-  // With the delayed update asked for, both ways of running the candidate: one step behind, and in the step
-  // (exact, and faster where the device tier's AdamW would wait behind the CPU's pending one).
-  void consider(Schedule s) {
-    if (can_pipeline(s, overlap)) {
-      for (Schedule& variant : pipelined_variants(p, std::move(s))) consider_as_is(std::move(variant));
-      return;
-    }
-    if (can_delay(s, overlap)) consider_as_is(with_delayed_update(p, s));
-    consider_as_is(std::move(s));
+  // A candidate: `make` returns its schedule, or several to weigh in order. It runs later, on any thread: what it
+  // reads must outlive the search, or be captured by value.
+  template <class Make>
+  void consider(Make make) {
+    if constexpr (std::is_same_v<std::invoke_result_t<Make&>, Schedule>)
+      queued.emplace_back([make]() mutable {
+        std::vector<Schedule> one;
+        one.push_back(make());
+        return one;
+      });
+    else queued.emplace_back(std::move(make));
+    if (queued.size() >= kQueued) weigh_queued();
   }
 
+  // Every queued candidate made ready on oneTBB's threads, then weighed in the order it came.
+  void weigh_queued() {
+    const double to_beat = fastest ? fastest->result.step_s : INFINITY;  // the weighing only lowers it
+    std::vector<Made> made = in_parallel(queued.size(), [&](size_t i) { return ready(queued[i], to_beat); });
+    queued.clear();
+    for (Made& candidate : made) {
+      if (found_fit()) break;
+      if (candidate.error) std::rethrow_exception(candidate.error);
+      for (Ready& way : candidate.ways) consider_as_is(std::move(way));
+    }
+  }
+
+  // The search's end: every candidate weighed, the fastest laid out.
+  void finish() {
+    weigh_queued();
+    lay_out_pending();
+  }
+
+ private:
+  // A way to run a candidate, its key and its estimate.
+  struct Ready {
+    Schedule schedule;
+    ScheduleKey key;
+    const Estimate* estimate = nullptr;
+  };
+  // A queued candidate made ready on a worker thread; what it threw, rethrown when it is weighed.
+  struct Made {
+    std::vector<Ready> ways;
+    std::exception_ptr error;
+  };
+  static constexpr size_t kQueued = 64;
+  std::vector<std::function<std::vector<Schedule>()>> queued;
+
+  // The schedules of `make`, each in the ways it will run, keyed and estimated. One that consider_as_is will
+  // not lay out, as it cannot fit or beat `to_beat`, is kept without its actions: its memory goes back now,
+  // while it is in the cache, not with the batch (kept with the batch, a one-thread search took 10-20% longer).
+  Made ready(const std::function<std::vector<Schedule>()>& make, double to_beat) const {
+    Made made;
+    try {
+      for (Schedule& s : make())
+        for (Schedule& way : ways_to_run(std::move(s))) {
+          way.policy = to_string(Policy::Greedy);
+          if (p.compact_state && way.any_device_optimizer())
+            throw std::logic_error(way.label() + ": AdamW on the device, and the state is on the host only");
+          const ScheduleKey key = key_of(way);
+          const Estimate& guess = estimates.of(way, key);
+          if (!(guess.fits && guess.step_s < to_beat) && !goal.smallest_peak && guess.error.empty()) way = Schedule();
+          made.ways.push_back({std::move(way), key, &guess});
+        }
+    } catch (...) {
+      made.error = std::current_exception();
+    }
+    return made;
+  }
+
+  // Pipelined, both variants of the candidate. With the delayed update asked for, both ways of running it: one
+  // step behind, and in the step (exact, and faster where the device tier's AdamW would wait behind the CPU's
+  // pending one).
+  std::vector<Schedule> ways_to_run(Schedule s) const {
+    std::vector<Schedule> ways;
+    if (can_pipeline(s, overlap)) {
+      for (Schedule& variant : pipelined_variants(p, std::move(s))) ways.push_back(std::move(variant));
+      return ways;
+    }
+    if (can_delay(s, overlap)) ways.push_back(with_delayed_update(p, s));
+    ways.push_back(std::move(s));
+    return ways;
+  }
+
+  // A candidate is laid out only when its estimate (the same timings; the most bytes alive at once, which
+  // no layout beats) says it could be the fastest that fits, or could lower the smallest peak.
   // A schedule considered before is skipped: its estimate and layout are the same, and neither the fastest
   // (replaced only by a faster one) nor the smallest peak (only lowered) can change.
-  void consider_as_is(Schedule s) {
-    if (settled()) return;
-    s.policy = to_string(Policy::Greedy);
-    if (p.compact_state && s.any_device_optimizer())
-      throw std::logic_error(s.label() + ": AdamW on the device, and the state is on the host only");
-    if (!considered.insert(key_of(s)).second) return;
-    const Estimate& guess = estimates.of(s);
+  void consider_as_is(Ready way) {
+    if (found_fit()) return;
+    if (!considered.insert(way.key).second) return;
+    const Estimate& guess = *way.estimate;
+    Schedule& s = way.schedule;
     if (!guess.error.empty()) throw std::logic_error(s.label() + ": invalid schedule: " + guess.error);
     const bool could_be_fastest = guess.fits && (!fastest || guess.step_s < fastest->result.step_s);
     const bool could_lower_peak = goal.smallest_peak && guess.peak_device_bytes < smallest_peak;
@@ -295,7 +375,7 @@ double tier_step(const OffloadProblem& p, Estimates& estimates, const std::vecto
 // budget itself, so that more budget only adds candidates): device_tier_order cut into at most kGroups runs;
 // each round moves into the device tier (every other bucket streamed) the run with the best gain among the
 // moves that fit, until no move shortens the step; then halves, quarters, ... of the runs left, while one
-// fits and shortens it. At most kGroups^2 / 2 + kGroups log2(buckets) estimates.
+// fits and shortens it. At most kGroups^2 / 2 + kGroups log2(buckets) estimates; a round's on oneTBB's threads.
 std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, Estimates& estimates, TierGain rank,
                                                 int64_t rung, PrefetchTiming timing) {
   constexpr int kGroups = 8;
@@ -309,23 +389,25 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, Estimat
   double current = INFINITY;
   std::vector<std::vector<bool>> path;
   for (int round = 0; round < groups; ++round) {
-    int chosen = -1;
-    double best_gain = 0, chosen_step = 0;
-    for (int g = 0; g < groups; ++g) {
-      if (moved[g]) continue;
+    const std::vector<double> steps = in_parallel(size_t(groups), [&](size_t g) {
       std::vector<bool> d = device;
+      for (int b : group(int(g))) d[b] = true;
+      return moved[g] ? NAN : tier_step(p, estimates, d, rung, timing);
+    });
+    int chosen = -1;
+    double best_gain = 0;
+    for (int g = 0; g < groups; ++g) {
+      if (std::isnan(steps[g])) continue;  // moved, or does not fit
       int64_t bytes = 0;
-      for (int b : group(g)) d[b] = true, bytes += 2 * p.bucket_bytes[b] + device_state_bytes(p, b);
-      const double step = tier_step(p, estimates, d, rung, timing);
-      if (std::isnan(step)) continue;
-      const double saved = std::isinf(current) ? 1 / step : current - step;  // the first move: the fastest
+      for (int b : group(g)) bytes += 2 * p.bucket_bytes[b] + device_state_bytes(p, b);
+      const double saved = std::isinf(current) ? 1 / steps[g] : current - steps[g];  // the first move: the fastest
       const double gain = saved / (rank == TierGain::SecondsPerByte ? double(bytes) : 1.0);
-      if (gain > best_gain) best_gain = gain, chosen = g, chosen_step = step;
+      if (gain > best_gain) best_gain = gain, chosen = g;
     }
     if (chosen < 0) break;
     moved[chosen] = true;
     for (int b : group(chosen)) device[b] = true;
-    current = chosen_step;
+    current = steps[chosen];
     path.push_back(device);
   }
   for (int g = 0; g < groups; ++g)  // what memory leaves for parts of the runs left
@@ -345,32 +427,30 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, Estimat
   return path;
 }
 
-// One device tier of consider_device_prefixes, every other bucket streamed, built for unlimited memory; and
-// with its copies at their latest start (what serves the link-bound blocks behind a device tier), built within
-// rungs kFineRung apart, from the least its schedule can hold (least_greedy_bytes) up to what it holds built
-// for unlimited memory. Where the tier fills the budget to the last bucket, copies issued early for unlimited
+// The candidates of one device tier of consider_device_prefixes, in order: every other bucket streamed, built for
+// unlimited memory; and with its copies at their latest start (what serves the link-bound blocks behind a device tier),
+// built within rungs kFineRung apart, from the least its schedule can hold (least_greedy_bytes) up to what it holds
+// built for unlimited memory. Where the tier fills the budget to the last bucket, copies issued early for unlimited
 // memory overflow it by a few megabytes, and the highest rung of the budget-wide ladder below it can lie under
 // the tier's own need, where every copy waits for its first use: GPT 3B's width at 4 GiB kept a bucket less on
 // the device (1.066 of the bound, not 1.043). The rungs follow the tier, not the budget, so that more budget
 // only adds candidates.
-void consider_device_prefix(const OffloadProblem& p, Best& best, const std::vector<bool>& device,
-                            PrefetchTiming build) {
+std::vector<Schedule> device_prefix_candidates(const OffloadProblem& p, Estimates& estimates,
+                                               const std::vector<bool>& device, PrefetchTiming build) {
   constexpr double kFineRung = 1.02;
   constexpr int kFineRungs = 4;
-  Schedule unlimited = greedy_for(p, device, device, kUnlimitedBytes, kWindowGap, build);
-  if (build.issue != PrefetchTiming::Issue::LatestStart) {
-    best.consider(std::move(unlimited));
-    return;
-  }
-  const double most = double(best.estimates.of(unlimited).peak_device_bytes);
-  best.consider(std::move(unlimited));
+  std::vector<Schedule> candidates;
+  candidates.push_back(greedy_for(p, device, device, kUnlimitedBytes, kWindowGap, build));
+  if (build.issue != PrefetchTiming::Issue::LatestStart) return candidates;
+  const double most = double(estimates.of(candidates.front()).peak_device_bytes);
   double rung = double(least_greedy_bytes(p, device, device));
   for (int j = 0; j < kFineRungs && rung < most && rung <= double(p.budget_bytes); ++j, rung *= kFineRung)
-    best.consider(greedy_for(p, device, device, static_cast<int64_t>(rung), kWindowGap, build));
+    candidates.push_back(greedy_for(p, device, device, static_cast<int64_t>(rung), kWindowGap, build));
+  return candidates;
 }
 
 // Device tiers that are prefixes of device_tier_order, each built for unlimited memory and within rungs of its
-// own (consider_device_prefix; the budget only decides which fit, and more of it never removes one), every
+// own (device_prefix_candidates; the budget only decides which fit, and more of it never removes one), every
 // other bucket streamed just in time: all of them, and each with the trained buckets of the step's first op
 // added. Those are the one copy no compute can hide (nothing runs before the first op), and in GPT the tied
 // embedding is also read by the head, the last op of forward and the first of backward: two trips per
@@ -395,7 +475,10 @@ void consider_device_prefixes(const OffloadProblem& p, Best& best, PrefetchTimin
         if (p.first_grad_op[b] >= 0) add(b);
     for (size_t n = 0; n <= order.size() && could_fit(); ++n) {
       if (n > 0) add(order[n - 1]);
-      if (could_fit() && (n > 0 || with_first_op)) consider_device_prefix(p, best, device, build);
+      if (could_fit() && (n > 0 || with_first_op))
+        best.consider([&p, &estimates = best.estimates, device, build] {
+          return device_prefix_candidates(p, estimates, device, build);
+        });
     }
   }
 }
@@ -427,7 +510,9 @@ void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed
   const std::vector<bool> none(p.n_buckets, false);
   auto at_every_rung = [&](const std::vector<bool>& resident, int gap) {
     for (int64_t rung : ladder)
-      if (!best.settled()) best.consider(greedy_for(p, resident, none, rung, gap, build));
+      if (!best.settled())
+        best.consider(
+            [&p, resident, none, rung, gap, build] { return greedy_for(p, resident, none, rung, gap, build); });
   };
   // Nothing resident and every window as short as it can be: the least memory a prefetch schedule needs.
   at_every_rung(none, 1);
@@ -444,33 +529,42 @@ void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed
       break;  // neither this prefix nor a larger one fits
     at_every_rung(resident_set, kWindowGap);
   }
+  if (!mixed_tiers) return;
   // Each device tier of both paths at every rung: every other bucket streamed (both window gaps), and with
-  // the most of the residency ranking the rung holds beside it resident too.
-  for (int64_t rung : mixed_tiers ? ladder : std::vector<int64_t>{})
-    for (TierGain rank : {TierGain::Seconds, TierGain::SecondsPerByte})
-      for (const std::vector<bool>& device : device_tier_path(p, best.estimates, rank, rung, build)) {
-        for (int gap : {kWindowGap, 1}) best.consider(greedy_for(p, device, device, rung, gap, build));
-        best.consider(greedy_for(p, resident_beside(p, device, ranking, rung), device, rung, kWindowGap, build));
-      }
-  if (mixed_tiers) consider_device_prefixes(p, best, build);
+  // the most of the residency ranking the rung holds beside it resident too. The paths grow on oneTBB's threads
+  // (each is a chain of rounds), then their tiers come in the order of the rungs, the Seconds path first.
+  const std::vector<std::vector<std::vector<bool>>> paths = in_parallel(2 * ladder.size(), [&](size_t i) {
+    return device_tier_path(p, best.estimates, i % 2 ? TierGain::SecondsPerByte : TierGain::Seconds, ladder[i / 2],
+                            build);
+  });
+  for (size_t i = 0; i < paths.size(); ++i)
+    for (const std::vector<bool>& device : paths[i]) {
+      const int64_t rung = ladder[i / 2];
+      for (int gap : {kWindowGap, 1})
+        best.consider([&p, device, rung, gap, build] { return greedy_for(p, device, device, rung, gap, build); });
+      best.consider([&p, &ranking, device, rung, build] {
+        return greedy_for(p, resident_beside(p, device, ranking, rung), device, rung, kWindowGap, build);
+      });
+    }
+  consider_device_prefixes(p, best, build);
 }
 
 // Greedy's search: the baselines' constructions, then the prefetch schedules for each build and timing.
 void search(const OffloadProblem& p, Best& best, bool mixed_tiers, Overlap overlap) {
-  if (!p.compact_state) best.consider(resident(p));  // its AdamW runs on the device
+  if (!p.compact_state) best.consider([&p] { return resident(p); });  // its AdamW runs on the device
   mixed_tiers = mixed_tiers && !p.compact_state;
-  best.consider(zero_offload(p));
+  best.consider([&p] { return zero_offload(p); });
   // chunk-lru at the budget itself: LRU is a stack algorithm (more room never means more fetches), so
   // this candidate keeps the monotonicity.
   for (int64_t budget : {p.budget_bytes, static_cast<int64_t>(p.budget_bytes * 0.95)})
-    if (!best.settled()) best.consider(chunk_lru(p, budget));
+    if (!best.settled()) best.consider([&p, budget] { return chunk_lru(p, budget); });
   std::vector<Overlap> builds{overlap};
   if (overlap == Overlap::Pipelined) builds.push_back(Overlap::Backward);
   for (Overlap build : builds)
     for (PrefetchTiming::Issue issue :
          {PrefetchTiming::Issue::JustInTime, PrefetchTiming::Issue::Paced, PrefetchTiming::Issue::LatestStart})
       if (!best.settled()) consider_prefetch_schedules(p, best, mixed_tiers, PrefetchTiming{build, issue});
-  best.lay_out_pending();
+  best.finish();
 }
 
 }  // namespace

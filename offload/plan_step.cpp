@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 
+#include "offload/in_parallel.h"
 #include "offload/policies.h"
 
 namespace ferry::offload {
@@ -86,13 +87,11 @@ class StepPlanner {
   StepPlan automatic() const {
     const std::optional<int> least = fewest(request_.policy);
     if (!least) return attempt(request_.policy, layers_);  // throws, saying what every block checkpointed needs
-    std::optional<StepPlan> best = attempt(request_.policy, *least);
-    if (request_.policy != Policy::Greedy) return std::move(*best);
+    if (request_.policy != Policy::Greedy) return attempt(request_.policy, *least);
     // Recomputing a few blocks may let everything stay on the device, which can beat any plan that
     // offloads without recomputation: greedy also weighs the fewest blocks with which resident, then
     // zero-offload, fit, and keeps the fastest plan. attempt() throws nothing here: more blocks than
     // the fewest that fit still fit.
-    double best_s = simulate(best->problem, best->schedule, best->memory).step_s;
     std::vector<int> counts;
     for (Policy anchor : {Policy::Resident, Policy::ZeroOffload}) {
       if (anchor == Policy::Resident && request_.compact_state) continue;  // no plan of this state
@@ -101,16 +100,21 @@ class StepPlanner {
     // With the device tier, every block recomputed frees room for more of AdamW on the device, which can
     // save more than the recomputation costs: a few more counts, up to every block.
     if (request_.mixed_tiers)
-      for (int quarter = 1; quarter <= 4; ++quarter) counts.push_back(best->problem.checkpointed_layers + (layers_ - best->problem.checkpointed_layers) * quarter / 4);
+      for (int quarter = 1; quarter <= 4; ++quarter) counts.push_back(*least + (layers_ - *least) * quarter / 4);
     std::sort(counts.begin(), counts.end());
     counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-    for (int k : counts) {
-      if (k == best->problem.checkpointed_layers) continue;
-      StepPlan candidate = attempt(Policy::Greedy, k);
-      const double s = simulate(candidate.problem, candidate.schedule, candidate.memory).step_s;
-      if (s < best_s) best_s = s, best.emplace(std::move(candidate));
-    }
-    return std::move(*best);
+    std::erase(counts, *least);
+    counts.insert(counts.begin(), *least);
+    // Each count planned on oneTBB's threads; the fastest kept in the order above (the first of equals).
+    std::vector<std::pair<StepPlan, double>> plans = detail::in_parallel(counts.size(), [&](size_t i) {
+      StepPlan plan = attempt(Policy::Greedy, counts[i]);
+      const double step_s = simulate(plan.problem, plan.schedule, plan.memory).step_s;
+      return std::pair{std::move(plan), step_s};
+    });
+    size_t best = 0;
+    for (size_t i = 1; i < plans.size(); ++i)
+      if (plans[i].second < plans[best].second) best = i;
+    return std::move(plans[best].first);
   }
 
   const models::ModelSpec& spec_;

@@ -1,9 +1,12 @@
 // offload/: the cost model, the Simulator's checks, the device memory, the policies' properties on random
-// models, budgets and cost models, greedy and the lower bound against an exhaustive search, and
-// plan_step's rules (one layout per plan, the overlap rule, budget errors).
+// models, budgets and cost models, greedy and the lower bound against an exhaustive search, plan_step's rules
+// (one layout per plan, the overlap rule, budget errors) and the planner's parallel parts.
 #include <gtest/gtest.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,11 +14,13 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <thread>
 
 #include "models/bert.h"
 #include "models/gpt2.h"
 #include "foundation/rng.h"
 #include "offload/cost_model.h"
+#include "offload/in_parallel.h"
 #include "offload/policies.h"
 #include "offload/simulator.h"
 #include "offload/stream_reuse.h"
@@ -1158,6 +1163,40 @@ TEST(Greedy, WithinTenPercentOfTheBoundWhenTheBudgetHoldsPartOfTheOptimizer) {
     EXPECT_GT(tiers.params[int(Tier::Streamed)], 0);  // the budget holds part of the optimizer state only
     EXPECT_LE(step, c.allowed * bound);
   }
+}
+
+// The planner's parallel parts decide as a loop does: in_parallel gives f(i) at index i and rethrows the lowest
+// index's exception however the calls finish (here the later the index, the sooner it finishes); ComputedOnce
+// computes a key's value once while eight threads ask for it at once.
+TEST(InParallel, ResultsAndTheFirstErrorInIndexOrderHoweverTheyFinish) {
+  const tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 8);
+  tbb::task_arena(8).execute([] {
+    auto later_ones_first = [](size_t i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2 * (8 - int(i))));
+      return int(i) * 10;
+    };
+    EXPECT_EQ(detail::in_parallel(8, later_ones_first), (std::vector<int>{0, 10, 20, 30, 40, 50, 60, 70}));
+    try {
+      detail::in_parallel(8, [&](size_t i) {
+        if (i % 3 == 2) throw std::runtime_error("index " + std::to_string(i));
+        return later_ones_first(i);
+      });
+      ADD_FAILURE() << "in_parallel threw nothing";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "index 2");
+    }
+    detail::ComputedOnce<int, int, std::hash<int>> once;
+    std::atomic<int> computed = 0;
+    const std::vector<int> got = detail::in_parallel(8, [&](size_t) {
+      return once.get(7, [&] {
+        ++computed;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return 49;
+      });
+    });
+    EXPECT_EQ(got, std::vector<int>(8, 49));
+    EXPECT_EQ(computed.load(), 1);
+  });
 }
 
 }  // namespace

@@ -1,0 +1,72 @@
+// How the planner spreads independent work over oneTBB's threads (internal to offload/): results in the order a
+// loop would give them, so that no decision depends on which thread finished first; and a value per key computed
+// once however many threads ask for it.
+#pragma once
+
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+namespace ferry::offload::detail {
+
+// f(0), ..., f(n - 1) on oneTBB's threads (at most the arena's or tbb::global_control's limit), their results
+// in index order. Where some throw, the exception of the lowest index is rethrown, as a loop would have.
+template <class F>
+auto in_parallel(size_t n, F f) {
+  using Result = std::invoke_result_t<F&, size_t>;
+  std::vector<std::optional<Result>> results(n);
+  std::vector<std::exception_ptr> errors(n);
+  // One task per index: the planner's items are large (each builds or estimates whole schedules) and unequal.
+  tbb::parallel_for(
+      size_t(0), n,
+      [&](size_t i) {
+        try {
+          results[i].emplace(f(i));
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      },
+      tbb::simple_partitioner());
+  for (const std::exception_ptr& error : errors)
+    if (error) std::rethrow_exception(error);
+  std::vector<Result> ordered;
+  ordered.reserve(n);
+  for (std::optional<Result>& r : results) ordered.push_back(std::move(*r));
+  return ordered;
+}
+
+// A value per key, computed by the first thread that asks for it; a thread asking meanwhile waits for it. The
+// computations must start no oneTBB work (a thread waiting here could otherwise be handed, and block, the very
+// work it waits for). Values never move: references stay valid while the map lives.
+template <class Key, class Value, class Hash>
+class ComputedOnce {
+ public:
+  template <class Compute>
+  const Value& get(const Key& key, Compute compute) {
+    Entry* entry = nullptr;
+    {
+      const std::lock_guard lock(mutex_);
+      entry = &entries_[key];
+    }
+    const std::lock_guard lock(entry->mutex);
+    if (!entry->value) entry->value.emplace(compute());
+    return *entry->value;
+  }
+
+ private:
+  struct Entry {
+    std::mutex mutex;
+    std::optional<Value> value;
+  };
+  std::mutex mutex_;
+  std::unordered_map<Key, Entry, Hash> entries_;
+};
+
+}  // namespace ferry::offload::detail
