@@ -18,8 +18,10 @@ float run_call(const OpCall& call, std::span<const Operand> operands, DType comp
 }
 
 float run_call(const OpCall& call, OpKernels& kernels) {
-  std::vector<Operand> own;
-  own.reserve(call.operands.size());
+  // The call's own operands, in a vector each thread keeps (every op of every step comes through here: none is
+  // allocated per op). launch reads them before it returns, and no launch runs another call.
+  thread_local std::vector<Operand> own;
+  own.clear();
   for (const CallOperand& o : call.operands) own.push_back(o.at);
   return run_call(call, own, call.compute, kernels);
 }

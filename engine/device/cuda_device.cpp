@@ -337,10 +337,7 @@ void CudaDevice::run_op(const kernels::OpCall& call, float* loss, std::string_vi
   {
     const Launching on(stream(Stream::Compute));
     try {
-      // The call's own operands, through a vector kept for them (kernels::run_call(call, kernels) makes one per op).
-      call_operands_.clear();
-      for (const kernels::CallOperand& o : call.operands) call_operands_.push_back(o.at);
-      kernels::run_call(call, call_operands_, call.compute, kernels_);  // its return (the host float) stays 0 here
+      kernels::run_call(call, kernels_);  // its return (the host float) stays 0 here
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(fmt::format("{}: {}", label, e.what()));
     } catch (const std::exception& e) {

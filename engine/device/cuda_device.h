@@ -138,7 +138,6 @@ class CudaDevice final : public Device {
   // The kernels' binding and the slot ring: touched by one op or optimizer step at a time, as the compute
   // stream's work is queued from one thread at a time (Device), so no lock guards them.
   kernels::cuda::CudaKernels kernels_;
-  std::vector<kernels::Operand> call_operands_;  // run_op's, reused
   std::byte* results_ = nullptr;  // pinned mapped, kResultSlots * kResultSlotBytes
   std::byte* results_on_device_ = nullptr;  // the same memory as kernels address it
   int next_result_ = 0;
