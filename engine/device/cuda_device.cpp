@@ -98,12 +98,15 @@ cudaStream_t CudaDevice::current_stream() { return tls_stream; }
 CudaDevice::CudaDevice(const Options& o)
     : options_(o), arena_((check(cudaSetDevice(o.ordinal), fmt::format("cudaSetDevice({})", o.ordinal)), memory::Arena::Backing::Cuda),
                           o.arena_bytes) {
+  if (o.host_waits < 1)
+    throw std::invalid_argument(fmt::format("CudaDevice: host_waits is {}; it must be at least 1", o.host_waits));
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, o.ordinal), "cudaGetDeviceProperties");
   name_ = fmt::format("cuda:{} ({}, {:.1f} GiB)", o.ordinal, prop.name, prop.totalGlobalMem / double(int64_t(1) << 30));
   for (auto& s : streams_) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check(cudaHostAlloc(reinterpret_cast<void**>(&flags_), sizeof(int) * static_cast<size_t>(o.host_waits), cudaHostAllocMapped),
         "cudaHostAlloc (host-wait flags)");
+  flag_released_.assign(static_cast<size_t>(o.host_waits), nullptr);
   check(cudaHostAlloc(reinterpret_cast<void**>(&results_), static_cast<size_t>(kResultSlots * kResultSlotBytes), cudaHostAllocMapped),
         "cudaHostAlloc (result slots)");
   check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&results_on_device_), results_, 0), "cudaHostGetDevicePointer (result slots)");
@@ -130,6 +133,8 @@ CudaDevice::~CudaDevice() {
   watcher_.join();
   for (auto& s : streams_)
     if (s) cudaStreamSynchronize(s), cudaStreamDestroy(s);
+  for (cudaEvent_t e : flag_released_)
+    if (e) cudaEventDestroy(e);
   if (flags_) cudaFreeHost(flags_);
   if (results_) cudaFreeHost(results_);
 }
@@ -234,12 +239,18 @@ EventPtr CudaDevice::from_host(std::shared_ptr<HostEvent> host) {
     slot = next_flag_;
     next_flag_ = (next_flag_ + 1) % options_.host_waits;
   }
+  // A flag still in use (more than host_waits waits in flight) is waited for: its kernel returns once its host
+  // event is done, which does not depend on this wait.
+  cudaEvent_t& released = flag_released_[static_cast<size_t>(slot)];
+  if (released) check(cudaEventSynchronize(released), "cudaEventSynchronize (a host-wait flag's previous wait)");
+  else check(cudaEventCreateWithFlags(&released, cudaEventDisableTiming), "cudaEventCreateWithFlags (host-wait flag)");
   flags_[slot] = 0;
   int* device_flag = nullptr;
   check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flag), flags_ + slot, 0), "cudaHostGetDevicePointer");
   static thread_local cudaStream_t host_wait_stream = nullptr;
   if (!host_wait_stream) check(cudaStreamCreateWithFlags(&host_wait_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check(launch_wait_for_flag(device_flag, host_wait_stream), "launching the host-wait kernel");
+  check(cudaEventRecord(released, host_wait_stream), "cudaEventRecord (host-wait flag)");
   auto e = std::make_shared<CudaEvent>();
   e->event = events_->take(), e->pool = events_;
   check(cudaEventRecord(e->event, host_wait_stream), "cudaEventRecord (host wait)");

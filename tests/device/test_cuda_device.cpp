@@ -81,6 +81,42 @@ TEST(CudaDevice, AStreamWaitsForHostWork) {
 #endif
 }
 
+// With two flags, a third host wait reuses the first one's flag. It must still wait for its own host event:
+// not be released when the first or second one is done (the first one's watcher writing the shared flag).
+TEST(CudaDevice, AReusedHostWaitFlagWaitsForItsOwnHostEvent) {
+  REQUIRE_GPU();
+#ifdef FERRY_WITH_CUDA
+  CudaDevice dev({.ordinal = 0, .arena_bytes = 1 << 20, .host_waits = 2});
+  memory::PinnedHostPool pool(1 << 20, {true, false});
+  auto* host = reinterpret_cast<int*>(pool.carve(4096));
+  auto* back = reinterpret_cast<int*>(pool.carve(4096));
+  host[0] = 7, back[0] = -1;
+  auto first = std::make_shared<HostEvent>(), second = std::make_shared<HostEvent>();
+  auto third = std::make_shared<HostEvent>();
+  dev.wait(Stream::Compute, dev.from_host(first), "first");
+  dev.wait(Stream::Compute, dev.from_host(second), "second");
+  // The third from_host may wait for the first wait to return before it takes its flag: the first and second
+  // host events are signalled from another thread meanwhile.
+  std::thread worker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    first->signal("");
+    second->signal("");
+  });
+  dev.wait(Stream::H2D, dev.from_host(third), "third");
+  dev.copy(Stream::H2D, dev.arena().data(), host, 4, "after the third host event");
+  dev.wait(Stream::D2H, dev.record(Stream::H2D), "up");
+  dev.copy(Stream::D2H, back, dev.arena().data(), 4, "down");
+  worker.join();
+  dev.synchronize(dev.record(Stream::Compute));  // the first two waits have returned
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(reinterpret_cast<volatile int*>(back)[0], -1) << "the third wait returned before its host event";
+  host[0] = 42;
+  third->signal("");
+  dev.synchronize();
+  EXPECT_EQ(back[0], 42);
+#endif
+}
+
 #ifdef FERRY_WITH_CUDA
 // accumulate's kernel against the host's accumulate_widened, bitwise: overwrite, then add, for each type
 // it reads, over a length that is no multiple of a block and more than the grid covers in one pass.
