@@ -41,15 +41,16 @@ struct Scratch {
   float* partials;
   void* sort_temp;
   size_t sort_bytes, total;
+  cudaError_t sort_sized;  // CUB's size query: it needs a device (without one, sort_bytes stays 0)
 };
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 Scratch scratch_layout(void* base, int64_t BT, int64_t C) {
   Scratch s{};
-  cub::DeviceRadixSort::SortPairs(nullptr, s.sort_bytes, static_cast<const int32_t*>(nullptr),
-                                  static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                  static_cast<int32_t*>(nullptr), static_cast<int>(BT));
+  s.sort_sized = cub::DeviceRadixSort::SortPairs(nullptr, s.sort_bytes, static_cast<const int32_t*>(nullptr),
+                                                 static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                                 static_cast<int32_t*>(nullptr), static_cast<int>(BT));
   auto* p = static_cast<char*>(base);
   size_t off = 0;
   auto take = [&](size_t bytes) {
@@ -88,6 +89,7 @@ cudaError_t embedding_backward(void* dwte, void* dwpe, void* dtype_row, const vo
   if (dtype == DType::I32 || BT > INT32_MAX || column_map(BT, C).chunks > 65535) return cudaErrorInvalidValue;
   if (BT == 0) return cudaSuccess;
   Scratch s = scratch_layout(scratch, BT, C);
+  if (s.sort_sized != cudaSuccess) return s.sort_sized;  // the sort's scratch is unknown: refuse before any launch
   if (dwte) {  // absent when the token embedding is frozen (optim.groups)
     const ElementwiseMap rows = elementwise_map(BT);
     iota_kernel<<<static_cast<unsigned>(rows.grid), rows.block, 0, stream>>>(rows, s.pos);

@@ -20,6 +20,8 @@ namespace ferry::kernels::cuda {
 cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, const void* type,
                               int64_t B, int64_t T, int64_t C, DType dtype, cudaStream_t stream);
 // Scratch of embedding_backward (sorted tokens and positions, the radix sort's temporary, column partials).
+// CUB sizes the sort's temporary for the current device: without one it counts 0 for it, and embedding_backward
+// then refuses with CUB's error; a workspace is sized on the machine whose GPU uses it.
 size_t embedding_backward_scratch_bytes(int64_t B, int64_t T, int64_t C);
 // dwte (V,C), dwpe (maxT,C), dtype (C) += ... (each may be null: frozen); deterministic: tokens sorted (stable radix sort),
 // one block per run of equal tokens summing its rows in position order; no float atomics.
