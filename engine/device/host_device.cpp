@@ -44,6 +44,7 @@ const char* to_string(Stream s) {
 HostDevice::HostDevice(const Options& o) : options_(o), arena_(memory::Arena::Backing::Host, o.arena_bytes) {
   for (Stream s : {Stream::Compute, Stream::H2D, Stream::D2H})
     queues_[static_cast<int>(s)] = std::make_unique<WorkQueue>(to_string(s), o.trace);
+  host_waits_ = std::make_unique<WorkQueue>("host waits", nullptr);  // no stream of the trace's
   // OpenMP's thread count is per thread: the compute stream's thread sets its own, once.
   if (o.compute_threads > 0) {
     const int threads = o.compute_threads;
@@ -132,8 +133,12 @@ void HostDevice::wait(Stream s, const EventPtr& e, std::string_view label) {
 }
 
 EventPtr HostDevice::from_host(std::shared_ptr<HostEvent> event) {
+  // Done once this host event and every one asked for before it are, as on the CUDA device (its wait kernels
+  // run one after another on one stream, their flags set by one watcher in order): a wait that depended on work
+  // behind a later one would deadlock a GPU, and now does here too.
   auto e = std::make_shared<HostDeviceEvent>();
-  e->done = std::move(event);
+  host_waits_->wait(std::move(event), "host event");
+  e->done = host_waits_->record();
   return e;
 }
 

@@ -65,6 +65,7 @@ class HostDevice final : public Device {
   // that they outlive the tasks queued on them.
   std::vector<std::unique_ptr<cpu_optim::CpuAdamW>> adamw_kernels_;
   std::array<std::unique_ptr<WorkQueue>, 3> queues_;
+  std::unique_ptr<WorkQueue> host_waits_;  // from_host's waits, in the order they were asked for (as on a GPU)
 };
 
 }  // namespace ferry::device

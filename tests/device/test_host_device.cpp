@@ -1,6 +1,6 @@
 // The host device: streams ordered only by events, throttled copies that take the link's time, a failed
 // task that fails every later event with its label, the plan's workspace as the ops' library scratch, timed
-// events, and its link and AdamW rates timed through it.
+// events, host waits in the order they were asked for, and its link and AdamW rates timed through it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -135,6 +135,25 @@ TEST(HostDevice, AFailedTaskFailsLaterEventsWithItsLabel) {
     EXPECT_NE(std::string(err.what()).find("d2h: offload gradients of bucket 3: disk on fire"), std::string::npos) << err.what();
   }
   EXPECT_FALSE(ran);
+}
+
+// Host waits are done in the order they were asked for, as on the CUDA device (one wait kernel after another
+// on one stream, their flags set by one watcher in order): a stream waiting for the second host event also
+// waits for the first. The executor's order of host waits therefore runs here as a GPU runs it.
+TEST(HostDevice, HostWaitsAreDoneInTheOrderTheyWereAskedFor) {
+  HostDevice dev({1 << 20, 0, 0, nullptr});
+  auto first = std::make_shared<HostEvent>(), second = std::make_shared<HostEvent>();
+  const EventPtr after_first = dev.from_host(first), after_second = dev.from_host(second);
+  std::atomic<bool> ran{false};
+  dev.wait(Stream::Compute, after_second, "second host event");
+  dev.run(Stream::Compute, "after the second host event", [&] { ran = true; });
+  second->signal("");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(ran) << "a stream went on after the second host event while the first was not done";
+  first->signal("");
+  dev.synchronize(after_first);
+  dev.synchronize();
+  EXPECT_TRUE(ran);
 }
 
 // The plan's workspace bound on the host device becomes the compute stream's oneDNN scratch, on the thread
