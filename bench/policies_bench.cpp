@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "bench/bench_common.h"
+#include "engine/parallel_planning.h"
 #include "memory/bucket_layout.h"
 #include "models/bert.h"
 #include "models/gpt2.h"
@@ -81,6 +82,7 @@ offload::Overlap policy_overlap(const PoliciesBenchOptions& o, offload::Policy p
 Row run_row(const PoliciesBenchOptions& o, const offload::CostModel& cost, const Shape& shape, const models::ModelSpec& spec,
             int64_t batch, int accum, int gib) {
   offload::PlanRequest request;
+  request.parallel = engine::parallel_planning();  // as `ferry train` plans: on every core
   request.budget_bytes = int64_t(gib) << 30;
   request.checkpointing = offload::Checkpointing::Auto;
   request.grad_accum = accum;

@@ -15,6 +15,7 @@
 #include "engine/ops/host_cost_model.h"
 #include "engine/ops/op_profile.h"
 #include "engine/ops/op_workspace.h"
+#include "engine/parallel_planning.h"
 #include "foundation/atomic_file.h"
 #include "kernels/cpu/workspace.h"
 #include "memory/host_buffer.h"
@@ -142,6 +143,7 @@ offload::PlanRequest plan_request(const Config& cfg, const offload::CostModel& c
   request.overlap = offload::parse_overlap(cfg.offload.overlap);
   request.workspace_bytes = cost.profiled_workspace_bytes;
   request.compact_state = cfg.optim.compact();
+  request.parallel = parallel_planning();
   return request;
 }
 

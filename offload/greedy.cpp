@@ -60,10 +60,11 @@ struct Estimate {
 
 // The Simulator's estimates of one greedy search, each made once, whichever threads ask: of each distinct
 // schedule, and of each device tier at a rung and prefetch timing (tier_step; both device-tier paths, and each
-// round of a path, try many of the same tiers again).
+// round of a path, try many of the same tiers again). With them, the ParallelFor the search spreads its work by.
 class Estimates {
  public:
-  explicit Estimates(const OffloadProblem& p) : p_(p) {}
+  Estimates(const OffloadProblem& p, const ParallelFor& parallel) : p_(p), parallel_(parallel) {}
+  const ParallelFor& parallel() const { return parallel_; }
   const Estimate& of(const Schedule& s) { return of(s, key_of(s)); }
   const Estimate& of(const Schedule& s, const ScheduleKey& key) {
     return known_.get(key, [&] {
@@ -93,6 +94,7 @@ class Estimates {
     }
   };
   const OffloadProblem& p_;
+  const ParallelFor& parallel_;
   ComputedOnce<ScheduleKey, Estimate, ScheduleKeyHash> known_;
   ComputedOnce<TierKey, double, TierKeyHash> tiers_;
 };
@@ -180,7 +182,7 @@ const Estimate& as_run(const OffloadProblem& p, Estimates& estimates, Schedule s
 // error when none fits; laying out every candidate that could lower it costs more than the search itself).
 // With stop_at_first_fit, only whether any candidate fits: settled() once one does.
 // A candidate comes as a function that builds it (consider). Queued candidates are built, turned into the ways
-// they will run, keyed and estimated on oneTBB's threads, then weighed one at a time in the order they came
+// they will run, keyed and estimated through the ParallelFor, then weighed one at a time in the order they came
 // (weigh_queued): the plan is the one that weighing each as it comes gives, whatever the number of threads.
 struct Best {
   struct Goal {
@@ -228,10 +230,11 @@ struct Best {
     if (queued.size() >= kQueued) weigh_queued();
   }
 
-  // Every queued candidate made ready on oneTBB's threads, then weighed in the order it came.
+  // Every queued candidate made ready through the ParallelFor, then weighed in the order it came.
   void weigh_queued() {
     const double to_beat = fastest ? fastest->result.step_s : INFINITY;  // the weighing only lowers it
-    std::vector<Made> made = in_parallel(queued.size(), [&](size_t i) { return ready(queued[i], to_beat); });
+    std::vector<Made> made =
+        in_parallel(estimates.parallel(), queued.size(), [&](size_t i) { return ready(queued[i], to_beat); });
     queued.clear();
     for (Made& candidate : made) {
       if (found_fit()) break;
@@ -375,7 +378,7 @@ double tier_step(const OffloadProblem& p, Estimates& estimates, const std::vecto
 // budget itself, so that more budget only adds candidates): device_tier_order cut into at most kGroups runs;
 // each round moves into the device tier (every other bucket streamed) the run with the best gain among the
 // moves that fit, until no move shortens the step; then halves, quarters, ... of the runs left, while one
-// fits and shortens it. At most kGroups^2 / 2 + kGroups log2(buckets) estimates; a round's on oneTBB's threads.
+// fits and shortens it. At most kGroups^2 / 2 + kGroups log2(buckets) estimates; a round's through the ParallelFor.
 std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, Estimates& estimates, TierGain rank,
                                                 int64_t rung, PrefetchTiming timing) {
   constexpr int kGroups = 8;
@@ -389,7 +392,7 @@ std::vector<std::vector<bool>> device_tier_path(const OffloadProblem& p, Estimat
   double current = INFINITY;
   std::vector<std::vector<bool>> path;
   for (int round = 0; round < groups; ++round) {
-    const std::vector<double> steps = in_parallel(size_t(groups), [&](size_t g) {
+    const std::vector<double> steps = in_parallel(estimates.parallel(), size_t(groups), [&](size_t g) {
       std::vector<bool> d = device;
       for (int b : group(int(g))) d[b] = true;
       return moved[g] ? NAN : tier_step(p, estimates, d, rung, timing);
@@ -531,12 +534,13 @@ void consider_prefetch_schedules(const OffloadProblem& p, Best& best, bool mixed
   }
   if (!mixed_tiers) return;
   // Each device tier of both paths at every rung: every other bucket streamed (both window gaps), and with
-  // the most of the residency ranking the rung holds beside it resident too. The paths grow on oneTBB's threads
-  // (each is a chain of rounds), then their tiers come in the order of the rungs, the Seconds path first.
-  const std::vector<std::vector<std::vector<bool>>> paths = in_parallel(2 * ladder.size(), [&](size_t i) {
-    return device_tier_path(p, best.estimates, i % 2 ? TierGain::SecondsPerByte : TierGain::Seconds, ladder[i / 2],
-                            build);
-  });
+  // the most of the residency ranking the rung holds beside it resident too. The paths grow through the
+  // ParallelFor (each is a chain of rounds), then their tiers come in the order of the rungs, the Seconds path first.
+  const std::vector<std::vector<std::vector<bool>>> paths =
+      in_parallel(best.estimates.parallel(), 2 * ladder.size(), [&](size_t i) {
+        return device_tier_path(p, best.estimates, i % 2 ? TierGain::SecondsPerByte : TierGain::Seconds, ladder[i / 2],
+                                build);
+      });
   for (size_t i = 0; i < paths.size(); ++i)
     for (const std::vector<bool>& device : paths[i]) {
       const int64_t rung = ladder[i / 2];
@@ -572,8 +576,9 @@ void search(const OffloadProblem& p, Best& best, bool mixed_tiers, Overlap overl
 // Ferry's policy: the candidates above and the baselines, for unlimited memory and a ladder of budgets, three
 // prefetch timings each; the fastest the Simulator predicts that fits. What it optimises, and why more budget
 // never gives a slower plan: docs/design.md, "What greedy optimises".
-PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
-  Estimates estimates(p);
+PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap,
+                       const ParallelFor& parallel) {
+  Estimates estimates(p, parallel);
   Best best(p, estimates, red_zone_bytes, overlap, {});
   search(p, best, mixed_tiers, overlap);
   if (best.fastest) return std::move(best.fastest->plan);
@@ -584,9 +589,10 @@ PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mix
   throw BudgetError(shortfall(p, smallest.smallest_peak, "greedy's smallest plan", ""));
 }
 
-bool greedy_fits(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
+bool greedy_fits(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap,
+                 const ParallelFor& parallel) {
   if (minimum_device_bytes(p) > p.budget_bytes) return false;  // as make_schedule
-  Estimates estimates(p);
+  Estimates estimates(p, parallel);
   Best best(p, estimates, red_zone_bytes, overlap, {.stop_at_first_fit = true});
   search(p, best, mixed_tiers, overlap);
   return best.fastest.has_value();

@@ -1,10 +1,7 @@
-// How the planner spreads independent work over oneTBB's threads (internal to offload/): results in the order a
-// loop would give them, so that no decision depends on which thread finished first; and a value per key computed
-// once however many threads ask for it.
+// How the planner spreads independent work over its caller's ParallelFor (internal to offload/): results in the
+// order a loop would give them, so that no decision depends on which call finished first; and a value per key
+// computed once however many threads ask for it.
 #pragma once
-
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
 
 #include <cstddef>
 #include <exception>
@@ -14,26 +11,27 @@
 #include <unordered_map>
 #include <vector>
 
+#include "offload/parallel_for.h"
+
 namespace ferry::offload::detail {
 
-// f(0), ..., f(n - 1) on oneTBB's threads (at most the arena's or tbb::global_control's limit), their results
-// in index order. Where some throw, the exception of the lowest index is rethrown, as a loop would have.
+// f(0), ..., f(n - 1) through `parallel` (a loop when it is empty), their results in index order. Where some
+// throw, the exception of the lowest index is rethrown, as a loop would have.
 template <class F>
-auto in_parallel(size_t n, F f) {
+auto in_parallel(const ParallelFor& parallel, size_t n, F f) {
   using Result = std::invoke_result_t<F&, size_t>;
   std::vector<std::optional<Result>> results(n);
   std::vector<std::exception_ptr> errors(n);
-  // One task per index: the planner's items are large (each builds or estimates whole schedules) and unequal.
-  tbb::parallel_for(
-      size_t(0), n,
-      [&](size_t i) {
-        try {
-          results[i].emplace(f(i));
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      },
-      tbb::simple_partitioner());
+  const std::function<void(size_t)> body = [&](size_t i) {
+    try {
+      results[i].emplace(f(i));
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  if (parallel) parallel(n, body);
+  else
+    for (size_t i = 0; i < n; ++i) body(i);
   for (const std::exception_ptr& error : errors)
     if (error) std::rethrow_exception(error);
   std::vector<Result> ordered;
@@ -43,8 +41,8 @@ auto in_parallel(size_t n, F f) {
 }
 
 // A value per key, computed by the first thread that asks for it; a thread asking meanwhile waits for it. The
-// computations must start no oneTBB work (a thread waiting here could otherwise be handed, and block, the very
-// work it waits for). Values never move: references stay valid while the map lives.
+// computations must not call the ParallelFor (with oneTBB's, a thread waiting here could be handed, and block,
+// the very work it waits for). Values never move: references stay valid while the map lives.
 template <class Key, class Value, class Hash>
 class ComputedOnce {
  public:

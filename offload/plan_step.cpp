@@ -51,7 +51,8 @@ class StepPlanner {
   // delayed update applied where asked for and AdamW runs on the CPU. BudgetError when it does not fit.
   StepPlan attempt(Policy with, int k) const {
     OffloadProblem p = problem(k);
-    PlannedSchedule planned = make_schedule(p, with, request_.red_zone_bytes, request_.mixed_tiers, request_.overlap);
+    PlannedSchedule planned =
+        make_schedule(p, with, request_.red_zone_bytes, request_.mixed_tiers, request_.overlap, request_.parallel);
     Schedule& s = planned.schedule;
     if (with != request_.policy) s.policy = to_string(request_.policy);  // the construction stays
     // Greedy has weighed the delayed and pipelined updates itself (make_schedule); the others take them
@@ -68,7 +69,7 @@ class StepPlanner {
   // Whether `with` fits with the first k blocks checkpointed. Without greedy's device tier: its candidates add
   // to the others, so whether a plan fits does not depend on it.
   bool fits(Policy with, int k) const {
-    return schedule_fits(problem(k), with, request_.red_zone_bytes, false, request_.overlap);
+    return schedule_fits(problem(k), with, request_.red_zone_bytes, false, request_.overlap, request_.parallel);
   }
 
   // The fewest blocks with which `with` fits: checkpointing more never needs more memory, so bisect.
@@ -105,12 +106,13 @@ class StepPlanner {
     counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
     std::erase(counts, *least);
     counts.insert(counts.begin(), *least);
-    // Each count planned on oneTBB's threads; the fastest kept in the order above (the first of equals).
-    std::vector<std::pair<StepPlan, double>> plans = detail::in_parallel(counts.size(), [&](size_t i) {
-      StepPlan plan = attempt(Policy::Greedy, counts[i]);
-      const double step_s = simulate(plan.problem, plan.schedule, plan.memory).step_s;
-      return std::pair{std::move(plan), step_s};
-    });
+    // Each count planned through the request's ParallelFor; the fastest kept in the order above (the first of equals).
+    std::vector<std::pair<StepPlan, double>> plans =
+        detail::in_parallel(request_.parallel, counts.size(), [&](size_t i) {
+          StepPlan plan = attempt(Policy::Greedy, counts[i]);
+          const double step_s = simulate(plan.problem, plan.schedule, plan.memory).step_s;
+          return std::pair{std::move(plan), step_s};
+        });
     size_t best = 0;
     for (size_t i = 1; i < plans.size(); ++i)
       if (plans[i].second < plans[best].second) best = i;

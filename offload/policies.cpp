@@ -64,7 +64,8 @@ TierTotals tier_totals(const OffloadProblem& p, const Schedule& s) {
   return t;
 }
 
-PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
+PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t red_zone_bytes, bool mixed_tiers,
+                              Overlap overlap, const ParallelFor& parallel) {
   if (const int64_t least = minimum_device_bytes(p); least > p.budget_bytes)
     throw BudgetError(detail::shortfall(p, least, "this model", "with every bucket offloaded"));
   switch (policy) {
@@ -77,20 +78,21 @@ PlannedSchedule make_schedule(const OffloadProblem& p, Policy policy, int64_t re
     case Policy::ZeroOffload:
       return detail::fixed(p, detail::zero_offload(p), red_zone_bytes, "with every bucket's weights on the device");
     case Policy::ChunkLru: return detail::chunk_lru_fitting(p, red_zone_bytes);
-    case Policy::Greedy: return detail::greedy(p, red_zone_bytes, mixed_tiers, overlap);
+    case Policy::Greedy: return detail::greedy(p, red_zone_bytes, mixed_tiers, overlap, parallel);
   }
   throw std::logic_error("unknown policy");
 }
 
-bool schedule_fits(const OffloadProblem& p, Policy policy, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap) {
-  if (policy == Policy::Greedy) return detail::greedy_fits(p, red_zone_bytes, mixed_tiers, overlap);
+bool schedule_fits(const OffloadProblem& p, Policy policy, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap,
+                   const ParallelFor& parallel) {
+  if (policy == Policy::Greedy) return detail::greedy_fits(p, red_zone_bytes, mixed_tiers, overlap, parallel);
   // A fixed placement whose most bytes alive at once exceed the budget fits in no layout: not laid out.
   const bool fixed = (policy == Policy::Resident && !p.compact_state) || policy == Policy::ZeroOffload;
   if (fixed && minimum_device_bytes(p) <= p.budget_bytes &&
       !estimate(p, policy == Policy::Resident ? detail::resident(p) : detail::zero_offload(p)).fits)
     return false;
   try {
-    make_schedule(p, policy, red_zone_bytes, mixed_tiers, overlap);
+    make_schedule(p, policy, red_zone_bytes, mixed_tiers, overlap, parallel);
     return true;
   } catch (const BudgetError&) {
     return false;

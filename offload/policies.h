@@ -12,6 +12,7 @@
 #include "offload/budget.h"
 #include "offload/device_memory.h"
 #include "offload/lower_bound.h"
+#include "offload/parallel_for.h"
 #include "offload/problem.h"
 #include "offload/schedule.h"
 #include "offload/simulator.h"
@@ -48,13 +49,15 @@ struct PlannedSchedule {
 // device and the others on the CPU in one step (Tier); without, AdamW runs on one side for every bucket.
 // overlap: with delayed, greedy weighs each candidate delayed and updated in the step, and returns the
 // faster (Schedule::delayed_update says which); the other policies' schedules are returned without it.
-PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0, bool mixed_tiers = true,
-                              Overlap overlap = Overlap::Backward);
+// parallel: how greedy spreads its candidates (a loop when empty; the same schedule either way).
+PlannedSchedule make_schedule(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes = 0,
+                              bool mixed_tiers = true, Overlap overlap = Overlap::Backward,
+                              const ParallelFor& parallel = {});
 
 // Whether make_schedule finds a schedule that fits (BudgetError otherwise), found sooner: greedy stops at the
 // first candidate that fits.
 bool schedule_fits(const OffloadProblem& problem, Policy policy, int64_t red_zone_bytes, bool mixed_tiers,
-                   Overlap overlap);
+                   Overlap overlap, const ParallelFor& parallel = {});
 
 // The one rule on which overlap a policy allows: delayed and pipelined need AdamW on the CPU, which
 // resident never runs there. (Greedy may still choose to update every bucket in the step: plan_step then says why in a note.)
@@ -93,6 +96,9 @@ struct PlanRequest {
   // delayed, the device tier is updated in the step and the CPU's buckets one step behind.
   bool mixed_tiers = true;
   bool compact_state = false;  // [optim.state: compact] OffloadProblem::compact_state
+  // How plan_step spreads its independent work (the checkpointing counts it weighs, greedy's candidates): a
+  // loop when empty; the engine passes oneTBB's (engine/parallel_planning.h). The plan is the same either way.
+  ParallelFor parallel;
 };
 
 struct StepPlan {

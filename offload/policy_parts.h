@@ -40,8 +40,10 @@ PlannedSchedule chunk_lru_fitting(const OffloadProblem& p, int64_t red_zone_byte
 
 // Ferry's policy (greedy.cpp): the fastest plan the Simulator predicts that fits the budget, over the three
 // tiers; BudgetError when none does.
-PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap);
+PlannedSchedule greedy(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap,
+                       const ParallelFor& parallel);
 // Whether greedy finds a plan that fits, without searching on once one does.
-bool greedy_fits(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap);
+bool greedy_fits(const OffloadProblem& p, int64_t red_zone_bytes, bool mixed_tiers, Overlap overlap,
+                 const ParallelFor& parallel);
 
 }  // namespace ferry::offload::detail

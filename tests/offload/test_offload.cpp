@@ -2,8 +2,6 @@
 // models, budgets and cost models, greedy and the lower bound against an exhaustive search, plan_step's rules
 // (one layout per plan, the overlap rule, budget errors) and the planner's parallel parts.
 #include <gtest/gtest.h>
-#include <tbb/global_control.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <atomic>
@@ -1166,18 +1164,23 @@ TEST(Greedy, WithinTenPercentOfTheBoundWhenTheBudgetHoldsPartOfTheOptimizer) {
 }
 
 // The planner's parallel parts decide as a loop does: in_parallel gives f(i) at index i and rethrows the lowest
-// index's exception however the calls finish (here the later the index, the sooner it finishes); ComputedOnce
-// computes a key's value once while eight threads ask for it at once.
+// index's exception however the calls finish (here on a thread each, the later the index, the sooner it
+// finishes), and so does a loop (an empty ParallelFor); ComputedOnce computes a key's value once while eight
+// threads ask for it at once.
 TEST(InParallel, ResultsAndTheFirstErrorInIndexOrderHoweverTheyFinish) {
-  const tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 8);
-  tbb::task_arena(8).execute([] {
-    auto later_ones_first = [](size_t i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2 * (8 - int(i))));
-      return int(i) * 10;
-    };
-    EXPECT_EQ(detail::in_parallel(8, later_ones_first), (std::vector<int>{0, 10, 20, 30, 40, 50, 60, 70}));
+  const ParallelFor thread_each = [](size_t n, const std::function<void(size_t)>& body) {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < n; ++i) threads.emplace_back(body, i);
+    for (std::thread& t : threads) t.join();
+  };
+  auto later_ones_first = [](size_t i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 * (8 - int(i))));
+    return int(i) * 10;
+  };
+  for (const ParallelFor& parallel : {thread_each, ParallelFor{}}) {
+    EXPECT_EQ(detail::in_parallel(parallel, 8, later_ones_first), (std::vector<int>{0, 10, 20, 30, 40, 50, 60, 70}));
     try {
-      detail::in_parallel(8, [&](size_t i) {
+      detail::in_parallel(parallel, 8, [&](size_t i) {
         if (i % 3 == 2) throw std::runtime_error("index " + std::to_string(i));
         return later_ones_first(i);
       });
@@ -1185,18 +1188,18 @@ TEST(InParallel, ResultsAndTheFirstErrorInIndexOrderHoweverTheyFinish) {
     } catch (const std::runtime_error& e) {
       EXPECT_STREQ(e.what(), "index 2");
     }
-    detail::ComputedOnce<int, int, std::hash<int>> once;
-    std::atomic<int> computed = 0;
-    const std::vector<int> got = detail::in_parallel(8, [&](size_t) {
-      return once.get(7, [&] {
-        ++computed;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        return 49;
-      });
+  }
+  detail::ComputedOnce<int, int, std::hash<int>> once;
+  std::atomic<int> computed = 0;
+  const std::vector<int> got = detail::in_parallel(thread_each, 8, [&](size_t) {
+    return once.get(7, [&] {
+      ++computed;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return 49;
     });
-    EXPECT_EQ(got, std::vector<int>(8, 49));
-    EXPECT_EQ(computed.load(), 1);
   });
+  EXPECT_EQ(got, std::vector<int>(8, 49));
+  EXPECT_EQ(computed.load(), 1);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <string>
 
+#include "engine/parallel_planning.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
 #include "offload/cost_model.h"
@@ -131,16 +132,18 @@ TEST(GreedyPins, PlansAreThoseOfThePlannerBeforeItWasSpedUp) {
   }
 }
 
-// The planner weighs its candidates on oneTBB's threads and must decide as one thread does, however they finish:
-// the same plans with one thread and with 8 and 32 (more than CI's cores: the system interleaves them too). A
-// planner that took its parallel results in the order they finished failed this in 8 runs of 8 on 2 cores (the
-// 124M delayed case in 7, the 1.5B compact one in 4).
+// The planner weighs its candidates through the ParallelFor it is given and must decide as a loop does, however
+// they finish: the same plans with none (a loop) and with the engine's (oneTBB) on 8 and 32 threads (more than
+// CI's cores: the system interleaves them too). A planner that took its parallel results in the order they
+// finished failed this in 8 runs of 8 on 2 cores (the 124M delayed case in 7, the 1.5B compact one in 4).
 TEST(GreedyPins, TheSamePlansWithOneThreadAndWithSeveral) {
   const CostModel h100 = CostModel::load(testing::source_path("configs/cost_models/h100-assumed.json"));
   auto plan_with = [&](int threads, const PinCase& c) {
+    PlanRequest request = request_of(c);
+    if (threads > 1) request.parallel = engine::parallel_planning();
     const tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
     std::string plan;
-    tbb::task_arena(threads).execute([&] { plan = fingerprint(plan_step(c.spec, h100, request_of(c))); });
+    tbb::task_arena(threads).execute([&] { plan = fingerprint(plan_step(c.spec, h100, request)); });
     return plan;
   };
   const std::vector<PinCase> cases = pin_cases();
