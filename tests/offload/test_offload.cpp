@@ -746,6 +746,26 @@ TEST(Checkpointing, GreedyAutoIsNeverSlowerThanTheAnchorsAuto) {
   }
 }
 
+// The least device memory any policy needs holds, at the op that first writes a bucket's gradients, that
+// bucket's weights (read) and its gradients (written) both, beside the op's other buckets and activations.
+TEST(Budget, TheLeastDeviceMemoryHoldsABucketsWeightsAndGradientsAtItsFirstGradientOp) {
+  Rng rng(23);
+  for (const auto& [shape, bucket] : {std::pair(models::GptConfig{2, 2, 256, 256, 16}, int64_t(16384)),
+                                      std::pair(models::GptConfig{1, 1, 128, 256, 16}, int64_t(65536))}) {
+    const OffloadProblem p(gpt2_bf16(shape, 1, 16), random_cost(rng), bucket, int64_t(1) << 40);
+    int checked = 0;
+    for (int b = 0; b < p.n_buckets; ++b) {
+      const int i = p.first_grad_op[b];
+      if (i < 0) continue;
+      int64_t held = p.workspace_bytes + p.activation_live[i] + p.bucket_bytes[b];  // its gradients
+      for (int c : p.op_buckets[i]) held += p.bucket_bytes[c];                      // the op's weights
+      EXPECT_GE(minimum_device_bytes(p), held) << "bucket " << b << " at op " << i;
+      ++checked;
+    }
+    EXPECT_GT(checked, 1);
+  }
+}
+
 TEST(Policies, ImpossibleBudgetSaysWhatIsNeededAndWhatToChange) {
   const models::ModelSpec spec = gpt2_bf16({2, 2, 64, 256, 32}, 2, 32);
   const OffloadProblem p(spec, CostModel{}, 16384, 1000);
