@@ -65,6 +65,24 @@ TEST(HostDevice, ThrottledCopiesTakeTheLinkTime) {
   EXPECT_EQ(dst, src);
 }
 
+// A throttled copy writes each chunk of its destination only once the link would have delivered it, as a DMA
+// engine does, so that a reader that did not wait for the copy's event sees old bytes (the executor's tests
+// rely on it to catch a missing wait). One chunk at 0.5 MB/s lands 524 ms after the copy starts: 40 ms after
+// it started, the destination is still untouched (the margin keeps a loaded machine from failing the test).
+TEST(HostDevice, AThrottledCopyFillsItsDestinationAsTheLinkDeliversIt) {
+  HostDevice dev({1 << 20, 0.0005, 0, nullptr});
+  constexpr size_t kBytes = size_t(256) << 10;  // the copy's chunk
+  std::vector<std::byte> src(kBytes, std::byte{7}), dst(kBytes, std::byte{0});
+  std::atomic<bool> started{false};
+  dev.run(Stream::H2D, "before the copy", [&] { started = true; });
+  dev.copy(Stream::H2D, dst.data(), src.data(), static_cast<int64_t>(kBytes), "256 KiB");
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  EXPECT_EQ(std::count(dst.begin(), dst.end(), std::byte{7}), 0) << "bytes written before the link delivered them";
+  dev.synchronize();
+  EXPECT_EQ(dst, src);
+}
+
 // make_device gives the host device the config asks for, its link back slower when a test asks; and a
 // CUDA device only where a build has CUDA and a GPU is there (else an error, not a host device in disguise).
 TEST(MakeDevice, TheHostDeviceWithItsLinksAndACudaDeviceOnlyWithAGpu) {
@@ -125,6 +143,15 @@ TEST(HostDevice, AFailedTaskFailsLaterEventsWithItsLabel) {
   HostDevice dev({1 << 20, 0, 0, nullptr});
   dev.run(Stream::D2H, "offload gradients of bucket 3", [] { throw std::runtime_error("disk on fire"); });
   const EventPtr e = dev.record(Stream::D2H);
+  // Waiting for the event alone fails too (the CPU's AdamW waits so for gradients to land, a pipelined step for
+  // its compute stream): it must not go on as if the gradients had landed.
+  try {
+    dev.synchronize(e);
+    FAIL() << "no error from the event after a failed task";
+  } catch (const std::runtime_error& err) {
+    EXPECT_NE(std::string(err.what()).find("offload gradients of bucket 3: disk on fire"), std::string::npos)
+        << err.what();
+  }
   dev.wait(Stream::Compute, e, "gradients of bucket 3");  // compute inherits the failure, does not hang
   bool ran = false;
   dev.run(Stream::Compute, "never", [&] { ran = true; });

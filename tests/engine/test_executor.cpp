@@ -31,6 +31,7 @@
 #include "engine/config.h"
 #include "dataset/dataset.h"
 #include "engine/device/host_device.h"
+#include "engine/device/trace.h"
 #include "models/registry.h"
 #include "engine/executor.h"
 #include "engine/step_planning.h"
@@ -848,8 +849,9 @@ struct PlanRun {
 // `steps` steps of `plan` from the same weights and batches, with global-norm clipping at 1. slow_adamw: the
 // CPU's first AdamW task of each step first sleeps that long, and every later one waits behind it, so that
 // a step that did not wait for the last one's pipelined update would compute with stale weights.
+// one_batch_per_step: every micro-batch of step s is batch s (the batch of a one-micro-batch run's step s).
 PlanRun train_plan(const Config& c, const models::ModelSpec& spec, const offload::StepPlan& plan, int steps,
-                   std::chrono::microseconds slow_adamw = {}) {
+                   std::chrono::microseconds slow_adamw = {}, bool one_batch_per_step = false) {
   // One compute thread: OpenMP's spinning threads beside the CPU AdamW's (which the pipelined and delayed
   // updates run at the same time) slow a loaded 2-core machine down a hundredfold.
   ExecutorParts parts(spec, plan, 1);
@@ -872,7 +874,9 @@ PlanRun train_plan(const Config& c, const models::ModelSpec& spec, const offload
   PlanRun run;
   for (int step = 0; step < steps; ++step) {
     std::vector<dataset::Batch> micro;
-    for (int m = 0; m < c.train.grad_accum; ++m) micro.push_back(data.train_batch(step * c.train.grad_accum + m, 0, c.train.batch_size));
+    for (int m = 0; m < c.train.grad_accum; ++m)
+      micro.push_back(
+          data.train_batch(one_batch_per_step ? step : step * c.train.grad_accum + m, 0, c.train.batch_size));
     const StepResult r = executor.step(micro, step + 1, 1e-3);
     run.losses.push_back(r.loss), run.grad_norms.push_back(r.grad_norm);
     if (step == steps - 2) run.eval = executor.evaluate(data.val_batch(0, 1, c.train.batch_size));
@@ -921,6 +925,65 @@ TEST(Executor, ThreeTiersInOneStepTrainBitwiseLikeResident) {
       EXPECT_NE(reference.losses.front(), reference.losses.back()) << what << ": the weights must change";
       EXPECT_GT(*std::max_element(reference.grad_norms.begin(), reference.grad_norms.end()), 1.0) << what << ": clipping must act";
     }
+}
+
+// Two micro-batches of one batch make that batch's step: each is weighted 1/2 (a power of two, so every
+// gradient is exactly half the batch's) and their fp32 sum is the batch's gradient. Losses, gradient norms
+// (clipping at 1 acts on them) and weights are bitwise those of one micro-batch, with the sum on the device
+// (resident) and on the CPU (zero-offload). A loss weight that forgot the micro-batches doubles the norm.
+TEST(Executor, TwoMicroBatchesOfOneBatchStepAsThatBatchAlone) {
+  for (const char* policy : {"resident", "zero-offload"}) {
+    const Config one = small_config(policy, false, 1, 0, 4), two = small_config(policy, false, 2, 0, 4);
+    const models::ModelSpec spec =
+        models::build_model(one.model, one.train.batch_size, one.model.seq_len, one.precision());
+    const PlanRun whole = train_plan(one, spec, plan_for_config(one, spec, fp32_cost_model()), 4, {}, true);
+    const PlanRun halves = train_plan(two, spec, plan_for_config(two, spec, fp32_cost_model()), 4, {}, true);
+    EXPECT_EQ(halves.losses, whole.losses) << policy;
+    EXPECT_EQ(halves.grad_norms, whole.grad_norms) << policy;
+    EXPECT_EQ(halves.weights, whole.weights) << policy;
+    EXPECT_NE(whole.losses.front(), whole.losses.back()) << policy << ": the weights must change";
+  }
+}
+
+// The pipelined update runs the CPU's AdamW in the order the next forward pass first uses the buckets
+// (offload::cpu_update_order, which the Simulator times), not in the order their gradients landed: each of
+// the next step's ops waits for its own buckets' updates, so those it needs first must be updated first.
+TEST(Executor, APipelinedUpdateRunsInTheNextForwardPassesFirstUseOrder) {
+  const auto path = testing::scratch_path("pipelined_order_trace.json");
+  const Config c = small_config("resident", false, 1, 0, 2);
+  const models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len, c.precision());
+  const offload::StepPlan resident = plan_for_config(c, spec, fp32_cost_model());
+  offload::StepPlan pipelined{resident.problem, offload::with_pipelined_update(three_tiers(resident.problem)), {}, ""};
+  pipelined.memory = offload::lay_out(pipelined.problem, pipelined.schedule);
+  const std::vector<int> expected = offload::cpu_update_order(pipelined.problem, pipelined.schedule);
+  std::vector<int> landing;  // the CpuAdam actions in schedule order
+  for (const auto& actions : pipelined.schedule.before)
+    for (const offload::Action& a : actions)
+      if (a.kind == offload::Action::Kind::CpuAdam) landing.push_back(a.bucket);
+  ASSERT_NE(expected, landing) << "the landing order is already the first-use order: nothing to tell apart";
+  device::Trace trace;
+  {
+    ExecutorParts parts(spec, pipelined, 1);
+    Executor executor(spec, pipelined, parts.host, *parts.pool, parts.dev, parts.adamw, {}, &trace);
+    executor.upload_state();
+    const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
+    executor.step(std::vector<dataset::Batch>{data.train_batch(0, 0, c.train.batch_size)}, 1, 1e-3);
+    executor.download_state();  // finishes the update in flight
+  }
+  trace.write(path);
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(in);
+  std::vector<std::pair<double, int>> updates;  // (start, bucket) of every AdamW task of the CPU
+  for (const auto& e : j["traceEvents"]) {
+    const std::string name = e["name"].get<std::string>();
+    if (e["ph"] == "X" && name.rfind("adamw bucket ", 0) == 0)
+      updates.emplace_back(e["ts"].get<double>(), std::stoi(name.substr(13)));
+  }
+  std::sort(updates.begin(), updates.end());
+  std::vector<int> order;
+  for (const auto& u : updates) order.push_back(u.second);
+  EXPECT_EQ(order, expected);
+  std::filesystem::remove(path);
 }
 
 // The vocabulary padded inside the engine (models/vocab.h) changes no loss: a GPT of an odd vocabulary (300,

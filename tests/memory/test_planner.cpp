@@ -114,6 +114,16 @@ TEST(Planner, CheckerCatchesOverlapAndMisalignment) {
   bad.offsets[1] += 8;
   bad.peak += 8;
   EXPECT_NE(Planner::check(t, bad).find("alignment"), std::string::npos);
+  // A peak below a tensor's end: the arena sized by it would not hold that tensor.
+  bad = p;
+  bad.peak -= 256;
+  EXPECT_NE(Planner::check(t, bad).find("beyond the peak"), std::string::npos);
+  // Tensors that meet at one op only (the last use of one is the first of the other) are alive together there.
+  const std::vector<TensorLifetime> meet{{512, 256, 0, 2}, {512, 256, 2, 4}};
+  ArenaLayout shared;
+  shared.offsets = {0, 256};
+  shared.peak = 768;
+  EXPECT_NE(Planner::check(meet, shared).find("overlap"), std::string::npos);
 }
 
 }  // namespace

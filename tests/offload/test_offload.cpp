@@ -213,12 +213,25 @@ TEST(Simulator, InvalidSchedulesNameTheOpAndTheBucket) {
   EXPECT_NE(simulate_laid_out(p, s).error.find("before it has arrived"), std::string::npos);
   s.before[1] = {{Action::Kind::Prefetch, p.n_buckets}};
   EXPECT_NE(simulate_laid_out(p, s).error.find("no such bucket"), std::string::npos) << simulate_laid_out(p, s).error;
+  Schedule r = s;  // bucket 1 resident, its AdamW on the CPU: its slot is never released
+  r.device_optimizer[1] = false;
+  r.before[1] = {{Action::Kind::Release, 1}};
+  EXPECT_NE(simulate_laid_out(p, r).error.find("release of bucket 1: releases a bucket that is resident"),
+            std::string::npos)
+      << simulate_laid_out(p, r).error;
 
   Schedule g = base();
   g.device_optimizer.assign(p.n_buckets, false);
   g.before[p.n_ops].clear();
   g.before[1] = {{Action::Kind::OffloadGrads, 0}};  // before backward wrote them
   EXPECT_NE(simulate_laid_out(p, g).error.find("offloads gradients that op"), std::string::npos) << simulate_laid_out(p, g).error;
+  g.before[1].clear();
+  const int last = p.last_grad_op[0];  // right before the op that writes them last: one op too early
+  g.before[last] = {{Action::Kind::OffloadGrads, 0}};
+  EXPECT_NE(
+      simulate_laid_out(p, g).error.find("offloads gradients that op " + std::to_string(last) + " has yet to write"),
+      std::string::npos)
+      << simulate_laid_out(p, g).error;
   g = base();
   g.device_optimizer.assign(p.n_buckets, false);
   g.before[p.n_ops] = {{Action::Kind::CpuAdam, 1}};
@@ -248,6 +261,25 @@ TEST(Simulator, TakesThePeakFromTheGivenLayoutAndRejectsAnotherSchedules) {
   const SimResult mixed = simulate(p, zero.schedule, greedy.memory);
   EXPECT_FALSE(mixed.fits);
   EXPECT_NE(mixed.error.find("laid out for"), std::string::npos) << mixed.error;
+}
+
+// The CPU's busy time in a step: per trained bucket a statistics pass over its gradients, with micro-batches
+// also the fp32 sum of each one's (the last micro-batch costs both), and its AdamW, as the executor runs them.
+TEST(Simulator, TheCpuSumsEveryMicroBatchsGradientsBesideTheStatisticsAndAdamW) {
+  Rng rng(11);
+  for (int accum : {1, 3}) {
+    OffloadProblem p = small_problem(rng, 1000, accum);
+    p.budget_bytes = int64_t(1) << 40;
+    const SimResult r = simulate_planned(p, make_schedule(p, Policy::ZeroOffload));
+    ASSERT_EQ(r.error, "");
+    const int passes = accum > 1 ? accum + 1 : 1;
+    double expected = 0;
+    for (int b = 0; b < p.n_buckets; ++b)
+      if (p.first_grad_op[b] >= 0)
+        expected += passes * double(p.bucket_params[b]) / p.cost.cpu_norm_params_per_s +
+                    double(p.bucket_params[b]) / p.cpu_adam_params_per_s();
+    EXPECT_NEAR(r.cpu_busy_s, expected, 1e-9 * expected) << "grad_accum " << accum;
+  }
 }
 
 // check_stream_reuse on hand-made timings: a tensor written into bytes that a copy stream is still reading
@@ -709,6 +741,26 @@ TEST(Checkpointing, GreedyAutoIsNeverSlowerThanTheAnchorsAuto) {
       } catch (const BudgetError&) {
       }
     }
+  }
+}
+
+// The least device memory any policy needs holds, at the op that first writes a bucket's gradients, that
+// bucket's weights (read) and its gradients (written) both, beside the op's other buckets and activations.
+TEST(Budget, TheLeastDeviceMemoryHoldsABucketsWeightsAndGradientsAtItsFirstGradientOp) {
+  Rng rng(23);
+  for (const auto& [shape, bucket] : {std::pair(models::GptConfig{2, 2, 256, 256, 16}, int64_t(16384)),
+                                      std::pair(models::GptConfig{1, 1, 128, 256, 16}, int64_t(65536))}) {
+    const OffloadProblem p(gpt2_bf16(shape, 1, 16), random_cost(rng), bucket, int64_t(1) << 40);
+    int checked = 0;
+    for (int b = 0; b < p.n_buckets; ++b) {
+      const int i = p.first_grad_op[b];
+      if (i < 0) continue;
+      int64_t held = p.workspace_bytes + p.activation_live[i] + p.bucket_bytes[b];  // its gradients
+      for (int c : p.op_buckets[i]) held += p.bucket_bytes[c];                      // the op's weights
+      EXPECT_GE(minimum_device_bytes(p), held) << "bucket " << b << " at op " << i;
+      ++checked;
+    }
+    EXPECT_GT(checked, 1);
   }
 }
 
