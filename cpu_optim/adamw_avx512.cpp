@@ -57,10 +57,17 @@ __m256i to_bf16(__m512 p, bool stochastic, uint32_t key, uint32_t index) {
   return _mm512_cvtepi32_epi16(r);
 }
 
-// The same with the AVX512-BF16 instruction (round to nearest even). It treats fp32 subnormal inputs
-// (|x| < 2^-126) as zero, the one difference from to_bf16.
+// The same with the AVX512-BF16 instruction (round to nearest even). The instruction treats fp32 subnormal inputs
+// (0 < |x| < 2^-126) as zero, where to_bf16 (and the scalar path) rounds them: those lanes, rare (a weight that
+// small is one weight decay shrinks with no gradient), take to_bf16's result, so every path stays bitwise alike.
 __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl"))) __m256i to_bf16_native(__m512 p) {
-  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p));
+  const __m256i native = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p));
+  const __m512i magnitude = _mm512_and_si512(_mm512_castps_si512(p), _mm512_set1_epi32(0x7fffffff));
+  // magnitude - 1 < 0x7fffff (unsigned) exactly where 0 < magnitude < 0x800000: the subnormals.
+  const __mmask16 subnormal =
+      _mm512_cmplt_epu32_mask(_mm512_sub_epi32(magnitude, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fffff));
+  if (subnormal == 0) return native;
+  return _mm256_mask_blend_epi16(subnormal, native, to_bf16(p, false, 0, 0));
 }
 
 // The step's coefficients, broadcast once per call (loading them inside the loop would repeat the loads

@@ -170,7 +170,7 @@ TEST(OptimizerStep, AnInfOrNanGradientSkipsTheStepAndChangesNothingWholeOrPiecew
   }
 }
 
-TEST(OptimizerStep, ClipsAndUnscalesAsDecideStep) {
+TEST(OptimizerStep, ClipsAndUnscalesAsTorchDoes) {
   const CpuAdamW opt = optimizer(best_isa());
   struct Case {
     float max_norm, loss_scale;
@@ -182,7 +182,11 @@ TEST(OptimizerStep, ClipsAndUnscalesAsDecideStep) {
     double sum = 0;
     for (const Bucket& b : by_hand.buckets()) sum += opt.grad_stats(b.grad, b.grad_type, b.param.size()).sum_squares;
     const StepDecision want = decide_step(sum, true, c.max_norm, c.loss_scale);
-    EXPECT_NEAR(want.report.grad_norm, std::sqrt(sum) / c.loss_scale, 1e-12 * want.report.grad_norm);
+    const double norm = std::sqrt(sum) / c.loss_scale;  // the true gradients' norm: unscaled
+    EXPECT_NEAR(want.report.grad_norm, norm, 1e-12 * norm);
+    // The factor on the stored gradients: unscaled, then clipped (torch: max_norm / (norm + 1e-6), at most 1).
+    const double clip = c.max_norm > 0 && norm > c.max_norm ? c.max_norm / (norm + 1e-6) : 1.0;
+    EXPECT_NEAR(want.grad_scale, clip / c.loss_scale, 1e-6 * clip / c.loss_scale);
 
     const StepReport got = opt.apply(model.buckets(), 2, 1e-3, c.max_norm, c.loss_scale);  // = OptimizerStep::run
     EXPECT_EQ(got.grad_norm, want.report.grad_norm);

@@ -61,8 +61,11 @@ TEST(Planner, TensorsWrittenInPlaceShareTheirOffsetAndCountOnce) {
     const ArenaLayout p = Planner::plan(tensors);
     ASSERT_EQ(Planner::check(tensors, p), "") << "trial " << trial;
     ASSERT_GE(p.peak, p.lower_bound) << "trial " << trial;
-    for (size_t t = 0; t < tensors.size(); ++t)
-      if (tensors[t].in_place_of >= 0) ASSERT_EQ(p.offsets[t], p.offsets[tensors[t].in_place_of]) << "trial " << trial;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      if (tensors[t].in_place_of >= 0) {
+        ASSERT_EQ(p.offsets[t], p.offsets[tensors[t].in_place_of]) << "trial " << trial;
+      }
+    }
   }
   EXPECT_GT(pairs, 500);
   // Two tensors of 100 bytes meeting at op 1: 200 bytes apart, 100 in place.
