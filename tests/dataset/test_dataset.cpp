@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -24,6 +25,7 @@ TEST(TextDataset, SplitsAndSamplesDeterministicWindows) {
   const Batch a = d.train_batch(5, 3, 4), b = d.train_batch(5, 3, 4), c = d.train_batch(5, 4, 4);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_NE(a.tokens, c.tokens);
+  EXPECT_NE(d.train_batch(6, 3, 4).tokens, a.tokens);  // the run's seed picks the windows too
   ASSERT_EQ(a.tokens.size(), 64u);
   for (int row = 0; row < 4; ++row)
     for (int t = 0; t + 1 < 16; ++t) EXPECT_EQ(a.targets[row * 16 + t], a.tokens[row * 16 + t + 1]);
@@ -32,13 +34,48 @@ TEST(TextDataset, SplitsAndSamplesDeterministicWindows) {
   EXPECT_THROW(TextDataset(kText, 0.1, 1 << 22), std::runtime_error);  // longer than the text
 }
 
+// Training draws every window of its split, the last one (which ends on the split's last token) too: a text of
+// T + 3 bytes has 3 windows, starting at bytes 0, 1 and 2.
+TEST(TextDataset, TrainingDrawsEveryWindowUpToTheLast) {
+  const int64_t T = 8;
+  const auto path = testing::scratch_path("three_windows.txt");
+  std::ofstream(path, std::ios::binary) << "abcdefghijk";  // T + 3 bytes
+  const TextDataset d(path, 0.0, T);
+  std::set<int32_t> first_tokens;
+  for (int64_t index = 0; index < 64; ++index) first_tokens.insert(d.train_batch(1, index, 1).tokens.at(0));
+  EXPECT_EQ(first_tokens, (std::set<int32_t>{'a', 'b', 'c'}));
+  std::filesystem::remove(path);
+}
+
+// Evaluation's windows, `count` batches of B: spread over the whole validation split, from its first token to
+// its last target, and no window read twice (batch i must not repeat rows of batch i - 1).
+TEST(TextDataset, ValidationBatchesSpanTheSplitWithoutRepeatingAWindow) {
+  const int64_t T = 16, B = 4, count = 3;
+  const TextDataset d(kText, 0.1, T);
+  const std::string text = testing::file_text(kText);
+  const auto split = static_cast<size_t>(d.train_tokens());
+  std::set<std::vector<int32_t>> windows;
+  for (int64_t index = 0; index < count; ++index) {
+    const Batch v = d.val_batch(index, count, B);
+    for (int64_t row = 0; row < B; ++row)
+      windows.insert(std::vector<int32_t>(v.tokens.begin() + row * T, v.tokens.begin() + (row + 1) * T));
+    if (index == 0) EXPECT_EQ(v.tokens[0], static_cast<uint8_t>(text[split])) << "the first window starts the split";
+    if (index == count - 1) EXPECT_EQ(v.targets.back(), static_cast<uint8_t>(text.back())) << "the last ends it";
+  }
+  EXPECT_EQ(windows.size(), static_cast<size_t>(count * B));
+}
+
+// 32768 tokens: the binomial spread of the fractions is 0.002 for the 15% chosen and 0.006 for the 80% masked,
+// so the tolerances (3 of those) tell 15% from 16% and 80% from 70%.
 TEST(MaskedLm, ChoosesFifteenPercentAndMasksEightyOfThem) {
   const TextDataset d(kText, 0.1, 64);
-  const Batch w = d.train_batch(3, 0, 64);  // 4096 tokens
+  const Batch w = d.train_batch(3, 0, 512);
   const int32_t mask_id = 256;
   const Batch b = masked_lm(w, 3, 0, mask_id, mask_id);
   EXPECT_EQ(masked_lm(w, 3, 0, mask_id, mask_id).tokens, b.tokens);  // a pure function of (seed, index)
   EXPECT_NE(masked_lm(w, 3, 1, mask_id, mask_id).targets, b.targets);
+  EXPECT_NE(masked_lm(w, 4, 0, mask_id, mask_id).targets, b.targets);  // and of the seed
+  std::set<int32_t> replacements;  // the 10% replaced at random: drawn over the whole vocabulary
   int chosen = 0, masked = 0, kept = 0;
   for (size_t i = 0; i < b.tokens.size(); ++i) {
     if (b.targets[i] == -100) {
@@ -50,11 +87,13 @@ TEST(MaskedLm, ChoosesFifteenPercentAndMasksEightyOfThem) {
     EXPECT_LT(b.tokens[i], mask_id + 1);
     masked += b.tokens[i] == mask_id;
     kept += b.tokens[i] == w.tokens[i];
+    if (b.tokens[i] != mask_id && b.tokens[i] != w.tokens[i]) replacements.insert(b.tokens[i]);
   }
   const double n = static_cast<double>(b.tokens.size());
-  EXPECT_NEAR(chosen / n, 0.15, 0.02);
-  EXPECT_NEAR(masked / double(chosen), 0.8, 0.05);
-  EXPECT_NEAR(kept / double(chosen), 0.1, 0.05);  // a random replacement is sometimes the same token
+  EXPECT_NEAR(chosen / n, 0.15, 0.006);
+  EXPECT_NEAR(masked / double(chosen), 0.8, 0.018);
+  EXPECT_NEAR(kept / double(chosen), 0.1, 0.013);  // a random replacement is sometimes the same token
+  EXPECT_GT(replacements.size(), 200u) << "of " << mask_id << " ids";  // ~490 draws: 224 distinct here (218 expected)
   // Even a one-token batch has a target.
   Batch one;
   one.tokens = {65};

@@ -107,6 +107,20 @@ TEST(Trainer, TrainingLengthIsIndependentOfThePositionTable) {
   std::filesystem::remove_all(dir);
 }
 
+// The data position: step s's micro-batch i is batch (s - 1) * grad_accum + i, so no batch is trained on twice and
+// two micro-batches a step see the batches a run of twice the steps sees one a step. With lr 0 the weights never
+// change, so each accumulated step's loss is the mean of that run's losses on its two batches.
+TEST(Trainer, AccumulatedStepsTrainOnConsecutiveBatches) {
+  Config accumulated = tiny_config(2, 1), one_a_step = tiny_config(4, 1);
+  for (Config* c : {&accumulated, &one_a_step}) c->optim.lr = 0, c->optim.min_lr = 0;
+  accumulated.train.grad_accum = 2;
+  const TrainSummary a = train(accumulated, quiet_options()), p = train(one_a_step, quiet_options());
+  ASSERT_EQ(a.losses.size(), 2u);
+  ASSERT_EQ(p.losses.size(), 4u);
+  for (size_t s = 0; s < 2; ++s)
+    EXPECT_NEAR(a.losses[s], (p.losses[2 * s] + p.losses[2 * s + 1]) / 2, 1e-5) << "step " << s + 1;
+}
+
 TEST(Trainer, SameSeedSameLossesBitwise) {
   TrainOptions opt = quiet_options();
   const TrainSummary a = train(tiny_config(6, 7), opt);

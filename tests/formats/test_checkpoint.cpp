@@ -172,6 +172,56 @@ TEST(Checkpoint, RoundTripsWithChecksumsThatCatchAnyChangedFile) {
   std::filesystem::remove_all(root);
 }
 
+// What a resume restores from state.json comes back as written, none of it at its default: the updates applied
+// (fewer than the steps: fp16 skipped some), fp16's loss scale and its progress toward growing, the delayed update
+// with the parameters the device tier updated itself, a tied Llama's choices with q/k/v biases. A checkpoint past
+// train.steps is refused from one step beyond it, and a file that grew is named by its size.
+TEST(Checkpoint, StateJsonKeepsEveryCountAndChoiceAResumeNeeds) {
+  const auto dir = testing::scratch_path("ckpt-state");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const Tiny t;
+  TrainState s = t.state(5);
+  s.optimizer_steps = 3;
+  s.loss_scale = 4096;
+  s.loss_scale_good_steps = 17;
+  s.pending = TrainState::PendingUpdate{4, 0.002, 0.75, 0.5f, false, {"transformer.wte.weight"}};
+  s.model = {"llama", 2, 4, 32, 67, 128, {}, {}};
+  s.model.n_kv_head = 2, s.model.intermediate_size = 48, s.model.rope_theta = 1e6;
+  s.model.tie_word_embeddings = true, s.model.attention_bias = true;
+  write_checkpoint_files(dir, t.spec, views_of(t.params, t.m, t.v), s);
+
+  const auto [read, where] = read_checkpoint_state(dir);
+  EXPECT_EQ(read.step, 5);
+  EXPECT_EQ(read.optimizer_steps, 3);
+  EXPECT_EQ(read.loss_scale, 4096);
+  EXPECT_EQ(read.loss_scale_good_steps, 17);
+  ASSERT_TRUE(read.pending.has_value());
+  EXPECT_EQ(read.pending->adam_step, 4);
+  EXPECT_EQ(read.pending->lr, 0.002);
+  EXPECT_EQ(read.pending->grad_norm, 0.75);
+  EXPECT_EQ(read.pending->grad_scale, 0.5f);
+  EXPECT_FALSE(read.pending->skipped);
+  EXPECT_EQ(read.pending->updated_in_step, s.pending->updated_in_step);
+  EXPECT_EQ(read.model.kind, "llama");
+  EXPECT_EQ(models::choices_of(read.model), models::choices_of(s.model));
+  EXPECT_TRUE(read.model.tie_word_embeddings);
+  EXPECT_TRUE(read.model.attention_bias);
+
+  const ResumeCheck same{s.config_hash, s.config, 5};
+  EXPECT_NO_THROW(check_resumable(read, where, same));
+  const std::string beyond = error_of([&] { check_resumable(read, where, {s.config_hash, s.config, 4}); });
+  EXPECT_NE(beyond.find("is at step 5, beyond train.steps 4"), std::string::npos) << beyond;
+
+  ASSERT_EQ(read.files.count("optimizer.safetensors"), 1u);
+  const uint64_t bytes = read.files.at("optimizer.safetensors").bytes;
+  std::ofstream(where / "optimizer.safetensors", std::ios::binary | std::ios::app) << 'x';
+  const std::string grown = error_of([&] { verify_checkpoint_file(where, read, "optimizer.safetensors"); });
+  const std::string sizes = "has " + std::to_string(bytes + 1) + " bytes, state.json records " + std::to_string(bytes);
+  EXPECT_NE(grown.find(sizes), std::string::npos) << grown;
+  std::filesystem::remove_all(dir);
+}
+
 // Tensors that live elsewhere (the device tier's, on the device only) are written from `fetch`, one at a time,
 // as the same bytes their views would give, their pending gradients as zeros; read back, they go to `store`.
 TEST(Checkpoint, TensorsWithoutAViewAreWrittenFromFetchAndReadIntoStore) {

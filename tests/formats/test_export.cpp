@@ -319,6 +319,43 @@ TEST(Export, ALlamaExportsItsConfigAndShardsPastTheLimit) {
                             spec.params[i].name.c_str());
 }
 
+// A Qwen2 (a tied head, q/k/v biases) exports as Qwen2ForCausalLM and reads back as the same model; a source
+// that also stores its tied lm_head.weight (some checkpoints do) gets it back as a copy of the embedding.
+TEST(Export, ATiedQwen2ExportsAsItselfWithItsHeadTheEmbedding) {
+  Scratch s("export_qwen2");
+  const fs::path original = testing::data_path("hf_qwen2_tiny"), source = s.dir / "source";
+  fs::create_directories(source);
+  for (const char* file : {"config.json", "generation_config.json"}) fs::copy_file(original / file, source / file);
+  const SafetensorsFile in = SafetensorsFile::open(original / "model.safetensors");
+  std::vector<SafetensorsTensorRef> tensors;
+  for (const SafetensorsEntry& e : in.entries())
+    tensors.push_back({e.name, e.shape, in.data(e), DType::F32, e.dtype, e.end - e.begin});
+  const SafetensorsEntry* embed = in.find("model.embed_tokens.weight");
+  ASSERT_NE(embed, nullptr);
+  tensors.push_back(
+      {"lm_head.weight", embed->shape, in.data(*embed), DType::F32, embed->dtype, embed->end - embed->begin});
+  write_safetensors(source / "model.safetensors", tensors);
+
+  StartingPoint start{{}, 3, "byte", {}};
+  start.model.init_from = source;
+  apply_hf_config(start.model, {"init_from"});
+  ASSERT_TRUE(start.model.tie_word_embeddings && start.model.attention_bias);
+  export_starting_point(start, s.dir / "out", {});
+  const nlohmann::json config = json_of(s.dir / "out" / "config.json");
+  EXPECT_EQ(config["architectures"][0], "Qwen2ForCausalLM");
+  EXPECT_EQ(config["tie_word_embeddings"], true);
+  models::ModelConfig back;
+  back.init_from = s.dir / "out";
+  apply_hf_config(back, {"init_from"});
+  EXPECT_EQ(models::choices_of(back), models::choices_of(start.model));
+
+  const SafetensorsFile out = SafetensorsFile::open(s.dir / "out" / "model.safetensors");
+  const SafetensorsEntry *head = out.find("lm_head.weight"), *table = out.find("model.embed_tokens.weight");
+  ASSERT_TRUE(head && table);
+  ASSERT_EQ(head->end - head->begin, table->end - table->begin);
+  EXPECT_EQ(std::memcmp(out.data(*head), out.data(*table), table->end - table->begin), 0);
+}
+
 // A run with data.tokenizer: hf (its tokenizer.json under another name) exports tokenizer.json as it is, and a
 // tokenizer_config.json naming PreTrainedTokenizerFast (what transformers runs as the file says) with the BOS
 // and EOS the run's tokenizer used, as state.json records them (null: none), over the settings of the

@@ -150,6 +150,19 @@ TEST(HfLayouts, BertForPreTrainingLoadsWithoutItsNextSentenceHead) {
   expect_loaded(bert_spec(), store);
 }
 
+// Older BERT checkpoints (bert-base-uncased among them) name LayerNorm parameters gamma and beta.
+TEST(HfLayouts, BertsOlderGammaAndBetaNamesLoadAsLayerNormWeightAndBias) {
+  const auto old_names = [](const std::string& n) {
+    if (n.ends_with("LayerNorm.weight")) return n.substr(0, n.size() - 6) + "gamma";
+    if (n.ends_with("LayerNorm.bias")) return n.substr(0, n.size() - 4) + "beta";
+    return n;
+  };
+  const Checkpoint ckpt(bert_spec(), old_names);
+  models::ParameterStore store = filled_store(bert_spec());
+  EXPECT_TRUE(load_weights(ckpt.path, bert_spec(), store).empty());
+  expect_loaded(bert_spec(), store);
+}
+
 TEST(HfLayouts, Gpt2ModelLoadsWithoutPrefixOrLmHead) {
   const Checkpoint ckpt(gpt_spec(), [](const std::string& n) { return without(n, "transformer."); }, {"h.0.attn.bias"});
   models::ParameterStore store = filled_store(gpt_spec());

@@ -99,6 +99,33 @@ TEST(Safetensors, MalformedFilesAreClearErrors) {
   EXPECT_THROW(SafetensorsFile::open("/nonexistent/file.safetensors"), std::runtime_error);
 }
 
+// Each check at its edge, where an off-by-one would let a file read past its end: a header one byte longer
+// than the file, a tensor one byte past the data, a range one byte longer than its shape, tensors that share
+// one byte; two tensors that only touch are a valid file.
+TEST(Safetensors, EachCheckHoldsAtItsEdge) {
+  auto b = file_bytes("{}", 0);
+  b.pop_back();  // the header says 2 bytes, the file holds 1
+  try {
+    SafetensorsFile::parse(b, "x");
+    ADD_FAILURE() << "a header past the end of the file was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds the file"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(parse_error(R"({"w":{"dtype":"U8","shape":[9],"data_offsets":[0,9]}})", 8).find("outside the data"),
+            std::string::npos);
+  EXPECT_NE(parse_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,9]}})", 16).find("need 8"),
+            std::string::npos);
+  EXPECT_NE(parse_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                        R"("v":{"dtype":"F32","shape":[2],"data_offsets":[7,15]}})",
+                        16)
+                .find("overlap"),
+            std::string::npos);
+  EXPECT_EQ(parse_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                        R"("v":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                        16),
+            "");
+}
+
 TEST(Safetensors, RandomCorruptionNeverCrashes) {
   // Flip random bytes of a valid file: parsing either succeeds or throws runtime_error.
   const auto good = testing::data_path("gpt2_tiny.safetensors");

@@ -118,6 +118,19 @@ TEST_P(GradCheck, CausalAttention) {
     return dot(out, R);
   };
   loss();
+  // The gradient check alone passes a window one key too wide (forward and backward agree on it): query t
+  // must weigh keys 0..t only, and those weights sum to one.
+  for (int64_t r = 0; r < B * NH * T; ++r) {
+    const int64_t t = r % T;
+    double sum = 0;
+    for (int64_t t2 = 0; t2 < T; ++t2) {
+      if (t2 > t) {
+        EXPECT_EQ(att[r * T + t2], 0.0f) << "query " << t << " weighs the later key " << t2;
+      }
+      sum += att[r * T + t2];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5) << "query " << t;
+  }
   attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
   expect_gradient("qkv", qkv, dqkv, loss, rng, 48);
 }
@@ -190,6 +203,29 @@ TEST_P(GradCheck, CrossEntropy) {
   };
   cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), dloss, N, V, V);
   expect_gradient("logits", logits, dlogits, loss, rng);
+}
+
+// The loss itself, which the gradient check only samples: -log softmax over the first V of each padded row at
+// the target (token 0 and the last token included), 0 for an ignored row; the padding's huge logits stay out.
+TEST(CrossEntropyForward, IsMinusLogSoftmaxOfTheRealVocabularyAtTheTarget) {
+  Rng rng(16);
+  const int64_t N = 6, V = 11, stride = 16;
+  auto logits = randn(rng, N * stride, 3.0);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = V; c < stride; ++c) logits[r * stride + c] = 50.0f;
+  const std::vector<int32_t> targets{0, -100, 10, 3, 0, 7};
+  std::vector<float> losses(N, -1.0f);
+  cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, stride);
+  for (int64_t r = 0; r < N; ++r) {
+    if (targets[r] < 0) {
+      EXPECT_EQ(losses[r], 0.0f) << "ignored row " << r;
+      continue;
+    }
+    double sum = 0;
+    for (int64_t c = 0; c < V; ++c) sum += std::exp(double(logits[r * stride + c]));
+    const double expected = std::log(sum) - logits[r * stride + targets[r]];
+    EXPECT_NEAR(losses[r], expected, 1e-5 * (1 + expected)) << "row " << r << ", target " << targets[r];
+  }
 }
 
 TEST_P(GradCheck, RmsNormAddsIntoGradients) {
@@ -285,17 +321,22 @@ TEST_P(GradCheck, GroupedQueryAttentionOnPackedQkv) {
   expect_gradient("qkv", qkv, dqkv, loss, rng, 48);
 }
 
+// Backward ops accumulate: calling one twice doubles the gradient (residual branches and tied weights rely on
+// it). Both weight layouts: the [out,in] one is the tied LM head's, whose dW adds to the embedding's.
 TEST(OpsAccumulate, BackwardAddsIntoExistingGradients) {
-  // Backward ops accumulate: calling one twice doubles the gradient (residual branches and tied weights rely on it).
   Rng rng(5);
   const int64_t N = 4, IC = 6, OC = 5;
   auto x = randn(rng, N * IC), W = randn(rng, IC * OC), R = randn(rng, N * OC);
-  std::vector<float> dx1(N * IC), dW1(IC * OC), dx2(N * IC), dW2(IC * OC);
-  linear_backward(dx1.data(), dW1.data(), nullptr, R.data(), x.data(), W.data(), N, IC, OC, false);
-  linear_backward(dx2.data(), dW2.data(), nullptr, R.data(), x.data(), W.data(), N, IC, OC, false);
-  linear_backward(dx2.data(), dW2.data(), nullptr, R.data(), x.data(), W.data(), N, IC, OC, false);
-  for (size_t i = 0; i < dW1.size(); ++i) EXPECT_FLOAT_EQ(dW2[i], 2 * dW1[i]);
-  for (size_t i = 0; i < dx1.size(); ++i) EXPECT_FLOAT_EQ(dx2[i], 2 * dx1[i]);
+  for (bool out_in : {false, true}) {
+    SCOPED_TRACE(out_in ? "weight [out,in]" : "weight [in,out]");
+    std::vector<float> dx1(N * IC), dW1(IC * OC), db1(OC), dx2(N * IC), dW2(IC * OC), db2(OC);
+    linear_backward(dx1.data(), dW1.data(), db1.data(), R.data(), x.data(), W.data(), N, IC, OC, out_in);
+    for (int twice = 0; twice < 2; ++twice)
+      linear_backward(dx2.data(), dW2.data(), db2.data(), R.data(), x.data(), W.data(), N, IC, OC, out_in);
+    for (size_t i = 0; i < dW1.size(); ++i) EXPECT_FLOAT_EQ(dW2[i], 2 * dW1[i]);
+    for (size_t i = 0; i < dx1.size(); ++i) EXPECT_FLOAT_EQ(dx2[i], 2 * dx1[i]);
+    for (size_t i = 0; i < db1.size(); ++i) EXPECT_FLOAT_EQ(db2[i], 2 * db1[i]);
+  }
 }
 
 // ---- The Llama ops' forward against the plain formulas, in double.

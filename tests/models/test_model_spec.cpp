@@ -182,6 +182,76 @@ TEST(ModelSpecs, DerivedBackwardMirrorsForwardForRandomShapes) {
   }
 }
 
+// What the Planner is given: each tensor lives from the op that creates it to the one that frees it, every op
+// that reads or writes it falls inside, and a batch input lives through the whole step (the embedding's
+// backward, the last op, still reads the tokens); its bytes those of the tensor's storage class (bf16 here).
+TEST(ModelSpecs, LifetimesCoverEveryUseAndBatchInputsTheWholeStep) {
+  for (ModelSpec spec : random_specs()) {
+    SCOPED_TRACE(spec.kind);
+    spec.set_precision(DType::BF16);
+    const std::vector<memory::TensorLifetime> life = spec.tensor_lifetimes();
+    const int last_op = static_cast<int>(spec.ops.size()) - 1;
+    for (int i = 0; i <= last_op; ++i) {
+      const OpSpec& op = spec.ops[i];
+      for (int t : op.creates) EXPECT_EQ(life[t].first, spec.tensors[t].is_input ? 0 : i) << spec.tensors[t].name;
+      for (int t : op.frees) EXPECT_EQ(life[t].last, spec.tensors[t].is_input ? last_op : i) << spec.tensors[t].name;
+      for (const auto* used : {&op.inputs, &op.outputs})
+        for (int t : *used)
+          EXPECT_TRUE(life[t].first <= i && i <= life[t].last) << op.name << " uses " << spec.tensors[t].name;
+    }
+    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+      EXPECT_EQ(life[t].bytes, spec.tensors[t].bytes()) << spec.tensors[t].name;
+      if (spec.tensors[t].is_input) {
+        EXPECT_TRUE(life[t].first == 0 && life[t].last == last_op) << spec.tensors[t].name;
+      }
+    }
+  }
+}
+
+// Storage classes: in bf16 training the token ids stay int32 and what numerics keep in fp32 (the norms'
+// statistics, the per-token losses) stays fp32; every other tensor, activations and gradients, is bf16.
+TEST(ModelSpecs, StatisticsAndTokensKeepTheirTypeInAnyPrecision) {
+  for (ModelSpec spec : random_specs()) {
+    SCOPED_TRACE(spec.kind);
+    spec.set_precision(DType::BF16);
+    std::set<int> statistics;
+    for (const OpSpec& op : spec.ops) {
+      if (op.pass != Pass::Forward) continue;
+      if (op.kind == OpKind::LayerNorm || op.kind == OpKind::RmsNorm)
+        statistics.insert(op.outputs.begin() + 1, op.outputs.end());
+      if (op.kind == OpKind::CrossEntropy) statistics.insert(op.outputs.at(0));
+    }
+    for (int t = 0; t < static_cast<int>(spec.tensors.size()); ++t) {
+      const TensorSpec& x = spec.tensors[t];
+      const DType want = x.is_input ? DType::I32 : statistics.contains(t) ? DType::F32 : DType::BF16;
+      EXPECT_EQ(x.dtype, want) << x.name;
+      EXPECT_EQ(x.bytes(), numel(x.shape) * dtype_bytes(want)) << x.name;
+    }
+  }
+}
+
+// The matmuls' forward FLOPs, 2 per multiply-add: a linear's x W, attention's q k^T and P v over the whole
+// T x T square (a causal mask skips none of the work the kernels do). At T = 512, C = 64 attention is most of the
+// step, so a factor lost there shows.
+TEST(ModelSpecs, MatmulFlopsAreTwoPerMultiplyAdd) {
+  const int64_t B = 2, T = 512, C = 64;
+  for (const ModelSpec& spec : {build_gpt2({2, 4, C, 301, T}, B, T), build_llama({2, 4, 2, C, 301, T, 96}, B, T)}) {
+    SCOPED_TRACE(spec.kind);
+    int attention = 0;
+    for (const OpSpec& op : spec.ops) {
+      if (op.pass != Pass::Forward) continue;
+      if (op.kind == OpKind::Linear) {
+        EXPECT_DOUBLE_EQ(op.flops, 2.0 * B * T * op.attrs.in * op.attrs.out) << op.name;
+      }
+      if (op.kind == OpKind::Attention) {
+        ++attention;
+        EXPECT_DOUBLE_EQ(op.flops, 2.0 * 2.0 * B * T * T * C) << op.name;
+      }
+    }
+    EXPECT_EQ(attention, 2);
+  }
+}
+
 // A few backward ops spelled out, slot by slot, as models/cpu_op.cpp documents them.
 // The loss's gradient is written over the logits (the loss's backward reads them last), and no other tensor is
 // written in place: the planner gives the two one block.
@@ -574,6 +644,26 @@ TEST(WeightInit, AnyRangeOfAParameterAloneGetsTheWholeModelsValues) {
       std::vector<float> past_the_end(2);
       EXPECT_THROW(initial.fill(static_cast<int>(p), n - 1, past_the_end), std::out_of_range);
     }
+  }
+}
+
+// fill_real_range, how the trainer fills a parameter a chunk at a time: the whole model's values over the real
+// elements, zeros past them, for chunks inside the real rows, across their end and inside the padding.
+TEST(VocabPadding, ARangeOfAPaddedTableIsTheModelsValuesThenZeros) {
+  GptConfig cfg{2, 2, 64, 301, 32};
+  const ModelSpec spec = build_gpt2(cfg, 1, 1);
+  const int wte = spec.param_index("transformer.wte.weight");
+  const Values whole = parallel_init(spec, 2, [&](auto views) { init_gpt2(spec, cfg, views, 4); });
+  const std::vector<int64_t> real = real_numels(spec);
+  const InitialValues initial(gpt2_init_rules(spec, cfg), real, 4);
+  const int64_t n_real = real[wte], n = numel(spec.params[wte].shape);
+  ASSERT_GT(n, n_real);
+  for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, n_real}, {n_real - 100, n_real + 100}, {n_real - 1, n}, {n_real, n}, {n_real + 7, n}, {0, n}}) {
+    std::vector<float> got(static_cast<size_t>(end - begin), NAN);
+    fill_real_range(initial, real, wte, begin, got);
+    EXPECT_EQ(std::memcmp(got.data(), whole[wte].data() + begin, got.size() * sizeof(float)), 0)
+        << "[" << begin << ", " << end << ") of " << n_real << " real elements";
   }
 }
 
