@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <set>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -59,8 +59,12 @@ TEST(TextDataset, ValidationBatchesSpanTheSplitWithoutRepeatingAWindow) {
     const Batch v = d.val_batch(index, count, B);
     for (int64_t row = 0; row < B; ++row)
       windows.insert(std::vector<int32_t>(v.tokens.begin() + row * T, v.tokens.begin() + (row + 1) * T));
-    if (index == 0) EXPECT_EQ(v.tokens[0], static_cast<uint8_t>(text[split])) << "the first window starts the split";
-    if (index == count - 1) EXPECT_EQ(v.targets.back(), static_cast<uint8_t>(text.back())) << "the last ends it";
+    if (index == 0) {
+      EXPECT_EQ(v.tokens[0], static_cast<uint8_t>(text[split])) << "the first window starts the split";
+    }
+    if (index == count - 1) {
+      EXPECT_EQ(v.targets.back(), static_cast<uint8_t>(text.back())) << "the last ends it";
+    }
   }
   EXPECT_EQ(windows.size(), static_cast<size_t>(count * B));
 }
