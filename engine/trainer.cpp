@@ -25,6 +25,7 @@
 #include "cpu_optim/adamw.h"
 #include "cpu_optim/lr_schedule.h"
 #include "dataset/data_source.h"
+#include "engine/batches.h"
 #include "engine/device/make_device.h"
 #include "engine/host_memory.h"
 #include "engine/device/stop.h"
@@ -165,13 +166,6 @@ device::ResolvedDevice chosen_device(const Config& cfg, Progress& progress) {
   return chosen;
 }
 
-// data.path and its tokenizer as the data section gives them.
-dataset::DataRequest data_request(const Config& cfg) {
-  const DataConfig& d = cfg.data;
-  return {d.path, dataset::parse_data_format(d.format), {d.tokenizer, d.vocab, d.merges, d.lowercase != "false"}, d.tokenizer_given,
-          d.cache_dir};
-}
-
 // What a run of `cfg` reads (run_inputs): the data, its shard's sidecar or the text's cached tokens, the
 // tokenizer's files, model.init_from and offload.cost_model.
 std::vector<PathUse> inputs_of(const Config& cfg) {
@@ -207,58 +201,6 @@ std::vector<formats::TrainState::DataFile> data_files(const Config& cfg, const d
     out.push_back({role, std::filesystem::absolute(path).lexically_normal(), checksum_file(path)});
   return out;
 }
-
-// The training and validation batches of a run, as the model takes them (masked-LM batches for BERT).
-class Batches {
- public:
-  Batches(const Config& cfg, Progress& progress)
-      : cfg_(cfg),
-        source_(dataset::open_data_source(data_request(cfg), [&progress](const std::string& line) { progress.message(line); })),
-        data_(source_.path, cfg.data.val_fraction, cfg.sequence(), source_.format),
-        mlm_(cfg.model.kind == "bert") {
-    if (mlm_) choose_mask();
-    if (data_.max_token() >= (mask_is_last_ ? mask_id_ : cfg.model.vocab_size))
-      throw std::runtime_error(
-          "data.path: '" + cfg.data.path.string() + "' holds token id " + std::to_string(data_.max_token()) +
-          (mask_is_last_ ? ", which BERT needs below model.vocab_size - 1 (the last id is [MASK]); raise model.vocab_size or set data.mask_token_id"
-                         : ", beyond model.vocab_size " + std::to_string(cfg.model.vocab_size)));
-  }
-  const dataset::TextDataset& data() const { return data_; }
-  const dataset::DataSource& source() const { return source_; }
-  dataset::Batch train(int64_t index) const {
-    dataset::Batch b = data_.train_batch(cfg_.train.seed, index, cfg_.train.batch_size);
-    return mlm_ ? dataset::masked_lm(b, cfg_.train.seed, index, mask_id_, random_below()) : b;
-  }
-  dataset::Batch val(int i) const {
-    dataset::Batch b = data_.val_batch(i, cfg_.train.eval_batches, cfg_.train.batch_size);
-    return mlm_ ? dataset::masked_lm(b, cfg_.train.seed ^ 0x5EEDull, i, mask_id_, random_below()) : b;
-  }
-
- private:
-  // [MASK]: data.mask_token_id, else the vocabulary's, else (byte-level) the last id, which the data then must
-  // not use and random replacements leave out.
-  void choose_mask() {
-    const int32_t given = cfg_.data.mask_token_id;
-    // A [MASK] that is also a data token would make masked positions and real ones the same input.
-    if (given >= 0 && data_.holds(given))
-      throw std::runtime_error(fmt::format(
-          "data.mask_token_id: {} occurs in data.path '{}' as a real token, so the model could not tell [MASK] from it; set it "
-          "to the vocabulary's [MASK] (ferry tokenize prints it), an id the data never uses, or remove it to use the vocabulary's",
-          given, cfg_.data.path.string()));
-    mask_id_ = dataset::bert_mask_id(source_, given, cfg_.model.vocab_size, data_.max_token());
-    mask_is_last_ = given < 0 && mask_id_ == cfg_.model.vocab_size - 1 && source_.info.mask_token_id != mask_id_;
-    if (mask_id_ >= cfg_.model.vocab_size)
-      throw std::runtime_error(fmt::format("data.mask_token_id: the vocabulary {}'s [MASK] is {}, not below model.vocab_size {}; set "
-                                           "model.vocab_size to the vocabulary's size ({})",
-                                           source_.origin, mask_id_, cfg_.model.vocab_size, source_.info.vocab_size));
-  }
-  int32_t random_below() const { return mask_is_last_ ? mask_id_ : cfg_.model.vocab_size; }
-  const Config& cfg_;
-  const dataset::DataSource source_;
-  dataset::TextDataset data_;
-  bool mlm_, mask_is_last_ = false;
-  int32_t mask_id_ = -1;
-};
 
 // Where the model and the tokenizer came from, for `ferry export` (model.init_from, the vocabulary's files).
 formats::TrainState::Origin origin_of_run(const Config& cfg, const dataset::DataSource& data) {
