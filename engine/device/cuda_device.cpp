@@ -106,7 +106,7 @@ CudaDevice::CudaDevice(const Options& o)
   for (auto& s : streams_) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check(cudaHostAlloc(reinterpret_cast<void**>(&flags_), sizeof(int) * static_cast<size_t>(o.host_waits), cudaHostAllocMapped),
         "cudaHostAlloc (host-wait flags)");
-  flag_released_.assign(static_cast<size_t>(o.host_waits), nullptr);
+  flag_waits_.resize(static_cast<size_t>(o.host_waits));
   check(cudaHostAlloc(reinterpret_cast<void**>(&results_), static_cast<size_t>(kResultSlots * kResultSlotBytes), cudaHostAllocMapped),
         "cudaHostAlloc (result slots)");
   check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&results_on_device_), results_, 0), "cudaHostGetDevicePointer (result slots)");
@@ -133,8 +133,6 @@ CudaDevice::~CudaDevice() {
   watcher_.join();
   for (auto& s : streams_)
     if (s) cudaStreamSynchronize(s), cudaStreamDestroy(s);
-  for (cudaEvent_t e : flag_released_)
-    if (e) cudaEventDestroy(e);
   if (flags_) cudaFreeHost(flags_);
   if (results_) cudaFreeHost(results_);
 }
@@ -241,19 +239,20 @@ EventPtr CudaDevice::from_host(std::shared_ptr<HostEvent> host) {
   }
   // A flag still in use (more than host_waits waits in flight) is waited for: its kernel returns once its host
   // event is done, which does not depend on this wait.
-  cudaEvent_t& released = flag_released_[static_cast<size_t>(slot)];
-  if (released) check(cudaEventSynchronize(released), "cudaEventSynchronize (a host-wait flag's previous wait)");
-  else check(cudaEventCreateWithFlags(&released, cudaEventDisableTiming), "cudaEventCreateWithFlags (host-wait flag)");
+  EventPtr& last_wait = flag_waits_[static_cast<size_t>(slot)];
+  if (last_wait)
+    check(cudaEventSynchronize(static_cast<const CudaEvent&>(*last_wait).event),
+          "cudaEventSynchronize (a host-wait flag's previous wait)");
   flags_[slot] = 0;
   int* device_flag = nullptr;
   check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flag), flags_ + slot, 0), "cudaHostGetDevicePointer");
   static thread_local cudaStream_t host_wait_stream = nullptr;
   if (!host_wait_stream) check(cudaStreamCreateWithFlags(&host_wait_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check(launch_wait_for_flag(device_flag, host_wait_stream), "launching the host-wait kernel");
-  check(cudaEventRecord(released, host_wait_stream), "cudaEventRecord (host-wait flag)");
   auto e = std::make_shared<CudaEvent>();
   e->event = events_->take(), e->pool = events_;
   check(cudaEventRecord(e->event, host_wait_stream), "cudaEventRecord (host wait)");
+  last_wait = e;  // kept, so that its event is not recorded again before the flag's next use has waited for it
   {
     std::lock_guard lock(mutex_);
     watched_.emplace_back(std::move(host), slot);

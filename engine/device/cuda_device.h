@@ -111,9 +111,9 @@ class CudaDevice final : public Device {
   memory::Arena arena_;
   std::array<cudaStream_t, 3> streams_{};
   int* flags_ = nullptr;  // pinned, host_waits of them
-  // Per flag, an event recorded behind its wait kernel: the flag is reused only once that kernel has returned,
-  // so that neither the old host event's watcher nor the old kernel sees the new wait (created on first use).
-  std::vector<cudaEvent_t> flag_released_;
+  // Per flag, the event from_host last returned for it (recorded behind its wait kernel): the flag is reused only
+  // once that kernel has returned, so that neither the old host event's watcher nor the old kernel sees the new wait.
+  std::vector<EventPtr> flag_waits_;
   int next_flag_ = 0;
   std::mutex mutex_;  // guards everything below (and next_flag_)
   std::condition_variable cv_;
