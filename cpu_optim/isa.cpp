@@ -23,7 +23,7 @@ namespace {
 // CPUID feature bits, and whether the OS saves the AVX / AVX-512 registers (XGETBV), read directly so that
 // GCC and clang agree (their __builtin_cpu_supports know different feature names).
 struct CpuFeatures {
-  bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512bw = false, avx512vl = false, avx512bf16 = false;
+  bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512bw = false, avx512vl = false;
 };
 
 CpuFeatures detect() {
@@ -47,7 +47,6 @@ CpuFeatures detect() {
     f.avx512bw = os_avx512 && (b & (1u << 30));
     f.avx512vl = os_avx512 && (b & (1u << 31));
   }
-  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = f.avx512f && (a & (1u << 5));
   f.fma = f.fma && os_avx;
   f.f16c = f.f16c && os_avx;
   return f;
@@ -69,8 +68,6 @@ bool isa_supported(Isa isa) {
   }
   return false;
 }
-
-bool cpu_has_avx512_bf16() { return isa_supported(Isa::Avx512) && features().avx512bf16; }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;

@@ -13,7 +13,6 @@ const char* to_string(Isa isa);
 bool isa_supported(Isa isa);          // the CPU and OS can run this path
 std::vector<Isa> supported_isas();    // widest last
 Isa best_isa();
-bool cpu_has_avx512_bf16();           // AVX512-BF16 conversion instructions (used by the avx512 path)
 
 // Resolves a request: "auto" (or empty) picks best_isa(); FERRY_CPU_ISA, when set, replaces the request.
 // A name the CPU cannot run is an error that lists what it can.
