@@ -143,8 +143,8 @@ TEST(AdamW, OddSizesAndUnalignedStartsTouchExactlyTheirElements) {
 }
 
 // Weights that weight decay shrinks with no gradient (m = v = g = 0) into fp32's subnormals (below 2^-126) are
-// copied out as the scalar path rounds them, on every path: AVX512-BF16's conversion instruction would flush
-// them to zero.
+// copied out as the scalar path rounds them, on every path (AVX512-BF16's conversion instruction, which the
+// AVX-512 path once used, flushed them to zero).
 TEST(AdamW, SubnormalWeightsCopyOutAsTheScalarPathOnEveryPath) {
   const size_t n = 1000;
   for (Isa isa : paths()) {
