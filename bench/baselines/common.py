@@ -276,10 +276,21 @@ def environment():
            "cpu": cpu_name(), "cpu_cores": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
            "torch_threads": torch.get_num_threads()}
     if torch.cuda.is_available():
-        env.update(device=torch.cuda.get_device_name(0), cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
+        env.update(device=torch.cuda.get_device_name(0), cuda=torch.version.cuda, cudnn=cudnn_version())
     else:
         env.update(device=f"CPU only ({env['cpu']})")
     return env
+
+
+def cudnn_version():
+    """torch's cuDNN version, or why it has none: a cuDNN other than its own found first on LD_LIBRARY_PATH makes
+    torch refuse it (2026-11-28 H200: 9.14 where torch 2.11 wants 9.19), which must not cost a run its result."""
+    import torch
+
+    try:
+        return torch.backends.cudnn.version()
+    except RuntimeError as e:
+        return f"unavailable: {str(e)[:160]}"
 
 
 def cpu_name():

@@ -13,6 +13,7 @@ measured. Prints one JSON object and appends it to --json (one line per run); MF
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -21,6 +22,9 @@ from datetime import datetime, timezone
 
 import torch
 import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 import torch.nn.functional as F
 
 
@@ -121,7 +125,7 @@ def main():
         "command": " ".join([sys.executable] + sys.argv),
         "device": torch.cuda.get_device_name(dev) if cuda else platform.processor() or "cpu",
         "torch": torch.__version__, "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "cudnn": common.cudnn_version() if cuda else None,
         "shape": {"vocab": a.vocab, "n_layer": a.n_layer, "n_embd": a.n_embd, "n_head": a.n_head},
         "batch": a.batch, "seq": a.seq, "precision": "bf16 autocast, fp32 weights, fused AdamW" if cuda else "bf16 autocast",
         "params": N, "steps": a.steps, "warmup": a.warmup,

@@ -14,6 +14,10 @@ SUMMARY=$OUT/$SCRIPT.md
 ROWS=()
 : >"$LOG"
 
+# The library path the machine gave this call, before unpack_bundle puts the bundle's and the CUDA toolkit's
+# folders first: Python runs with it (python3 below), Ferry's binaries with the bundle's (with_libs).
+export MACHINE_LD_LIBRARY_PATH=${MACHINE_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}}
+
 log() { printf '%s\n' "$*" | tee -a "$LOG" >&2; }
 remaining() { echo $((DEADLINE - $(date +%s))); }
 
@@ -156,7 +160,22 @@ gpu_tag() {
 # that site on the path, unbuffered output (progress lines reach the log of a run killed at its limit), and
 # Colossal-AI's kernel build for sm_90 on the machine's 16 cores.
 BASELINE_SITE=/tmp/site
+# Python (torch, DeepSpeed, Colossal-AI) with the machine's library path, not the bundle's: that one puts the
+# toolkit's cuDNN first (9.14 on the 2026-11-28 H200), and torch, built against its own wheel's (9.19), refuses
+# to start cuDNN with it (torch.backends.cudnn.version() raises). A Python script that starts one of our
+# binaries is given its with_libs wrapper.
+python3() { LD_LIBRARY_PATH=$MACHINE_LD_LIBRARY_PATH command python3 "$@"; }
+
+# with_libs BINARY: prints the path of a wrapper that runs BINARY with the bundle's library path (the one this
+# shell has after unpack_bundle), for a Python script to start.
+with_libs() {
+  local dir=/tmp/ferry-with-libs
+  mkdir -p "$dir" || return
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "${LD_LIBRARY_PATH-}" "$1" >"$dir/${1##*/}" &&
+    chmod +x "$dir/${1##*/}" && echo "$dir/${1##*/}"
+}
+
 use_baseline_python() { export PYTHONPATH=$BASELINE_SITE PYTHONUNBUFFERED=1 MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0; }
 
 export ROOT BUNDLE OUT PREFIX LOG DRY BASELINE_SITE
-export -f log cuda_library_dirs smoke_test rebuild
+export -f log cuda_library_dirs smoke_test rebuild python3 with_libs

@@ -29,7 +29,7 @@ todo_rows() {
       printf "%s\t%s\t%s\n", $2, $6, $5 }' "$QUEUE"
 }
 
-# Whether a row's command can run: its first word is an item function, a binary of $BIN, or python3 with a
+# Whether a row's command can run: its first word is an item function (exported: rows run in `bash -c`), a binary of $BIN, or python3 with a
 # script of the tree. Every `todo` row is checked before anything runs, so a typo fails the call in a second.
 runnable() {
   local first rest
@@ -37,7 +37,7 @@ runnable() {
   case $first in
     '$BIN/'*) [[ -x $BIN/${first#\$BIN/} ]] ;;
     python3) [[ -f $ROOT/${rest%% *} ]] ;;
-    *) declare -F "$first" >/dev/null ;;
+    *) bash -c 'declare -F "$1"' _ "$first" >/dev/null ;;  # a new shell, as the row runs: exported functions only
   esac
 }
 

@@ -40,7 +40,7 @@ step_vs_llmc() {
   [[ -x $llmc ]] || { echo "no train_gpt2cu in the bundle: run bench/baselines/build_llmc.sh, then scripts/gpu/pack.sh"; return 1; }
   "$BIN/ferry-bench" step --device cuda --config configs/gpt2-124m.yaml --batch 16 --seq 1024 --steps 10 --warmup 3 \
     --set train.precision=bf16 --json "$r/step-gpt2-124m-$GPU-beside-llmc.json" || return
-  python3 bench/baselines/llmc_step.py --binary "$llmc" --batch 16 --seq 1024 --steps 20 --warmup 5 \
+  python3 bench/baselines/llmc_step.py --binary "$(with_libs "$llmc")" --batch 16 --seq 1024 --steps 20 --warmup 5 \
     --json "$r/step-gpt2-124m-$GPU-llmc.jsonl" --log "$r/step-gpt2-124m-$GPU-llmc.log" || return
   python3 bench/step_report.py --ferry "$r/step-gpt2-124m-$GPU-beside-llmc.json" \
     --baselines "$r/step-gpt2-124m-$GPU-llmc.jsonl" "$r/step-gpt2-124m-$GPU-torch.jsonl" --out "$r/step-gpt2-124m-$GPU-side-by-side"
@@ -79,9 +79,7 @@ llama_step() {
 max_model_ferry() {
   local r=$RES/bench/results
   mkdir -p "$r"
-  printf '#!/bin/sh\nexec %s "$@"\n' "$BIN/ferry" >/tmp/ferry-queue
-  chmod +x /tmp/ferry-queue
-  python3 bench/baselines/ferry_run.py --policy greedy --overlap backward --ferry /tmp/ferry-queue --model gpt-7b \
+  python3 bench/baselines/ferry_run.py --policy greedy --overlap backward --ferry "$(with_libs "$BIN/ferry")" --model gpt-7b \
     --n-layer "$1" --batch 1 --budget 16GiB --steps 3 --warmup 1 --json "$r/max-model-$GPU.jsonl"
 }
 
@@ -162,7 +160,7 @@ compare_row() {
   baselines_ready || return
   local init out=$RES/bench/results/compare-$GPU/$row.jsonl
   init=$(ferry_init "$ROW_MODEL") || return
-  python3 bench/baselines/ferry_run.py "${ROW_SHAPE[@]}" --policy "$policy" --overlap "$overlap" --ferry "$BIN/ferry" \
+  python3 bench/baselines/ferry_run.py "${ROW_SHAPE[@]}" --policy "$policy" --overlap "$overlap" --ferry "$(with_libs "$BIN/ferry")" \
     --init-from "$init" --json "$out" || return
   PYTHONPATH=${BASELINE_PYTHONPATH:-$PYTHONPATH} python3 bench/baselines/zero_offload.py "${ROW_SHAPE[@]}" --init-from "$init" \
     --json "$out" "${ROW_REST[@]}"
@@ -221,10 +219,11 @@ gemini_row() {
   gemini_ready || return
   local init out=$RES/bench/results/compare-$GPU/$row.jsonl
   init=$(ferry_init "$ROW_MODEL") || return
-  python3 bench/baselines/ferry_run.py "${ROW_SHAPE[@]}" --policy greedy --overlap pipelined --ferry "$BIN/ferry" \
+  python3 bench/baselines/ferry_run.py "${ROW_SHAPE[@]}" --policy greedy --overlap pipelined --ferry "$(with_libs "$BIN/ferry")" \
     --init-from "$init" --json "$out" || return
   python3 bench/baselines/gemini.py "${ROW_SHAPE[@]}" --init-from "$init" --json "$out" "${ROW_REST[@]}"
 }
 
-export -f sanitize gtests default_path step_vs_torch cost_model offload_row max_model_ferry baselines_ready ferry_init row_shape compare_row \
-  cpu_adam_pair gemini_ready gemini_row zenflow_row
+# Every function here and in env.sh, for the rows' `bash -c` (queue.sh checks each row's function is exported).
+mapfile -t QUEUE_FUNCTIONS < <(compgen -A function)
+export -f "${QUEUE_FUNCTIONS[@]}"

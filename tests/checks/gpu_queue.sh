@@ -14,16 +14,30 @@ dry() { FERRY_GPU_DRY_RUN=1 FERRY_GPU_BIN=$BUILD OUT=$scratch/out bash "$ROOT/sc
 dry 2>"$scratch/err" || fail "the dry run of bench/gpu-queue.md: $(cat "$scratch/err")"
 grep -q "would run" "$scratch/out/queue.md" || fail "the dry run would run no row: $(cat "$scratch/out/queue.md")"
 
-# 2. A row whose command names nothing runnable: exit 2, the row named, nothing run.
-sed 's/`default_path`/`defualt_path`/' "$ROOT/bench/gpu-queue.md" >"$scratch/typo.md"
+# The committed list with every row `todo` again, whatever calls have marked since.
+all_todo() { sed -E '/^\| item \|/!s/^(\| [a-z0-9][a-z0-9.-]* \|.*\| )[^|]+( \|)$/\1todo\2/' "$ROOT/bench/gpu-queue.md"; }
+
+# 2. A row whose command names nothing runnable: exit 2, the row named, nothing run. So is a row naming a
+# function the rows' `bash -c` cannot see (queue.sh's own todo_rows, not exported; an item function missing
+# from the export once cost a call two rows).
+all_todo | sed 's/`default_path`/`defualt_path`/; s/`llama_step`/`todo_rows`/' >"$scratch/typo.md"
 rc=0
 FERRY_GPU_QUEUE=$scratch/typo.md dry 2>"$scratch/err" || rc=$?
 ((rc == 2)) || fail "a misspelt row: exit $rc, expected 2"
 grep -q "default-path: 'defualt_path' names no item function" "$scratch/err" || fail "the misspelt row is not named: $(cat "$scratch/err")"
+grep -q "llama-8b-step: 'todo_rows' names no item function" "$scratch/err" || fail "an unexported function passed: $(cat "$scratch/err")"
+((rc == 2)) && all_todo >"$scratch/all.md" && FERRY_GPU_QUEUE=$scratch/all.md dry 2>"$scratch/err" ||
+  fail "every row of the list, todo again: $(cat "$scratch/err")"
+
+# 2b. Python runs with the machine's library path, our binaries (through with_libs) with the bundle's.
+got=$(LD_LIBRARY_PATH=/machine/lib bash -c 'ROOT=$1 SCRIPT=check OUT=$2 FERRY_GPU_DRY_RUN=1; source "$1/scripts/gpu/env.sh"
+  LD_LIBRARY_PATH=/bundle/lib; w=$(with_libs /usr/bin/env)
+  bash -c '"'"'python3 -c "import os; print(os.environ[\"LD_LIBRARY_PATH\"])"'"'"'; "$w" | grep "^LD_LIBRARY_PATH="' _ "$ROOT" "$scratch/out")
+[[ $got == $'/machine/lib\nLD_LIBRARY_PATH=/bundle/lib' ]] || fail "library paths: python3 and with_libs gave '$got'"
 
 # 3. collect.sh on what a call brings back: one row done, one failed, a result, a stray file.
 mkdir -p "$scratch/call/res/bench/results" "$scratch/call/res/gtest" "$scratch/tree/bench" "$scratch/back"
-cp "$ROOT/bench/gpu-queue.md" "$scratch/tree/bench/gpu-queue.md"
+all_todo >"$scratch/tree/bench/gpu-queue.md"
 echo '{"ms": 1}' >"$scratch/call/res/bench/results/step-gpt2-124m-h100.json"
 echo stray >"$scratch/call/res/elsewhere.txt"
 echo '{}' >"$scratch/call/res/gtest/test_device.json"

@@ -115,7 +115,9 @@ TEST(CudaDeviceGpu, LossReachesTheHostAndItsGradientCountsTargets) {
   for (const models::OpSpec& op : spec.ops)
     if (op.kind == models::OpKind::CrossEntropy) (op.pass == models::Pass::Forward ? fwd : bwd) = &op;
   ASSERT_TRUE(fwd && bwd);
-  const int64_t N = fwd->attrs.rows, V = fwd->attrs.in;
+  // V: the logits' row (the padded vocabulary); targets only name the real tokens (attrs.out), as every batch does.
+  const int64_t N = fwd->attrs.rows, V = fwd->attrs.in, real_vocab = fwd->attrs.out;
+  ASSERT_LT(real_vocab, V) << "the test wants padded columns, which no target names";
   const int64_t logits_at = 0, targets_at = N * V * 4, losses_at = targets_at + N * 4, dlogits_at = losses_at + N * 4;
   const int64_t bytes = dlogits_at + N * V * 4;
   const auto dev = make_device({.kind = DeviceChoice::Kind::Cuda, .arena_bytes = bytes + 4096});
@@ -123,7 +125,7 @@ TEST(CudaDeviceGpu, LossReachesTheHostAndItsGradientCountsTargets) {
   Staging st(*dev, bytes);
   const std::vector<float> logits = testing::normal_floats(N * V, 5);
   std::vector<int32_t> targets(N);
-  for (int64_t i = 0; i < N; ++i) targets[i] = i % 3 == 1 ? -100 : static_cast<int32_t>((i * 7) % V);
+  for (int64_t i = 0; i < N; ++i) targets[i] = i % 3 == 1 ? -100 : static_cast<int32_t>((i * 7) % real_vocab);
   std::memcpy(st.host + logits_at, logits.data(), N * V * 4), std::memcpy(st.host + targets_at, targets.data(), N * 4);
   std::memset(st.host + dlogits_at, 0, N * V * 4);
   const auto operand = [&](int64_t offset, DType t) { return kernels::Operand{st.at(offset), t}; };
