@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/attention_sdpa_desc.h"
@@ -484,6 +485,8 @@ TEST(CudaAttentionKernels, CudnnAvailabilityIsSafeToAsk) {
 TEST(CudaAttentionKernels, CudnnSdpaWithinBf16OfTwin) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   uint32_t seed = 31;
+  int checked = 0;
+  std::vector<std::string> declined;  // B, T, C of the shapes cuDNN would not take
   for (const Case& c : kCases) {
     SCOPED_TRACE(::testing::Message() << "B " << c.B << " T " << c.T << " C " << c.C);
     // cuDNN's padding mask is a key count per batch row: no holes (mask 2), no row without keys (batch
@@ -492,7 +495,14 @@ TEST(CudaAttentionKernels, CudnnSdpaWithinBf16OfTwin) {
     if (c.mask == 2 || row_without_keys) continue;
     Tensors t = make_tensors(c, seed++);
     const AttentionShape s{c.B, c.T, c.C, c.NH, t.rs, c.causal, c.KV, t.krs};
-    if (!cudnn_sdpa_available(s, DType::BF16)) GTEST_SKIP() << "cuDNN SDPA not available here";
+    // cuDNN declines some shapes (B 1, T 1 on the 2026-11-28 H200): those fall back to the flash kernel in
+    // training; the others must still be checked (skipping the test at the first left the later shapes,
+    // grouped-query attention among them, unchecked).
+    if (!cudnn_sdpa_available(s, DType::BF16)) {
+      declined.push_back(::testing::PrintToString(std::vector<int64_t>{c.B, c.T, c.C}));
+      continue;
+    }
+    ++checked;
     t.in = to_float(to_storage<Bf16>(t.in));
     t.dout = to_float(to_storage<Bf16>(t.dout));
     std::fill(t.grad.begin(), t.grad.end(), 0.0f);
@@ -512,6 +522,9 @@ TEST(CudaAttentionKernels, CudnnSdpaWithinBf16OfTwin) {
       ASSERT_NEAR(got.lse[i], twin_bf16.lse[i], 1e-2f * (1 + std::abs(twin_bf16.lse[i]))) << "lse at " << i;
     }
   }
+  std::printf("cuDNN SDPA checked on %d shapes; declined (B, T, C): %s\n", checked,
+              ::testing::PrintToString(declined).c_str());
+  if (checked == 0) GTEST_SKIP() << "cuDNN SDPA not available here (declined every shape)";
 }
 
 // GPT-2 124M's attention (B 4, T 1024, 12 heads of 64, packed qkv, bf16): both kernels run, agree within
