@@ -20,11 +20,13 @@ import common  # noqa: E402
 
 
 def read(paths):
-    """The result lines of these files, or of every *.jsonl in these folders, in order."""
+    """The result lines of these files, or of every *.jsonl in these folders, in order, each once: the GPU queue
+    copies one Ferry run into every comparison row of its shape (`ran_for_row`), so a folder holds it several times."""
     files = []
     for path in paths or []:
         files += sorted(glob.glob(os.path.join(path, "*.jsonl"))) if os.path.isdir(path) else [path]
-    return [json.loads(line) for f in files if os.path.exists(f) for line in open(f) if line.strip()]
+    lines = [line.strip() for f in files if os.path.exists(f) for line in open(f) if line.strip()]
+    return [json.loads(line) for line in dict.fromkeys(lines)]
 
 
 def gib(n):

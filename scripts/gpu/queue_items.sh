@@ -151,17 +151,32 @@ row_shape() {
   ROW_SHAPE=(--model "$ROW_MODEL" --batch "$batch" --budget "$budget" --steps 10 --warmup 3 --lr-warmup-steps 3)
 }
 
-# compare_row ROW FERRY_POLICY FERRY_OVERLAP [--model M] [--batch N] [--budget G] BASELINE_ARGS...: the Ferry run
-# and one zero_offload.py run, both lines into compare-$GPU/ROW.jsonl, from the same starting weights and batches
-# in the same call (row_shape: what else they share).
+# ferry_line ROW POLICY OVERLAP INIT OUT: Ferry's line for ROW_SHAPE, POLICY and OVERLAP appended to OUT. Run once a
+# machine (its /tmp) and copied into every later row that shares all three, marked `"ran_for_row"` with the row that
+# ran it: the rows of one session share the machine, and each copy saves the minute a 1.5B run takes.
+ferry_line() {
+  local row=$1 policy=$2 overlap=$3 init=$4 out=$5 dir=${FERRY_LINES:-/tmp/ferry-lines} cache
+  cache=$dir/$(printf '%s\n' "${ROW_SHAPE[@]}" "$policy" "$overlap" "$init" | cksum | cut -d' ' -f1).json
+  if [[ ! -s $cache ]]; then
+    mkdir -p "$dir" && rm -f "$cache.run"
+    python3 bench/baselines/ferry_run.py "${ROW_SHAPE[@]}" --policy "$policy" --overlap "$overlap" \
+      --ferry "$(with_libs "$BIN/ferry")" --init-from "$init" --json "$cache.run" || return
+    python3 -c 'import json, sys; d = json.loads(open(sys.argv[1]).read().splitlines()[-1]); d["ran_for_row"] = sys.argv[2]
+print(json.dumps(d))' "$cache.run" "$row" >"$cache" || return
+  fi
+  cat "$cache" >>"$out"
+}
+
+# compare_row ROW FERRY_POLICY FERRY_OVERLAP [--model M] [--batch N] [--budget G] BASELINE_ARGS...: Ferry's line
+# (ferry_line) and one zero_offload.py run, both into compare-$GPU/ROW.jsonl, from the same starting weights and
+# batches on the same machine (row_shape: what else they share).
 compare_row() {
   local row=$1 policy=$2 overlap=$3; shift 3
   row_shape "$@"
   baselines_ready || return
   local init out=$RES/bench/results/compare-$GPU/$row.jsonl
   init=$(ferry_init "$ROW_MODEL") || return
-  python3 bench/baselines/ferry_run.py "${ROW_SHAPE[@]}" --policy "$policy" --overlap "$overlap" --ferry "$(with_libs "$BIN/ferry")" \
-    --init-from "$init" --json "$out" || return
+  ferry_line "$row" "$policy" "$overlap" "$init" "$out" || return
   PYTHONPATH=${BASELINE_PYTHONPATH:-$PYTHONPATH} python3 bench/baselines/zero_offload.py "${ROW_SHAPE[@]}" --init-from "$init" \
     --json "$out" "${ROW_REST[@]}"
 }
@@ -219,8 +234,7 @@ gemini_row() {
   gemini_ready || return
   local init out=$RES/bench/results/compare-$GPU/$row.jsonl
   init=$(ferry_init "$ROW_MODEL") || return
-  python3 bench/baselines/ferry_run.py "${ROW_SHAPE[@]}" --policy greedy --overlap pipelined --ferry "$(with_libs "$BIN/ferry")" \
-    --init-from "$init" --json "$out" || return
+  ferry_line "$row" greedy pipelined "$init" "$out" || return
   python3 bench/baselines/gemini.py "${ROW_SHAPE[@]}" --init-from "$init" --json "$out" "${ROW_REST[@]}"
 }
 

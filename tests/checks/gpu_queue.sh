@@ -54,4 +54,25 @@ grep -q '^| gpu-tests-device |.*| todo |$' "$scratch/tree/bench/gpu-queue.md" ||
 # A done row is no longer in the queue.
 FERRY_GPU_QUEUE=$scratch/tree/bench/gpu-queue.md dry
 grep -q "gpu-tests-kernels" "$scratch/out/queue.md" && fail "a done row is queued again"
+# 4. ferry_line runs Ferry once a machine per shape, policy and overlap, and copies the line into the later rows
+# that share them (marked with the row that ran it); bench/report.py reads a copied line once. A stand-in for
+# ferry_run.py (which needs torch) in a scratch tree records each run.
+tree=$scratch/lines && mkdir -p "$tree/bench/baselines" "$tree/scripts" && cp -r "$ROOT/scripts/gpu" "$tree/scripts/"
+cat >"$tree/bench/baselines/ferry_run.py" <<'PY'
+import json, sys
+out = sys.argv[sys.argv.index("--json") + 1]
+open(out, "a").write(json.dumps({"system": "ferry-greedy", "model": "m", "args": sys.argv[1:]}) + "\n")
+open(sys.argv[0] + ".runs", "a").write("run\n")
+PY
+(cd "$tree" && ROOT=$tree SCRIPT=check OUT=$scratch/out FERRY_GPU_DRY_RUN=1 TMPDIR=$scratch bash -c '
+  source scripts/gpu/env.sh && source scripts/gpu/queue_items.sh && BIN=$1 && export FERRY_LINES=$2
+  ROW_SHAPE=(--model m --batch 4) && ferry_line a greedy pipelined /init a.jsonl && ferry_line b greedy pipelined /init b.jsonl &&
+    ferry_line c greedy backward /init c.jsonl && ROW_SHAPE=(--model m --batch 8) && ferry_line d greedy pipelined /init d.jsonl' \
+  _ "$BUILD" "$scratch/ferry-lines") || fail "ferry_line failed"
+[[ $(wc -l <"$tree/bench/baselines/ferry_run.py.runs") == 3 ]] || fail "ferry_line: $(wc -l <"$tree/bench/baselines/ferry_run.py.runs") runs for 3 configurations"
+cmp -s "$tree/a.jsonl" "$tree/b.jsonl" && grep -q '"ran_for_row": "a"' "$tree/b.jsonl" || fail "row b did not get row a's line"
+grep -q '"ran_for_row": "c"' "$tree/c.jsonl" && grep -q '"ran_for_row": "d"' "$tree/d.jsonl" || fail "rows c and d ran their own"
+n=$(cd "$ROOT/bench" && python3 -c 'import sys, report; print(len(report.read(sys.argv[1:])))' "$tree"/[abcd].jsonl)
+((n == 3)) || fail "report.py read $n lines of 3 runs"
+
 echo "gpu_queue: ok"
