@@ -2,6 +2,7 @@
 #include "engine/ops/host_cost_model.h"
 
 #include <tbb/global_control.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -37,6 +38,20 @@ double best_seconds(int reps, F&& f) {
 
 }  // namespace
 
+int64_t last_level_cache_bytes() {
+  for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    const long bytes = sysconf(name);
+    if (bytes > 0) return bytes;
+  }
+  return int64_t{32} << 20;  // some VMs name none
+}
+
+int64_t cpu_optimizer_probe_params(int64_t last_level_cache_bytes) {
+  constexpr int64_t kBytesPerParam = 20, kMin = int64_t{4} << 20, kMax = int64_t{32} << 20;
+  const int64_t span = 8 * std::max<int64_t>(last_level_cache_bytes, 0);
+  return std::clamp((span + kBytesPerParam - 1) / kBytesPerParam, kMin, kMax);
+}
+
 offload::CostModel measure_host_cost_model(int threads) {
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
   kernels::cpu::set_matmul_threads(threads);
@@ -69,13 +84,14 @@ offload::CostModel measure_host_cost_model(int threads) {
 
 CpuOptimizerRates measure_cpu_optimizer_rates(int threads, DType grad_type, bool working_copy) {
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
-  const size_t n = size_t(4) << 20;
+  const auto n = static_cast<size_t>(cpu_optimizer_probe_params(last_level_cache_bytes()));
   memory::HostBuffer p(n * 4), m(n * 4), v(n * 4), g(n * 4), out(n * 4);
   const cpu_optim::CpuAdamW adamw(cpu_optim::AdamWOptions{{}, "auto", threads});
   cpu_optim::Bucket bucket{p.as<float>(), m.as<float>(), v.as<float>(), g.data(), grad_type};
   if (working_copy) bucket.upload = out.data(), bucket.upload_type = grad_type;
   int64_t step = 0;
   CpuOptimizerRates r;
+  r.probe_params = static_cast<int64_t>(n);
   r.adam_params_per_s = double(n) / best_seconds(3, [&] { adamw.step(bucket, ++step, 1e-4, 1.0f); });
   r.norm_params_per_s = double(n) / best_seconds(3, [&] { adamw.grad_stats(g.data(), grad_type, n); });
   // The compact state in the first half of the fp32 buffers, zero (the kernels' speed does not depend on values).
@@ -99,7 +115,7 @@ offload::CostModel host_cost_model(int threads, std::string* cache_path) {
   }
   for (char& ch : cpu)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '-';
-  const std::filesystem::path file = ferry_cache_dir() / ("host-" + cpu + "-" + std::to_string(threads) + "t.json");
+  const std::filesystem::path file = ferry_cache_dir() / ("host-" + cpu + "-" + std::to_string(threads) + "t-v2.json");
   if (cache_path) *cache_path = file.string();
   if (std::filesystem::is_regular_file(file)) {
     try {

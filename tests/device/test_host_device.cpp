@@ -128,15 +128,36 @@ TEST(LinkRate, MeasuredThroughTheDevicesTimedCopiesIsItsLinksRate) {
 // a small factor of the same kernels timed directly on as many parameters (a timing that missed the update would be
 // orders faster).
 TEST(LinkRate, TheDeviceAdamWRateIsItsOptimizersRate) {
-  const int64_t params = 4 << 20;  // as measure_cpu_optimizer_rates: beyond the caches
+  const int64_t params = 4 << 20;  // the least measure_cpu_optimizer_rates updates
   const auto dev = make_device({.kind = DeviceChoice::Kind::Host, .arena_bytes = device_adamw_arena_bytes(params, DType::BF16, 4096),
                                 .compute_threads = 1});
   const double through_device = measure_device_adamw_params_per_s(*dev, params, DType::BF16, 4096, 3);
-  const double direct = ops::measure_cpu_optimizer_rates(1, DType::BF16, true).adam_params_per_s;
+  const ops::CpuOptimizerRates rates = ops::measure_cpu_optimizer_rates(1, DType::BF16, true);
+  EXPECT_EQ(rates.probe_params, ops::cpu_optimizer_probe_params(ops::last_level_cache_bytes()));
+  const double direct = rates.adam_params_per_s;
   EXPECT_GT(through_device, direct / 4) << through_device << " vs " << direct;
   EXPECT_LT(through_device, direct * 4) << through_device << " vs " << direct;
   EXPECT_THROW(measure_device_adamw_params_per_s(*dev, 2 * params, DType::BF16, 4096, 3), std::invalid_argument);  // more than the arena
   EXPECT_THROW(measure_device_adamw_params_per_s(*dev, params, DType::BF16, 4096, 0), std::invalid_argument);
+}
+
+// The CPU AdamW's start-up probe spans 8x the last-level cache, so its rate is memory's (the H200 machine's
+// Xeon updated 4M parameters in its cache, and the offloaded steps' predictions came out short), within the
+// 4M..32M parameters start-up can afford.
+TEST(CpuOptimizerRates, TheProbeSpansEightTimesTheLastLevelCache) {
+  int64_t previous = 0;
+  for (int64_t llc = 0; llc <= (int64_t{1} << 30); llc += int64_t{3} << 20) {
+    const int64_t params = ops::cpu_optimizer_probe_params(llc);
+    EXPECT_GE(params, int64_t{4} << 20) << llc;
+    EXPECT_LE(params, int64_t{32} << 20) << llc;
+    EXPECT_GE(params, previous) << llc;
+    if (params < (int64_t{32} << 20)) {
+      EXPECT_GE(params * 20, 8 * llc) << llc;  // five 4-byte buffers
+    }
+    previous = params;
+  }
+  EXPECT_GT(ops::cpu_optimizer_probe_params(int64_t{105} << 20) * 20, (int64_t{4} << 20) * 20)
+      << "a 16-core Xeon's 105 MiB L3: more than the 80 MB that ran in its cache";
 }
 
 TEST(HostDevice, AFailedTaskFailsLaterEventsWithItsLabel) {
