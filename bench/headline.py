@@ -57,12 +57,35 @@ def table(rows):
     return "\n".join(lines)
 
 
+def offload_rows(name):
+    """The `pipelined` rows of a `ferry-bench offload` result: Ferry without a baseline beside it."""
+    r = load(name + ".json")
+    gpu = short_device(r["device"].split("(")[-1].rstrip(")"))
+    batch, seq = map(int, r["model"].rsplit("batch ", 1)[1].split("x"))  # "GPT-2 48 layers, ..., batch 4x1024"
+    rows = []
+    for run in r["runs"]:
+        if run["overlap"] != "pipelined":
+            continue
+        # tokens/s from the median step, as step_s is (before 2026-11-28 the field held the trainer's mean rate)
+        run["tokens_per_s"] = run.get("tokens_per_step", batch * seq) / run["step_s"]
+        what = {"greedy": "Ferry, greedy placement", "zero-offload": "Ferry, ZeRO-Offload's placement"}[run["policy"]]
+        budget = run["budget_bytes"] / 2**30
+        rows.append((f"GPT-2 1.5B, 4x1024 tokens, bf16, {budget:.0f} GiB GPU budget: {what}, AdamW pipelined (exact)", gpu,
+                     f"{run['tokens_per_s']:,.0f} tokens/s ({run['step_s']:.3f} s/step; predicted {run['predicted_step_s']:.3f})",
+                     name + ".md"))
+    return rows
+
+
+def step_row(name):
+    s = load(name + ".json")
+    return (f"GPT-2 124M resident, {s['batch']}x{s['seq']} tokens, {s['precision']}", short_device(s["gpu"]),
+            f"{s['tokens_per_s']:,.0f} tokens/s, MFU {100 * s['mfu']:.1f}% ({s['date']})", name + ".md")
+
+
 def headline_rows():
-    compare = load("compare-h100.json")
-    rows = comparison_rows(compare, "compare-h100.md")
-    s = load("step-gpt2-124m-h100.json")
-    rows.append((f"GPT-2 124M resident, {s['batch']}x{s['seq']} tokens, {s['precision']}", short_device(s["gpu"]),
-                 f"{s['tokens_per_s']:,.0f} tokens/s, MFU {100 * s['mfu']:.1f}%", "step-gpt2-124m-h100.md"))
+    rows = offload_rows("offload-gpt2-1.5b-greedy-h200") + offload_rows("offload-gpt2-1.5b-zero-offload-h200")
+    rows += comparison_rows(load("compare-h100.json"), "compare-h100.md")
+    rows += [step_row("step-gpt2-124m-h200"), step_row("step-gpt2-124m-h100")]
     e = load("experiment-gpt-tiny.json")
     minutes, seconds = divmod(round(e["wall_s"]), 60)
     rows.append((f"The default experiment ({os.path.basename(e['config'])}, {e['steps']} steps) on the host device",
