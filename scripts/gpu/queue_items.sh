@@ -46,6 +46,23 @@ step_vs_llmc() {
     --baselines "$r/step-gpt2-124m-$GPU-llmc.jsonl" "$r/step-gpt2-124m-$GPU-torch.jsonl" --out "$r/step-gpt2-124m-$GPU-side-by-side"
 }
 
+# Nsight Compute on one GPT-2 124M step (bf16, 16 x 1024): every launch of the memory-bound kernels (LayerNorm,
+# cross-entropy, GELU, residual, embedding, LayerNorm's column sums), with their speed of light, occupancy, launch
+# and warp-stall sections, for issue 31's kernel work: the step's op table says which ops are far from their
+# roofline, this says why. Needs ncu reading counters (a Firecracker machine; KINDS.md): else the row fails saying so.
+kernel_profile() {
+  command -v ncu >/dev/null || { echo "no ncu on this machine"; return 1; }
+  local r=$RES/bench/results csv
+  mkdir -p "$r"
+  csv=$r/kernel-profile-gpt2-124m-$GPU.csv
+  ncu --clock-control none --kernel-name 'regex:(ln_|ce_|gelu_|residual_|embedding_|column_|target_sums)' \
+    --launch-count 160 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --csv --page details "$BIN/ferry-bench" step --device cuda --config configs/gpt2-124m.yaml --batch 16 --seq 1024 \
+    --steps 1 --warmup 0 --set train.precision=bf16 >"$csv" || { tail -20 "$csv"; return 1; }
+  grep -c '"gpu__time_duration.sum"\|"Duration"' "$csv"
+  gzip -f "$csv"
+}
+
 # The links, CPU AdamW and op times `ferry train` measures at start-up on this GPU, saved for planning elsewhere.
 cost_model() {
   local r=$RES/bench/results
