@@ -48,13 +48,6 @@ inline double best(const std::vector<double>& v) { return *std::min_element(v.be
 
 inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// CPU seconds the calling thread has run (not the time it slept waiting): what a step costs the host thread.
-inline double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
 // `ferry-bench step`: CPU training steps of a model shape against oneDNN's matmul rate.
 int run_step_bench(const std::string& config_path, int B, int T, int steps, int warmup, int threads,
                    const std::string& json_path, const std::string& markdown_path, const std::string& command);

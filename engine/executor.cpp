@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -81,6 +82,20 @@ struct StepState {
   std::vector<float> losses;
   cpu_optim::StepDecision device_decision;
   int64_t h2d_bytes = 0, d2h_bytes = 0;  // every copy is queued by the host thread
+  double host_wait_s = 0;                // the host thread's time in barrier() and wait_for_results()
+};
+
+// Adds the seconds of its own lifetime to `total`: the host thread's waits.
+class WaitTimer {
+ public:
+  explicit WaitTimer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~WaitTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  WaitTimer(const WaitTimer&) = delete;
+  WaitTimer& operator=(const WaitTimer&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 // The pipelined update of the last step (offload.overlap: pipelined), still running while the next step
@@ -216,6 +231,7 @@ struct Executor::Impl {
   // object), then throws the first failure. A pipelined update in flight is finished: uploads and all.
   void barrier() {
     queue_in_flight_uploads();
+    const WaitTimer waiting(st.host_wait_s);
     std::string error;
     try {
       cpu.drain();
@@ -509,6 +525,7 @@ void Executor::Impl::queue_in_flight_uploads() {
 // AdamW) and the decision (gradient norm, skipped). Every copy of the step is behind one or the other: the
 // ops waited for the prefetches, the decision for the gradients' landing.
 void Executor::Impl::wait_for_results(const std::shared_ptr<device::HostEvent>& decided) {
+  const WaitTimer waiting(st.host_wait_s);
   try {
     dev.synchronize(dev.record(Stream::Compute));
     if (decided) HostOptimizer::wait(decided);
@@ -745,6 +762,7 @@ StepResult Executor::step(std::span<const dataset::Batch> micro_batches, int64_t
   r.skipped = d.report.skipped;
   r.h2d_bytes = x.st.h2d_bytes, r.d2h_bytes = x.st.d2h_bytes;
   r.stall_s = x.dev.compute_stall_seconds() - stall0;
+  r.host_wait_s = x.st.host_wait_s;
   return r;
 }
 

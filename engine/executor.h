@@ -38,6 +38,8 @@ struct StepResult {
   bool skipped = false;      // an inf/nan gradient: nothing was updated
   int64_t h2d_bytes = 0, d2h_bytes = 0;
   double stall_s = 0;        // time the compute stream waited for copies
+  double host_wait_s = 0;    // time the host thread waited (for the streams, the CPU's AdamW): the rest of the
+                             // step's wall time it spent queueing work
 };
 
 class Executor {

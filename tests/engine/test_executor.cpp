@@ -93,8 +93,9 @@ offload::CostModel fp32_cost_model() {
 // plan's precision) and the executor's staging, the CPU AdamW. compute_threads: the compute stream's
 // OpenMP threads.
 struct ExecutorParts {
-  ExecutorParts(const models::ModelSpec& spec, const offload::StepPlan& plan, int compute_threads = 2)
-      : dev({plan.memory.layout.peak, 0, compute_threads, nullptr}),
+  ExecutorParts(const models::ModelSpec& spec, const offload::StepPlan& plan, int compute_threads = 2,
+                double link_gbps = 0)
+      : dev({plan.memory.layout.peak, link_gbps, compute_threads, nullptr}),
         pool(dev.make_host_pool(memory::HostBuckets::bytes_needed(plan.problem.layout, plan.problem.precision,
                                                                   plan.problem.precision, false,
                                                                   Executor::gradient_landing(plan)) +
@@ -1294,6 +1295,32 @@ TEST(Executor, ASteadyStepRecordsEventsOnlyForCopiesAndBuildsNoLabels) {
     EXPECT_EQ(r.all.labels.size(), r.labels_after_one) << what << ": a later step gave labels at new addresses";
     EXPECT_EQ(r.all.calls.size(), static_cast<size_t>(plan.problem.n_ops))
         << what << ": one call per op, the same every step";
+  }
+}
+
+// A step reports the time its thread waited (for the streams, the CPU's AdamW): within the step's wall time, and
+// most of it over a slow link (`ferry-bench step` reports the step less this as the host's time queueing it).
+TEST(Executor, AStepReportsItsHostThreadsWaits) {
+  const offload::CostModel cost = fp32_cost_model();
+  const Config c = small_config("zero-offload", false, 1, 0, 3);
+  const models::ModelSpec spec = models::build_model(c.model, c.train.batch_size, c.model.seq_len);
+  const offload::StepPlan plan = plan_for_config(c, spec, cost, 0, "", 0);
+  const dataset::TextDataset data(c.data.path, c.data.val_fraction, c.model.seq_len);
+  const std::vector<dataset::Batch> batch{data.train_batch(1, 0, c.train.batch_size)};
+  for (double gbps : {0.0, 0.01}) {
+    ExecutorParts parts(spec, plan, 2, gbps);
+    Executor executor(spec, plan, parts.host, *parts.pool, parts.dev, parts.adamw, {}, nullptr);
+    executor.upload_state();
+    for (int s = 1; s <= 2; ++s) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const StepResult r = executor.step(batch, s, 1e-3);
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_GT(r.host_wait_s, 0.0) << gbps << " GB/s, step " << s;
+      EXPECT_LE(r.host_wait_s, wall) << gbps << " GB/s, step " << s;
+      if (gbps > 0) {
+        EXPECT_GT(r.host_wait_s, 0.5 * wall) << "copies at 10 MB/s, step " << s << ": " << r.h2d_bytes << " bytes up";
+      }
+    }
   }
 }
 
