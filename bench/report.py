@@ -207,13 +207,21 @@ def plot(path, out, runs):
     return True
 
 
+def device_of(r):
+    """The GPU a result line ran on: a baseline's `device`, or Ferry's start-up line "device: cuda (NVIDIA H200)"."""
+    if r.get("device"):
+        return r["device"]
+    line = next((x for x in r.get("startup_lines", []) if x.startswith("device:")), "")
+    return line.split("(", 1)[1].rstrip(")") if "(" in line else None
+
+
 def main():
     a = parse_args()
     runs, search = read(a.runs), read(a.max_model)
     if not runs:
         sys.exit(f"report: no result lines in {' '.join(a.runs)}")
     budget = common.parse_bytes(a.budget)
-    out = {"device": next((r["device"] for r in runs if r.get("device")), "unknown"),
+    out = {"device": next((d for d in map(device_of, runs) if d), "unknown"),
            "budget_bytes": budget, "budgets": budgets(runs, budget), "date": datetime.date.today().isoformat(),
            "command": a.command, "notes": a.note, "sample": any(r.get("sample") for r in runs + search),
            "runs": runs, "max_model": largest_trained(search)}
