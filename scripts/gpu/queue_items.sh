@@ -30,6 +30,16 @@ step_vs_torch() {
   python3 bench/baselines/torch_step.py --batch 16 --seq 1024 --steps 20 --warmup 5 --json "$r/step-gpt2-124m-$GPU-torch.jsonl"
 }
 
+# Issue 31's breakdown on GPT-2 1.5B's block shape (n_embd 1600, 25 heads, batch 4 x 1024, bf16), 6 of its 48 blocks
+# resident: the shape whose recomputed blocks make most of the offloaded step, op by op against the roofline.
+step_1p5b_blocks() {
+  local r=$RES/bench/results
+  mkdir -p "$r"
+  "$BIN/ferry-bench" step --device cuda --config configs/gpt2-1.5b.yaml --batch 4 --seq 1024 --steps 10 --warmup 3 \
+    --set model.n_layer=6 --set offload.overlap=backward --set train.precision=bf16 \
+    --json "$r/step-gpt2-1.5b-6-blocks-$GPU.json" --markdown "$r/step-gpt2-1.5b-6-blocks-$GPU.md"
+}
+
 # Ferry's GPU step and llm.c's train_gpt2cu (its default recompute 1, and 0), same shape, bf16, in one call
 # (issue 31, item 4); the binary is carried when bench/baselines/build_llmc.sh built it before pack.sh.
 step_vs_llmc() {
