@@ -70,7 +70,7 @@ def offload_rows(name):
         run["tokens_per_s"] = run.get("tokens_per_step", batch * seq) / run["step_s"]
         what = {"greedy": "Ferry, greedy placement", "zero-offload": "Ferry, ZeRO-Offload's placement"}[run["policy"]]
         budget = run["budget_bytes"] / 2**30
-        rows.append((f"GPT-2 1.5B, 4x1024 tokens, bf16, {budget:.0f} GiB GPU budget: {what}, AdamW pipelined (exact)", gpu,
+        rows.append((f"GPT-2 1.5B, {batch}x{seq} tokens, bf16, {budget:.0f} GiB GPU budget: {what}, AdamW pipelined (exact)", gpu,
                      f"{run['tokens_per_s']:,.0f} tokens/s ({run['step_s']:.3f} s/step; predicted {run['predicted_step_s']:.3f})",
                      name + ".md"))
     return rows

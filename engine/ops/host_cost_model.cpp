@@ -43,12 +43,13 @@ int64_t last_level_cache_bytes() {
     const long bytes = sysconf(name);
     if (bytes > 0) return bytes;
   }
-  return int64_t{32} << 20;  // some VMs name none
+  return 0;  // some VMs name none
 }
 
 int64_t cpu_optimizer_probe_params(int64_t last_level_cache_bytes) {
-  constexpr int64_t kBytesPerParam = 20, kMin = int64_t{4} << 20, kMax = int64_t{32} << 20;
-  const int64_t span = 8 * std::max<int64_t>(last_level_cache_bytes, 0);
+  constexpr int64_t kBytesPerParam = 16, kMin = int64_t{4} << 20, kMax = int64_t{32} << 20;
+  if (last_level_cache_bytes <= 0) return kMax;  // unknown: the most start-up affords
+  const int64_t span = 8 * last_level_cache_bytes;
   return std::clamp((span + kBytesPerParam - 1) / kBytesPerParam, kMin, kMax);
 }
 

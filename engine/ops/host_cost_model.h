@@ -22,13 +22,14 @@ struct CpuOptimizerRates {
 };
 CpuOptimizerRates measure_cpu_optimizer_rates(int threads, DType grad_type, bool working_copy);
 
-// How many parameters measure_cpu_optimizer_rates updates: enough that its five 4-byte buffers span 8x the
-// last-level cache (within 4M..32M), so the rate is memory's, as a model's buckets meet it. The 4M parameters
-// (80 MB) of before fit a 16-core Xeon's cache: 8.2e9 parameters/s at start-up, while the 2026-11-28 H200
+// How many parameters measure_cpu_optimizer_rates updates: enough that what an update touches (16 bytes a
+// parameter or more: fp32 master, m and v, a 2-byte gradient and working copy) spans 8x the last-level cache
+// (within 4M..32M), so the rate is memory's, as a model's buckets meet it; 32M where no cache size is known. The 4M
+// parameters (80 MB) of before fit a 16-core Xeon's cache: 8.2e9 parameters/s at start-up, while the 2026-11-28 H200
 // steps ran past their predictions in proportion to their CPU updates (65 ms with 0.61B, 150 ms with 1.56B),
 // as a rate near 4.6e9 would.
 int64_t cpu_optimizer_probe_params(int64_t last_level_cache_bytes);
-int64_t last_level_cache_bytes();  // the largest cache sysconf names (L3, else L2); 32 MiB where it names none
+int64_t last_level_cache_bytes();  // the largest cache sysconf names (L3, else L2); 0 where it names none
 
 // The measured model of this machine at this thread count, from the cache when it was measured before
 // (ferry_cache_dir()/host-<cpu>-<threads>t-v2.json; v2: AdamW probed beyond the caches), else measured now and cached.

@@ -25,13 +25,19 @@ done < <(find "$work" -type f -print0)
 
 [[ -f $work/queue-status.tsv ]] || { echo "collect: no row ran (no queue-status.tsv)"; exit 0; }
 read -r _ _ _ gpu day <"$work/queue-status.tsv"
+# The call's name: gpu-queue-<day>-<gpu>, then -2, -3 for a day's later calls (a second call must not replace the first's).
+name=gpu-queue-$day-$gpu
+for ((k = 2; ; ++k)); do
+  [[ -e $INTO/bench/results/$name.md || -e $INTO/bench/results/$name-gtest.tar.gz ]] || break
+  name=gpu-queue-$day-$gpu-$k
+done
 if [[ -f $dir/queue.md ]]; then
-  mkdir -p "$INTO/bench/results" && cp "$dir/queue.md" "$INTO/bench/results/gpu-queue-$day-$gpu.md"
-  echo "collect: bench/results/gpu-queue-$day-$gpu.md"
+  mkdir -p "$INTO/bench/results" && cp "$dir/queue.md" "$INTO/bench/results/$name.md"
+  echo "collect: bench/results/$name.md"
 fi
 if [[ -d $work/gtest ]]; then
-  mkdir -p "$INTO/bench/results" && tar -C "$work" -czf "$INTO/bench/results/gpu-queue-$day-$gpu-gtest.tar.gz" gtest
-  echo "collect: bench/results/gpu-queue-$day-$gpu-gtest.tar.gz (gtest JSON, sanitizer logs)"
+  mkdir -p "$INTO/bench/results" && tar -C "$work" -czf "$INTO/bench/results/$name-gtest.tar.gz" gtest
+  echo "collect: bench/results/$name-gtest.tar.gz (gtest JSON, sanitizer logs)"
 fi
 
 # Statuses: the row whose first cell is the item gets its last cell replaced.

@@ -169,7 +169,7 @@ python3() { LD_LIBRARY_PATH=$MACHINE_LD_LIBRARY_PATH command python3 "$@"; }
 # with_libs BINARY: prints the path of a wrapper that runs BINARY with the bundle's library path (the one this
 # shell has after unpack_bundle), for a Python script to start.
 with_libs() {
-  local dir=/tmp/ferry-with-libs
+  local dir=${TMPDIR:-/tmp}/ferry-with-libs
   mkdir -p "$dir" || return
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "${LD_LIBRARY_PATH-}" "$1" >"$dir/${1##*/}" &&
     chmod +x "$dir/${1##*/}" && echo "$dir/${1##*/}"

@@ -17,8 +17,7 @@ python_libs=${LD_LIBRARY_PATH:-}
 if [[ $systems == *ferry* ]]; then
   unpack_bundle && ready_binaries || exit 1
   # Ferry with the bundle's libraries; Python without them (a system libpython found first loses its site-packages).
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LD_LIBRARY_PATH" "$BIN/ferry" >/tmp/ferry-with-libs
-  chmod +x /tmp/ferry-with-libs
+  ferry_with_libs=$(with_libs "$BIN/ferry") || exit 1
   export LD_LIBRARY_PATH=$python_libs
 fi
 install() {
@@ -32,7 +31,7 @@ for layers in ${MAX_MODEL_LAYERS:-32 40}; do
   for system in $systems; do
     common=(--model gpt-7b --n-layer "$layers" --batch 1 --budget "$budget" --steps 3 --warmup 1 --json "$OUT/max-model.jsonl")
     case $system in
-      ferry-*) cmd=(python3 bench/baselines/ferry_run.py --policy "${system#ferry-}" --overlap backward --ferry /tmp/ferry-with-libs "${common[@]}") ;;
+      ferry-*) cmd=(python3 bench/baselines/ferry_run.py --policy "${system#ferry-}" --overlap backward --ferry "$ferry_with_libs" "${common[@]}") ;;
       deepspeed-zero-offload) cmd=(python3 bench/baselines/zero_offload.py --activation-checkpointing "${common[@]}") ;;
       gemini-*) cmd=(python3 bench/baselines/gemini.py --placement "${system#gemini-}" --activation-checkpointing "${common[@]}") ;;
       *) log "unknown system $system"; continue ;;

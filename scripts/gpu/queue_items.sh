@@ -50,7 +50,8 @@ step_vs_llmc() {
   [[ -x $llmc ]] || { echo "no train_gpt2cu in the bundle: run bench/baselines/build_llmc.sh, then scripts/gpu/pack.sh"; return 1; }
   "$BIN/ferry-bench" step --device cuda --config configs/gpt2-124m.yaml --batch 16 --seq 1024 --steps 10 --warmup 3 \
     --set train.precision=bf16 --json "$r/step-gpt2-124m-$GPU-beside-llmc.json" || return
-  python3 bench/baselines/llmc_step.py --binary "$(with_libs "$llmc")" --batch 16 --seq 1024 --steps 20 --warmup 5 \
+  llmc=$(with_libs "$llmc") || return
+  python3 bench/baselines/llmc_step.py --binary "$llmc" --batch 16 --seq 1024 --steps 20 --warmup 5 \
     --json "$r/step-gpt2-124m-$GPU-llmc.jsonl" --log "$r/step-gpt2-124m-$GPU-llmc.log" || return
   python3 bench/step_report.py --ferry "$r/step-gpt2-124m-$GPU-beside-llmc.json" \
     --baselines "$r/step-gpt2-124m-$GPU-llmc.jsonl" "$r/step-gpt2-124m-$GPU-torch.jsonl" --out "$r/step-gpt2-124m-$GPU-side-by-side"
@@ -116,7 +117,9 @@ llama_step() {
 max_model_ferry() {
   local r=$RES/bench/results
   mkdir -p "$r"
-  python3 bench/baselines/ferry_run.py --policy greedy --overlap backward --ferry "$(with_libs "$BIN/ferry")" --model gpt-7b \
+  local ferry
+  ferry=$(with_libs "$BIN/ferry") || return
+  python3 bench/baselines/ferry_run.py --policy greedy --overlap backward --ferry "$ferry" --model gpt-7b \
     --n-layer "$1" --batch 1 --budget 16GiB --steps 3 --warmup 1 --json "$r/max-model-$GPU.jsonl"
 }
 
@@ -147,17 +150,23 @@ baselines_ready() {
   mkdir -p "$out"
   if [[ ! -f $BASELINE_SITE/.ready ]]; then
     [[ -d $ROOT/bench/baselines/wheels-gpu ]] || { echo "no bench/baselines/wheels-gpu: run bench/baselines/fetch.sh here and carry it"; return 1; }
-    find "$ROOT/bench/baselines/wheels-gpu" -maxdepth 1 -type f -print0 | xargs -0 python3 -m pip install -q --no-index \
-      --no-deps --no-build-isolation --no-cache-dir --target "$BASELINE_SITE" || return
+    local wheels
+    mapfile -d '' wheels < <(find "$ROOT/bench/baselines/wheels-gpu" -maxdepth 1 -type f -print0)
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$BASELINE_SITE" \
+      "${wheels[@]}" || return
+    # torch must start its own cuDNN (2026-11-28: the bundle's library path gave it the toolkit's 9.14 instead)
+    python3 -c 'import torch; print("torch", torch.__version__, "starts cuDNN", torch.backends.cudnn.version())' || {
+      echo "torch cannot start cuDNN with LD_LIBRARY_PATH=$MACHINE_LD_LIBRARY_PATH (python3 runs with the machine's path)"
+      return 1; }
     touch "$BASELINE_SITE/.ready"
   fi
-  [[ -f $out/deepspeed-build.txt ]] && return 0
+  [[ -f $BASELINE_SITE/.built ]] && return 0  # once a machine: a later call's log would only say it loaded the build
   { echo "# DeepSpeed on $GPU: ds_report, then DeepSpeedCPUAdam's build ($(date -u +%FT%TZ))"
     python3 -c 'import sys; from deepspeed.env_report import cli_main; sys.argv = ["ds_report"]; cli_main()'
     python3 -c 'import time; from deepspeed.ops.op_builder import CPUAdamBuilder as B; b = B(); t = time.time(); b.load(verbose=True)
 print("cpu_adam: simd", b.simd_width(), "arch", b.cpu_arch(), "cxx_args", b.cxx_args(), "load s %.1f" % (time.time() - t))'
   } >"$out/deepspeed-build.tmp" 2>&1 || { cat "$out/deepspeed-build.tmp"; return 1; }
-  mv "$out/deepspeed-build.tmp" "$out/deepspeed-build.txt"
+  mv "$out/deepspeed-build.tmp" "$out/deepspeed-build.txt" && touch "$BASELINE_SITE/.built"
   tail -3 "$out/deepspeed-build.txt"
 }
 
@@ -189,17 +198,22 @@ row_shape() {
 }
 
 # ferry_line ROW POLICY OVERLAP INIT OUT: Ferry's line for ROW_SHAPE, POLICY and OVERLAP appended to OUT. Run once a
-# machine (its /tmp) and copied into every later row that shares all three, marked `"ran_for_row"` with the row that
-# ran it: the rows of one session share the machine, and each copy saves the minute a 1.5B run takes.
+# machine (its /tmp) and binary, and copied into every later row that shares them, marked `"ran_for_row"` with the
+# row that ran it: the rows of one session share the machine, and each copy saves the minute a 1.5B run takes. A
+# run that did not train is written to OUT but not kept: the next row runs it again.
 ferry_line() {
-  local row=$1 policy=$2 overlap=$3 init=$4 out=$5 dir=${FERRY_LINES:-/tmp/ferry-lines} cache
-  cache=$dir/$(printf '%s\n' "${ROW_SHAPE[@]}" "$policy" "$overlap" "$init" | cksum | cut -d' ' -f1).json
+  local row=$1 policy=$2 overlap=$3 init=$4 out=$5 dir=${FERRY_LINES:-${TMPDIR:-/tmp}/ferry-lines} cache ferry line
+  cache=$dir/$({ printf '%s\n' "${ROW_SHAPE[@]}" "$policy" "$overlap" "$init"; cksum <"$BIN/ferry"; } | cksum | cut -d' ' -f1).json
   if [[ ! -s $cache ]]; then
     mkdir -p "$dir" && rm -f "$cache.run"
+    ferry=$(with_libs "$BIN/ferry") || return
     python3 bench/baselines/ferry_run.py "${ROW_SHAPE[@]}" --policy "$policy" --overlap "$overlap" \
-      --ferry "$(with_libs "$BIN/ferry")" --init-from "$init" --json "$cache.run" || return
-    python3 -c 'import json, sys; d = json.loads(open(sys.argv[1]).read().splitlines()[-1]); d["ran_for_row"] = sys.argv[2]
-print(json.dumps(d))' "$cache.run" "$row" >"$cache" || return
+      --ferry "$ferry" --init-from "$init" --json "$cache.run" || return
+    line=$(python3 -c 'import json, sys; d = json.loads(open(sys.argv[1]).read().splitlines()[-1]); d["ran_for_row"] = sys.argv[2]
+print(json.dumps(d))' "$cache.run" "$row") || return
+    printf '%s\n' "$line" >>"$out"
+    [[ $line == *'"trained": true'* ]] && printf '%s\n' "$line" >"$cache"
+    return 0
   fi
   cat "$cache" >>"$out"
 }
@@ -254,12 +268,12 @@ gemini_ready() {
       echo 'class Optimizer2State: pass  # stand-in: only GaLore subclasses it' >"$stub/optim/optimizer.py"
     touch "$BASELINE_SITE/.gemini"
   fi
-  [[ -f $out/gemini-build.txt ]] && return 0
+  [[ -f $BASELINE_SITE/.gemini-built ]] && return 0
   python3 -c 'import time, colossalai; from colossalai.kernel.kernel_loader import CPUAdamLoader, FusedOptimizerLoader
 t = time.time(); CPUAdamLoader().load(); FusedOptimizerLoader().load()
 print("colossalai", colossalai.__version__, "kernels built or loaded in %.1f s" % (time.time() - t))' >"$out/gemini-build.tmp" 2>&1 ||
     { tail -40 "$out/gemini-build.tmp"; return 1; }
-  mv "$out/gemini-build.tmp" "$out/gemini-build.txt"
+  mv "$out/gemini-build.tmp" "$out/gemini-build.txt" && touch "$BASELINE_SITE/.gemini-built"
   tail -2 "$out/gemini-build.txt"
 }
 

@@ -30,7 +30,7 @@ grep -q "llama-8b-step: 'todo_rows' names no item function" "$scratch/err" || fa
   fail "every row of the list, todo again: $(cat "$scratch/err")"
 
 # 2b. Python runs with the machine's library path, our binaries (through with_libs) with the bundle's.
-got=$(LD_LIBRARY_PATH=/machine/lib bash -c 'ROOT=$1 SCRIPT=check OUT=$2 FERRY_GPU_DRY_RUN=1; source "$1/scripts/gpu/env.sh"
+got=$(LD_LIBRARY_PATH=/machine/lib TMPDIR=$scratch bash -c 'ROOT=$1 SCRIPT=check OUT=$2 FERRY_GPU_DRY_RUN=1; source "$1/scripts/gpu/env.sh"
   LD_LIBRARY_PATH=/bundle/lib; w=$(with_libs /usr/bin/env)
   bash -c '"'"'python3 -c "import os; print(os.environ[\"LD_LIBRARY_PATH\"])"'"'"'; "$w" | grep "^LD_LIBRARY_PATH="' _ "$ROOT" "$scratch/out")
 [[ $got == $'/machine/lib\nLD_LIBRARY_PATH=/bundle/lib' ]] || fail "library paths: python3 and with_libs gave '$got'"
@@ -48,6 +48,11 @@ FERRY_GPU_COLLECT_INTO=$scratch/tree bash "$ROOT/scripts/gpu/collect.sh" "$scrat
 cmp -s "$scratch/tree/bench/results/step-gpt2-124m-h100.json" "$scratch/call/res/bench/results/step-gpt2-124m-h100.json" || fail "the result was not collected"
 [[ ! -e $scratch/tree/elsewhere.txt ]] && grep -q "left out elsewhere.txt" "$scratch/collect.out" || fail "the stray file was not left out"
 [[ -f $scratch/tree/bench/results/gpu-queue-2026-11-27-h100.md ]] || fail "the call's summary was not kept"
+echo "# queue, the day's second call" >"$scratch/back/queue.md"
+FERRY_GPU_COLLECT_INTO=$scratch/tree bash "$ROOT/scripts/gpu/collect.sh" "$scratch/back" >/dev/null
+grep -q "second call" "$scratch/tree/bench/results/gpu-queue-2026-11-27-h100-2.md" &&
+  [[ -f $scratch/tree/bench/results/gpu-queue-2026-11-27-h100-2-gtest.tar.gz ]] &&
+  grep -q "^# queue$" "$scratch/tree/bench/results/gpu-queue-2026-11-27-h100.md" || fail "a second call's summary replaced the first's"
 grep -q '^| gpu-tests-kernels |.*| done 2026-11-27 h100 (61 s) |$' "$scratch/tree/bench/gpu-queue.md" || fail "gpu-tests-kernels not marked done"
 grep -q '^| default-path |.*| failed 2026-11-27 h100 (exit 1) |$' "$scratch/tree/bench/gpu-queue.md" || fail "default-path not marked failed"
 grep -q '^| gpu-tests-device |.*| todo |$' "$scratch/tree/bench/gpu-queue.md" || fail "a row that did not run changed"
@@ -55,21 +60,26 @@ grep -q '^| gpu-tests-device |.*| todo |$' "$scratch/tree/bench/gpu-queue.md" ||
 FERRY_GPU_QUEUE=$scratch/tree/bench/gpu-queue.md dry
 grep -q "gpu-tests-kernels" "$scratch/out/queue.md" && fail "a done row is queued again"
 # 4. ferry_line runs Ferry once a machine per shape, policy and overlap, and copies the line into the later rows
-# that share them (marked with the row that ran it); bench/report.py reads a copied line once. A stand-in for
-# ferry_run.py (which needs torch) in a scratch tree records each run.
+# that share them (marked with the row that ran it); a run that did not train is not kept; bench/report.py reads a
+# copied line once. A stand-in for ferry_run.py (which needs torch) in a scratch tree records each run; it fails to
+# train at batch 2.
 tree=$scratch/lines && mkdir -p "$tree/bench/baselines" "$tree/scripts" && cp -r "$ROOT/scripts/gpu" "$tree/scripts/"
 cat >"$tree/bench/baselines/ferry_run.py" <<'PY'
 import json, sys
 out = sys.argv[sys.argv.index("--json") + 1]
-open(out, "a").write(json.dumps({"system": "ferry-greedy", "model": "m", "args": sys.argv[1:]}) + "\n")
+trained = sys.argv[sys.argv.index("--batch") + 1] != "2"
+open(out, "a").write(json.dumps({"system": "ferry-greedy", "model": "m", "trained": trained, "args": sys.argv[1:]}) + "\n")
 open(sys.argv[0] + ".runs", "a").write("run\n")
 PY
 (cd "$tree" && ROOT=$tree SCRIPT=check OUT=$scratch/out FERRY_GPU_DRY_RUN=1 TMPDIR=$scratch bash -c '
   source scripts/gpu/env.sh && source scripts/gpu/queue_items.sh && BIN=$1 && export FERRY_LINES=$2
   ROW_SHAPE=(--model m --batch 4) && ferry_line a greedy pipelined /init a.jsonl && ferry_line b greedy pipelined /init b.jsonl &&
-    ferry_line c greedy backward /init c.jsonl && ROW_SHAPE=(--model m --batch 8) && ferry_line d greedy pipelined /init d.jsonl' \
+    ferry_line c greedy backward /init c.jsonl && ROW_SHAPE=(--model m --batch 8) && ferry_line d greedy pipelined /init d.jsonl &&
+    ROW_SHAPE=(--model m --batch 2) && ferry_line e greedy pipelined /init e.jsonl && ferry_line f greedy pipelined /init f.jsonl' \
   _ "$BUILD" "$scratch/ferry-lines") || fail "ferry_line failed"
-[[ $(wc -l <"$tree/bench/baselines/ferry_run.py.runs") == 3 ]] || fail "ferry_line: $(wc -l <"$tree/bench/baselines/ferry_run.py.runs") runs for 3 configurations"
+[[ $(wc -l <"$tree/bench/baselines/ferry_run.py.runs") == 5 ]] ||
+  fail "ferry_line: $(wc -l <"$tree/bench/baselines/ferry_run.py.runs") runs for 3 configurations and one that failed twice"
+grep -q '"ran_for_row": "f"' "$tree/f.jsonl" || fail "row f copied a run that did not train"
 cmp -s "$tree/a.jsonl" "$tree/b.jsonl" && grep -q '"ran_for_row": "a"' "$tree/b.jsonl" || fail "row b did not get row a's line"
 grep -q '"ran_for_row": "c"' "$tree/c.jsonl" && grep -q '"ran_for_row": "d"' "$tree/d.jsonl" || fail "rows c and d ran their own"
 n=$(cd "$ROOT/bench" && python3 -c 'import sys, report; print(len(report.read(sys.argv[1:])))' "$tree"/[abcd].jsonl)
