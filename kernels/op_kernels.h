@@ -140,7 +140,7 @@ struct CrossEntropyForward {
 // dlogits[:, :V] += loss_weight / count * (softmax(logits[:, :V]) - onehot(target)), count = targets >= 0 (the
 // backend counts them, on its device), nothing where target < 0.
 struct CrossEntropyBackward {
-  Operand dlogits, logits, targets;
+  Operand dlogits, logits, targets, losses;  // losses: the forward's (the CUDA kernel finds each row's lse in them)
   int64_t rows, vocab, stride;
   float loss_weight;
   bool accumulate = true;

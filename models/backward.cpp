@@ -29,7 +29,7 @@ const BackwardRule kRules[] = {
     {OpKind::Attention,    true,     true,    {1, 0},             2, 1},  // probs; y (a fused backward's rowsum(dy * y))
     {OpKind::Gelu,         true,     true,    {},                 2, 1},
     {OpKind::Residual,     true,     false,   {},                 2, 1},  // dy flows to both inputs as is
-    {OpKind::CrossEntropy, false,    true,    {},                 4, 3, true},  // softmax(logits) - onehot(targets), over the logits
+    {OpKind::CrossEntropy, false,    true,    {0},                4, 3, true},  // softmax - onehot(targets); losses: lse - logit
     {OpKind::RmsNorm,      true,     true,    {1},                2, 1},  // rstd
     {OpKind::Rope,         true,     false,   {},                 1, 1},  // dy rotated back: the angles need no input
     {OpKind::SwiGlu,       true,     true,    {},                 2, 1},  // gate, up

@@ -17,7 +17,7 @@
 //   RmsNorm      [x] -> [y, rstd]                     | [dy, x, rstd] -> [dx]       params [w]
 //   Rope         [x] -> [y]                           | [dy] -> [dx]                (attrs.heads: q's or k's)
 //   SwiGlu       [gate, up] -> [y]                    | [dy, gate, up] -> [dgate, dup]
-//   CrossEntropy [logits, targets] -> [losses]        | [logits, targets] -> [dlogits]
+//   CrossEntropy [logits, targets] -> [losses]        | [logits, targets, losses] -> [dlogits]
 //                (the loss is the mean over targets >= 0; BERT marks the others -100)
 #include "engine/ops/op_dispatch.h"
 
@@ -139,7 +139,7 @@ void swiglu(const Slots& s, OpKernels& k) {
 float cross_entropy(const Slots& s, float loss_weight, OpKernels& k) {
   const OpAttrs& a = s.op.attrs;
   if (!s.fwd()) {
-    k.cross_entropy_backward({s.out(0), s.in(0), s.in(1), a.rows, a.out, a.in, loss_weight, s.accumulate});
+    k.cross_entropy_backward({s.out(0), s.in(0), s.in(1), s.in(2), a.rows, a.out, a.in, loss_weight, s.accumulate});
     return 0;
   }
   float loss = 0;

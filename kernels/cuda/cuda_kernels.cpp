@@ -233,9 +233,10 @@ void CudaKernels::cross_entropy_forward(const kernels::CrossEntropyForward& a) {
 void CudaKernels::cross_entropy_backward(const kernels::CrossEntropyBackward& a) {
   auto* dloss = reinterpret_cast<float*>(scratch(sizeof(float), "cross-entropy backward"));
   check(target_sums(nullptr, ids(a.targets), a.rows, a.loss_weight, nullptr, dloss, stream_), "the loss gradient's scale");
-  check(cuda::cross_entropy_backward_from_device(ptr(a.dlogits), ptr(a.logits), ids(a.targets), dloss, a.rows, a.vocab,
-                                                 a.stride, a.accumulate, a.logits.dtype, stream_),
-        "cuda::cross_entropy_backward");
+  check(
+      cuda::cross_entropy_backward_from_device(ptr(a.dlogits), ptr(a.logits), ids(a.targets), as<const float>(a.losses),
+                                               dloss, a.rows, a.vocab, a.stride, a.accumulate, a.logits.dtype, stream_),
+      "cuda::cross_entropy_backward");
 }
 
 }  // namespace ferry::kernels::cuda

@@ -78,15 +78,18 @@ cudaError_t column_sums(void* dst, const void* src, int64_t rows, int64_t cols, 
 // logits (N,stride) whose first V columns are the classes (the rest a padded vocabulary's, never read), targets
 // (N) (< 0: ignored), losses (N) fp32; dlogits[:, :V] += dloss (softmax - onehot), the padded columns and ignored
 // rows untouched; not accumulating: dlogits = the same, every element, zeros in the padded columns and ignored rows.
+// The backward reads the forward's losses (each row's log-sum-exp is its loss + logits[r, target]); dlogits may be
+// the logits' own memory.
 cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32_t* targets, int64_t N, int64_t V,
                                   int64_t stride, DType dtype, cudaStream_t stream);
-cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, int64_t N,
-                                   int64_t V, int64_t stride, bool accumulate, DType dtype, cudaStream_t stream);
+cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, const float* losses,
+                                   float dloss, int64_t N, int64_t V, int64_t stride, bool accumulate, DType dtype,
+                                   cudaStream_t stream);
 // The same with dloss read from device memory when the kernel runs (an earlier kernel counted the targets on
 // the device: no host round trip inside a step).
 cudaError_t cross_entropy_backward_from_device(void* dlogits, const void* logits, const int32_t* targets,
-                                               const float* dloss, int64_t N, int64_t V, int64_t stride,
-                                               bool accumulate, DType dtype, cudaStream_t stream);
+                                               const float* losses, const float* dloss, int64_t N, int64_t V,
+                                               int64_t stride, bool accumulate, DType dtype, cudaStream_t stream);
 
 // The gradients' sum of squares (double) and inf/nan flag of grad (n): out[0] = {sum, nonfinite}.
 // scratch: sum_squares_scratch_bytes(n).

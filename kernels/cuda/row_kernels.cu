@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kRowBlock)
 
 template <int W, class T>
 __global__ void __launch_bounds__(kRowBlock)
-    ce_backward_kernel(RowMap m, T* dlogits, const T* logits, const int32_t* targets, float dloss,
+    ce_backward_kernel(RowMap m, T* dlogits, const T* logits, const int32_t* targets, const float* losses, float dloss,
                        const float* dloss_at, bool accumulate) {
   const int64_t r = blockIdx.x;
   const int32_t target = targets[r];
@@ -78,8 +78,9 @@ __global__ void __launch_bounds__(kRowBlock)
     return;
   }
   if (dloss_at) dloss = *dloss_at;  // computed on the device by an earlier kernel
-  const SoftmaxState s = block_reduce(ce_fold<W>(m, logits, r, t), softmax_empty(), SoftmaxMerge{});
-  ce_backward_write<W>(m, dlogits, logits, target, dloss, r, t, s, accumulate);
+  const float lse = ce_row_lse(m, logits, losses, target, r);
+  __syncthreads();  // dlogits may be the logits' memory: logits[r, target] is read by all before any thread writes
+  ce_backward_write<W>(m, dlogits, logits, target, dloss, r, t, lse, accumulate);
   if (!accumulate) ce_zero_columns(m, dlogits, r, t, m.cols);
 }
 
@@ -224,8 +225,9 @@ cudaError_t cross_entropy_forward(float* losses, const void* logits, const int32
 
 namespace {
 
-cudaError_t ce_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, const float* dloss_at,
-                        int64_t N, int64_t V, int64_t stride, bool accumulate, DType dtype, cudaStream_t stream) {
+cudaError_t ce_backward(void* dlogits, const void* logits, const int32_t* targets, const float* losses, float dloss,
+                        const float* dloss_at, int64_t N, int64_t V, int64_t stride, bool accumulate, DType dtype,
+                        cudaStream_t stream) {
   if (!rows_fit(N) || stride < V) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
   return launched(with_storage(dtype, [&](auto tag) {
@@ -235,22 +237,23 @@ cudaError_t ce_backward(void* dlogits, const void* logits, const int32_t* target
     const RowMap m = row_map_for<T>(N, V, stride, d, l);
     with_width<T>(m.width, [&](auto width) {
       ce_backward_kernel<decltype(width)::value, T>
-          <<<grid_of(m.grid), m.block, 0, stream>>>(m, d, l, targets, dloss, dloss_at, accumulate);
+          <<<grid_of(m.grid), m.block, 0, stream>>>(m, d, l, targets, losses, dloss, dloss_at, accumulate);
     });
   }));
 }
 
 }  // namespace
 
-cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, float dloss, int64_t N,
-                                   int64_t V, int64_t stride, bool accumulate, DType dtype, cudaStream_t stream) {
-  return ce_backward(dlogits, logits, targets, dloss, nullptr, N, V, stride, accumulate, dtype, stream);
+cudaError_t cross_entropy_backward(void* dlogits, const void* logits, const int32_t* targets, const float* losses,
+                                   float dloss, int64_t N, int64_t V, int64_t stride, bool accumulate, DType dtype,
+                                   cudaStream_t stream) {
+  return ce_backward(dlogits, logits, targets, losses, dloss, nullptr, N, V, stride, accumulate, dtype, stream);
 }
 
 cudaError_t cross_entropy_backward_from_device(void* dlogits, const void* logits, const int32_t* targets,
-                                               const float* dloss, int64_t N, int64_t V, int64_t stride,
-                                               bool accumulate, DType dtype, cudaStream_t stream) {
-  return ce_backward(dlogits, logits, targets, 0.0f, dloss, N, V, stride, accumulate, dtype, stream);
+                                               const float* losses, const float* dloss, int64_t N, int64_t V,
+                                               int64_t stride, bool accumulate, DType dtype, cudaStream_t stream) {
+  return ce_backward(dlogits, logits, targets, losses, 0.0f, dloss, N, V, stride, accumulate, dtype, stream);
 }
 
 size_t sum_squares_scratch_bytes(int64_t n) {

@@ -215,20 +215,27 @@ FERRY_HD float ce_loss(const RowMap& m, const T* logits, int32_t target, int64_t
   return (log_f(s.sum) + s.max) - load(logits, r * m.stride + target);
 }
 
-// dlogits[r, :V] += dloss * (softmax - onehot(target)), the padded columns left as they are; the caller skips
-// ignored rows. Not accumulating: dlogits[r, :V] = the same, and ce_zero_columns writes the padded ones.
-// dloss / sum once a row, not an IEEE division per logit: the backward's instructions, not its bytes, bound it
-// (H200, GPT-2 124M at 16 x 1024: 2.66 ms where its 4.9 GB of reads and writes take 1.03 ms at 4.8 TB/s).
+// The row's log-sum-exp, log(sum) + max, given back by its loss (loss = lse - logits[r, target], target >= 0):
+// the backward needs no pass of its own over the row to find it. Within an ulp or two of the forward's.
+template <class T>
+FERRY_HD float ce_row_lse(const RowMap& m, const T* logits, const float* losses, int32_t target, int64_t r) {
+  return losses[r] + load(logits, r * m.stride + target);
+}
+
+// dlogits[r, :V] += dloss * (softmax - onehot(target)), softmax = exp(logits - lse), the padded columns left as
+// they are; the caller skips ignored rows. Not accumulating: dlogits[r, :V] = the same, and ce_zero_columns
+// writes the padded ones. One read, one exp_f and one write a logit: the backward's instructions, not its bytes,
+// bounded it (H200, GPT-2 124M at 16 x 1024: 2.66 ms with a folding pass and a division a logit, where its 4.9 GB
+// took 1.03 ms at 4.8 TB/s).
 template <int W, class T>
 FERRY_HD void ce_backward_write(const RowMap& m, T* dlogits, const T* logits, int32_t target, float dloss, int64_t r,
-                                int t, SoftmaxState s, bool accumulate) {
-  const float scale = div_f(dloss, s.sum);
+                                int t, float lse, bool accumulate) {
   for_each_row_pack(m, r, t, [&](int64_t c, int64_t i, int lanes) {
     float v[W], old[W] = {};
     load_pack<W>(logits, i, v);
     if (accumulate) load_lanes<W>(dlogits, i, old, lanes);
     for (int j = 0; j < W; ++j) {
-      const float p = exp_f(v[j] - s.max) * scale;
+      const float p = dloss * exp_f(v[j] - lse);
       v[j] = accumulate ? old[j] + p : p;
       if (c + j == target) v[j] = v[j] - dloss;
     }

@@ -120,9 +120,11 @@ void cross_entropy_forward(float* losses, const T* logits, const int32_t* target
   });
 }
 
+// losses (N): the forward's, from which each row's log-sum-exp comes back (ce_row_lse) before any thread writes:
+// dlogits may be the logits' own memory.
 template <class T>
-void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets, float dloss, int64_t N, int64_t V,
-                            int64_t stride, bool accumulate) {
+void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets, const float* losses, float dloss,
+                            int64_t N, int64_t V, int64_t stride, bool accumulate) {
   const RowMap m = row_map_for<T>(N, V, stride, dlogits, logits);
   with_width<T>(m.width, [&](auto width) {
     constexpr int W = decltype(width)::value;
@@ -132,9 +134,9 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets,
           for (int t = 0; t < m.block; ++t) ce_zero_columns(m, dlogits, r, t, 0);
         continue;
       }
-      const SoftmaxState s = softmax_row<W>(m, logits, r);
+      const float lse = ce_row_lse(m, logits, losses, targets[r], r);
       for (int t = 0; t < m.block; ++t) {
-        ce_backward_write<W>(m, dlogits, logits, targets[r], dloss, r, t, s, accumulate);
+        ce_backward_write<W>(m, dlogits, logits, targets[r], dloss, r, t, lse, accumulate);
         if (!accumulate) ce_zero_columns(m, dlogits, r, t, m.cols);
       }
     }

@@ -131,10 +131,11 @@ TEST(CudaDeviceGpu, LossReachesTheHostAndItsGradientCountsTargets) {
   const auto operand = [&](int64_t offset, DType t) { return kernels::Operand{st.at(offset), t}; };
   const std::vector<kernels::Operand> in{operand(logits_at, DType::F32), operand(targets_at, DType::I32)};
   const std::vector<kernels::Operand> losses{operand(losses_at, DType::F32)}, dlogits{operand(dlogits_at, DType::F32)};
+  const std::vector<kernels::Operand> bwd_in{in[0], in[1], losses[0]};  // the backward reads the forward's losses
   st.up();
   float loss = -1;
   dev->run_op(ops::decode_op(spec, *fwd, {in, losses, {}, {}}, 1.0f), &loss, "loss.fwd");
-  dev->run_op(ops::decode_op(spec, *bwd, {in, dlogits, {}, {}}, 0.5f), nullptr, "loss.bwd");
+  dev->run_op(ops::decode_op(spec, *bwd, {bwd_in, dlogits, {}, {}}, 0.5f), nullptr, "loss.bwd");
   st.down();
 
   std::vector<float> cpu_losses(N), cpu_dlogits(N * V, 0.0f);
@@ -143,7 +144,8 @@ TEST(CudaDeviceGpu, LossReachesTheHostAndItsGradientCountsTargets) {
   const std::vector<kernels::Operand> hin{host(cpu_logits.data(), DType::F32), host(targets.data(), DType::I32)};
   const std::vector<kernels::Operand> hl{host(cpu_losses.data(), DType::F32)}, hd{host(cpu_dlogits.data(), DType::F32)};
   const float cpu_loss = ops::run_cpu_op(spec, *fwd, {hin, hl, {}, {}}, 1.0f);
-  ops::run_cpu_op(spec, *bwd, {hin, hd, {}, {}}, 0.5f);
+  const std::vector<kernels::Operand> hbwd_in{hin[0], hin[1], hl[0]};
+  ops::run_cpu_op(spec, *bwd, {hbwd_in, hd, {}, {}}, 0.5f);
   EXPECT_NEAR(loss, cpu_loss, 1e-6f * cpu_loss);
   std::vector<float> got(N * V);
   std::memcpy(got.data(), st.host + dlogits_at, N * V * 4);

@@ -170,9 +170,11 @@ void expect_cross_entropy_equals_twin(int64_t N, int64_t V, int64_t stride, int 
   expect_bitwise(dloss.get(), losses, "loss");
   for (bool accumulate : {true, false}) {
     Both<T> d = grad_both<T>(N * stride, 9, accumulate, offset);
-    ASSERT_EQ(cross_entropy_backward(d.d(), logits.d(), dt.p, 0.125f, N, V, stride, accumulate, dtype_of<T>(), nullptr),
+    // each side's own losses (bitwise the same, above): the rows' log-sum-exp comes from them
+    ASSERT_EQ(cross_entropy_backward(d.d(), logits.d(), dt.p, dloss.p, 0.125f, N, V, stride, accumulate, dtype_of<T>(),
+                                     nullptr),
               cudaSuccess);
-    twin::cross_entropy_backward(d.h(), logits.h(), targets.data(), 0.125f, N, V, stride, accumulate);
+    twin::cross_entropy_backward(d.h(), logits.h(), targets.data(), losses.data(), 0.125f, N, V, stride, accumulate);
     expect_equal(d, accumulate ? "dlogits, accumulated" : "dlogits, written");
   }
 }
@@ -395,7 +397,8 @@ TEST(CudaLaunchFunctions, RefuseBadArgumentsBeforeLaunching) {
                                DType::F32, nullptr),
             cudaErrorInvalidValue);  // more column chunks than grid.y takes
   EXPECT_EQ(cross_entropy_forward(none, none, nullptr, 4, 8, 8, DType::I32, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cross_entropy_backward(none, none, nullptr, 1.0f, 0, 8, 8, false, DType::F32, nullptr), cudaSuccess);
+  EXPECT_EQ(cross_entropy_backward(none, none, nullptr, nullptr, 1.0f, 0, 8, 8, false, DType::F32, nullptr),
+            cudaSuccess);
   EXPECT_EQ(gelu_forward(none, none, 0, false, DType::BF16, nullptr), cudaSuccess);
   EXPECT_EQ(residual_forward(none, none, none, 5, DType::I32, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(embedding_backward(none, none, none, none, nullptr, 2, 3, 4, 10, none, DType::I32, nullptr),

@@ -186,7 +186,7 @@ TEST(CudaTwins, CrossEntropyMatchesCpuOp) {
     expect_near(loss2, loss, 1e-5f, 1e-5f, "loss");
     auto d = random_vector(N * V, 15), d2 = d;
     kernels::cpu::cross_entropy_backward(d.data(), logits.data(), targets.data(), 0.25f, N, V, V);
-    twin::cross_entropy_backward(d2.data(), logits.data(), targets.data(), 0.25f, N, V, V, true);
+    twin::cross_entropy_backward(d2.data(), logits.data(), targets.data(), loss2.data(), 0.25f, N, V, V, true);
     expect_near(d2, d, 1e-5f, 1e-6f, "dlogits");
     for (int64_t r = 0; r < N; ++r) {  // an ignored row is left exactly as it was
       if (targets[r] >= 0) continue;
@@ -232,8 +232,10 @@ TEST(CudaTwins, CrossEntropyReadsOnlyTheFirstVColumnsOfAPaddedRow) {
     kernels::cpu::cross_entropy_backward(want_d.data(), dense.data(), targets.data(), 0.25f, N, V, V);
     kernels::cpu::cross_entropy_backward(got_d.data(), padded.data(), targets.data(), 0.25f, N, V, stride);
     auto want_d_twin = d_padded;
-    twin::cross_entropy_backward(want_d_twin.data(), padded_nan.data(), targets.data(), 0.25f, N, V, stride, true);
-    twin::cross_entropy_backward(got_d_twin.data(), padded.data(), targets.data(), 0.25f, N, V, stride, true);
+    twin::cross_entropy_backward(want_d_twin.data(), padded_nan.data(), targets.data(), want_twin.data(), 0.25f, N, V,
+                                 stride, true);
+    twin::cross_entropy_backward(got_d_twin.data(), padded.data(), targets.data(), got_twin.data(), 0.25f, N, V, stride,
+                                 true);
     for (int64_t r = 0; r < N; ++r)
       for (int64_t v = 0; v < stride; ++v) {
         const float cpu = got_d[r * stride + v], twin = got_d_twin[r * stride + v];
@@ -421,11 +423,13 @@ TEST(CudaTwins, CrossEntropyBackwardWritesEveryColumnWhenNotAccumulating) {
       const auto logits = random_vector(N * stride, 74, 3.0f);
       std::vector<int32_t> targets(N);
       for (int64_t r = 0; r < N; ++r) targets[r] = r % 3 == 1 ? -100 : static_cast<int32_t>((r * 7919) % V);
+      std::vector<float> losses(N);
+      twin::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, stride);
       expect_writing_equals_adding_to_zeros(
           {N * stride}, {},
           [&](Grads& g, bool accumulate) {
-            twin::cross_entropy_backward(g.act[0].data(), logits.data(), targets.data(), 0.25f, N, V, stride,
-                                         accumulate);
+            twin::cross_entropy_backward(g.act[0].data(), logits.data(), targets.data(), losses.data(), 0.25f, N, V,
+                                         stride, accumulate);
           },
           "cross-entropy");
     }
@@ -508,7 +512,7 @@ void expect_cross_entropy_twin_near_cpu(int64_t N, int64_t V, int offset, float 
   twin::cross_entropy_forward(loss.data(), logits.p, targets.data(), N, V, V);
   kernels::cpu::cross_entropy_forward(want.data(), logits.values().data(), targets.data(), N, V, V);
   expect_near(loss, want, 1e-5f, 1e-5f, "cross-entropy loss");
-  twin::cross_entropy_backward(d.p, logits.p, targets.data(), 0.25f, N, V, V, false);
+  twin::cross_entropy_backward(d.p, logits.p, targets.data(), loss.data(), 0.25f, N, V, V, false);
   kernels::cpu::cross_entropy_backward(want_d.data(), logits.values().data(), targets.data(), 0.25f, N, V, V);
   expect_near(d.values(), want_d, tol, 1e-6f, "cross-entropy dlogits");
 }

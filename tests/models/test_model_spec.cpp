@@ -129,6 +129,7 @@ void expect_mirror(const ModelSpec& spec, const std::map<std::string, int>& inde
   if (f.kind != OpKind::Residual && f.kind != OpKind::Rope) reads.insert(reads.end(), f.inputs.begin(), f.inputs.end());
   reads.insert(reads.end(), f.outputs.begin() + 1, f.outputs.end());
   if (f.kind == OpKind::Attention) reads.push_back(f.outputs.at(0));  // its result last: a fused backward reads it
+  if (f.kind == OpKind::CrossEntropy) reads.push_back(f.outputs.at(0));  // the losses: each row's lse - its target's
   for (int t : f.inputs)
     if (!spec.tensors[t].is_input) writes.push_back(grad(t));
 
@@ -283,10 +284,12 @@ TEST(ModelSpecs, BackwardSlotsFollowTheCpuConventions) {
     std::vector<std::string> inputs, outputs;
   };
   const std::vector<Expected> gpt2 = {
-      {"loss.bwd", {"lm_head.out", "targets"}, {"lm_head.out.grad"}},
+      {"loss.bwd", {"lm_head.out", "targets", "loss.out"}, {"lm_head.out.grad"}},
       {"lm_head.bwd", {"lm_head.out.grad", "ln_f.out"}, {"ln_f.out.grad"}},
       {"h.0.res_1.bwd", {"h.0.res_1.out.grad"}, {"embed.out.grad", "h.0.attn.c_proj.out.grad"}},
-      {"h.0.attn.bwd", {"h.0.attn.out.grad", "h.0.attn.c_attn.out", "h.0.attn.probs", "h.0.attn.out"}, {"h.0.attn.c_attn.out.grad"}},
+      {"h.0.attn.bwd",
+       {"h.0.attn.out.grad", "h.0.attn.c_attn.out", "h.0.attn.probs", "h.0.attn.out"},
+       {"h.0.attn.c_attn.out.grad"}},
       {"h.0.ln_1.bwd", {"h.0.ln_1.out.grad", "embed.out", "h.0.ln_1.mean", "h.0.ln_1.rstd"}, {"embed.out.grad"}},
       {"h.1.mlp.gelu.bwd", {"h.1.mlp.gelu.out.grad", "h.1.mlp.c_fc.out"}, {"h.1.mlp.c_fc.out.grad"}},
       {"embed.bwd", {"embed.out.grad", "tokens"}, {}},

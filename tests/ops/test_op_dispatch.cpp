@@ -191,9 +191,10 @@ TEST_F(Dispatch, CrossEntropyReturnsTheLossAndPassesTheWeight) {
   EXPECT_EQ(loss, 1.25f);
   EXPECT_EQ(fwd.vocab, 96);
   EXPECT_EQ(fwd.stride, 128);
-  const FakeOperands b = run(bert, "loss.bwd");  // [logits, targets] -> [dlogits]
+  const FakeOperands b = run(bert, "loss.bwd");  // [logits, targets, losses] -> [dlogits]
   const auto& bwd = std::get<CrossEntropyBackward>(kernels.last);
-  EXPECT_TRUE(same(bwd.dlogits, b.out[0]) && same(bwd.logits, b.in[0]) && same(bwd.targets, b.in[1]));
+  EXPECT_TRUE(same(bwd.dlogits, b.out[0]) && same(bwd.logits, b.in[0]) && same(bwd.targets, b.in[1]) &&
+              same(bwd.losses, b.in[2]));
   EXPECT_EQ(bwd.loss_weight, 0.5f);
   EXPECT_EQ(bwd.rows, 32);
   EXPECT_EQ(bwd.vocab, 96);  // the softmax's classes; the logits' rows are the vocabulary padded (models/vocab.h)
