@@ -233,7 +233,7 @@ bool device_specific(const OpSpec& op, size_t output) {
   return op.kind == models::OpKind::Attention && op.pass == models::Pass::Forward && output == 1;
 }
 
-// The forward op whose saved outputs `op` (attention's backward) reads.
+// The forward op whose saved outputs `op` (attention's or cross-entropy's backward) reads.
 const OpSpec& forward_of(const ModelSpec& spec, const OpSpec& op) {
   const std::string name = op.name.substr(0, op.name.size() - 4) + ".fwd";
   for (const OpSpec& f : spec.ops)
@@ -306,9 +306,11 @@ std::set<std::pair<models::OpKind, models::Pass>> compare_every_op(const Shape& 
         for (int t : op.outputs)
           std::memset(m->host + layout.tensor[t], m == &cuda ? 0xff : 0, static_cast<size_t>(spec.tensors[t].bytes()));
       m->upload();
-      // Attention's backward reads what its forward saved, in the device's own form: run that forward first
-      // on the same inputs (its qkv, or q, k, v and the mask).
-      if (op.kind == models::OpKind::Attention && op.pass == models::Pass::Backward) m->run(spec, layout, forward_of(spec, op));
+      // Attention's backward reads what its forward saved, in the device's own form, and cross-entropy's the
+      // losses (the CUDA backward takes each row's log-sum-exp from them): run that forward first on the same
+      // inputs (qkv, or q, k, v and the mask; the logits and targets), not on random operands.
+      const bool reads_its_forward = op.kind == models::OpKind::Attention || op.kind == models::OpKind::CrossEntropy;
+      if (reads_its_forward && op.pass == models::Pass::Backward) m->run(spec, layout, forward_of(spec, op));
       losses[d++] = m->run(spec, layout, op, 0.75f, writing && m == &cuda);
       m->download();
     }

@@ -168,6 +168,7 @@ void expect_cross_entropy_equals_twin(int64_t N, int64_t V, int64_t stride, int 
   ASSERT_EQ(cross_entropy_forward(dloss.p, logits.d(), dt.p, N, V, stride, dtype_of<T>(), nullptr), cudaSuccess);
   twin::cross_entropy_forward(losses.data(), logits.h(), targets.data(), N, V, stride);
   expect_bitwise(dloss.get(), losses, "loss");
+  std::vector<T> written;
   for (bool accumulate : {true, false}) {
     Both<T> d = grad_both<T>(N * stride, 9, accumulate, offset);
     // each side's own losses (bitwise the same, above): the rows' log-sum-exp comes from them
@@ -176,7 +177,17 @@ void expect_cross_entropy_equals_twin(int64_t N, int64_t V, int64_t stride, int 
               cudaSuccess);
     twin::cross_entropy_backward(d.h(), logits.h(), targets.data(), losses.data(), 0.125f, N, V, stride, accumulate);
     expect_equal(d, accumulate ? "dlogits, accumulated" : "dlogits, written");
+    if (!accumulate) written = d.host;
   }
+  // In place over the logits, as a step runs it: every thread reads its row's target logit before any writes (the
+  // kernel's barrier), so the gradient is the one written to its own buffer, bitwise, on both sides.
+  Both<T> in_place(random_storage<T>(N * stride, 8, 4.0f), offset);
+  ASSERT_EQ(cross_entropy_backward(in_place.d(), in_place.d(), dt.p, dloss.p, 0.125f, N, V, stride, false,
+                                   dtype_of<T>(), nullptr),
+            cudaSuccess);
+  twin::cross_entropy_backward(in_place.h(), in_place.h(), targets.data(), losses.data(), 0.125f, N, V, stride, false);
+  expect_equal(in_place, "dlogits, in place");
+  expect_bitwise(in_place.host, written, "dlogits in place against written apart (the twin)");
 }
 
 // Dense rows, and rows of a padded vocabulary (stride > V: the columns past V are not the row's, and their

@@ -432,6 +432,14 @@ TEST(CudaTwins, CrossEntropyBackwardWritesEveryColumnWhenNotAccumulating) {
                                          stride, accumulate);
           },
           "cross-entropy");
+      // Written over its own logits, as a step writes it: the same bits (each row's lse is read before it writes).
+      std::vector<float> apart(N * stride), in_place = logits;
+      twin::cross_entropy_backward(apart.data(), logits.data(), targets.data(), losses.data(), 0.25f, N, V, stride,
+                                   false);
+      twin::cross_entropy_backward(in_place.data(), in_place.data(), targets.data(), losses.data(), 0.25f, N, V, stride,
+                                   false);
+      for (int64_t i = 0; i < N * stride; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(in_place[i]), std::bit_cast<uint32_t>(apart[i])) << "in place, at " << i;
     }
 }
 
