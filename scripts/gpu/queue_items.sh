@@ -66,11 +66,12 @@ kernel_profile() {
   local r=$RES/bench/results csv
   mkdir -p "$r"
   csv=$r/kernel-profile-gpt2-124m-$GPU.csv
+  # ncu's report into its own file (--log-file), the step's own output to the log
   ncu --clock-control none --kernel-name 'regex:(ln_|ce_|gelu_|residual_|embedding_|column_|target_sums)' \
     --launch-count 160 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --csv --page details "$BIN/ferry-bench" step --device cuda --config configs/gpt2-124m.yaml --batch 16 --seq 1024 \
-    --steps 1 --warmup 0 --set train.precision=bf16 >"$csv" || { tail -20 "$csv"; return 1; }
-  grep -c '"gpu__time_duration.sum"\|"Duration"' "$csv"
+    --csv --page details --log-file "$csv" "$BIN/ferry-bench" step --device cuda --config configs/gpt2-124m.yaml \
+    --batch 16 --seq 1024 --steps 1 --warmup 0 --set train.precision=bf16 || { tail -20 "$csv"; return 1; }
+  echo "kernel-profile: $(grep -c 'Duration' "$csv") duration rows"
   gzip -f "$csv"
 }
 
