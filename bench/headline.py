@@ -57,22 +57,28 @@ def table(rows):
     return "\n".join(lines)
 
 
-def offload_rows(name):
-    """The `pipelined` rows of a `ferry-bench offload` result: Ferry without a baseline beside it."""
+def pipelined_runs(name):
+    """The `pipelined` runs of a `ferry-bench offload` result, each with its tokens/s from the median step (before
+    2026-11-28 the file's tokens_per_s held the trainer's mean rate), and the card."""
     r = load(name + ".json")
-    gpu = short_device(r["device"].split("(")[-1].rstrip(")"))
     batch, seq = map(int, r["model"].rsplit("batch ", 1)[1].split("x"))  # "GPT-2 48 layers, ..., batch 4x1024"
+    runs = [dict(run, tokens_per_s=run.get("tokens_per_step", batch * seq) / run["step_s"], batch=batch, seq=seq)
+            for run in r["runs"] if run["overlap"] == "pipelined"]
+    return runs, short_device(r["device"].split("(")[-1].rstrip(")"))
+
+
+def offload_rows(name, against=None):
+    """Ferry's pipelined rows of a `ferry-bench offload` result, no baseline beside them; `against`: the tokens/s
+    of Ferry's ZeRO-Offload placement on the same card, for the ratio."""
+    runs, gpu = pipelined_runs(name)
     rows = []
-    for run in r["runs"]:
-        if run["overlap"] != "pipelined":
-            continue
-        # tokens/s from the median step, as step_s is (before 2026-11-28 the field held the trainer's mean rate)
-        run["tokens_per_s"] = run.get("tokens_per_step", batch * seq) / run["step_s"]
+    for run in runs:
         what = {"greedy": "Ferry, greedy placement", "zero-offload": "Ferry, ZeRO-Offload's placement"}[run["policy"]]
-        budget = run["budget_bytes"] / 2**30
-        rows.append((f"GPT-2 1.5B, {batch}x{seq} tokens, bf16, {budget:.0f} GiB GPU budget: {what}, AdamW pipelined (exact)", gpu,
-                     f"{run['tokens_per_s']:,.0f} tokens/s ({run['step_s']:.3f} s/step; predicted {run['predicted_step_s']:.3f})",
-                     name + ".md"))
+        ratio = f", {run['tokens_per_s'] / against:.2f}x Ferry's ZeRO-Offload placement" if against else ""
+        rows.append((f"GPT-2 1.5B, {run['batch']}x{run['seq']} tokens, bf16, {run['budget_bytes'] / 2**30:.0f} GiB GPU "
+                     f"budget: {what}, AdamW pipelined (exact)", gpu,
+                     f"{run['tokens_per_s']:,.0f} tokens/s ({run['step_s']:.3f} s/step; predicted "
+                     f"{run['predicted_step_s']:.3f}){ratio}", name + ".md"))
     return rows
 
 
@@ -83,7 +89,8 @@ def step_row(name):
 
 
 def headline_rows():
-    rows = offload_rows("offload-gpt2-1.5b-greedy-h200") + offload_rows("offload-gpt2-1.5b-zero-offload-h200")
+    zero_offload = pipelined_runs("offload-gpt2-1.5b-zero-offload-h200")[0][0]["tokens_per_s"]
+    rows = offload_rows("offload-gpt2-1.5b-greedy-h200", zero_offload) + offload_rows("offload-gpt2-1.5b-zero-offload-h200")
     rows += comparison_rows(load("compare-h100.json"), "compare-h100.md")
     rows += [step_row("step-gpt2-124m-h200"), step_row("step-gpt2-124m-h100")]
     e = load("experiment-gpt-tiny.json")
