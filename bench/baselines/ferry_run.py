@@ -26,9 +26,11 @@ OPTIONS = [
     (("--overlap",), {"choices": ["backward", "delayed", "pipelined"], "default": "backward",
                       "help": "delayed is approximate (the update a step late); backward and pipelined are exact"}),
     (("--ferry",), {"default": os.path.join(ROOT, "build", "ferry")}),
-    (("--cost-model",), {"default": "cost_models/h100-assumed.json",
+    (("--cost-model",), {"default": None,
                          "help": "offload.cost_model for a cuda run (relative to configs/; its links and CPU AdamW are "
-                                 "measured at start-up)"}),
+                                 "measured at start-up); default: none, the whole model measured at start-up as "
+                                 "`ferry train` does on a GPU (the H200 rows of 2026-11-28 took the H100's assumed "
+                                 "device AdamW rate from this option's old default)"}),
     (("--from-metrics",), {"help": "reduce this `ferry train --metrics` file of the shape instead of running ferry"}),
 ]
 
@@ -50,7 +52,7 @@ def config_and_sets(a):
             "train.activation_checkpointing": "true" if a.activation_checkpointing else "auto"}
     if a.init_from:
         sets["model.init_from"] = os.path.abspath(a.init_from)
-    if a.device == "cuda":
+    if a.device == "cuda" and a.cost_model:
         sets["offload.cost_model"] = a.cost_model
     return config, sets
 
