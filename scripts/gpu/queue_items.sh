@@ -171,13 +171,15 @@ print("cpu_adam: simd", b.simd_width(), "arch", b.cpu_arch(), "cxx_args", b.cxx_
   tail -3 "$out/deepspeed-build.txt"
 }
 
-# ferry_init MODEL: the weights Ferry starts MODEL from, exported once a call as the Hugging Face folder every
-# system of a row starts from (Ferry as model.init_from, the baselines with --init-from).
+# ferry_init MODEL: the weights Ferry starts MODEL from, exported once a machine as the Hugging Face folder every
+# system of a row starts from (Ferry as model.init_from, the baselines with --init-from). A large model's export is
+# sharded (an index and its shards, no model.safetensors: 2026-11-28 re-exported GPT-2 1.5B for every row); the
+# export's own marker says it finished.
 ferry_init() {
-  local dir=/tmp/ferry-init/$1
-  [[ -f $dir/model.safetensors ]] && { echo "$dir"; return; }
+  local dir=${FERRY_INIT_DIR:-/tmp/ferry-init}/$1
+  [[ -f $dir/.exported ]] && { echo "$dir"; return; }
   rm -rf "$dir" && mkdir -p "$(dirname "$dir")"
-  "$BIN/ferry" export --config "$ROOT/configs/$1.yaml" --out "$dir" >&2 && echo "$dir"
+  "$BIN/ferry" export --config "$ROOT/configs/$1.yaml" --out "$dir" >&2 && touch "$dir/.exported" && echo "$dir"
 }
 
 # row_shape ARGS...: what both systems of a row share into ROW_SHAPE: --model (a shape of bench/baselines/common.py

@@ -85,4 +85,12 @@ grep -q '"ran_for_row": "c"' "$tree/c.jsonl" && grep -q '"ran_for_row": "d"' "$t
 n=$(cd "$ROOT/bench" && python3 -c 'import sys, report; print(len(report.read(sys.argv[1:])))' "$tree"/[abcd].jsonl)
 ((n == 3)) || fail "report.py read $n lines of 3 runs"
 
+# 5. ferry_init exports a model's starting weights once a machine: a second row finds them (a sharded export has
+# no model.safetensors; looking for one re-exported GPT-2 1.5B for every row on 2026-11-28).
+(ROOT=$ROOT SCRIPT=check OUT=$scratch/out FERRY_GPU_DRY_RUN=1 TMPDIR=$scratch FERRY_INIT_DIR=$scratch/init bash -c '
+  source "$ROOT/scripts/gpu/env.sh" && source "$ROOT/scripts/gpu/queue_items.sh" && BIN=$1
+  first=$(ferry_init gpt-tiny 2>/dev/null) && touch "$first/kept" && second=$(ferry_init gpt-tiny 2>/dev/null) &&
+    [[ $first == "$second" && -f $second/kept && -f $second/config.json ]]' _ "$BUILD") ||
+  fail "ferry_init exported the starting weights again, or not at all"
+
 echo "gpu_queue: ok"
