@@ -66,12 +66,18 @@ kernel_profile() {
   local r=$RES/bench/results csv
   mkdir -p "$r"
   csv=$r/kernel-profile-gpt2-124m-$GPU.csv
-  # ncu's report into its own file (--log-file), the step's own output to the log
+  # ncu's report into its own file (--log-file), the step's own output to the log; the stall reasons as metrics
+  local stalls=long_scoreboard,short_scoreboard,barrier,mio_throttle,lg_throttle,math_pipe_throttle,wait,not_selected
+  stalls=$(tr , '\n' <<<"$stalls" | sed 's/.*/smsp__average_warps_issue_stalled_&_per_issue_active.ratio/' | paste -sd,)
+  local metrics=()  # only where this ncu knows them: an unknown metric fails the whole run
+  ncu --query-metrics 2>/dev/null | grep -c '^smsp__average_warps_issue_stalled_long_scoreboard' >/dev/null &&
+    metrics=(--metrics "$stalls")  # grep -c reads it all: no SIGPIPE for a pipefail shell
   ncu --clock-control none --kernel-name 'regex:(ln_|ce_|gelu_|residual_|embedding_|column_|target_sums)' \
     --launch-count 160 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --csv --page details --log-file "$csv" "$BIN/ferry-bench" step --device cuda --config configs/gpt2-124m.yaml \
-    --batch 16 --seq 1024 --steps 1 --warmup 0 --set train.precision=bf16 || { tail -20 "$csv"; return 1; }
-  echo "kernel-profile: $(grep -c 'Duration' "$csv") duration rows"
+    "${metrics[@]}" --csv --page details --log-file "$csv" "$BIN/ferry-bench" step --device cuda \
+    --config configs/gpt2-124m.yaml --batch 16 --seq 1024 --steps 1 --warmup 0 --set train.precision=bf16 ||
+    { tail -20 "$csv"; return 1; }
+  python3 bench/ncu_summary.py "$csv" --out "${csv%.csv}.md" && cat "${csv%.csv}.md"  # the table; the CSV kept whole
   gzip -f "$csv"
 }
 

@@ -93,4 +93,20 @@ n=$(cd "$ROOT/bench" && python3 -c 'import sys, report; print(len(report.read(sy
     [[ $first == "$second" && -f $second/kept && -f $second/config.json ]]' _ "$BUILD") ||
   fail "ferry_init exported the starting weights again, or not at all"
 
+# 6. bench/ncu_summary.py on a report laid out as ncu's --csv --page details: ncu's own lines first, durations in
+# two units, a thousands separator, a stall metric; one row per kernel with medians, a missing metric left blank.
+cat >"$scratch/ncu.csv" <<'CSV'
+==PROF== Connected to process 1 (ferry-bench)
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","ferry-bench","h","void ferry::kernels::cuda::(anonymous namespace)::ln_forward_kernel<8, ferry::Bf16>(ferry::kernels::cuda::RowMap, ...)","1","7","(96, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","Duration","usecond","50.00"
+"0","1","ferry-bench","h","void ferry::kernels::cuda::(anonymous namespace)::ln_forward_kernel<8, ferry::Bf16>(ferry::kernels::cuda::RowMap, ...)","1","7","(96, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","DRAM Throughput","%","20.5"
+"0","1","ferry-bench","h","void ferry::kernels::cuda::(anonymous namespace)::ln_forward_kernel<8, ferry::Bf16>(ferry::kernels::cuda::RowMap, ...)","1","7","(96, 1, 1)","(16384, 1, 1)","0","9.0","Command line profiler metrics","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","","3.5"
+"1","1","ferry-bench","h","void ferry::kernels::cuda::(anonymous namespace)::ln_forward_kernel<8, ferry::Bf16>(ferry::kernels::cuda::RowMap, ...)","1","7","(96, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","Duration","nsecond","70,000"
+"1","1","ferry-bench","h","void ferry::kernels::cuda::(anonymous namespace)::ln_forward_kernel<8, ferry::Bf16>(ferry::kernels::cuda::RowMap, ...)","1","7","(96, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","DRAM Throughput","%","30.5"
+"2","1","ferry-bench","h","void ferry::kernels::cuda::(anonymous namespace)::ce_backward_kernel<8, ferry::Bf16>(ferry::kernels::cuda::RowMap, ...)","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","Duration","msecond","1.25"
+CSV
+python3 "$ROOT/bench/ncu_summary.py" "$scratch/ncu.csv" >"$scratch/ncu.md" || fail "ncu_summary.py failed: $(cat "$scratch/ncu.md")"
+grep -qF '| ln_forward_kernel<8, Bf16> | 2 | 60.0 | 25.5 |  |  |  |  |  | long_scoreboard 3.5 |' "$scratch/ncu.md" &&
+  grep -q '^| ce_backward_kernel<8, Bf16> | 1 | 1250.0 |' "$scratch/ncu.md" || fail "ncu_summary.py: $(cat "$scratch/ncu.md")"
+
 echo "gpu_queue: ok"
