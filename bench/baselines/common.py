@@ -127,6 +127,11 @@ def training_model(a):
     """The run's model as the baselines train it (recomputing its layers under --activation-checkpointing), its
     parameter count and its attention backend."""
     model = build_model(a)
+    # from_pretrained hands the model back in eval mode, and Hugging Face recomputes a layer only in training mode:
+    # until 2026-11-28 every --init-from run trained without recomputation whatever it asked (the H200's DeepSpeed
+    # out-of-memory traces show no checkpoint frame). No key/value cache either: nothing is generated.
+    model.train()
+    model.config.use_cache = False
     if a.activation_checkpointing:
         model.gradient_checkpointing_enable()
     return model, parameter_count(model), attention_backend(model)
@@ -300,9 +305,10 @@ def cpu_name():
         return platform.processor() or "unknown"
 
 
-def report(a, system, step_times, losses, params, error=None, extra=None):
-    """Prints and appends the run's result line: the median step after --warmup, every step's time and loss,
-    the schedule, the environment and `extra` (the system's settings); `error`: why the run did not train."""
+def report(a, system, step_times, losses, params, error=None, extra=None, statistic="median"):
+    """Prints and appends the run's result line: the median step after --warmup (the mean with statistic="mean",
+    for a system whose steps are periodic), every step's time and loss, the schedule, the environment and `extra`
+    (the system's settings); `error`: why the run did not train."""
     import torch
 
     result = {"system": system, "model": a.model, "n_layer": a.n_layer, "params": params, "batch": a.batch,
@@ -312,12 +318,12 @@ def report(a, system, step_times, losses, params, error=None, extra=None):
         result.update(error=error, trained=False)
     else:
         timed = step_times[a.warmup:]
-        step_s = statistics.median(timed)
+        step_s = statistics.mean(timed) if statistic == "mean" else statistics.median(timed)
         tokens = a.batch * a.seq
         result.update(trained=True, step_s=step_s, tokens_per_s=tokens / step_s,
                       tflops=flops_per_token(a, params) * tokens / step_s / 1e12,
                       first_loss=losses[0], final_loss=losses[-1], steps=len(losses), timed_steps=len(timed),
-                      step_times_s=step_times, losses=losses)
+                      step_times_s=step_times, losses=losses, step_statistic=statistic)
     if torch.cuda.is_available():
         result.update(peak_gpu_bytes=torch.cuda.max_memory_allocated(), peak_gpu_reserved_bytes=torch.cuda.max_memory_reserved())
     result["host_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
