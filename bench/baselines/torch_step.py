@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch's GPT-2 training step, the reference Ferry's GPU step is measured against (issue 31).
 
-GPT-2 as llm.c's train_gpt2.py and nanoGPT write it: pre-LayerNorm blocks, tied LM head, tanh GELU,
-F.scaled_dot_product_attention (causal; flash or cuDNN on a Hopper GPU), bf16 autocast with fp32 weights,
-fused AdamW, the whole model under torch.compile. Random initialisation and random tokens: only speed is
+GPT-2 as llm.c's train_gpt2.py and nanoGPT write it: pre-LayerNorm blocks, tied LM head, tanh GELU, the
+vocabulary padded to 50304 rows (their choice, for the matmuls; N counts the real 50257),
+F.scaled_dot_product_attention held to cuDNN's kernel (llm.c's and Ferry's; flash where cuDNN declines; --sdpa),
+bf16 autocast with fp32 weights, fused AdamW, the whole model under torch.compile with coordinate-descent tuning
+(llm.c's train_gpt2.py's setting; --compile-mode). Random initialisation and random tokens: only speed is
 measured. Prints one JSON object and appends it to --json (one line per run); MFU uses Ferry's count
 (bench/mfu.h: 6*N*tokens + 12*L*C*T*tokens) and the peak given (H100/H200 SXM bf16 dense: 989 TFLOP/s).
 
@@ -64,7 +66,24 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+        # autocast computes the loss in fp32 itself (nanoGPT passes the bf16 logits; a cast would copy them)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def attention_context(choice):
+    """SDPA held to one backend (with flash behind cuDNN where cuDNN declines a shape), or PyTorch's own choice; a
+    new context each step (sdpa_kernel's is used once)."""
+    import contextlib
+
+    if choice == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION] if choice == "cudnn" else [SDPBackend.FLASH_ATTENTION]
+    try:
+        return sdpa_kernel(order, set_priority=True)
+    except TypeError:  # a torch without set_priority: the backends allowed, PyTorch's order among them
+        return sdpa_kernel(order)
 
 
 def main():
@@ -79,6 +98,14 @@ def main():
     ap.add_argument("--steps", type=int, default=20, help="timed steps (the median is reported)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (torch.compile compiles in the first)")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--compile-mode", default="default",
+                    help="torch.compile's mode (default, as llm.c's train_gpt2.py, with coordinate-descent tuning; "
+                         "max-autotune tunes for minutes and needs a longer --warmup)")
+    ap.add_argument("--sdpa", choices=["cudnn", "flash", "auto"], default="cudnn",
+                    help="the attention backend SDPA is held to (cudnn: what llm.c and Ferry run; auto: PyTorch picks)")
+    ap.add_argument("--pad-vocab", type=int, default=64,
+                    help="the model's vocabulary rows padded to a multiple of this (nanoGPT and llm.c: 50304); "
+                         "the FLOPs count the real vocabulary's parameters, as Ferry's")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's bf16 dense peak")
     ap.add_argument("--json", help="append the result as one JSON line to this file")
     a = ap.parse_args()
@@ -89,14 +116,18 @@ def main():
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    model = GPT(a.vocab, a.seq, a.n_layer, a.n_embd, a.n_head).to(dev)
+    padded = (a.vocab + a.pad_vocab - 1) // a.pad_vocab * a.pad_vocab
+    model = GPT(padded, a.seq, a.n_layer, a.n_embd, a.n_head).to(dev)
     optim = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=cuda)
-    step_fn = model if a.no_compile else torch.compile(model)
+    if not a.no_compile:
+        torch._inductor.config.coordinate_descent_tuning = True  # as llm.c's train_gpt2.py compiles
+    step_fn = model if a.no_compile else torch.compile(model, mode=None if a.compile_mode == "default" else a.compile_mode)
+    sdpa = a.sdpa if cuda else "auto"
     idx = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev)
     targets = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev)
 
     def step():
-        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+        with attention_context(sdpa), torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
             loss = step_fn(idx, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -116,7 +147,8 @@ def main():
             times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
 
-    N = sum(p.numel() for p in model.parameters())  # the tied head counted once, as Ferry counts it
+    # the tied head counted once, the padded rows not at all: as Ferry counts N
+    N = sum(p.numel() for p in model.parameters()) - (padded - a.vocab) * a.n_embd
     tokens = a.batch * a.seq
     flops = 6 * N * tokens + 12 * a.n_layer * a.n_embd * a.seq * tokens
     result = {
@@ -126,7 +158,9 @@ def main():
         "device": torch.cuda.get_device_name(dev) if cuda else platform.processor() or "cpu",
         "torch": torch.__version__, "cuda": torch.version.cuda,
         "cudnn": common.cudnn_version() if cuda else None,
-        "shape": {"vocab": a.vocab, "n_layer": a.n_layer, "n_embd": a.n_embd, "n_head": a.n_head},
+        "shape": {"vocab": a.vocab, "padded_vocab": padded, "n_layer": a.n_layer, "n_embd": a.n_embd, "n_head": a.n_head},
+        "compile": None if a.no_compile else {"mode": a.compile_mode, "coordinate_descent_tuning": True},
+        "sdpa": a.sdpa if cuda else None,
         "batch": a.batch, "seq": a.seq, "precision": "bf16 autocast, fp32 weights, fused AdamW" if cuda else "bf16 autocast",
         "params": N, "steps": a.steps, "warmup": a.warmup,
         "step_ms_median": step_s * 1e3, "step_ms": [t * 1e3 for t in times],
