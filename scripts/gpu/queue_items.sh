@@ -168,7 +168,9 @@ baselines_ready() {
     touch "$BASELINE_SITE/.ready"
   fi
   [[ -f $BASELINE_SITE/.built ]] && return 0  # once a machine: a later call's log would only say it loaded the build
-  { echo "# DeepSpeed on $GPU: ds_report, then DeepSpeedCPUAdam's build ($(date -u +%FT%TZ))"
+  { echo "# DeepSpeed on $GPU: the CPU (lscpu: cores and threads, for OMP_NUM_THREADS), ds_report, then"
+    echo "# DeepSpeedCPUAdam's build ($(date -u +%FT%TZ))"
+    lscpu 2>/dev/null || grep -m4 -E 'model name|siblings|cpu cores' /proc/cpuinfo
     python3 -c 'import sys; from deepspeed.env_report import cli_main; sys.argv = ["ds_report"]; cli_main()'
     python3 -c 'import time; from deepspeed.ops.op_builder import CPUAdamBuilder as B; b = B(); t = time.time(); b.load(verbose=True)
 print("cpu_adam: simd", b.simd_width(), "arch", b.cpu_arch(), "cxx_args", b.cxx_args(), "load s %.1f" % (time.time() - t))'
