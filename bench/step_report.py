@@ -2,8 +2,9 @@
 """Ferry's GPU training step beside llm.c's and PyTorch's, one table (issue 31, item 4): reads `ferry-bench step
 --json` files and the baselines' result lines (bench/baselines/llmc_step.py, torch_step.py), writes <out>.json and
 <out>.md with each system's median step, tokens/s, model TFLOP/s and MFU (Ferry's count for every system), and
-Ferry's tokens/s over each baseline's. Ratios are only taken between results of the same device and date (one
-GPU call); a result of another card or day is listed without one.
+Ferry's tokens/s over each baseline's. Ratios are only taken between results of the same card, day and shape; a
+result of another is listed without one. (In the GPU queue they come from one call, whose results folder starts
+empty: PyTorch's line from step_vs_torch, set against the Ferry run of step_vs_llmc in that call.)
 
     python3 bench/step_report.py --ferry bench/results/step-gpt2-124m-h100-beside-llmc.json \\
         --baselines bench/results/step-gpt2-124m-h100-llmc.jsonl bench/results/step-gpt2-124m-h100-torch.jsonl \\
