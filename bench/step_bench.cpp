@@ -347,8 +347,7 @@ int run_device_step_bench(const std::string& config_path, const std::vector<std:
   console::print(
       "model {} ({} {}) batch {}x{} on {}\n  step: {:.1f} ms median of {}, {:.0f} tokens/s, {:.1f} model TFLOP/s\n  "
       "MFU: {}\n  ({})\n  host buckets: {:.2f} bytes a parameter\n  host thread: {:.2f} us per op queueing the step, "
-      "its "
-      "waits aside ({} ops a step, median of {}); the step {:.2f} us per op\n",
+      "its waits aside ({} ops a step, median of {}); the step {:.2f} us per op\n",
       config_path, cfg.model.kind, cfg.train.precision, cfg.train.batch_size, cfg.sequence(), r.device, r.step_s * 1e3,
       steps, tokens_per_s, r.flops.model / r.step_s / 1e12, mfu_text, kMfuFormula,
       static_cast<double>(r.host_bucket_bytes) / static_cast<double>(params), host_us_per_op, r.ops_per_step, steps,

@@ -29,8 +29,8 @@ todo_rows() {
       printf "%s\t%s\t%s\n", $2, $6, $5 }' "$QUEUE"
 }
 
-# Whether a row's command can run: its first word is an item function (exported: rows run in `bash -c`), a binary of $BIN, or python3 with a
-# script of the tree. Every `todo` row is checked before anything runs, so a typo fails the call in a second.
+# Whether a row's command can run: its first word is an item function (exported: rows run in `bash -c`), a
+# binary of $BIN, or python3 with a script of the tree. Every `todo` row is checked before anything runs, so a typo fails the call in a second.
 runnable() {
   local first rest
   read -r first rest <<<"$1"

@@ -67,8 +67,10 @@ kernel_profile() {
   mkdir -p "$r"
   csv=$r/kernel-profile-gpt2-124m-$GPU.csv
   # ncu's report into its own file (--log-file), the step's own output to the log; the stall reasons as metrics
-  local stalls=long_scoreboard,short_scoreboard,barrier,mio_throttle,lg_throttle,math_pipe_throttle,wait,not_selected
-  stalls=$(tr , '\n' <<<"$stalls" | sed 's/.*/smsp__average_warps_issue_stalled_&_per_issue_active.ratio/' | paste -sd,)
+  local stalls
+  stalls=$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' long_scoreboard short_scoreboard \
+    barrier mio_throttle lg_throttle math_pipe_throttle wait not_selected)
+  stalls=${stalls%,}
   local metrics=()  # only where this ncu knows them: an unknown metric fails the whole run
   ncu --query-metrics 2>/dev/null | grep -c '^smsp__average_warps_issue_stalled_long_scoreboard' >/dev/null &&
     metrics=(--metrics "$stalls")  # grep -c reads it all: no SIGPIPE for a pipefail shell
@@ -241,15 +243,14 @@ compare_row() {
   local init out=$RES/bench/results/compare-$GPU/$row.jsonl
   init=$(ferry_init "$ROW_MODEL") || return
   ferry_line "$row" "$policy" "$overlap" "$init" "$out" || return
-  PYTHONPATH=${BASELINE_PYTHONPATH:-$PYTHONPATH} python3 bench/baselines/zero_offload.py "${ROW_SHAPE[@]}" --init-from "$init" \
-    --json "$out" "${ROW_REST[@]}" || return
+  local deepspeed=(python3 bench/baselines/zero_offload.py "${ROW_SHAPE[@]}" --init-from "$init" --json "$out" "${ROW_REST[@]}")
+  PYTHONPATH=${BASELINE_PYTHONPATH:-$PYTHONPATH} "${deepspeed[@]}" || return
   # DeepSpeed's default buckets first, as its users start; where they run out of the budget, 2e8 (its and Hugging
   # Face's guides' value for a GPU short of memory), the first line kept as the reason.
   [[ " ${ROW_REST[*]} " == *" --bucket-size "* ]] && return 0
   tail -n 1 "$out" | grep -c '"error": "out of GPU memory' >/dev/null || return 0
   echo "compare_row: $row ran out of the budget with DeepSpeed's default buckets: again with 2e8"
-  PYTHONPATH=${BASELINE_PYTHONPATH:-$PYTHONPATH} python3 bench/baselines/zero_offload.py "${ROW_SHAPE[@]}" --init-from "$init" \
-    --json "$out" "${ROW_REST[@]}" --bucket-size 2e8
+  PYTHONPATH=${BASELINE_PYTHONPATH:-$PYTHONPATH} "${deepspeed[@]}" --bucket-size 2e8
 }
 
 # zenflow_row ROW ARGS...: compare_row with DeepSpeed 0.19.6 (the carried wheels-gpu/zenflow/) in place of 0.19.8:
